@@ -1,0 +1,215 @@
+//! The crate's one error type.
+//!
+//! Every fallible function returns [`Result<T>`]. Bad caller data (NaN rewards, mismatched
+//! lengths, empty groups, out-of-range positions, invalid configs) is reported here instead of
+//! panicking or silently producing a wrong number.
+
+use std::fmt;
+
+/// Errors returned by `beacon-rl`.
+///
+/// The enum is `#[non_exhaustive]`: new checks may add variants in minor releases, so match
+/// with a wildcard arm.
+///
+/// ```
+/// use beacon_rl::{Error, RolloutBatch};
+///
+/// // Two group keys but three trajectory keys: the columns must have one entry per row.
+/// let err = RolloutBatch::from_row_keys(&["g", "g"], &["a", "a", "b"], &[1.0, 1.0]).unwrap_err();
+/// assert!(matches!(err, Error::LengthMismatch { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Two inputs that must describe the same rows (or steps, tokens, trajectories) differ in
+    /// length. `what` names the input that disagrees with the reference length.
+    #[error("length mismatch: {what} has {actual} entries, expected {expected}")]
+    LengthMismatch {
+        /// The input whose length is wrong.
+        what: &'static str,
+        /// The length it should have.
+        expected: usize,
+        /// The length it has.
+        actual: usize,
+    },
+
+    /// A reward, value or other numeric input is NaN or infinite.
+    #[error("non-finite value {value} in {what} at index {index}")]
+    NonFinite {
+        /// The input holding the value.
+        what: &'static str,
+        /// Index of the value in that input (caller's order).
+        index: usize,
+        /// The offending value.
+        value: f64,
+    },
+
+    /// The batch holds no rows at all.
+    #[error("empty batch: at least one step is required")]
+    EmptyBatch,
+
+    /// A group holds no trajectories (only possible through explicit offsets).
+    #[error("group {group} has no trajectories")]
+    EmptyGroup {
+        /// Index of the group in batch order.
+        group: usize,
+    },
+
+    /// A trajectory holds no steps (only possible through explicit offsets or lengths).
+    #[error("trajectory {trajectory} has no steps")]
+    EmptyTrajectory {
+        /// Index of the trajectory in batch order.
+        trajectory: usize,
+    },
+
+    /// Offsets are not a valid CSR index: they must start at 0, never decrease and end at the
+    /// length of the indexed column.
+    #[error("invalid offsets for {what}: {reason}")]
+    InvalidOffsets {
+        /// Which offset array.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// One trajectory key appears with two different group keys.
+    #[error("trajectory at row {row} already belongs to another group (a trajectory cannot span groups)")]
+    TrajectoryAcrossGroups {
+        /// First row (caller's order) where the trajectory appears with a second group key.
+        row: usize,
+    },
+
+    /// Rows of one trajectory carry different terminal rewards.
+    #[error("row {row} carries terminal reward {value}, but its trajectory's earlier rows carry {expected}")]
+    InconsistentTerminalReward {
+        /// Row (caller's order) that disagrees.
+        row: usize,
+        /// The reward found on earlier rows of the trajectory.
+        expected: f64,
+        /// The reward on this row.
+        value: f64,
+    },
+
+    /// A milestone position does not fall inside its trajectory.
+    #[error("milestone position {position} is out of range for trajectory {trajectory} with {len} steps")]
+    MilestoneOutOfRange {
+        /// Trajectory index in batch order.
+        trajectory: usize,
+        /// The offending step index.
+        position: usize,
+        /// Number of steps of the trajectory.
+        len: usize,
+    },
+
+    /// A configuration parameter is outside its valid range.
+    #[error("invalid config: {name} = {value} ({expected})")]
+    InvalidConfig {
+        /// Parameter name as it appears in the config type.
+        name: &'static str,
+        /// The rejected value.
+        value: f64,
+        /// The valid range, in words.
+        expected: &'static str,
+    },
+
+    /// An output buffer handed to an `_into` function has the wrong shape.
+    #[error("output buffer {what} has length {actual}, expected {expected}")]
+    OutputShape {
+        /// Which buffer.
+        what: &'static str,
+        /// Required length.
+        expected: usize,
+        /// Provided length.
+        actual: usize,
+    },
+
+    /// A token span of a multi-step sequence row is invalid: it exceeds the row, overlaps
+    /// another span or names a step that does not exist.
+    #[error("invalid token span {index}: {reason}")]
+    InvalidSpan {
+        /// Index of the span in the caller's span list.
+        index: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// The estimator needs an input the caller did not supply.
+    #[error("missing input: {0}")]
+    MissingInput(&'static str),
+
+    /// The operation is undefined for these inputs in the reference implementation (which
+    /// raises); the message says why.
+    #[error("undefined for these inputs: {0}")]
+    Undefined(String),
+}
+
+/// `Result` with [`Error`] as the error type.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Checks that every value is finite, naming the first offender.
+pub(crate) fn check_finite(what: &'static str, values: &[f64]) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(index) => Err(Error::NonFinite {
+            what,
+            index,
+            value: values[index],
+        }),
+    }
+}
+
+/// Checks that `actual == expected`.
+pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+/// A validated parameter range used by config `validate()` methods.
+pub(crate) struct Range {
+    pub(crate) expected: &'static str,
+    pub(crate) ok: fn(f64) -> bool,
+}
+
+impl Range {
+    pub(crate) const UNIT: Range = Range {
+        expected: "finite, in [0, 1]",
+        ok: |v| (0.0..=1.0).contains(&v),
+    };
+    pub(crate) const POSITIVE: Range = Range {
+        expected: "finite, > 0",
+        ok: |v| v.is_finite() && v > 0.0,
+    };
+    pub(crate) const NON_NEGATIVE: Range = Range {
+        expected: "finite, >= 0",
+        ok: |v| v.is_finite() && v >= 0.0,
+    };
+    pub(crate) const FINITE: Range = Range {
+        expected: "finite",
+        ok: f64::is_finite,
+    };
+
+    pub(crate) fn check(&self, name: &'static str, value: f64) -> Result<()> {
+        if (self.ok)(value) {
+            Ok(())
+        } else {
+            Err(Error::InvalidConfig {
+                name,
+                value,
+                expected: self.expected,
+            })
+        }
+    }
+}
+
+impl fmt::Debug for Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.expected)
+    }
+}

@@ -1,0 +1,270 @@
+//! Milestone detection: the indicator Φ(s, a, s′) → {0, 1}.
+//!
+//! A [`MilestoneDetector`] looks at one [`Transition`] (s_t, a_t, s_{t+1}) and says whether it
+//! completes a subgoal. Detectors may keep per-trajectory state (an expert walkthrough matched
+//! in order, a page-phase machine): [`MilestoneDetector::reset`] is called before the first
+//! step of every trajectory. Any `FnMut(&Transition) -> bool` closure is a detector.
+//!
+//! [`detect_milestones`] runs a detector once over a whole [`RolloutBatch`] and yields one flag
+//! per caller row. Callers that already have flags (the environment reports them) skip
+//! detection and pass the flags to the estimator directly.
+//!
+//! Built-ins here: [`ScoreIncrease`] (ScienceWorld, TextWorld: the environment's score went up)
+//! and [`EnvFlag`] (the environment already reports a milestone flag).
+
+use crate::batch::RolloutBatch;
+use crate::error::{check_len, Error, Result};
+
+/// One transition (s_t, a_t, s_{t+1}) as a detector sees it.
+///
+/// Text fields borrow from the caller's data; fields an environment does not provide stay at
+/// their defaults (`""`, `None`, empty).
+///
+/// ```
+/// use beacon_rl::milestone::Transition;
+/// let t = Transition {
+///     action: "take knife",
+///     next_observation: "You pick up the knife from the counter.",
+///     ..Transition::default()
+/// };
+/// assert_eq!(t.step, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Transition<'a> {
+    /// 0-based step index t within the trajectory.
+    pub step: usize,
+    /// s_t: what the agent saw before acting (may be empty when only responses are recorded).
+    pub observation: &'a str,
+    /// a_t: the agent's action.
+    pub action: &'a str,
+    /// s_{t+1}: the environment's response to the action.
+    pub next_observation: &'a str,
+    /// The environment's score before the step, if it reports one.
+    pub score: Option<f64>,
+    /// The environment's score after the step, if it reports one.
+    pub next_score: Option<f64>,
+    /// A milestone flag the environment itself reports for this step.
+    pub env_flag: Option<bool>,
+    /// Subgoals the environment reports as newly completed at this step.
+    pub new_subgoals: &'a [String],
+}
+
+/// The milestone indicator Φ(s, a, s′).
+///
+/// `detect` takes `&mut self` so that detectors can keep state across the steps of one
+/// trajectory; [`reset`](MilestoneDetector::reset) is called before each trajectory.
+///
+/// ```
+/// use beacon_rl::milestone::{MilestoneDetector, Transition};
+///
+/// // A closure is a detector.
+/// let mut picked_up = |t: &Transition<'_>| t.next_observation.starts_with("You pick up");
+/// let step = Transition { next_observation: "You pick up the apple.", ..Default::default() };
+/// assert!(picked_up.detect(&step));
+/// ```
+pub trait MilestoneDetector {
+    /// Returns true when the transition completes a milestone.
+    fn detect(&mut self, transition: &Transition<'_>) -> bool;
+
+    /// Clears per-trajectory state; called before the first step of every trajectory.
+    /// The default does nothing (stateless detectors).
+    fn reset(&mut self) {}
+}
+
+impl<F> MilestoneDetector for F
+where
+    F: FnMut(&Transition<'_>) -> bool,
+{
+    fn detect(&mut self, transition: &Transition<'_>) -> bool {
+        self(transition)
+    }
+}
+
+/// A milestone wherever the environment's score went up: `next_score > score`.
+///
+/// A missing score on either side, or a NaN, is no milestone. A score that drops (ScienceWorld
+/// sets −100 on a failed `focus on`) is no milestone, and neither is a start above zero: only
+/// the change across the step counts.
+///
+/// ```
+/// use beacon_rl::milestone::{MilestoneDetector, ScoreIncrease, Transition};
+/// let mut d = ScoreIncrease;
+/// let up = Transition { score: Some(17.0), next_score: Some(25.0), ..Default::default() };
+/// let down = Transition { score: Some(25.0), next_score: Some(-100.0), ..Default::default() };
+/// assert!(d.detect(&up));
+/// assert!(!d.detect(&down));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ScoreIncrease;
+
+impl MilestoneDetector for ScoreIncrease {
+    fn detect(&mut self, t: &Transition<'_>) -> bool {
+        matches!((t.score, t.next_score), (Some(a), Some(b)) if b > a)
+    }
+}
+
+/// Uses the milestone flag the environment reports ([`Transition::env_flag`]); a missing flag
+/// is no milestone.
+///
+/// ```
+/// use beacon_rl::milestone::{EnvFlag, MilestoneDetector, Transition};
+/// let t = Transition { env_flag: Some(true), ..Default::default() };
+/// assert!(EnvFlag.detect(&t));
+/// assert!(!EnvFlag.detect(&Transition::default()));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct EnvFlag;
+
+impl MilestoneDetector for EnvFlag {
+    fn detect(&mut self, t: &Transition<'_>) -> bool {
+        t.env_flag == Some(true)
+    }
+}
+
+/// Runs `detector` over every trajectory of `batch` and returns one milestone flag per caller
+/// row.
+///
+/// `transition(row, step)` builds the transition of a caller row (`step` is its 0-based index
+/// within its trajectory). Trajectories are visited one at a time, their steps in order, and
+/// the detector is reset before each. Pass `&mut *boxed` for a `Box<dyn MilestoneDetector>`.
+///
+/// ```
+/// use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
+/// use beacon_rl::RolloutBatch;
+///
+/// let batch = RolloutBatch::from_blocks(1, &[3], vec![1.0])?;
+/// let scores = [0.0, 10.0, 10.0, 25.0]; // initial score, then after each step
+/// let flags = detect_milestones(&batch, &mut ScoreIncrease, |row, _step| Transition {
+///     score: Some(scores[row]),
+///     next_score: Some(scores[row + 1]),
+///     ..Default::default()
+/// });
+/// assert_eq!(flags, vec![true, false, true]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn detect_milestones<'a, D, F>(batch: &RolloutBatch, detector: &mut D, transition: F) -> Vec<bool>
+where
+    D: MilestoneDetector + ?Sized,
+    F: FnMut(usize, usize) -> Transition<'a>,
+{
+    let mut flags = vec![false; batch.num_steps()];
+    detect_milestones_unchecked(batch, detector, transition, &mut flags);
+    flags
+}
+
+/// [`detect_milestones`] into a caller-owned buffer of one flag per row.
+///
+/// # Errors
+/// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`.
+///
+/// ```
+/// use beacon_rl::milestone::{detect_milestones_into, EnvFlag, Transition};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_blocks(1, &[2], vec![1.0])?;
+/// let mut flags = vec![false; 2];
+/// detect_milestones_into(&batch, &mut EnvFlag, |row, _| Transition {
+///     env_flag: Some(row == 1),
+///     ..Default::default()
+/// }, &mut flags)?;
+/// assert_eq!(flags, [false, true]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn detect_milestones_into<'a, D, F>(
+    batch: &RolloutBatch,
+    detector: &mut D,
+    transition: F,
+    flags: &mut [bool],
+) -> Result<()>
+where
+    D: MilestoneDetector + ?Sized,
+    F: FnMut(usize, usize) -> Transition<'a>,
+{
+    if flags.len() != batch.num_steps() {
+        return Err(Error::OutputShape {
+            what: "flags",
+            expected: batch.num_steps(),
+            actual: flags.len(),
+        });
+    }
+    detect_milestones_unchecked(batch, detector, transition, flags);
+    Ok(())
+}
+
+fn detect_milestones_unchecked<'a, D, F>(
+    batch: &RolloutBatch,
+    detector: &mut D,
+    mut transition: F,
+    flags: &mut [bool],
+) where
+    D: MilestoneDetector + ?Sized,
+    F: FnMut(usize, usize) -> Transition<'a>,
+{
+    for j in 0..batch.num_trajectories() {
+        detector.reset();
+        for (step, &row) in batch.trajectory_rows(j).iter().enumerate() {
+            let mut t = transition(row, step);
+            t.step = step;
+            flags[row] = detector.detect(&t);
+        }
+    }
+}
+
+/// Checks a per-row milestone flag column against the batch.
+pub(crate) fn check_flags(batch: &RolloutBatch, flags: &[bool]) -> Result<()> {
+    check_len("milestone flags", batch.num_steps(), flags.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct CountResets(usize);
+    impl MilestoneDetector for CountResets {
+        fn detect(&mut self, t: &Transition<'_>) -> bool {
+            // fires on the first step after each reset only
+            t.step == 0 && self.0 > 0
+        }
+        fn reset(&mut self) {
+            self.0 += 1;
+        }
+    }
+
+    #[test]
+    fn resets_before_each_trajectory_and_visits_in_step_order() {
+        let batch = RolloutBatch::from_row_keys(&[0, 0, 0, 0], &["a", "b", "b", "a"], &[0.0; 4]).unwrap();
+        let mut seen = Vec::new();
+        let flags = detect_milestones(&batch, &mut CountResets::default(), |row, step| {
+            seen.push((row, step));
+            Transition::default()
+        });
+        assert_eq!(seen, vec![(0, 0), (3, 1), (1, 0), (2, 1)]);
+        assert_eq!(flags, vec![true, true, false, false]);
+    }
+
+    #[test]
+    fn score_increase_ignores_missing_and_nan() {
+        let mut d = ScoreIncrease;
+        let t = |a, b| Transition {
+            score: a,
+            next_score: b,
+            ..Default::default()
+        };
+        assert!(!d.detect(&t(None, Some(1.0))));
+        assert!(!d.detect(&t(Some(f64::NAN), Some(1.0))));
+        assert!(!d.detect(&t(Some(5.0), Some(5.0))));
+        assert!(d.detect(&t(Some(-100.0), Some(-99.0))));
+    }
+
+    #[test]
+    fn into_checks_length() {
+        let batch = RolloutBatch::from_blocks(1, &[2], vec![0.0]).unwrap();
+        let mut flags = [false; 3];
+        assert!(matches!(
+            detect_milestones_into(&batch, &mut EnvFlag, |_, _| Transition::default(), &mut flags),
+            Err(Error::OutputShape { .. })
+        ));
+    }
+}
