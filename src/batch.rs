@@ -151,6 +151,26 @@ impl RolloutBatch {
         })
     }
 
+    /// Builds a batch where every row is its own one-step trajectory (single-turn RL, as in
+    /// verl's outcome estimators): `group_keys[r]` is row `r`'s group (`uid`/`index`) and
+    /// `rewards[r]` its score.
+    ///
+    /// # Errors
+    /// As [`RolloutBatch::from_row_keys`].
+    ///
+    /// ```
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_group_keys(&["q1", "q2", "q1"], &[1.0, 0.0, 0.0])?;
+    /// assert_eq!(batch.num_groups(), 2);
+    /// assert_eq!(batch.num_trajectories(), 3);
+    /// assert_eq!(batch.step_rows(), &[0, 2, 1]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
+        let rows: Vec<usize> = (0..group_keys.len()).collect();
+        Self::from_row_keys(group_keys, &rows, rewards)
+    }
+
     /// Builds a batch from CSR offsets; rows are already trajectory-major (row = step index).
     ///
     /// `group_offsets` (length groups + 1) indexes trajectories; `traj_offsets` (length
