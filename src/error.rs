@@ -190,10 +190,6 @@ impl Range {
         expected: "finite, >= 0",
         ok: |v| v.is_finite() && v >= 0.0,
     };
-    pub(crate) const FINITE: Range = Range {
-        expected: "finite",
-        ok: f64::is_finite,
-    };
 
     pub(crate) fn check(&self, name: &'static str, value: f64) -> Result<()> {
         if (self.ok)(value) {

@@ -1,0 +1,726 @@
+//! BEACON: milestone-anchored dual-scale advantages (paper §3, Algorithm 1).
+//!
+//! Given milestone flags, each trajectory is partitioned into segments
+//! ([`partition`](crate::partition)), rewards are shaped within completed segments
+//! ([`shaping`](crate::shaping)), and two advantages are combined per step:
+//!
+//! Â_{i,t} = w_traj · A^traj_i + λ · A^seg_{i,t}
+//!
+//! (w_traj = 1 in the paper; 0 is the "w/o trajectory-level advantage" ablation).
+//!
+//! # Paper flavour ([`BeaconConfig::paper`])
+//!
+//! - A^traj_i = (R_i − μ) / (σ + ε) over the G trajectories of the group, σ unbiased; a group of
+//!   one trajectory follows [`SingletonRule`] (μ = 0, σ = 1 by default).
+//! - For completed segment k of trajectory i: r_t = R_ms·γ^(t_k − t),
+//!   G_k = { j : K_j ≥ k },  b_k = (1/|G_k|) Σ_{j∈G_k} R_k^(j) / |Seg_k^(j)|,
+//!   A^seg_{i,t} = r_t − b_k.
+//! - Steps of the unfinished segment get r_t = 0 and A^seg = 0: the paper defines no
+//!   comparison for them, so they carry the trajectory term only.
+//! - Defaults: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
+//!
+//! # Official flavour ([`BeaconConfig::official`]): the paper's public code release (MiGPO)
+//!
+//! The release computes something different from the equations, and this flavour reproduces it
+//! (parity with the release's own outputs is tested to 1e-5):
+//!
+//! - Statistics are over step *rows*, not trajectories. Every row of trajectory i carries
+//!   score R_i, and the trajectory term normalises it against all rows of the group:
+//!   `mean_norm` A = R_i − mean_rows, `mean_std_norm` (R_i − mean_rows)/(std_rows + ε).
+//!   A trajectory with more steps therefore weighs more in μ. A group with a single row: μ = 0,
+//!   σ = 1.
+//! - Segment groups are all rows with the same (group, segment id) — completed *and*
+//!   unfinished. Unfinished rows have r = 0 and get A^seg = 0 − mean ≤ 0, where the paper gives
+//!   them 0. A singleton segment group gives 0. Same [`NormMode`] at both levels.
+//! - Defaults: R_ms = 10, γ = 0.95, w = 1, ε = 1e-6, `mean_norm` (the release's ALFWorld
+//!   scripts use γ = 0.9, w = 10).
+//!
+//! A worked difference: one group, trajectory a = [ms, ·] (R = 1), b = [·, ·, ·] (R = 0),
+//! R_ms = 10, γ = 0.5.
+//! Paper: A^traj = ±0.7071 (σ = 0.7071), a's segment 1 is alone in G_1 so b_1 = 10 and
+//! A^seg(a, 0) = 0; every other step gets A^seg = 0.
+//! Official (`mean_norm`): row mean = (2·1 + 3·0)/5 = 0.4, so A^traj = 0.6 for a, −0.4 for b;
+//! segment 0 rows are a0 (r = 10) and b0, b1, b2 (unfinished, r = 0), mean 2.5, so
+//! A^seg(a0) = 7.5, A^seg(b·) = −2.5; a's step 1 is alone in segment 1: A^seg = 0.
+//! (This case is a unit test below.)
+
+use crate::batch::RolloutBatch;
+use crate::error::{Error, Range, Result};
+use crate::milestone::check_flags;
+use crate::shaping::DecayTable;
+use crate::stats::{mean_std, NormMode, SingletonRule};
+
+/// Which computation the estimator follows.
+///
+/// ```
+/// use beacon_rl::{BeaconFlavour, NormMode};
+/// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
+/// assert_ne!(f, BeaconFlavour::Paper);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum BeaconFlavour {
+    /// The paper's equations: statistics over trajectories, segment baseline over G_k,
+    /// unfinished segment A^seg = 0.
+    Paper,
+    /// The public code release: statistics over step rows, segment groups by (group, segment
+    /// id) including unfinished rows, `mode` at both levels.
+    Official {
+        /// Normalisation at both levels.
+        mode: NormMode,
+    },
+}
+
+/// BEACON parameters. Build from a preset and adjust fields; [`Beacon::new`] validates.
+///
+/// ```
+/// use beacon_rl::{Beacon, BeaconConfig};
+/// let mut cfg = BeaconConfig::paper();
+/// cfg.segment_decay = 0.9;
+/// let beacon = Beacon::new(cfg)?;
+/// assert_eq!(beacon.config().segment_decay, 0.9);
+///
+/// cfg.segment_decay = 1.5; // γ must be in [0, 1]
+/// assert!(Beacon::new(cfg).is_err());
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+pub struct BeaconConfig {
+    /// Paper equations or the release's behaviour.
+    pub flavour: BeaconFlavour,
+    /// R_ms > 0: the shaped reward of a milestone step. Paper 1.0, release 10.0.
+    pub milestone_reward: f64,
+    /// γ ∈ [0, 1]: temporal decay within a segment. Default 0.95.
+    pub segment_decay: f64,
+    /// λ ≥ 0: weight of the segment-level advantage. Default 1.0.
+    pub segment_weight: f64,
+    /// ≥ 0: weight of the trajectory-level advantage. Default 1.0 (0 = the paper's
+    /// "w/o trajectory-level advantage" ablation).
+    pub trajectory_weight: f64,
+    /// ε > 0 added to σ. Default 1e-6.
+    pub std_eps: f64,
+    /// Trajectory term of a group with one trajectory (paper flavour; the release always
+    /// passes the value through). Default [`SingletonRule::PassThrough`].
+    pub singleton: SingletonRule,
+}
+
+impl BeaconConfig {
+    /// The paper's equations and hyperparameters: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
+    ///
+    /// ```
+    /// use beacon_rl::{BeaconConfig, BeaconFlavour};
+    /// let c = BeaconConfig::paper();
+    /// assert_eq!((c.flavour, c.milestone_reward, c.segment_decay), (BeaconFlavour::Paper, 1.0, 0.95));
+    /// ```
+    pub fn paper() -> Self {
+        Self {
+            flavour: BeaconFlavour::Paper,
+            milestone_reward: 1.0,
+            segment_decay: 0.95,
+            segment_weight: 1.0,
+            trajectory_weight: 1.0,
+            std_eps: 1e-6,
+            singleton: SingletonRule::PassThrough,
+        }
+    }
+
+    /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`.
+    ///
+    /// ```
+    /// use beacon_rl::{BeaconConfig, BeaconFlavour, NormMode};
+    /// let c = BeaconConfig::official();
+    /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
+    /// assert_eq!(c.milestone_reward, 10.0);
+    /// ```
+    pub fn official() -> Self {
+        Self {
+            flavour: BeaconFlavour::Official {
+                mode: NormMode::MeanNorm,
+            },
+            milestone_reward: 10.0,
+            ..Self::paper()
+        }
+    }
+
+    /// The release's ALFWorld scripts: [`official`](Self::official) with γ = 0.9, w = 10.
+    ///
+    /// ```
+    /// use beacon_rl::BeaconConfig;
+    /// let c = BeaconConfig::official_alfworld();
+    /// assert_eq!((c.segment_decay, c.segment_weight), (0.9, 10.0));
+    /// ```
+    pub fn official_alfworld() -> Self {
+        Self {
+            segment_decay: 0.9,
+            segment_weight: 10.0,
+            ..Self::official()
+        }
+    }
+
+    /// Checks every parameter's range.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first parameter out of range: γ ∉ [0, 1], R_ms ≤ 0,
+    /// λ < 0, trajectory weight < 0, ε ≤ 0, or any non-finite value.
+    ///
+    /// ```
+    /// use beacon_rl::{BeaconConfig, Error};
+    /// let mut c = BeaconConfig::paper();
+    /// c.std_eps = 0.0;
+    /// assert!(matches!(c.validate(), Err(Error::InvalidConfig { name: "std_eps", .. })));
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        Range::POSITIVE.check("milestone_reward", self.milestone_reward)?;
+        Range::UNIT.check("segment_decay", self.segment_decay)?;
+        Range::NON_NEGATIVE.check("segment_weight", self.segment_weight)?;
+        Range::NON_NEGATIVE.check("trajectory_weight", self.trajectory_weight)?;
+        Range::POSITIVE.check("std_eps", self.std_eps)?;
+        Ok(())
+    }
+}
+
+impl Default for BeaconConfig {
+    /// [`BeaconConfig::paper`].
+    fn default() -> Self {
+        Self::paper()
+    }
+}
+
+/// The BEACON estimator with a validated configuration.
+///
+/// ```
+/// use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
+///
+/// // One task, two trajectories: "a" succeeds (2 steps, milestone at step 0),
+/// // "b" fails (2 steps, no milestone).
+/// let batch = RolloutBatch::from_row_keys(&["task"; 4], &["a", "a", "b", "b"], &[1.0, 1.0, 0.0, 0.0])?;
+/// let flags = [true, false, false, false];
+/// let out = Beacon::new(BeaconConfig::paper())?.compute(&batch, &flags)?;
+///
+/// // A^traj = ±(0.5 / (0.7071 + 1e-6)); a's milestone step is alone in G_1, so A^seg = 0 there.
+/// assert!((out.trajectory_advantages[0] - 0.70710578).abs() < 1e-6);
+/// assert_eq!(out.segment_advantages, vec![0.0; 4]);
+/// assert_eq!(out.segments, vec![0, 1, 0, 0]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Beacon {
+    config: BeaconConfig,
+}
+
+/// Per-row results of [`Beacon::compute`], all in the caller's row order.
+///
+/// ```
+/// use beacon_rl::BeaconOutput;
+/// let out = BeaconOutput::default();
+/// assert!(out.advantages.is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct BeaconOutput {
+    /// Â = w_traj·A^traj + λ·A^seg.
+    pub advantages: Vec<f64>,
+    /// A^traj of the row's trajectory (official flavour: of the row).
+    pub trajectory_advantages: Vec<f64>,
+    /// A^seg of the row.
+    pub segment_advantages: Vec<f64>,
+    /// Shaped reward r_t (0 in the unfinished segment).
+    pub shaped_rewards: Vec<f64>,
+    /// 0-based segment id: the number of milestone steps strictly before the step.
+    pub segments: Vec<usize>,
+    /// The milestone flag of the row (a copy of the input).
+    pub milestones: Vec<bool>,
+}
+
+/// Reusable scratch space for [`Beacon::compute_into`]; buffers grow to the largest batch seen
+/// and are then reused without allocating.
+///
+/// ```
+/// use beacon_rl::BeaconWorkspace;
+/// let ws = BeaconWorkspace::default();
+/// # drop(ws);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct BeaconWorkspace {
+    table: DecayTable,
+    /// Per internal step: milestone flag, segment id, shaped reward, A^traj, A^seg.
+    flags: Vec<bool>,
+    seg: Vec<usize>,
+    reward: Vec<f64>,
+    traj: Vec<f64>,
+    seg_adv: Vec<f64>,
+    /// Per segment id within the current group.
+    sum: Vec<f64>,
+    count: Vec<usize>,
+    spread: Vec<f64>,
+}
+
+impl Beacon {
+    /// Validates `config` and builds the estimator.
+    ///
+    /// # Errors
+    /// See [`BeaconConfig::validate`].
+    ///
+    /// ```
+    /// use beacon_rl::{Beacon, BeaconConfig};
+    /// assert!(Beacon::new(BeaconConfig::official()).is_ok());
+    /// ```
+    pub fn new(config: BeaconConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The validated configuration.
+    ///
+    /// ```
+    /// use beacon_rl::{Beacon, BeaconConfig};
+    /// let b = Beacon::new(BeaconConfig::paper())?;
+    /// assert_eq!(b.config().segment_weight, 1.0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn config(&self) -> &BeaconConfig {
+        &self.config
+    }
+
+    /// Computes per-row advantages and their parts. `milestones[r]` flags caller row `r`.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `milestones.len() != batch.num_steps()`.
+    ///
+    /// ```
+    /// use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
+    /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
+    /// let out = Beacon::new(BeaconConfig::official())?.compute(&batch, &[true, false, false, false])?;
+    /// assert_eq!(out.shaped_rewards, vec![10.0, 0.0, 0.0, 0.0]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute(&self, batch: &RolloutBatch, milestones: &[bool]) -> Result<BeaconOutput> {
+        let mut out = BeaconOutput::default();
+        self.compute_parts_into(batch, milestones, &mut BeaconWorkspace::default(), &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`compute`](Self::compute), reusing `out`'s and `ws`'s buffers (no allocation
+    /// once they are large enough).
+    ///
+    /// # Errors
+    /// As [`compute`](Self::compute).
+    ///
+    /// ```
+    /// use beacon_rl::{Beacon, BeaconConfig, BeaconOutput, BeaconWorkspace, RolloutBatch};
+    /// let beacon = Beacon::new(BeaconConfig::paper())?;
+    /// let (mut ws, mut out) = (BeaconWorkspace::default(), BeaconOutput::default());
+    /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
+    /// beacon.compute_parts_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
+    /// assert_eq!(out.segments, vec![0, 0, 1, 0, 0, 0]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute_parts_into(
+        &self,
+        batch: &RolloutBatch,
+        milestones: &[bool],
+        ws: &mut BeaconWorkspace,
+        out: &mut BeaconOutput,
+    ) -> Result<()> {
+        check_flags(batch, milestones)?;
+        let n = batch.num_steps();
+        for v in [
+            &mut out.advantages,
+            &mut out.trajectory_advantages,
+            &mut out.segment_advantages,
+            &mut out.shaped_rewards,
+        ] {
+            v.resize(n, 0.0);
+        }
+        out.segments.resize(n, 0);
+        out.milestones.clear();
+        out.milestones.extend_from_slice(milestones);
+        self.run(batch, milestones, ws);
+        let rows = batch.step_rows();
+        for (s, &r) in rows.iter().enumerate() {
+            out.trajectory_advantages[r] = ws.traj[s];
+            out.segment_advantages[r] = ws.seg_adv[s];
+            out.shaped_rewards[r] = ws.reward[s];
+            out.segments[r] = ws.seg[s];
+            out.advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);
+        }
+        Ok(())
+    }
+
+    /// Writes only the combined per-row advantages into `advantages` (length = rows).
+    /// Allocation-free once `ws` has seen a batch this large.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] for the flags, [`Error::OutputShape`] for the buffer.
+    ///
+    /// ```
+    /// use beacon_rl::{Beacon, BeaconConfig, BeaconWorkspace, RolloutBatch};
+    /// let beacon = Beacon::new(BeaconConfig::paper())?;
+    /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
+    /// let mut adv = [0.0; 2];
+    /// beacon.compute_into(&batch, &[false, false], &mut BeaconWorkspace::default(), &mut adv)?;
+    /// assert!(adv[0] > 0.0 && adv[1] < 0.0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute_into(
+        &self,
+        batch: &RolloutBatch,
+        milestones: &[bool],
+        ws: &mut BeaconWorkspace,
+        advantages: &mut [f64],
+    ) -> Result<()> {
+        check_flags(batch, milestones)?;
+        if advantages.len() != batch.num_steps() {
+            return Err(Error::OutputShape {
+                what: "advantages",
+                expected: batch.num_steps(),
+                actual: advantages.len(),
+            });
+        }
+        self.run(batch, milestones, ws);
+        for (s, &r) in batch.step_rows().iter().enumerate() {
+            advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn combine(&self, traj: f64, seg: f64) -> f64 {
+        self.config.trajectory_weight * traj + self.config.segment_weight * seg
+    }
+
+    /// Fills the workspace's per-internal-step columns.
+    fn run(&self, batch: &RolloutBatch, milestones: &[bool], ws: &mut BeaconWorkspace) {
+        let n = batch.num_steps();
+        ws.flags.resize(n, false);
+        batch.gather_into(milestones, &mut ws.flags);
+        ws.seg.resize(n, 0);
+        ws.reward.resize(n, 0.0);
+        ws.traj.resize(n, 0.0);
+        ws.seg_adv.resize(n, 0.0);
+        let offs = batch.trajectory_offsets();
+        let max_len = offs.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        let c = &self.config;
+        ws.table.prepare(c.milestone_reward, c.segment_decay, max_len);
+        // Segment ids never exceed the trajectory length.
+        for v in [&mut ws.sum, &mut ws.spread] {
+            v.resize(max_len + 1, 0.0);
+        }
+        ws.count.resize(max_len + 1, 0);
+        for g in 0..batch.num_groups() {
+            let trajs = batch.group_trajectories(g);
+            match c.flavour {
+                BeaconFlavour::Paper => self.paper_group(batch, trajs, ws),
+                BeaconFlavour::Official { mode } => self.official_group(batch, trajs, mode, ws),
+            }
+        }
+    }
+
+    /// Shapes rewards and assigns segment ids for one trajectory (internal steps `lo..hi`);
+    /// returns K, its number of milestones.
+    fn shape_trajectory(ws: &mut BeaconWorkspace, lo: usize, hi: usize) -> usize {
+        let k_total = ws.flags[lo..hi].iter().filter(|&&f| f).count();
+        // Backward: distance to the closing milestone; none seen yet = unfinished segment.
+        let mut next_ms: Option<usize> = None;
+        let mut k = k_total;
+        for s in (lo..hi).rev() {
+            if ws.flags[s] {
+                next_ms = Some(s);
+                k -= 1;
+            }
+            ws.seg[s] = k;
+            ws.reward[s] = match next_ms {
+                Some(m) => ws.table.reward(m - s),
+                None => 0.0,
+            };
+        }
+        k_total
+    }
+
+    fn paper_group(&self, batch: &RolloutBatch, trajs: std::ops::Range<usize>, ws: &mut BeaconWorkspace) {
+        let c = &self.config;
+        let offs = batch.trajectory_offsets();
+        let rewards = &batch.terminal_rewards()[trajs.clone()];
+        // Trajectory level: GRPO over the group's terminal rewards.
+        let (mean, std) = if rewards.len() == 1 {
+            (0.0, 1.0)
+        } else {
+            mean_std(rewards.iter().sum(), rewards.len(), rewards.iter().copied())
+        };
+        let singleton_zero = rewards.len() == 1 && c.singleton == SingletonRule::Zero;
+
+        // Segment level, pass 1: per-step mean return R_k/|Seg_k| summed over G_k.
+        let mut max_k = 0;
+        for j in trajs.clone() {
+            let (lo, hi) = (offs[j], offs[j + 1]);
+            let k_total = Self::shape_trajectory(ws, lo, hi);
+            let mut start = lo;
+            let mut k = 0;
+            for s in lo..hi {
+                if ws.flags[s] {
+                    if k >= max_k {
+                        ws.sum[k] = 0.0;
+                        ws.count[k] = 0;
+                        max_k = k + 1;
+                    }
+                    ws.sum[k] += ws.table.mean_return(s + 1 - start);
+                    ws.count[k] += 1;
+                    k += 1;
+                    start = s + 1;
+                }
+            }
+            debug_assert_eq!(k, k_total);
+        }
+        // Pass 2: b_k and the advantages.
+        for k in 0..max_k {
+            ws.sum[k] /= ws.count[k] as f64;
+        }
+        for (j, &r) in trajs.zip(rewards) {
+            let a_traj = if singleton_zero {
+                0.0
+            } else {
+                (r - mean) / (std + c.std_eps)
+            };
+            let (lo, hi) = (offs[j], offs[j + 1]);
+            let completed = ws.seg[hi - 1] + usize::from(ws.flags[hi - 1]);
+            for s in lo..hi {
+                ws.traj[s] = a_traj;
+                let k = ws.seg[s];
+                ws.seg_adv[s] = if k < completed {
+                    ws.reward[s] - ws.sum[k]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+
+    fn official_group(
+        &self,
+        batch: &RolloutBatch,
+        trajs: std::ops::Range<usize>,
+        mode: NormMode,
+        ws: &mut BeaconWorkspace,
+    ) {
+        let eps = self.config.std_eps;
+        let offs = batch.trajectory_offsets();
+        let rewards = &batch.terminal_rewards()[trajs.clone()];
+        let (lo_g, hi_g) = (offs[trajs.start], offs[trajs.end]);
+        let rows = hi_g - lo_g;
+
+        // Trajectory level over rows: trajectory j contributes its reward once per step.
+        let row_rewards = || {
+            trajs
+                .clone()
+                .zip(rewards)
+                .flat_map(|(j, &r)| std::iter::repeat(r).take(offs[j + 1] - offs[j]))
+        };
+        let (mean, std) = if rows == 1 {
+            (0.0, 1.0)
+        } else {
+            mean_std(row_rewards().sum(), rows, row_rewards())
+        };
+
+        // Segment level: groups by segment id across the group's rows.
+        let mut max_k = 0;
+        for j in trajs.clone() {
+            Self::shape_trajectory(ws, offs[j], offs[j + 1]);
+            let ids = ws.seg[offs[j + 1] - 1] + 1; // segment ids used by this trajectory
+            for k in max_k..ids {
+                ws.sum[k] = 0.0;
+                ws.count[k] = 0;
+                ws.spread[k] = 0.0;
+            }
+            max_k = max_k.max(ids);
+        }
+        for s in lo_g..hi_g {
+            ws.sum[ws.seg[s]] += ws.reward[s];
+            ws.count[ws.seg[s]] += 1;
+        }
+        for k in 0..max_k {
+            ws.sum[k] /= ws.count[k] as f64; // now the mean
+        }
+        if mode == NormMode::MeanStdNorm {
+            for s in lo_g..hi_g {
+                let d = ws.reward[s] - ws.sum[ws.seg[s]];
+                ws.spread[ws.seg[s]] += d * d;
+            }
+            for k in 0..max_k {
+                ws.spread[k] = if ws.count[k] > 1 {
+                    (ws.spread[k] / (ws.count[k] - 1) as f64).sqrt()
+                } else {
+                    1.0
+                };
+            }
+        }
+        for (j, &r) in trajs.zip(rewards) {
+            let a_traj = mode.normalize(r, mean, std, eps);
+            for s in offs[j]..offs[j + 1] {
+                ws.traj[s] = a_traj;
+                let k = ws.seg[s];
+                ws.seg_adv[s] = if ws.count[k] == 1 {
+                    0.0
+                } else {
+                    mode.normalize(ws.reward[s], ws.sum[k], ws.spread[k], eps)
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use approx::assert_abs_diff_eq;
+
+    fn beacon(c: BeaconConfig) -> Beacon {
+        Beacon::new(c).unwrap()
+    }
+
+    #[test]
+    fn paper_hand_case_three_trajectories() {
+        // Group of 3, R_ms = 1, γ = 0.5, λ = 1, ε = 1e-6.
+        // a: [m, ., m, .]  R=1   segments: {0} len 1, {1,2} len 2, unfinished {3}
+        // b: [., m, .]     R=0   segments: {0,1} len 2, unfinished {2}
+        // c: [., .]        R=0   no milestone
+        // A_traj: mean 1/3, std = sqrt(((2/3)^2 + 2(1/3)^2)/2) = sqrt(1/3)
+        // G_1 = {a, b}: a's seg 1 mean return 1/1 = 1; b's seg 1 (len 2): (0.5 + 1)/2 = 0.75
+        //   b_1 = (1 + 0.75)/2 = 0.875
+        // G_2 = {a}: a's seg 2 (len 2) mean return 0.75, b_2 = 0.75
+        // a: r = [1, 0.5, 1, 0] -> A_seg = [1-0.875, 0.5-0.75, 1-0.75, 0] = [0.125, -0.25, 0.25, 0]
+        // b: r = [0.5, 1, 0]    -> A_seg = [0.5-0.875, 1-0.875, 0] = [-0.375, 0.125, 0]
+        // c: A_seg = [0, 0]
+        let mut c = BeaconConfig::paper();
+        c.segment_decay = 0.5;
+        let batch = RolloutBatch::from_blocks(3, &[4, 3, 2], vec![1.0, 0.0, 0.0]).unwrap();
+        let flags = [true, false, true, false, false, true, false, false, false];
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        let std = (1.0f64 / 3.0).sqrt();
+        let ta = (2.0 / 3.0) / (std + 1e-6);
+        let tb = (-1.0 / 3.0) / (std + 1e-6);
+        let seg = [0.125, -0.25, 0.25, 0.0, -0.375, 0.125, 0.0, 0.0, 0.0];
+        let traj = [ta, ta, ta, ta, tb, tb, tb, tb, tb];
+        assert_eq!(
+            out.shaped_rewards,
+            vec![1.0, 0.5, 1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 0.0]
+        );
+        assert_eq!(out.segments, vec![0, 1, 1, 2, 0, 0, 1, 0, 0]);
+        for i in 0..9 {
+            assert_abs_diff_eq!(out.segment_advantages[i], seg[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.trajectory_advantages[i], traj[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.advantages[i], traj[i] + seg[i], epsilon = 1e-12);
+        }
+    }
+
+    #[test]
+    fn documented_paper_vs_official_difference() {
+        // The worked example of the module docs.
+        let batch = RolloutBatch::from_blocks(2, &[2, 3], vec![1.0, 0.0]).unwrap();
+        let flags = [true, false, false, false, false];
+        let mut c = BeaconConfig::official();
+        c.segment_decay = 0.5;
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        // row mean of R = (1 + 1 + 0 + 0 + 0)/5 = 0.4
+        let traj = [0.6, 0.6, -0.4, -0.4, -0.4];
+        // segment 0: a0 (10), b0..b2 (0): mean 2.5; segment 1: a1 alone -> 0
+        let seg = [7.5, 0.0, -2.5, -2.5, -2.5];
+        for i in 0..5 {
+            assert_abs_diff_eq!(out.trajectory_advantages[i], traj[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.segment_advantages[i], seg[i], epsilon = 1e-12);
+        }
+        let mut p = BeaconConfig::paper();
+        p.milestone_reward = 10.0;
+        p.segment_decay = 0.5;
+        let out = beacon(p).compute(&batch, &flags).unwrap();
+        // std of (1, 0) = 0.7071..; a's segment 1 is alone in G_1 -> A_seg = 10 - 10 = 0
+        let t = 0.5 / (0.5f64.sqrt() + 1e-6);
+        assert_abs_diff_eq!(out.trajectory_advantages[0], t, epsilon = 1e-12);
+        assert_abs_diff_eq!(out.trajectory_advantages[2], -t, epsilon = 1e-12);
+        assert_eq!(out.segment_advantages, vec![0.0; 5]);
+    }
+
+    #[test]
+    fn official_mean_std_norm_hand_case() {
+        // One group: a = [m, .] R=1, b = [m, .] R=0; R_ms=10, γ=0.5.
+        // Rows R: 1,1,0,0 -> mean 0.5, std = sqrt(4*0.25/3) = sqrt(1/3)
+        // Segment 0: a0 = 10, b0 = 10 -> mean 10, std 0 -> A_seg = 0/(0+eps) = 0
+        // Segment 1: a1 = 0, b1 = 0 (unfinished) -> 0
+        let mut c = BeaconConfig::official();
+        c.flavour = BeaconFlavour::Official {
+            mode: NormMode::MeanStdNorm,
+        };
+        c.segment_decay = 0.5;
+        let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0]).unwrap();
+        let out = beacon(c).compute(&batch, &[true, false, true, false]).unwrap();
+        let t = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-6);
+        assert_abs_diff_eq!(out.trajectory_advantages[0], t, epsilon = 1e-12);
+        assert_abs_diff_eq!(out.trajectory_advantages[3], -t, epsilon = 1e-12);
+        assert_eq!(out.segment_advantages, vec![0.0; 4]);
+    }
+
+    #[test]
+    fn singleton_rules() {
+        let batch = RolloutBatch::from_blocks(1, &[2], vec![0.7]).unwrap();
+        let out = beacon(BeaconConfig::paper())
+            .compute(&batch, &[false, false])
+            .unwrap();
+        // μ = 0, σ = 1: 0.7 / (1 + 1e-6)
+        assert_eq!(out.trajectory_advantages[0], 0.7 / (1.0 + 1e-6));
+        let mut c = BeaconConfig::paper();
+        c.singleton = SingletonRule::Zero;
+        let out = beacon(c).compute(&batch, &[false, false]).unwrap();
+        assert_eq!(out.advantages, vec![0.0, 0.0]);
+        // Official, a single row: mean 0 -> A = R in mean_norm
+        let batch = RolloutBatch::from_blocks(1, &[1], vec![0.7]).unwrap();
+        let out = beacon(BeaconConfig::official()).compute(&batch, &[true]).unwrap();
+        assert_eq!(out.trajectory_advantages, vec![0.7]);
+        assert_eq!(out.segment_advantages, vec![0.0]);
+    }
+
+    #[test]
+    fn into_variants_agree_with_compute_and_check_shapes() {
+        let batch =
+            RolloutBatch::from_row_keys(&[1, 2, 1, 2, 1], &[1, 2, 3, 2, 1], &[1.0, 0.0, 0.0, 0.0, 1.0])
+                .unwrap();
+        let flags = [true, false, true, true, false];
+        for c in [BeaconConfig::paper(), BeaconConfig::official()] {
+            let b = beacon(c);
+            let full = b.compute(&batch, &flags).unwrap();
+            let mut adv = vec![0.0; 5];
+            b.compute_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut adv)
+                .unwrap();
+            assert_eq!(adv, full.advantages);
+            assert!(matches!(
+                b.compute_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut [0.0; 4]),
+                Err(Error::OutputShape { .. })
+            ));
+            assert!(matches!(
+                b.compute(&batch, &flags[..4]),
+                Err(Error::LengthMismatch { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn config_validation_names_each_parameter() {
+        let cases: [(fn(&mut BeaconConfig), &str); 6] = [
+            (|c| c.segment_decay = -0.1, "segment_decay"),
+            (|c| c.segment_decay = f64::NAN, "segment_decay"),
+            (|c| c.milestone_reward = 0.0, "milestone_reward"),
+            (|c| c.segment_weight = -1.0, "segment_weight"),
+            (|c| c.trajectory_weight = f64::INFINITY, "trajectory_weight"),
+            (|c| c.std_eps = -1e-6, "std_eps"),
+        ];
+        for (edit, name) in cases {
+            let mut c = BeaconConfig::paper();
+            edit(&mut c);
+            match Beacon::new(c) {
+                Err(Error::InvalidConfig { name: n, .. }) => assert_eq!(n, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+}

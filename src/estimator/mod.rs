@@ -1,0 +1,2 @@
+//! Advantage estimators.
+pub mod beacon;

@@ -1,0 +1,120 @@
+//! Temporal reward shaping within segments (paper §3.3).
+//!
+//! For step t of completed segment k (closed by milestone step t_k):
+//!
+//! r_t = R_ms · γ^(t_k − t),
+//!
+//! and r_t = 0 in the unfinished segment. Steps nearer the milestone get more credit; γ = 1 is
+//! uniform shaping, γ = 0 rewards only the milestone step (0⁰ = 1).
+//!
+//! [`DecayTable`] precomputes R_ms·γ^d and the per-step mean return of a segment of length L,
+//! (1/L)·Σ_{d<L} R_ms·γ^d, so that the estimator's hot loop does table look-ups instead of
+//! `pow` calls. Each entry is computed as `R_ms * γ.powf(d)`, the same expression (and libm
+//! `pow`) as the paper's release (`10 * gamma ** d` in Python).
+
+/// Shaped reward R_ms·γ^d for one step at distance `d` from its segment's milestone.
+///
+/// ```
+/// use beacon_rl::shaping::shaped_reward;
+/// assert_eq!(shaped_reward(1.0, 0.5, 2), 0.25);
+/// assert_eq!(shaped_reward(10.0, 0.0, 0), 10.0); // 0^0 = 1: the milestone step itself
+/// assert_eq!(shaped_reward(10.0, 0.0, 1), 0.0);
+/// ```
+#[inline]
+pub fn shaped_reward(milestone_reward: f64, segment_decay: f64, distance: usize) -> f64 {
+    milestone_reward * segment_decay.powf(distance as f64)
+}
+
+/// Look-up tables of shaped rewards and per-step segment returns for one (R_ms, γ).
+///
+/// ```
+/// use beacon_rl::shaping::DecayTable;
+/// let mut t = DecayTable::default();
+/// t.prepare(1.0, 0.5, 3);
+/// assert_eq!(t.reward(2), 0.25);
+/// // segment of 3 steps: (0.25 + 0.5 + 1) / 3
+/// assert_eq!(t.mean_return(3), 1.75 / 3.0);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct DecayTable {
+    reward: Vec<f64>,
+    mean_return: Vec<f64>,
+    key: Option<(u64, u64)>,
+}
+
+impl DecayTable {
+    /// Makes the table cover distances `0..max_len` and segment lengths `1..=max_len`.
+    /// Reuses its buffers (no allocation once large enough) and recomputes only what changed.
+    ///
+    /// ```
+    /// use beacon_rl::shaping::DecayTable;
+    /// let mut t = DecayTable::default();
+    /// t.prepare(10.0, 0.9, 2);
+    /// assert_eq!(t.reward(1), 9.0);
+    /// ```
+    pub fn prepare(&mut self, milestone_reward: f64, segment_decay: f64, max_len: usize) {
+        let key = (milestone_reward.to_bits(), segment_decay.to_bits());
+        if self.key != Some(key) {
+            self.reward.clear();
+            self.mean_return.clear();
+            self.mean_return.push(0.0); // length 0: unused
+            self.key = Some(key);
+        }
+        let mut sum = self.reward.iter().sum::<f64>();
+        for d in self.reward.len()..max_len {
+            let r = shaped_reward(milestone_reward, segment_decay, d);
+            self.reward.push(r);
+            sum += r;
+            self.mean_return.push(sum / (d + 1) as f64);
+        }
+    }
+
+    /// R_ms·γ^d. Panics if `d` is beyond the prepared length (an internal invariant).
+    ///
+    /// ```
+    /// use beacon_rl::shaping::DecayTable;
+    /// let mut t = DecayTable::default();
+    /// t.prepare(2.0, 1.0, 4);
+    /// assert_eq!(t.reward(3), 2.0);
+    /// ```
+    #[inline]
+    pub fn reward(&self, d: usize) -> f64 {
+        self.reward[d]
+    }
+
+    /// R_k / |Seg_k| for a completed segment of `len` steps: (1/len)·Σ_{d<len} R_ms·γ^d.
+    ///
+    /// ```
+    /// use beacon_rl::shaping::DecayTable;
+    /// let mut t = DecayTable::default();
+    /// t.prepare(1.0, 0.0, 4);
+    /// assert_eq!(t.mean_return(4), 0.25); // only the milestone step is rewarded
+    /// ```
+    #[inline]
+    pub fn mean_return(&self, len: usize) -> f64 {
+        self.mean_return[len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_grows_and_resets_on_new_parameters() {
+        let mut t = DecayTable::default();
+        t.prepare(1.0, 0.5, 2);
+        t.prepare(1.0, 0.5, 4); // grow: sums continue
+        assert_eq!(t.mean_return(4), (1.0 + 0.5 + 0.25 + 0.125) / 4.0);
+        t.prepare(2.0, 0.5, 2); // new R_ms: rebuilt
+        assert_eq!(t.reward(0), 2.0);
+        assert_eq!(t.mean_return(2), 1.5);
+    }
+
+    #[test]
+    fn matches_python_pow_expression() {
+        // The release computes 10 * 0.95 ** 4 = 8.145062500000001 in float64.
+        assert_eq!(shaped_reward(10.0, 0.95, 4), 10.0 * 0.95f64.powf(4.0));
+        assert!((shaped_reward(10.0, 0.95, 4) - 8.1450625).abs() < 1e-12);
+    }
+}
