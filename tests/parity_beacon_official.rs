@@ -13,11 +13,19 @@ fn tol_ok(ours: f64, expected: f64) -> bool {
 }
 
 fn f64s(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 fn strs(v: &Value) -> Vec<String> {
-    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_owned()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
@@ -91,5 +99,8 @@ fn every_migpo_case_matches_the_release() {
             assert!(tol_ok(v, want), "{name} token ({r},{j}): {v} vs {want}");
         }
     }
-    eprintln!("migpo parity: {} cases, {rows_checked} rows, max rel err {worst:.3e}", cases.len());
+    eprintln!(
+        "migpo parity: {} cases, {rows_checked} rows, max rel err {worst:.3e}",
+        cases.len()
+    );
 }
