@@ -1,1 +1,96 @@
-fn main() {}
+//! BEACON throughput: step level on the paper's batch (16 groups x 8 trajectories x 30 steps)
+//! and token level at 512 tokens per step, beside a plain copy of the same output bytes.
+//!
+//! cargo bench --bench beacon
+
+use beacon_rl::token::broadcast_into;
+use beacon_rl::{Beacon, BeaconConfig, BeaconWorkspace, RolloutBatch};
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ndarray::Array2;
+
+const GROUPS: usize = 16;
+const G: usize = 8;
+const STEPS: usize = 30;
+const TOKENS: usize = 512;
+
+/// Deterministic xorshift so every run benches the same batch.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn batch() -> (RolloutBatch, Vec<bool>) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let rewards: Vec<f64> = (0..GROUPS * G).map(|_| (rng.unit() < 0.4) as u8 as f64).collect();
+    let batch = RolloutBatch::from_blocks(G, &[STEPS; GROUPS * G], rewards).unwrap();
+    let flags = (0..batch.num_steps()).map(|_| rng.unit() < 0.2).collect();
+    (batch, flags)
+}
+
+fn step_level(c: &mut Criterion) {
+    let (batch, flags) = batch();
+    let mut group = c.benchmark_group("beacon_step");
+    group.throughput(Throughput::Elements(batch.num_steps() as u64));
+    for (name, cfg) in [
+        ("paper", BeaconConfig::paper()),
+        ("official", BeaconConfig::official()),
+    ] {
+        let beacon = Beacon::new(cfg).unwrap();
+        let mut ws = BeaconWorkspace::default();
+        let mut adv = vec![0.0; batch.num_steps()];
+        group.bench_function(BenchmarkId::new("16x8x30", name), |b| {
+            b.iter(|| {
+                beacon
+                    .compute_into(black_box(&batch), black_box(&flags), &mut ws, &mut adv)
+                    .unwrap();
+                black_box(&adv);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn token_level(c: &mut Criterion) {
+    let (batch, flags) = batch();
+    let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
+    let adv = beacon.compute(&batch, &flags).unwrap().advantages;
+    let mut rng = Rng(7);
+    // Response lengths 64..=512: a realistic ragged prefix mask.
+    let mask = Array2::from_shape_fn((batch.num_steps(), TOKENS), |(_, j)| {
+        j < 64 + (rng.next() % 449) as usize
+    });
+    let source = Array2::<f32>::from_elem((batch.num_steps(), TOKENS), 0.5);
+    let mut out = Array2::<f32>::zeros((batch.num_steps(), TOKENS));
+    let mut group = c.benchmark_group("beacon_token");
+    group.throughput(Throughput::Bytes((out.len() * std::mem::size_of::<f32>()) as u64));
+    group.bench_function("broadcast_f32_512", |b| {
+        b.iter(|| broadcast_into(black_box(&adv), mask.view(), out.view_mut()).unwrap())
+    });
+    group.bench_function("copy_f32_512 (reference)", |b| {
+        b.iter(|| out.assign(black_box(&source)))
+    });
+    let mut ws = BeaconWorkspace::default();
+    let mut step = vec![0.0; batch.num_steps()];
+    group.bench_function("step_plus_broadcast_f32_512", |b| {
+        b.iter(|| {
+            beacon.compute_into(&batch, &flags, &mut ws, &mut step).unwrap();
+            broadcast_into(&step, mask.view(), out.view_mut()).unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
+    targets = step_level, token_level
+}
+criterion_main!(benches);
