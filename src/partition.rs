@@ -73,13 +73,15 @@ impl<'a> Segments<'a> {
     /// ```
     pub fn completed_lengths(&self) -> impl Iterator<Item = usize> + 'a {
         let mut start = 0usize;
-        self.flags.iter().enumerate().filter_map(move |(t, &f)| {
-            f.then(|| {
+        self.flags
+            .iter()
+            .enumerate()
+            .filter(|&(_, &f)| f)
+            .map(move |(t, _)| {
                 let len = t + 1 - start;
                 start = t + 1;
                 len
             })
-        })
     }
 
     /// Length of the unfinished segment (steps after the last milestone).

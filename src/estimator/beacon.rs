@@ -706,7 +706,8 @@ mod tests {
 
     #[test]
     fn config_validation_names_each_parameter() {
-        let cases: [(fn(&mut BeaconConfig), &str); 6] = [
+        type Edit = fn(&mut BeaconConfig);
+        let cases: [(Edit, &str); 6] = [
             (|c| c.segment_decay = -0.1, "segment_decay"),
             (|c| c.segment_decay = f64::NAN, "segment_decay"),
             (|c| c.milestone_reward = 0.0, "milestone_reward"),
