@@ -3,7 +3,7 @@
 //! A policy-gradient loss needs one advantage per generated token. Every token of step t's
 //! response gets that step's advantage, and tokens outside the response mask get 0:
 //!
-//! A_tok[r, j] = A_step[r] · mask[r, j]
+//! `A_tok[r, j] = A_step[r] · mask[r, j]`
 //!
 //! Two layouts are supported:
 //! - one sequence row per step ([`broadcast_into`], [`broadcast`]): row r of the mask is
