@@ -8,6 +8,8 @@
 pub mod batch;
 pub mod error;
 pub mod milestone;
+#[cfg(feature = "serde")]
+pub mod record;
 
 pub use batch::RolloutBatch;
 pub use error::{Error, Result};
