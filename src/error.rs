@@ -141,6 +141,38 @@ pub enum Error {
     /// raises); the message says why.
     #[error("undefined for these inputs: {0}")]
     Undefined(String),
+
+    /// A recorded trajectory or row (JSON Lines, see the `record` module) is malformed: invalid
+    /// JSON, a missing or mistyped field, a non-finite number, or records that contradict each
+    /// other (a repeated trajectory key, episode rewards that differ within a trajectory).
+    #[error("record at line {line}{}: {message}", field_suffix(.field))]
+    Record {
+        /// 1-based line of the record in its input (blank lines count). For records checked
+        /// in memory, the record's 1-based position in the caller's slice.
+        line: usize,
+        /// Path of the offending field when known, e.g. `terminal_reward` or
+        /// `steps[3].reward` (step index 0-based).
+        field: Option<String>,
+        /// What is wrong, in words.
+        message: String,
+    },
+
+    /// Reading or writing a file or stream failed. Holds the I/O error's kind and message (not
+    /// the `std::io::Error` itself, so that `Error` stays `Clone + PartialEq`).
+    #[error("I/O error: {message}")]
+    Io {
+        /// The kind of the underlying I/O error.
+        kind: std::io::ErrorKind,
+        /// The underlying error's message, with the path or stream when known.
+        message: String,
+    },
+}
+
+fn field_suffix(field: &Option<String>) -> String {
+    field
+        .as_ref()
+        .map(|f| format!(", field `{f}`"))
+        .unwrap_or_default()
 }
 
 /// `Result` with [`Error`] as the error type.

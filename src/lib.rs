@@ -57,6 +57,7 @@
 //! - [`milestone`]: the detector trait Φ(s, a, s′) and built-in detectors.
 //! - [`partition`], [`shaping`]: segments and temporal reward shaping.
 //! - [`estimator`]: BEACON ([`Beacon`]) and the baselines.
+//! - `record` (feature `serde`): recorded trajectories as JSON Lines.
 //! - [`token`]: step advantages → token advantages under a response mask.
 //! - [`stats`]: the group normalisation shared by the estimators.
 //! - [`error`]: the one error type.
@@ -68,6 +69,8 @@ pub mod error;
 pub mod estimator;
 pub mod milestone;
 pub mod partition;
+#[cfg(feature = "serde")]
+pub mod record;
 pub mod shaping;
 pub mod stats;
 pub mod token;

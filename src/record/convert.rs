@@ -1,0 +1,272 @@
+//! From trajectory records to the crate's inputs: a [`RolloutBatch`] and one milestone
+//! [`Transition`] per row, borrowing the records' text.
+
+use std::collections::HashMap;
+
+use super::{record_error, JsonlRecord, TrajectoryRecord};
+use crate::batch::RolloutBatch;
+use crate::error::Result;
+use crate::milestone::{self, MilestoneDetector, Transition};
+
+/// Trajectory records laid out as a [`RolloutBatch`], with each row's [`Transition`].
+///
+/// Rows are the records' steps in order: all steps of the first record, then of the second,
+/// and so on (row = the caller's row for every per-row output of the crate). The batch is
+/// built with [`RolloutBatch::from_row_keys`] from `group_id` (group key), the record (trajectory
+/// key) and `terminal_reward` (repeated on each row), so groups and trajectories are numbered
+/// in order of first appearance.
+///
+/// Row `r`, step t of its record, has the transition
+/// - `observation` (s_t) = the previous step's `observation`, or `initial_observation` for
+///   t = 0 (`""` when absent);
+/// - `action` = the step's `action`; `next_observation` (s_{t+1}) = the step's `observation`;
+/// - `score` = the previous step's `score`, or `initial_score` for t = 0; **no default**: a
+///   record without `initial_score` has `score: None` at t = 0 (an unknown start is not
+///   assumed to be 0, because some environments start above 0), so score-based detectors see
+///   no milestone there; write `"initial_score": 0` when the environment starts at 0;
+/// - `next_score` = the step's `score`; `env_flag` = its `milestone`; `new_subgoals` = its
+///   `new_subgoals` (empty when absent).
+///
+/// Transitions borrow from the records: no string is copied.
+///
+/// ```
+/// use beacon_rl::milestone::ScoreIncrease;
+/// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+///
+/// let step = |obs: &str, score: f64| StepRecord { score: Some(score), ..StepRecord::new("act", obs, 0.0, false) };
+/// let mut a = TrajectoryRecord::new("g", "a", 1.0);
+/// a.initial_observation = Some("s0".into());
+/// a.initial_score = Some(0.0);
+/// a.steps = vec![step("s1", 5.0), step("s2", 5.0)];
+/// let mut b = TrajectoryRecord::new("g", "b", 0.0);
+/// b.steps = vec![step("t1", 3.0)]; // no initial_score: step 0 has score None
+/// let records = [a, b];
+///
+/// let rb = RecordBatch::new(&records)?;
+/// assert_eq!(rb.batch().trajectory_rows(0), &[0, 1]);
+/// let t1 = rb.transition(1);
+/// assert_eq!((t1.step, t1.observation, t1.next_observation), (1, "s1", "s2"));
+/// assert_eq!((t1.score, t1.next_score), (Some(5.0), Some(5.0)));
+/// assert_eq!(rb.detect_milestones(&mut ScoreIncrease), vec![true, false, false]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RecordBatch<'a> {
+    records: &'a [TrajectoryRecord],
+    batch: RolloutBatch,
+    /// For each row, its record.
+    row_record: Vec<usize>,
+    /// For each record, its first row (length records + 1).
+    first_row: Vec<usize>,
+}
+
+impl<'a> RecordBatch<'a> {
+    /// Validates the records and lays them out as a batch.
+    ///
+    /// # Errors
+    /// [`Error::Record`](crate::Error::Record) (with `line` = the record's 1-based position in
+    /// `records`) when a record is invalid ([`JsonlRecord::validate`]: no steps, a non-finite
+    /// number, ...) or repeats an earlier record's `traj_id` (field `traj_id`);
+    /// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no records.
+    ///
+    /// ```
+    /// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// use beacon_rl::Error;
+    /// let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
+    /// let twice = [rec.clone(), rec];
+    /// let err = RecordBatch::new(&twice).unwrap_err();
+    /// assert!(matches!(err, Error::Record { line: 2, field: Some(f), .. } if f == "traj_id"));
+    /// assert_eq!(RecordBatch::new(&[]).unwrap_err(), Error::EmptyBatch);
+    /// ```
+    pub fn new(records: &'a [TrajectoryRecord]) -> Result<Self> {
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(records.len());
+        let mut first_row = Vec::with_capacity(records.len() + 1);
+        first_row.push(0);
+        for (i, rec) in records.iter().enumerate() {
+            rec.validate(i + 1)?;
+            if let Some(first) = seen.insert(rec.traj_id.as_str(), i) {
+                return Err(record_error(
+                    i + 1,
+                    Some("traj_id".into()),
+                    format!(
+                        "trajectory `{}` appears twice (first as record {})",
+                        rec.traj_id,
+                        first + 1
+                    ),
+                ));
+            }
+            first_row.push(first_row[i] + rec.steps.len());
+        }
+        let rows = first_row[records.len()];
+        let mut group_keys: Vec<&str> = Vec::with_capacity(rows);
+        let mut traj_keys: Vec<usize> = Vec::with_capacity(rows);
+        let mut rewards: Vec<f64> = Vec::with_capacity(rows);
+        for (i, rec) in records.iter().enumerate() {
+            let n = rec.steps.len();
+            group_keys.extend(std::iter::repeat(rec.group_id.as_str()).take(n));
+            // traj_ids are unique (checked above), so the record index is the trajectory key.
+            traj_keys.extend(std::iter::repeat(i).take(n));
+            rewards.extend(std::iter::repeat(rec.terminal_reward).take(n));
+        }
+        let batch = RolloutBatch::from_row_keys(&group_keys, &traj_keys, &rewards)?;
+        Ok(Self {
+            records,
+            batch,
+            row_record: traj_keys,
+            first_row,
+        })
+    }
+
+    /// The batch layout (groups, trajectories, terminal rewards).
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// # rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
+    /// # let records = [rec];
+    /// let rb = RecordBatch::new(&records)?;
+    /// assert_eq!(rb.batch().num_steps(), 1);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn batch(&self) -> &RolloutBatch {
+        &self.batch
+    }
+
+    /// The batch layout, dropping the borrow of the records.
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// # rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
+    /// # let records = [rec];
+    /// let batch = RecordBatch::new(&records)?.into_batch();
+    /// assert_eq!(batch.terminal_rewards(), &[1.0]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn into_batch(self) -> RolloutBatch {
+        self.batch
+    }
+
+    /// The records the batch was built from.
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// # rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
+    /// # let records = [rec];
+    /// let rb = RecordBatch::new(&records)?;
+    /// assert_eq!(rb.records()[0].traj_id, "a");
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn records(&self) -> &'a [TrajectoryRecord] {
+        self.records
+    }
+
+    /// Number of rows (= steps over all records).
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// # rec.steps = vec![StepRecord::new("a", "b", 0.0, false), StepRecord::new("c", "d", 1.0, true)];
+    /// # let records = [rec];
+    /// assert_eq!(RecordBatch::new(&records)?.num_rows(), 2);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn num_rows(&self) -> usize {
+        self.row_record.len()
+    }
+
+    /// The (record index, step index) of a row. Panics if `row >= num_rows()`, like slice
+    /// indexing.
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let step = StepRecord::new("a", "b", 0.0, true);
+    /// # let mut x = TrajectoryRecord::new("g", "x", 1.0);
+    /// # x.steps = vec![step.clone(), step.clone()];
+    /// # let mut y = TrajectoryRecord::new("g", "y", 0.0);
+    /// # y.steps = vec![step];
+    /// # let records = [x, y];
+    /// let rb = RecordBatch::new(&records)?; // records of 2 and 1 steps
+    /// assert_eq!(rb.row_location(2), (1, 0));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn row_location(&self, row: usize) -> (usize, usize) {
+        let record = self.row_record[row];
+        (record, row - self.first_row[record])
+    }
+
+    /// The milestone transition of a row (see the type's docs for the field mapping). Panics
+    /// if `row >= num_rows()`, like slice indexing.
+    ///
+    /// ```
+    /// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// rec.initial_observation = Some("A dark room.".into());
+    /// rec.steps.push(StepRecord { milestone: Some(true), ..StepRecord::new("light lamp", "A lit room.", 1.0, true) });
+    /// let records = [rec];
+    /// let rb = RecordBatch::new(&records)?;
+    /// let t = rb.transition(0);
+    /// assert_eq!((t.observation, t.action, t.next_observation), ("A dark room.", "light lamp", "A lit room."));
+    /// assert_eq!((t.score, t.env_flag), (None, Some(true)));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn transition(&self, row: usize) -> Transition<'a> {
+        let (record, t) = self.row_location(row);
+        let rec = &self.records[record];
+        let step = &rec.steps[t];
+        let (observation, score) = match t.checked_sub(1).map(|p| &rec.steps[p]) {
+            Some(prev) => (prev.observation.as_str(), prev.score),
+            None => (
+                rec.initial_observation.as_deref().unwrap_or(""),
+                rec.initial_score,
+            ),
+        };
+        Transition {
+            step: t,
+            observation,
+            action: &step.action,
+            next_observation: &step.observation,
+            score,
+            next_score: step.score,
+            env_flag: step.milestone,
+            new_subgoals: step.new_subgoals.as_deref().unwrap_or(&[]),
+        }
+    }
+
+    /// Every row's transition, in row order.
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// # rec.steps = vec![StepRecord::new("a", "b", 0.0, false), StepRecord::new("c", "d", 1.0, true)];
+    /// # let records = [rec];
+    /// let rb = RecordBatch::new(&records)?;
+    /// let actions: Vec<&str> = rb.transitions().map(|t| t.action).collect();
+    /// assert_eq!(actions, ["a", "c"]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn transitions(&self) -> impl Iterator<Item = Transition<'a>> + '_ {
+        (0..self.num_rows()).map(move |row| self.transition(row))
+    }
+
+    /// Runs a milestone detector over every trajectory
+    /// ([`milestone::detect_milestones`]) and returns one flag per row.
+    ///
+    /// ```
+    /// use beacon_rl::milestone::{EnvFlag, Transition};
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// # rec.steps = vec![StepRecord::new("take key", "Taken.", 0.0, false), StepRecord::new("look", "A room.", 1.0, true)];
+    /// # let records = [rec];
+    /// let rb = RecordBatch::new(&records)?;
+    /// let mut took = |t: &Transition<'_>| t.next_observation == "Taken.";
+    /// assert_eq!(rb.detect_milestones(&mut took), vec![true, false]);
+    /// assert_eq!(rb.detect_milestones(&mut EnvFlag), vec![false, false]); // no recorded flags
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn detect_milestones<D: MilestoneDetector + ?Sized>(&self, detector: &mut D) -> Vec<bool> {
+        milestone::detect_milestones(&self.batch, detector, |row, _| self.transition(row))
+    }
+}

@@ -1,0 +1,504 @@
+//! Recorded trajectories: a JSON Lines format for rollouts dumped by a trainer or an
+//! environment, so that credit can be computed and inspected without writing code.
+//!
+//! Available with the `serde` feature (on by default); the module uses `serde_json`.
+//!
+//! # Format: one trajectory a line
+//!
+//! Each non-blank line is one JSON object, a [`TrajectoryRecord`]:
+//!
+//! ```text
+//! {"group_id": "sw/find-animal/v146", "traj_id": "sw/find-animal/v146/0_gold",
+//!  "terminal_reward": 1, "initial_observation": "This room is called the kitchen...",
+//!  "initial_score": 0, "env": "scienceworld", "kind": "gold",
+//!  "steps": [{"t": 0, "action": "open door to hallway", "observation": "The door is now open.",
+//!             "score": 8, "reward": 8, "done": false, "milestone": true,
+//!             "new_subgoals": ["Be in a room with an open door"], "isCompleted": false}, ...]}
+//! ```
+//!
+//! (shown wrapped; in the file a record is one line). Trajectory fields: `group_id` (the
+//! group, verl's `uid`: same task, same start), `traj_id` (unique over the file), the
+//! terminal reward R(τ), optional `initial_observation` (s_0) and `initial_score`, and
+//! `steps`. Step fields ([`StepRecord`]): `action` a_t, `observation` (the environment's
+//! response, s_{t+1}), optional `score` (running score after the step), `reward`, `done`,
+//! optional `milestone` flag, `new_subgoals` and free-form `info`. Any other field, at either
+//! level (`t`, `env`, `task`, `isCompleted`, `meta`, ...), is kept in `extra` and written back.
+//!
+//! Round trips are exact: `read → write → read` gives equal records, and writing a record read
+//! from a line gives JSON equal to that line when its numbers are written the usual way.
+//! Two rules make that hold:
+//! - Numbers of the named fields are `f64`; integral values up to 2^53 in magnitude are written
+//!   without a fractional part (`1`, not `1.0`), others in shortest round-trip form. A line
+//!   that writes `1.0` is read back equal but re-written as `1`.
+//! - An explicit `null` in an optional named field reads as absent and is not written back.
+//!
+//! # Verl-agent row dumps
+//!
+//! Trainers in the verl-agent style hold one row per step (`uid`, `traj_uid`, `rewards`,
+//! `episode_rewards`, `anchor_obs`); [`RowRecord`] reads such dumps and [`group_rows`] /
+//! [`read_row_dump`] turn them into trajectory records (mapping documented on [`group_rows`]).
+//!
+//! # Reading, writing, errors
+//!
+//! [`read_trajectories`] streams records from any `BufRead` in constant memory (one line
+//! buffer), skipping blank lines; [`open_jsonl`] opens a path or stdin (`-`);
+//! [`write_jsonl`] writes one record a line. Every malformed record is an
+//! [`Error::Record`] naming its line and, where it can be told, the
+//! field path (`steps[3].reward`): invalid JSON, a missing or mistyped field, `NaN` /
+//! `Infinity` (not JSON, but written by Python's `json.dumps`), numbers out of range, no
+//! steps, non-finite numbers in records built in code.
+//!
+//! # From records to the crate's inputs
+//!
+//! [`RecordBatch`] turns `&[TrajectoryRecord]` into a [`RolloutBatch`](crate::RolloutBatch)
+//! (one row per step, records in file order) and gives each row's milestone
+//! [`Transition`](crate::milestone::Transition) (s_t, a_t, s_{t+1}) borrowing the records'
+//! text, so milestone detection over a file copies no strings.
+//!
+//! ```
+//! use beacon_rl::milestone::{EnvFlag, ScoreIncrease};
+//! use beacon_rl::record::{read_trajectories, RecordBatch};
+//!
+//! let file = concat!(
+//!     r#"{"group_id": "g", "traj_id": "a", "terminal_reward": 1, "initial_score": 0, "steps": ["#,
+//!     r#"{"action": "take key", "observation": "Taken.", "score": 1, "reward": 1, "done": false, "milestone": true},"#,
+//!     r#"{"action": "open door", "observation": "You win.", "score": 2, "reward": 1, "done": true, "milestone": true}]}"#,
+//!     "\n\n", // blank lines are skipped
+//!     r#"{"group_id": "g", "traj_id": "b", "terminal_reward": 0, "initial_score": 0, "steps": ["#,
+//!     r#"{"action": "look", "observation": "A room.", "score": 0, "reward": 0, "done": true, "milestone": false}]}"#,
+//! );
+//! let records = read_trajectories(file.as_bytes()).collect::<Result<Vec<_>, _>>()?;
+//! let rb = RecordBatch::new(&records)?;
+//! assert_eq!(rb.batch().num_groups(), 1);
+//! assert_eq!(rb.batch().terminal_rewards(), &[1.0, 0.0]);
+//! // The score-increase detector agrees with the recorded flags.
+//! assert_eq!(rb.detect_milestones(&mut ScoreIncrease), rb.detect_milestones(&mut EnvFlag));
+//! # Ok::<(), beacon_rl::Error>(())
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+mod convert;
+mod jsonl;
+mod num;
+mod rows;
+
+pub use convert::RecordBatch;
+pub use jsonl::{create_jsonl, open_jsonl, read_rows, read_trajectories, write_jsonl, JsonlReader};
+pub use rows::{group_rows, read_row_dump, RowRecord};
+/// Re-exported from `serde_json`: the type of the `extra` fields and of free-form values.
+pub use serde_json::{Map, Value};
+
+/// One recorded trajectory: a line of a trajectory JSON Lines file.
+///
+/// Named fields are the ones the crate uses; every other field of the line is kept in
+/// [`extra`](TrajectoryRecord::extra) and written back. `extra` is declared before `steps` so
+/// that written lines carry their metadata before the (long) step list.
+///
+/// ```
+/// use beacon_rl::record::{JsonlRecord, StepRecord, TrajectoryRecord};
+///
+/// let line = r#"{"group_id": "g", "traj_id": "g/0", "terminal_reward": 1, "kind": "gold",
+///   "steps": [{"action": "go north", "observation": "You are in a hall.", "reward": 0, "done": true}]}"#;
+/// let rec = TrajectoryRecord::from_json_line(line, 1)?;
+/// assert_eq!(rec.terminal_reward, 1.0);
+/// assert_eq!(rec.extra["kind"], "gold"); // unknown fields are kept
+///
+/// // Built in code:
+/// let mut built = TrajectoryRecord::new("g", "g/0", 1.0);
+/// built.steps.push(StepRecord::new("go north", "You are in a hall.", 0.0, true));
+/// built.extra.insert("kind".into(), "gold".into());
+/// assert_eq!(built, rec);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrajectoryRecord {
+    /// The group (verl's `uid`): trajectories sampled for the same task and start.
+    pub group_id: String,
+    /// The trajectory's key, unique over a file (verl-agent's `traj_uid`).
+    pub traj_id: String,
+    /// Terminal reward R(τ) of the trajectory.
+    #[serde(serialize_with = "num::ser")]
+    pub terminal_reward: f64,
+    /// s_0: what the agent saw before its first action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_observation: Option<String>,
+    /// The environment's score before the first step.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "num::ser_opt"
+    )]
+    pub initial_score: Option<f64>,
+    /// Every other field of the line, kept as read (`env`, `task`, `kind`, `meta`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+    /// The steps, in order. A record needs at least one.
+    pub steps: Vec<StepRecord>,
+}
+
+/// One step of a [`TrajectoryRecord`]: the action a_t and the environment's response.
+///
+/// ```
+/// use beacon_rl::record::StepRecord;
+///
+/// let step: StepRecord = serde_json::from_str(
+///     r#"{"t": 3, "action": "focus on egg", "observation": "You focus on the egg.",
+///         "score": 67, "reward": 50, "done": false, "milestone": true,
+///         "new_subgoals": ["focus on an animal"]}"#,
+/// )?;
+/// assert_eq!(step.score, Some(67.0));
+/// assert_eq!(step.new_subgoals.as_deref(), Some(&["focus on an animal".to_string()][..]));
+/// assert_eq!(step.extra["t"], 3); // unknown fields are kept
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// a_t: the agent's action.
+    pub action: String,
+    /// s_{t+1}: the environment's response to the action.
+    pub observation: String,
+    /// The environment's running score after the step, if it reports one.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "num::ser_opt"
+    )]
+    pub score: Option<f64>,
+    /// The step's reward.
+    #[serde(serialize_with = "num::ser")]
+    pub reward: f64,
+    /// Whether the episode ended at this step.
+    pub done: bool,
+    /// A milestone flag the environment (or the recorder) reports for this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milestone: Option<bool>,
+    /// Subgoals reported as newly completed at this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_subgoals: Option<Vec<String>>,
+    /// Free-form information from the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<Value>,
+    /// Every other field of the step, kept as read (`t`, `isCompleted`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+const TRAJECTORY_FIELDS: &[&str] = &[
+    "group_id",
+    "traj_id",
+    "terminal_reward",
+    "initial_observation",
+    "initial_score",
+    "steps",
+];
+const STEP_FIELDS: &[&str] = &[
+    "action",
+    "observation",
+    "score",
+    "reward",
+    "done",
+    "milestone",
+    "new_subgoals",
+    "info",
+];
+
+impl TrajectoryRecord {
+    /// A record with the required fields set, no steps yet, and nothing else.
+    ///
+    /// ```
+    /// use beacon_rl::record::TrajectoryRecord;
+    /// let rec = TrajectoryRecord::new("task-1", "task-1/a", 0.0);
+    /// assert!(rec.steps.is_empty() && rec.extra.is_empty());
+    /// ```
+    pub fn new(group_id: impl Into<String>, traj_id: impl Into<String>, terminal_reward: f64) -> Self {
+        Self {
+            group_id: group_id.into(),
+            traj_id: traj_id.into(),
+            terminal_reward,
+            ..Self::default()
+        }
+    }
+}
+
+impl StepRecord {
+    /// A step with the required fields set and nothing else.
+    ///
+    /// ```
+    /// use beacon_rl::record::StepRecord;
+    /// let step = StepRecord::new("open door", "The door is now open.", 0.0, false);
+    /// assert_eq!(step.score, None);
+    /// ```
+    pub fn new(action: impl Into<String>, observation: impl Into<String>, reward: f64, done: bool) -> Self {
+        Self {
+            action: action.into(),
+            observation: observation.into(),
+            reward,
+            done,
+            ..Self::default()
+        }
+    }
+}
+
+/// A record type of a JSON Lines file: [`TrajectoryRecord`] or [`RowRecord`].
+///
+/// Adds what serde alone cannot check ([`validate`](JsonlRecord::validate)) and line-level
+/// parsing with located errors. The trait is sealed.
+///
+/// ```
+/// use beacon_rl::record::{JsonlRecord, TrajectoryRecord};
+/// use beacon_rl::Error;
+///
+/// let line = r#"{"group_id": "g", "traj_id": "a", "terminal_reward": 1, "steps": [{"action": "x"}]}"#;
+/// let err = TrajectoryRecord::from_json_line(line, 7).unwrap_err();
+/// assert!(matches!(err, Error::Record { line: 7, field: Some(f), .. } if f == "steps[0].observation"));
+/// ```
+pub trait JsonlRecord: Serialize + for<'de> Deserialize<'de> + sealed::Sealed {
+    /// Checks the record beyond its JSON types: finite numbers, at least one step, no `extra`
+    /// key shadowing a named field. `line` goes into the error.
+    ///
+    /// # Errors
+    /// [`Error::Record`] naming `line` and the offending field.
+    ///
+    /// ```
+    /// use beacon_rl::record::{JsonlRecord, StepRecord, TrajectoryRecord};
+    /// let mut rec = TrajectoryRecord::new("g", "a", f64::NAN);
+    /// rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
+    /// assert!(rec.validate(3).is_err());
+    /// rec.terminal_reward = 1.0;
+    /// assert!(rec.validate(3).is_ok());
+    /// ```
+    fn validate(&self, line: usize) -> Result<()>;
+
+    /// Parses and validates one line (without its line break). `line` goes into errors.
+    ///
+    /// # Errors
+    /// [`Error::Record`] naming `line` and, where it can be told, the field path.
+    ///
+    /// ```
+    /// use beacon_rl::record::{JsonlRecord, TrajectoryRecord};
+    /// use beacon_rl::Error;
+    /// let err = TrajectoryRecord::from_json_line(
+    ///     r#"{"group_id": "g", "traj_id": "a", "terminal_reward": NaN, "steps": []}"#, 2,
+    /// ).unwrap_err();
+    /// assert!(matches!(err, Error::Record { line: 2, field: Some(f), .. } if f == "terminal_reward"));
+    /// ```
+    fn from_json_line(text: &str, line: usize) -> Result<Self> {
+        jsonl::parse_line(text.as_bytes(), line)
+    }
+
+    /// Validates and writes the record as one JSON line (no line break).
+    ///
+    /// # Errors
+    /// [`Error::Record`] (with line 1) when [`validate`](JsonlRecord::validate) fails.
+    ///
+    /// ```
+    /// use beacon_rl::record::{JsonlRecord, StepRecord, TrajectoryRecord};
+    /// let mut rec = TrajectoryRecord::new("g", "a", 1.0);
+    /// rec.steps.push(StepRecord::new("look", "A room.", 0.5, true));
+    /// assert_eq!(
+    ///     rec.to_json_line()?,
+    ///     r#"{"group_id":"g","traj_id":"a","terminal_reward":1,"steps":[{"action":"look","observation":"A room.","reward":0.5,"done":true}]}"#
+    /// );
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    fn to_json_line(&self) -> Result<String> {
+        let mut buf = Vec::new();
+        jsonl::encode(self, 1, &mut buf)?;
+        // serde_json writes UTF-8 only.
+        String::from_utf8(buf).map_err(|e| record_error(1, None, e.to_string()))
+    }
+}
+
+impl JsonlRecord for TrajectoryRecord {
+    fn validate(&self, line: usize) -> Result<()> {
+        check_finite_field(line, "terminal_reward".into(), self.terminal_reward)?;
+        if let Some(s) = self.initial_score {
+            check_finite_field(line, "initial_score".into(), s)?;
+        }
+        check_extra(line, "", &self.extra, TRAJECTORY_FIELDS)?;
+        if self.steps.is_empty() {
+            return Err(record_error(
+                line,
+                Some("steps".into()),
+                "a trajectory needs at least one step".into(),
+            ));
+        }
+        for (t, step) in self.steps.iter().enumerate() {
+            check_finite_field(line, format!("steps[{t}].reward"), step.reward)?;
+            if let Some(s) = step.score {
+                check_finite_field(line, format!("steps[{t}].score"), s)?;
+            }
+            check_extra(line, &format!("steps[{t}]."), &step.extra, STEP_FIELDS)?;
+        }
+        Ok(())
+    }
+}
+
+/// The schema checks that locate a serde error on a field (see `jsonl::describe`).
+mod sealed {
+    use super::Value;
+
+    /// A field's expected JSON type.
+    #[derive(Clone, Copy)]
+    pub enum Kind {
+        Str,
+        Num,
+        Bool,
+        StrList,
+        Any,
+        /// The `steps` list of a trajectory record.
+        Steps,
+    }
+
+    /// One named field of a record type: its names (first = canonical), type, requiredness.
+    pub struct Field {
+        pub names: &'static [&'static str],
+        pub kind: Kind,
+        pub required: bool,
+    }
+
+    pub trait Sealed {
+        /// The record's named fields, for locating a type error on a field.
+        const SCHEMA: &'static [Field];
+    }
+
+    impl Sealed for super::TrajectoryRecord {
+        const SCHEMA: &'static [Field] = &[
+            f(&["group_id"], Kind::Str, true),
+            f(&["traj_id"], Kind::Str, true),
+            f(&["terminal_reward"], Kind::Num, true),
+            f(&["initial_observation"], Kind::Str, false),
+            f(&["initial_score"], Kind::Num, false),
+            f(&["steps"], Kind::Steps, true),
+        ];
+    }
+
+    impl Sealed for super::RowRecord {
+        const SCHEMA: &'static [Field] = &[
+            f(&["uid"], Kind::Str, true),
+            f(&["traj_uid"], Kind::Str, true),
+            f(&["rewards", "reward"], Kind::Num, true),
+            f(&["episode_rewards", "episode_reward"], Kind::Num, true),
+            f(&["anchor_obs"], Kind::Str, false),
+            f(&["action"], Kind::Str, false),
+            f(&["observation"], Kind::Str, false),
+            f(&["score"], Kind::Num, false),
+            f(&["done"], Kind::Bool, false),
+            f(&["milestone"], Kind::Bool, false),
+            f(&["new_subgoals"], Kind::StrList, false),
+            f(&["info"], Kind::Any, false),
+        ];
+    }
+
+    pub const STEP_SCHEMA: &[Field] = &[
+        f(&["action"], Kind::Str, true),
+        f(&["observation"], Kind::Str, true),
+        f(&["score"], Kind::Num, false),
+        f(&["reward"], Kind::Num, true),
+        f(&["done"], Kind::Bool, true),
+        f(&["milestone"], Kind::Bool, false),
+        f(&["new_subgoals"], Kind::StrList, false),
+        f(&["info"], Kind::Any, false),
+    ];
+
+    const fn f(names: &'static [&'static str], kind: Kind, required: bool) -> Field {
+        Field {
+            names,
+            kind,
+            required,
+        }
+    }
+
+    /// The first field of `value` that does not match `schema`, as (path, message).
+    pub fn locate(value: &Value, schema: &[Field], prefix: &str) -> Option<(Option<String>, String)> {
+        let Some(obj) = value.as_object() else {
+            let path = prefix.strip_suffix('.').map(str::to_string);
+            return Some((path, format!("expected a JSON object, found {}", describe(value))));
+        };
+        for field in schema {
+            let path = format!("{prefix}{}", field.names[0]);
+            let found = field.names.iter().find_map(|n| obj.get(*n));
+            let v = match found {
+                None | Some(Value::Null) if !field.required => continue,
+                None => return Some((Some(path), format!("missing field `{}`", field.names[0]))),
+                Some(v) => v,
+            };
+            let ok = match field.kind {
+                Kind::Str => v.is_string(),
+                Kind::Num => v.is_number(),
+                Kind::Bool => v.is_boolean(),
+                Kind::Any => true,
+                Kind::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+                Kind::Steps => match v.as_array() {
+                    None => false,
+                    Some(steps) => {
+                        for (t, step) in steps.iter().enumerate() {
+                            let step_prefix = format!("{path}[{t}].");
+                            if let Some(found) = locate(step, STEP_SCHEMA, &step_prefix) {
+                                return Some(found);
+                            }
+                        }
+                        true
+                    }
+                },
+            };
+            if !ok {
+                let expected = match field.kind {
+                    Kind::Str => "a string",
+                    Kind::Num => "a number",
+                    Kind::Bool => "true or false",
+                    Kind::StrList => "a list of strings",
+                    Kind::Steps => "a list of steps",
+                    Kind::Any => "any value",
+                };
+                return Some((Some(path), format!("expected {expected}, found {}", describe(v))));
+            }
+        }
+        None
+    }
+
+    fn describe(v: &Value) -> String {
+        match v {
+            Value::Null => "null".into(),
+            Value::Bool(b) => format!("boolean {b}"),
+            Value::Number(n) => format!("number {n}"),
+            Value::String(s) if s.chars().count() <= 40 => format!("string {s:?}"),
+            Value::String(_) => "a string".into(),
+            Value::Array(_) => "a list".into(),
+            Value::Object(_) => "an object".into(),
+        }
+    }
+}
+
+/// Builds an [`Error::Record`].
+fn record_error(line: usize, field: Option<String>, message: String) -> Error {
+    Error::Record { line, field, message }
+}
+
+fn check_finite_field(line: usize, field: String, value: f64) -> Result<()> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(record_error(
+            line,
+            Some(field),
+            format!("non-finite number {value}"),
+        ))
+    }
+}
+
+/// An `extra` key equal to a named field would be written twice (only possible for records
+/// built in code).
+fn check_extra(line: usize, prefix: &str, extra: &Map<String, Value>, named: &[&str]) -> Result<()> {
+    match named.iter().find(|n| extra.contains_key(**n)) {
+        None => Ok(()),
+        Some(n) => Err(record_error(
+            line,
+            Some(format!("{prefix}{n}")),
+            format!("`extra` holds `{n}`, which is a named field; set the field instead"),
+        )),
+    }
+}
