@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod difflib;
 pub mod error;
 pub mod milestone;
 
