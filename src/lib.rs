@@ -8,7 +8,9 @@
 pub mod batch;
 pub mod difflib;
 pub mod error;
+pub mod estimator;
 pub mod milestone;
 
 pub use batch::RolloutBatch;
 pub use error::{Error, Result};
+pub use estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};

@@ -134,7 +134,8 @@ fn ratio_at_least_agrees_on_vectors() {
 }
 
 /// A literal transliteration of CPython 3.11 `SequenceMatcher` (isjunk=None, autojunk=True):
-/// dict-based b2j and j2len, linear skip of j < blo, list queue.
+/// dict-based b2j and j2len, linear skip of j < blo, list queue. Index loops kept as in Python.
+#[allow(clippy::needless_range_loop)]
 fn reference_ratio(a: &str, b: &str) -> f64 {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();

@@ -1,0 +1,2 @@
+//! Advantage estimators: BEACON and the baselines it is compared against.
+pub mod gigpo;
