@@ -141,6 +141,16 @@ pub enum Error {
     /// raises); the message says why.
     #[error("undefined for these inputs: {0}")]
     Undefined(String),
+
+    /// Serialized input (for example an expert-walkthrough JSON file) could not be parsed or
+    /// does not have the expected shape.
+    #[error("cannot parse {what}: {reason}")]
+    Parse {
+        /// What was being parsed.
+        what: &'static str,
+        /// The parser's message (with line and column where it gives them).
+        reason: String,
+    },
 }
 
 /// `Result` with [`Error`] as the error type.
