@@ -368,10 +368,9 @@ impl WalkthroughMap {
         threshold: f64,
     ) -> Result<Option<ExpertWalkthrough<'_>>> {
         check_threshold(threshold)?;
-        Ok(self
-            .get(task)
+        self.get(task)
             .map(|expert| ExpertWalkthrough::with_threshold(expert, threshold))
-            .transpose()?)
+            .transpose()
     }
 }
 
