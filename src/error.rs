@@ -142,6 +142,16 @@ pub enum Error {
     #[error("undefined for these inputs: {0}")]
     Undefined(String),
 
+    /// Serialized input (for example an expert-walkthrough JSON file) could not be parsed or
+    /// does not have the expected shape.
+    #[error("cannot parse {what}: {reason}")]
+    Parse {
+        /// What was being parsed.
+        what: &'static str,
+        /// The parser's message (with line and column where it gives them).
+        reason: String,
+    },
+
     /// A recorded trajectory or row (JSON Lines, see the `record` module) is malformed: invalid
     /// JSON, a missing or mistyped field, a non-finite number, or records that contradict each
     /// other (a repeated trajectory key, episode rewards that differ within a trajectory).

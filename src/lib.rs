@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod difflib;
 pub mod error;
 pub mod estimator;
 pub mod milestone;
@@ -78,4 +79,5 @@ pub mod token;
 pub use batch::RolloutBatch;
 pub use error::{Error, Result};
 pub use estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
+pub use estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};
 pub use stats::{NormMode, SingletonRule};

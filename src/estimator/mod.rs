@@ -1,2 +1,3 @@
-//! Advantage estimators.
+//! Advantage estimators: BEACON and the baselines it is compared against.
 pub mod beacon;
+pub mod gigpo;

@@ -12,6 +12,8 @@
 //! Built-ins here: [`ScoreIncrease`] (ScienceWorld, TextWorld: the environment's score went up)
 //! and [`EnvFlag`] (the environment already reports a milestone flag).
 
+pub mod walkthrough;
+
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Result};
 
