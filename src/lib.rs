@@ -58,12 +58,14 @@
 //! - [`partition`], [`shaping`]: segments and temporal reward shaping.
 //! - [`estimator`]: BEACON ([`Beacon`]) and the baselines.
 //! - [`token`]: step advantages → token advantages under a response mask.
+//! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
 //! - [`stats`]: the group normalisation shared by the estimators.
 //! - [`error`]: the one error type.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod diagnostics;
 pub mod error;
 pub mod estimator;
 pub mod milestone;
@@ -73,6 +75,7 @@ pub mod stats;
 pub mod token;
 
 pub use batch::RolloutBatch;
+pub use diagnostics::{Diagnostics, DiagnosticsConfig, DiagnosticsReport};
 pub use error::{Error, Result};
 pub use estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 pub use stats::{NormMode, SingletonRule};
