@@ -966,36 +966,47 @@ fn with_counts(v: Option<f64>, num: usize, den: usize) -> String {
     format!("{} ({num}/{den})", opt(v))
 }
 
+/// One table line: the first cell left-aligned, the others right-aligned, two spaces apart.
+fn table_line<S: AsRef<str>>(f: &mut fmt::Formatter<'_>, cells: &[S; 6], width: &[usize; 6]) -> fmt::Result {
+    write!(f, "{:<w$}", cells[0].as_ref(), w = width[0])?;
+    for (cell, &w) in cells.iter().zip(width).skip(1) {
+        write!(f, "  {:>w$}", cell.as_ref())?;
+    }
+    writeln!(f)
+}
+
 impl fmt::Display for Comparison {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let width = self
+        const HEADER: [&str; 6] = ["estimator", "CAR", "EGR", "ZAR", "CCR", "utilisation"];
+        let rows: Vec<[String; 6]> = self
             .entries
             .iter()
-            .map(|e| e.name.chars().count())
-            .max()
-            .unwrap_or(0)
-            .max("estimator".len());
-        writeln!(
-            f,
-            "{:<width$}  {:>15}  {:>6}  {:>17}  {:>6}  {:>15}",
-            "estimator", "CAR", "EGR", "ZAR", "CCR", "utilisation"
-        )?;
-        for e in &self.entries {
-            let r = &e.report;
-            writeln!(
-                f,
-                "{:<width$}  {:>15}  {:>6}  {:>17}  {:>6}  {:>15}",
-                e.name,
-                with_counts(r.car.value, r.car.contradictory_pairs, r.car.shared_pairs),
-                opt(r.egr.value),
-                with_counts(Some(r.zar.value), r.zar.zero_steps, r.zar.steps),
-                opt(r.ccr.value),
-                with_counts(
-                    Some(r.utilisation.value),
-                    r.utilisation.effective,
-                    r.utilisation.trajectories
-                ),
-            )?;
+            .map(|e| {
+                let r = &e.report;
+                [
+                    e.name.clone(),
+                    with_counts(r.car.value, r.car.contradictory_pairs, r.car.shared_pairs),
+                    opt(r.egr.value),
+                    with_counts(Some(r.zar.value), r.zar.zero_steps, r.zar.steps),
+                    opt(r.ccr.value),
+                    with_counts(
+                        Some(r.utilisation.value),
+                        r.utilisation.effective,
+                        r.utilisation.trajectories,
+                    ),
+                ]
+            })
+            .collect();
+        // Column widths in characters (names may hold non-ASCII such as λ or γ).
+        let mut width = HEADER.map(|h| h.chars().count());
+        for row in &rows {
+            for (w, cell) in width.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        table_line(f, &HEADER, &width)?;
+        for row in &rows {
+            table_line(f, row, &width)?;
         }
         let s = &self.samples;
         let shared = self.entries.first().map_or(0, |e| e.report.car.shared_pairs);
