@@ -10,6 +10,10 @@
 //! | w/o Segment-level Adv | `NoSegmentAdvantage` | λ = 0: Â = A^traj (GRPO) |
 //! | w/o Trajectory-level Adv | `NoTrajectoryAdvantage` | w_traj = 0: Â = λ·A^seg |
 //!
+//! Under the paper flavour, `UniformShaping` makes the segment term vanish: with γ = 1 every
+//! completed segment's per-step mean return is R_ms, so b_k = R_ms = r_t and A^seg = 0, and
+//! the variant equals GRPO (the paper's Table 3 has 71.8 vs GRPO's 72.8 on ALFWorld).
+//!
 //! Each variant yields the [`BeaconConfig`] to use ([`Ablation::config`]) and the milestone
 //! flags to use ([`Ablation::milestones`]); [`Ablation::compute`] does both and runs BEACON.
 //!

@@ -3,9 +3,8 @@
 //! These are the measurements of the BEACON paper (§2 "Failures in Flat Trajectory
 //! Optimization", §5.3 "Analysis" and the appendix "Diagnostic Metrics"), computed over one
 //! rollout batch and *any* estimator's per-step advantages (one `f64` per caller row), so GRPO,
-//! GiGPO and BEACON can be compared on the same batch. No reference implementation of these
-//! metrics is public; they follow the appendix's formulas, with the choices the paper leaves
-//! open stated below.
+//! GiGPO and BEACON can be compared on the same batch. They follow the appendix's formulas (no
+//! reference code was used), with the choices the paper leaves open stated below.
 //!
 //! # Zero convention
 //!

@@ -237,6 +237,10 @@ fn estimator_level_ablations_change_the_output_as_named() {
     // The paper's γ = 0.95 decays toward the milestone: 0.95 before a milestone step.
     let full = run(Ablation::Full);
     assert_eq!(full.shaped_rewards[4], 0.95 * 0.95);
+    // Paper flavour, γ = 1: each segment's per-step mean return is R_ms = b_k, so A^seg = 0
+    // and the variant is GRPO.
+    assert!(uniform.segment_advantages.iter().all(|a| a.abs() < 1e-12));
+    assert_eq!(uniform.advantages, grpo.advantages);
     let random = run(Ablation::RandomPartition { positions: 2 });
     let expected = Ablation::RandomPartition { positions: 2 }
         .milestones(&batch, &flags, 3)
