@@ -59,12 +59,16 @@
 //! - [`estimator`]: BEACON ([`Beacon`]) and the baselines.
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
 //! - [`token`]: step advantages → token advantages under a response mask.
+//! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
+//! - [`ablation`]: the paper's Table 3 variants as named configurations.
 //! - [`stats`]: the group normalisation shared by the estimators.
 //! - [`error`]: the one error type.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ablation;
 pub mod batch;
+pub mod diagnostics;
 pub mod difflib;
 pub mod error;
 pub mod estimator;
@@ -76,7 +80,9 @@ pub mod shaping;
 pub mod stats;
 pub mod token;
 
+pub use ablation::Ablation;
 pub use batch::RolloutBatch;
+pub use diagnostics::{Diagnostics, DiagnosticsConfig, DiagnosticsReport};
 pub use error::{Error, Result};
 pub use estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 pub use estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};

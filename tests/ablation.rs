@@ -1,0 +1,408 @@
+//! The Table 3 ablations: SplitMix64 against published outputs, configs, flag transforms
+//! (determinism, row-order independence, p = 0 / p = 1, counts), names and errors.
+
+use beacon_rl::ablation::{Ablation, SplitMix64};
+use beacon_rl::{BeaconConfig, Error, RolloutBatch};
+use proptest::prelude::*;
+
+#[test]
+fn splitmix64_matches_the_reference_outputs() {
+    // First ten outputs for seed 1477776061723855037, from the rand_xoshiro crate's
+    // `reference` test, which were produced with Vigna's splitmix64.c.
+    let expected: [u64; 10] = [
+        1985237415132408290,
+        2979275885539914483,
+        13511426838097143398,
+        8488337342461049707,
+        15141737807933549159,
+        17093170987380407015,
+        16389528042912955399,
+        13177319091862933652,
+        10841969400225389492,
+        17094824097954834098,
+    ];
+    let mut rng = SplitMix64::new(1477776061723855037);
+    for e in expected {
+        assert_eq!(rng.next_u64(), e);
+    }
+    // next_f64 is the top 53 bits of the same stream scaled by 2^-53.
+    let mut rng = SplitMix64::new(1477776061723855037);
+    assert_eq!(rng.next_f64(), (expected[0] >> 11) as f64 / 9007199254740992.0);
+    // Stream j is seeded with the j-th output of the parent: here j = 3.
+    assert_eq!(
+        SplitMix64::stream(1477776061723855037, 3),
+        SplitMix64::new(expected[3])
+    );
+}
+
+#[test]
+fn configs_override_exactly_one_parameter() {
+    let base = BeaconConfig::paper();
+    let with = |a: Ablation| a.config(base);
+    assert_eq!(with(Ablation::Full), base);
+    assert_eq!(with(Ablation::MilestoneDropout { p: 0.5 }), base);
+    assert_eq!(with(Ablation::RandomPartition { positions: 5 }), base);
+    assert_eq!(
+        with(Ablation::NoTemporalDecay),
+        BeaconConfig {
+            segment_decay: 0.0,
+            ..base
+        }
+    );
+    assert_eq!(
+        with(Ablation::UniformShaping),
+        BeaconConfig {
+            segment_decay: 1.0,
+            ..base
+        }
+    );
+    assert_eq!(
+        with(Ablation::NoSegmentAdvantage),
+        BeaconConfig {
+            segment_weight: 0.0,
+            ..base
+        }
+    );
+    assert_eq!(
+        with(Ablation::NoTrajectoryAdvantage),
+        BeaconConfig {
+            trajectory_weight: 0.0,
+            ..base
+        }
+    );
+    // The official preset keeps its own R_ms under every variant.
+    for a in Ablation::paper_table3() {
+        assert_eq!(a.config(BeaconConfig::official()).milestone_reward, 10.0);
+        assert!(a.config(base).validate().is_ok());
+    }
+}
+
+#[test]
+fn paper_table3_rows_and_labels() {
+    let labels: Vec<String> = Ablation::paper_table3().iter().map(Ablation::label).collect();
+    assert_eq!(
+        labels,
+        [
+            "BEACON",
+            "w/ 50% Milestone Dropout",
+            "w/ Random Partition (5)",
+            "w/o Temporal Decay (γ=0)",
+            "w/ Uniform Shaping (γ=1)",
+            "w/o Segment-level Adv",
+            "w/o Trajectory-level Adv"
+        ]
+    );
+    assert_eq!(
+        Ablation::MilestoneDropout { p: 0.3 }.label(),
+        "w/ 30% Milestone Dropout"
+    );
+    assert_eq!(
+        Ablation::MilestoneDropout { p: 0.125 }.label(),
+        "w/ 12.5% Milestone Dropout"
+    );
+}
+
+#[test]
+fn names_parse_and_print() {
+    for a in Ablation::paper_table3() {
+        assert_eq!(a.to_string().parse::<Ablation>().unwrap(), a);
+        assert_eq!(a.name().parse::<Ablation>().unwrap(), a); // bare names give the paper's values
+    }
+    assert_eq!(
+        "milestone_dropout=0.25".parse::<Ablation>().unwrap(),
+        Ablation::MilestoneDropout { p: 0.25 }
+    );
+    assert_eq!(
+        " random_partition = 3 ".parse::<Ablation>().unwrap(),
+        Ablation::RandomPartition { positions: 3 }
+    );
+    for bad in [
+        "",
+        "dropout",
+        "Full",
+        "full=1",
+        "uniform_shaping=0.5",
+        "milestone_dropout=abc",
+        "milestone_dropout=1.5",
+        "milestone_dropout=-0.1",
+        "milestone_dropout=NaN",
+        "random_partition=-1",
+        "random_partition=2.5",
+    ] {
+        let err = bad.parse::<Ablation>().unwrap_err();
+        assert_eq!(err.input, bad);
+    }
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn serde_names() {
+    assert_eq!(serde_json::to_string(&Ablation::Full).unwrap(), "\"full\"");
+    assert_eq!(
+        serde_json::to_string(&Ablation::NoTrajectoryAdvantage).unwrap(),
+        "\"no_trajectory_advantage\""
+    );
+    assert_eq!(
+        serde_json::to_string(&Ablation::MilestoneDropout { p: 0.5 }).unwrap(),
+        r#"{"milestone_dropout":{"p":0.5}}"#
+    );
+    for a in Ablation::paper_table3() {
+        let back: Ablation = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(back, a);
+    }
+    // Deserialisation does not validate p; every use does.
+    let bad: Ablation = serde_json::from_str(r#"{"milestone_dropout":{"p":2.0}}"#).unwrap();
+    let batch = RolloutBatch::from_blocks(1, &[1], vec![0.0]).unwrap();
+    assert!(bad.milestones(&batch, &[true], 0).is_err());
+}
+
+#[test]
+fn invalid_inputs_are_errors() {
+    let batch = RolloutBatch::from_blocks(2, &[2, 1], vec![1.0, 0.0]).unwrap();
+    for p in [f64::NAN, -0.1, 1.0000001, f64::INFINITY] {
+        let a = Ablation::MilestoneDropout { p };
+        assert!(matches!(
+            a.validate(),
+            Err(Error::InvalidConfig { name: "p", .. })
+        ));
+        assert!(matches!(
+            a.milestones(&batch, &[true; 3], 0),
+            Err(Error::InvalidConfig { name: "p", .. })
+        ));
+        assert!(a.compute(BeaconConfig::paper(), &batch, &[true; 3], 0).is_err());
+    }
+    for a in Ablation::paper_table3() {
+        assert!(matches!(
+            a.milestones(&batch, &[true; 2], 0),
+            Err(Error::LengthMismatch { .. })
+        ));
+        assert!(matches!(
+            a.milestones_with_streams(&batch, &[true; 3], 0, &[1]),
+            Err(Error::LengthMismatch { what: "streams", .. })
+        ));
+    }
+}
+
+#[test]
+fn dropout_keeps_about_one_minus_p() {
+    // 20 000 milestones; a fixed seed makes this deterministic. Binomial sd = sqrt(n p (1-p))
+    // ≈ 71 for p = 0.5 and 57 for p = 0.2, so ±1% (200) is a > 2.8 sd band.
+    let batch = RolloutBatch::from_blocks(100, &[200; 100], vec![0.0; 100]).unwrap();
+    let flags = vec![true; 20_000];
+    for p in [0.5, 0.2] {
+        let kept = Ablation::MilestoneDropout { p }
+            .milestones(&batch, &flags, 12345)
+            .unwrap()
+            .iter()
+            .filter(|&&f| f)
+            .count() as f64;
+        let expected = 20_000.0 * (1.0 - p);
+        assert!((kept - expected).abs() < 200.0, "p = {p}: kept {kept}");
+    }
+}
+
+#[test]
+fn random_partition_positions_are_uniform() {
+    // 3000 trajectories of 10 steps, 3 positions each: every step is chosen with probability
+    // 3/10, 900 times expected (sd ≈ 25); ±100 is 4 sd.
+    let batch = RolloutBatch::from_blocks(3000, &[10; 3000], vec![0.0; 3000]).unwrap();
+    let out = Ablation::RandomPartition { positions: 3 }
+        .milestones(&batch, &vec![false; 30_000], 99)
+        .unwrap();
+    let mut counts = [0usize; 10];
+    for (i, &f) in out.iter().enumerate() {
+        counts[i % 10] += usize::from(f);
+    }
+    assert!(counts.iter().all(|&c| (800..1000).contains(&c)), "{counts:?}");
+}
+
+#[test]
+fn estimator_level_ablations_change_the_output_as_named() {
+    let batch = RolloutBatch::from_blocks(2, &[4, 4], vec![1.0, 0.0]).unwrap();
+    let flags = [false, true, false, true, false, false, true, false];
+    let base = BeaconConfig::paper();
+    let run = |a: Ablation| a.compute(base, &batch, &flags, 3).unwrap();
+    let grpo = run(Ablation::NoSegmentAdvantage);
+    assert_eq!(grpo.advantages, grpo.trajectory_advantages);
+    let seg = run(Ablation::NoTrajectoryAdvantage);
+    assert_eq!(seg.advantages, seg.segment_advantages);
+    // γ = 0: only milestone steps are rewarded (R_ms = 1); 0^0 = 1 at the milestone.
+    let nodecay = run(Ablation::NoTemporalDecay);
+    assert_eq!(nodecay.shaped_rewards, [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]);
+    // γ = 1: every step of a completed segment gets R_ms; unfinished steps 0. Trajectory 0
+    // (milestones at steps 1, 3) is all completed segments; trajectory 1 (milestone at step 2)
+    // has segment {0, 1, 2} and the unfinished step 3.
+    let uniform = run(Ablation::UniformShaping);
+    assert_eq!(uniform.shaped_rewards, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]);
+    // The paper's γ = 0.95 decays toward the milestone: 0.95 before a milestone step.
+    let full = run(Ablation::Full);
+    assert_eq!(full.shaped_rewards[4], 0.95 * 0.95);
+    // Paper flavour, γ = 1: each segment's per-step mean return is R_ms = b_k, so A^seg = 0
+    // and the variant is GRPO.
+    assert!(uniform.segment_advantages.iter().all(|a| a.abs() < 1e-12));
+    assert_eq!(uniform.advantages, grpo.advantages);
+    let random = run(Ablation::RandomPartition { positions: 2 });
+    let expected = Ablation::RandomPartition { positions: 2 }
+        .milestones(&batch, &flags, 3)
+        .unwrap();
+    assert_eq!(random.milestones, expected);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+
+/// Per trajectory (in batch order): its milestone flags. Groups of up to 3 trajectories.
+fn trajectories() -> impl Strategy<Value = Vec<Vec<bool>>> {
+    prop::collection::vec(prop::collection::vec(prop::bool::weighted(0.4), 1..15), 1..9)
+}
+
+fn ablations() -> impl Strategy<Value = Ablation> {
+    prop_oneof![
+        (0.0..=1.0f64).prop_map(|p| Ablation::MilestoneDropout { p }),
+        (0usize..20).prop_map(|positions| Ablation::RandomPartition { positions }),
+        Just(Ablation::Full),
+        Just(Ablation::NoTemporalDecay),
+    ]
+}
+
+/// Trajectory-major batch: trajectory j in group j / 3.
+fn reference(trajs: &[Vec<bool>]) -> (RolloutBatch, Vec<bool>) {
+    let (mut g, mut t, mut flags) = (vec![], vec![], vec![]);
+    for (j, f) in trajs.iter().enumerate() {
+        for &x in f {
+            g.push(j / 3);
+            t.push(j);
+            flags.push(x);
+        }
+    }
+    let batch = RolloutBatch::from_row_keys(&g, &t, &vec![0.0; t.len()]).unwrap();
+    (batch, flags)
+}
+
+/// The same trajectories with rows interleaved by `choices`, starting trajectories in batch
+/// order (so batch order, which is first appearance, is unchanged). Returns the batch, flags
+/// and, for each new row, (trajectory, step).
+fn interleaved(trajs: &[Vec<bool>], choices: &[usize]) -> (RolloutBatch, Vec<bool>, Vec<(usize, usize)>) {
+    let total: usize = trajs.iter().map(Vec::len).sum();
+    let mut cursor = vec![0usize; trajs.len()];
+    let mut started = 0usize;
+    let mut origin = Vec::with_capacity(total);
+    for k in 0..total {
+        let mut options: Vec<usize> = (0..started).filter(|&j| cursor[j] < trajs[j].len()).collect();
+        if started < trajs.len() {
+            options.push(started);
+        }
+        let j = options[choices.get(k).copied().unwrap_or(0) % options.len()];
+        if j == started {
+            started += 1;
+        }
+        origin.push((j, cursor[j]));
+        cursor[j] += 1;
+    }
+    let g: Vec<usize> = origin.iter().map(|&(j, _)| j / 3).collect();
+    let t: Vec<usize> = origin.iter().map(|&(j, _)| j).collect();
+    let flags: Vec<bool> = origin.iter().map(|&(j, s)| trajs[j][s]).collect();
+    let batch = RolloutBatch::from_row_keys(&g, &t, &vec![0.0; total]).unwrap();
+    (batch, flags, origin)
+}
+
+/// Per trajectory (batch order), its output flags in step order.
+fn per_trajectory(batch: &RolloutBatch, out: &[bool]) -> Vec<Vec<bool>> {
+    (0..batch.num_trajectories())
+        .map(|j| batch.trajectory_rows(j).iter().map(|&r| out[r]).collect())
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn transforms_are_deterministic_and_row_order_independent(
+        trajs in trajectories(),
+        ablation in ablations(),
+        seed in any::<u64>(),
+        choices in prop::collection::vec(0usize..16, 150),
+    ) {
+        let (a, fa) = reference(&trajs);
+        let (b, fb, _) = interleaved(&trajs, &choices);
+        let out_a = ablation.milestones(&a, &fa, seed).unwrap();
+        prop_assert_eq!(&out_a, &ablation.milestones(&a, &fa, seed).unwrap());
+        let out_b = ablation.milestones(&b, &fb, seed).unwrap();
+        prop_assert_eq!(per_trajectory(&a, &out_a), per_trajectory(&b, &out_b));
+    }
+
+    #[test]
+    fn stream_ids_make_transforms_independent_of_trajectory_order(
+        trajs in trajectories(),
+        ablation in ablations(),
+        seed in any::<u64>(),
+        perm_seed in any::<u64>(),
+    ) {
+        // Reorder trajectories arbitrarily (one group), identify each by its original index.
+        let n = trajs.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        let mut rng = SplitMix64::new(perm_seed);
+        for i in (1..n).rev() {
+            order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        let build = |ids: &[usize]| {
+            let (mut t, mut f) = (vec![], vec![]);
+            for &j in ids {
+                t.extend(std::iter::repeat(j).take(trajs[j].len()));
+                f.extend_from_slice(&trajs[j]);
+            }
+            let batch = RolloutBatch::from_row_keys(&vec![0; t.len()], &t, &vec![0.0; t.len()]).unwrap();
+            (batch, f)
+        };
+        let identity: Vec<usize> = (0..n).collect();
+        let (a, fa) = build(&identity);
+        let (b, fb) = build(&order);
+        let streams_a: Vec<u64> = identity.iter().map(|&j| 1000 + j as u64).collect();
+        let streams_b: Vec<u64> = order.iter().map(|&j| 1000 + j as u64).collect();
+        let out_a = per_trajectory(&a, &ablation.milestones_with_streams(&a, &fa, seed, &streams_a).unwrap());
+        let out_b = per_trajectory(&b, &ablation.milestones_with_streams(&b, &fb, seed, &streams_b).unwrap());
+        for (pos, &j) in order.iter().enumerate() {
+            prop_assert_eq!(&out_b[pos], &out_a[j]);
+        }
+    }
+
+    #[test]
+    fn dropout_only_removes_and_its_extremes_are_exact(
+        trajs in trajectories(),
+        p in 0.0..=1.0f64,
+        seed in any::<u64>(),
+    ) {
+        let (batch, flags) = reference(&trajs);
+        let out = Ablation::MilestoneDropout { p }.milestones(&batch, &flags, seed).unwrap();
+        prop_assert!(out.iter().zip(&flags).all(|(&o, &f)| !o || f)); // subset of the input
+        prop_assert_eq!(Ablation::MilestoneDropout { p: 0.0 }.milestones(&batch, &flags, seed).unwrap(), flags.clone());
+        let all_dropped = Ablation::MilestoneDropout { p: 1.0 }.milestones(&batch, &flags, seed).unwrap();
+        prop_assert!(all_dropped.iter().all(|&f| !f));
+        // The non-partition ablations leave the flags alone.
+        for a in [Ablation::Full, Ablation::NoTemporalDecay, Ablation::UniformShaping,
+                  Ablation::NoSegmentAdvantage, Ablation::NoTrajectoryAdvantage] {
+            prop_assert_eq!(a.milestones(&batch, &flags, seed).unwrap(), flags.clone());
+        }
+    }
+
+    #[test]
+    fn random_partition_marks_min_n_t_steps_whatever_was_detected(
+        trajs in trajectories(),
+        positions in 0usize..20,
+        seed in any::<u64>(),
+    ) {
+        let (batch, flags) = reference(&trajs);
+        let a = Ablation::RandomPartition { positions };
+        let out = a.milestones(&batch, &flags, seed).unwrap();
+        for (j, f) in per_trajectory(&batch, &out).iter().enumerate() {
+            prop_assert_eq!(f.iter().filter(|&&x| x).count(), positions.min(trajs[j].len()));
+        }
+        let inverted: Vec<bool> = flags.iter().map(|f| !f).collect();
+        prop_assert_eq!(a.milestones(&batch, &inverted, seed).unwrap(), out);
+    }
+
+    #[test]
+    fn display_parse_round_trip(p in 0.0..=1.0f64, positions in 0usize..1000) {
+        for a in [Ablation::MilestoneDropout { p }, Ablation::RandomPartition { positions }] {
+            prop_assert_eq!(a.to_string().parse::<Ablation>().unwrap(), a);
+        }
+    }
+}
