@@ -10,7 +10,22 @@
 //! detection and pass the flags to the estimator directly.
 //!
 //! Built-ins here: [`ScoreIncrease`] (ScienceWorld, TextWorld: the environment's score went up)
-//! and [`EnvFlag`] (the environment already reports a milestone flag).
+//! and [`EnvFlag`] (the environment already reports a milestone flag). Submodules:
+//! [`text`] (regex patterns on the response: ALFWorld feedback, TextWorld's score message),
+//! [`webshop`] (WebShop page phases), [`subgoal`] (ScienceWorld's newly completed subgoals),
+//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name).
+
+pub mod combinators;
+pub mod preset;
+pub mod subgoal;
+pub mod text;
+pub mod webshop;
+
+pub use combinators::{AllOf, AnyOf, BoxedDetector, Not};
+pub use preset::DetectorPreset;
+pub use subgoal::NewSubgoals;
+pub use text::{TextPatterns, TextPatternsBuilder};
+pub use webshop::{WebShopGoal, WebShopPhases, WebShopTarget};
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Result};
