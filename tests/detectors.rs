@@ -8,7 +8,9 @@ use std::sync::{Arc, OnceLock};
 use beacon_rl::milestone::combinators::{AllOf, AnyOf, BoxedDetector, Not};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::milestone::subgoal::NewSubgoals;
-use beacon_rl::milestone::text::{TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN};
+use beacon_rl::milestone::text::{
+    TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN,
+};
 use beacon_rl::milestone::webshop::{
     WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
 };
@@ -42,10 +44,16 @@ const ALFWORLD_POSITIVES: &[(&str, &str)] = &[
     ("pick_up", "You pick up the egg 2 from the countertop 3."),
     ("pick_up", "You pick up the vase 2 from the shelf 6."),
     ("pick_up", "You pick up the laptop 1 from the desk 1."),
-    ("pick_up", "PickupObjectFromReceptacleObject: You pick up the pen 1."),
+    (
+        "pick_up",
+        "PickupObjectFromReceptacleObject: You pick up the pen 1.",
+    ),
     ("put", "You put the lettuce 1 in/on the diningtable 1."),
     ("put", "You put the egg 2 in/on the diningtable 1."),
-    ("put", "PutObjectInReceptacleObject: You put the pen 1 in the mug 1."),
+    (
+        "put",
+        "PutObjectInReceptacleObject: You put the pen 1 in the mug 1.",
+    ),
     ("move", "You move the mug 2 to the coffeemachine 1."),
     ("heat", "You heat the egg 2 using the microwave 1."),
     ("heat", "You heat the potato 1 using the microwave 1."),
@@ -90,10 +98,18 @@ fn every_builtin_example_matches_its_own_pattern_only() {
     for p in ALFWORLD_PATTERNS {
         for other in ALFWORLD_PATTERNS {
             let hit = Regex::new(other.regex).unwrap().is_match(p.example);
-            assert_eq!(hit, p.name == other.name, "example of {} vs pattern {}", p.name, other.name);
+            assert_eq!(
+                hit,
+                p.name == other.name,
+                "example of {} vs pattern {}",
+                p.name,
+                other.name
+            );
         }
     }
-    assert!(Regex::new(TEXTWORLD_SCORE_PATTERN.regex).unwrap().is_match(TEXTWORLD_SCORE_PATTERN.example));
+    assert!(Regex::new(TEXTWORLD_SCORE_PATTERN.regex)
+        .unwrap()
+        .is_match(TEXTWORLD_SCORE_PATTERN.example));
 }
 
 #[test]
@@ -102,7 +118,11 @@ fn alfworld_positives_match_exactly_their_pattern() {
     for &(name, line) in ALFWORLD_POSITIVES {
         assert!(compiled(name).is_match(line), "{name}: {line}");
         for other in ALFWORLD_PATTERNS.iter().filter(|p| p.name != name) {
-            assert!(!Regex::new(other.regex).unwrap().is_match(line), "{} also matches {line}", other.name);
+            assert!(
+                !Regex::new(other.regex).unwrap().is_match(line),
+                "{} also matches {line}",
+                other.name
+            );
         }
         assert!(d.detect(&response(line)), "preset misses {line}");
     }
@@ -166,8 +186,15 @@ fn textworld_score_message() {
 
 #[test]
 fn builder_rejects_bad_patterns_with_typed_errors() {
-    assert!(matches!(TextPatternsBuilder::new().build(), Err(Error::MissingInput(_))));
-    match TextPatterns::builder().response(r"You heat").response(r"([a-z]").build() {
+    assert!(matches!(
+        TextPatternsBuilder::new().build(),
+        Err(Error::MissingInput(_))
+    ));
+    match TextPatterns::builder()
+        .response(r"You heat")
+        .response(r"([a-z]")
+        .build()
+    {
         Err(Error::InvalidPattern { pattern, message }) => {
             assert_eq!(pattern, "([a-z]");
             assert!(!message.is_empty());
@@ -175,7 +202,10 @@ fn builder_rejects_bad_patterns_with_typed_errors() {
         other => panic!("expected InvalidPattern, got {other:?}"),
     }
     // An invalid action regex is named too.
-    match TextPatterns::builder().response_after_action("ok", "heat (").build() {
+    match TextPatterns::builder()
+        .response_after_action("ok", "heat (")
+        .build()
+    {
         Err(Error::InvalidPattern { pattern, .. }) => assert_eq!(pattern, "heat ("),
         other => panic!("expected InvalidPattern, got {other:?}"),
     }
@@ -214,7 +244,10 @@ fn case_insensitive_applies_to_responses_and_actions() {
         .build()
         .unwrap();
     assert!(d.detect(&step("EAT MEAL", "*** You Win ***")));
-    let mut strict = TextPatterns::builder().response_after_action("you win", "^eat meal$").build().unwrap();
+    let mut strict = TextPatterns::builder()
+        .response_after_action("you win", "^eat meal$")
+        .build()
+        .unwrap();
     assert!(!strict.detect(&step("EAT MEAL", "*** You Win ***")));
     assert!(strict.detect(&step("eat meal", "you win")));
 }
@@ -270,7 +303,10 @@ fn score_increase_from_a_start_above_zero_and_through_a_failure() {
 
 #[test]
 fn new_subgoals_fires_on_any_reported_subgoal() {
-    let two = vec!["Move to a new location".to_owned(), "Be in a room with an open door".to_owned()];
+    let two = vec![
+        "Move to a new location".to_owned(),
+        "Be in a room with an open door".to_owned(),
+    ];
     let none: Vec<String> = Vec::new();
     let mut d = NewSubgoals;
     assert!(d.detect(&Transition {
@@ -340,7 +376,10 @@ fn webshop_gold_session_fires_each_phase_once() {
     let p = pages();
     let mut d = WebShopPhases::new(goal()).unwrap();
     let session = [
-        ("search[3 ounce bright citrus deodorant sensitive skin]", p.results.as_str()),
+        (
+            "search[3 ounce bright citrus deodorant sensitive skin]",
+            p.results.as_str(),
+        ),
         ("click[b078gwrc1j]", &p.goal_item),
         ("click[bright citrus]", &p.goal_item), // 1 of 2 options
         ("click[3 ounce (pack of 1)]", &p.goal_item),
@@ -356,11 +395,11 @@ fn webshop_back_to_search_wrong_item_and_detail_pages() {
     let mut d = WebShopPhases::new(goal()).unwrap();
     let session = [
         ("search[deodorant]", p.results_without_goal.as_str()), // goal not listed
-        ("click[next >]", &p.results),                           // Found
-        ("click[b078gtkvxy]", &p.other_item),                    // wrong item
-        ("click[bright citrus]", &p.other_item),                 // options of a wrong item
-        ("click[< prev]", &p.results),                           // Found already passed
-        ("click[b078gwrc1j]", &p.goal_item),                     // ItemPage
+        ("click[next >]", &p.results),                          // Found
+        ("click[b078gtkvxy]", &p.other_item),                   // wrong item
+        ("click[bright citrus]", &p.other_item),                // options of a wrong item
+        ("click[< prev]", &p.results),                          // Found already passed
+        ("click[b078gwrc1j]", &p.goal_item),                    // ItemPage
         ("click[description]", &p.description),
         ("click[< prev]", &p.goal_item), // back on the same item: nothing new
         ("click[bright citrus]", &p.goal_item),
@@ -401,7 +440,10 @@ fn webshop_options_belong_to_the_current_visit_and_phases_never_go_back() {
         ("click[b078gwrc1j]", &p.goal_item),             // no second ItemPage
         ("click[buy now]", &p.done),                     // options were not clicked again
     ];
-    assert_eq!(run(&mut d, &session), [true, true, false, true, false, false, false, false]);
+    assert_eq!(
+        run(&mut d, &session),
+        [true, true, false, true, false, false, false, false]
+    );
     assert_eq!(d.phase(), WebShopPhase::OptionsChosen);
 }
 
@@ -454,10 +496,10 @@ fn webshop_rejected_and_malformed_actions_change_nothing() {
         ("click[b078gwrc1j", &p.results),
         ("", &p.results),
         ("click[b078gwrc1j]", &p.goal_item),
-        ("click[lavender]", &p.goal_item),   // not an option of this page
-        ("click[]", &p.goal_item),           // empty argument: no action
-        ("click[3 ounce]", &p.goal_item),    // a prefix of an option is not that option
-        ("search[deodorant]", &p.goal_item), // no search bar on item pages: same page
+        ("click[lavender]", &p.goal_item),       // not an option of this page
+        ("click[]", &p.goal_item),               // empty argument: no action
+        ("click[3 ounce]", &p.goal_item),        // a prefix of an option is not that option
+        ("search[deodorant]", &p.goal_item),     // no search bar on item pages: same page
         ("click[Bright  Citrus]", &p.goal_item), // case and spacing are normalised
         ("Click[3 Ounce (Pack of 1)]", &p.goal_item),
         ("click[Buy Now]", &p.done),
@@ -498,7 +540,10 @@ fn webshop_without_required_options_passes_options_on_the_item_step() {
 /// verl-agent's format: prefix up to the instruction stripped, segments in single quotes.
 fn verl_agent_format(obs: &str) -> String {
     let body = obs.strip_prefix(PREFIX).unwrap_or(obs);
-    body.split(" [SEP] ").map(|s| format!("'{s}'")).collect::<Vec<_>>().join(" [SEP] ")
+    body.split(" [SEP] ")
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(" [SEP] ")
 }
 
 /// `text_rich` mode: one string a line, clickables in `[button] … [button_]`.
@@ -553,8 +598,14 @@ fn webshop_pages_are_classified() {
     assert_eq!(WebShopPage::classify(&p.goal_item), WebShopPage::Item);
     assert_eq!(WebShopPage::classify(&p.description), WebShopPage::ItemDetail);
     assert_eq!(WebShopPage::classify(&p.done), WebShopPage::Done);
-    assert_eq!(WebShopPage::classify(&text_rich_format(&p.results)), WebShopPage::Results);
-    assert_eq!(WebShopPage::classify(&verl_agent_format(&p.goal_item)), WebShopPage::Item);
+    assert_eq!(
+        WebShopPage::classify(&text_rich_format(&p.results)),
+        WebShopPage::Results
+    );
+    assert_eq!(
+        WebShopPage::classify(&verl_agent_format(&p.goal_item)),
+        WebShopPage::Item
+    );
     // The HTML template's results header.
     assert_eq!(
         WebShopPage::classify("Back to Search [SEP] Page 2 (11-20) of 50 total results [SEP] < Prev"),
@@ -610,15 +661,15 @@ fn webshop_goal_by_title_sees_listing_and_page_fields() {
 
 #[test]
 fn webshop_goal_validation() {
-    assert!(matches!(
-        WebShopPhases::new(WebShopTarget::new("B078GWRC1J", ["ok"]).unwrap()),
-        Ok(_)
-    ));
+    assert!(WebShopPhases::new(WebShopTarget::new("B078GWRC1J", ["ok"]).unwrap()).is_ok());
     assert!(matches!(
         WebShopTarget::new("B078GWRC1J", ["black", " \t"]),
         Err(Error::InvalidPattern { .. })
     ));
-    assert!(matches!(WebShopTarget::new("  ", ["black"]), Err(Error::InvalidPattern { .. })));
+    assert!(matches!(
+        WebShopTarget::new("  ", ["black"]),
+        Err(Error::InvalidPattern { .. })
+    ));
     struct Blank(Vec<String>);
     impl WebShopGoal for Blank {
         fn item_matches(&self, _: &WebShopItem<'_>) -> bool {
@@ -723,7 +774,11 @@ fn stateful_children_stay_in_sync_inside_any_of() {
         ("click[3 ounce (pack of 1)]", &p.goal_item, 0.7, 0.7),
         ("click[buy now]", &p.done, 0.7, 1.0),
     ];
-    let mut any = AnyOf::new(vec![Box::new(ScoreIncrease), DetectorPreset::build_webshop(goal()).unwrap()]).unwrap();
+    let mut any = AnyOf::new(vec![
+        Box::new(ScoreIncrease),
+        DetectorPreset::build_webshop(goal()).unwrap(),
+    ])
+    .unwrap();
     let mut alone = WebShopPhases::new(goal()).unwrap();
     for &(action, next_observation, s, n) in &session {
         let t = Transition {
@@ -765,7 +820,14 @@ fn combinators_reject_empty_lists_and_nest() {
 
 #[test]
 fn preset_names_round_trip_through_from_str_display_and_serde() {
-    let expected = ["score", "flag", "subgoals", "textworld-score", "alfworld", "webshop"];
+    let expected = [
+        "score",
+        "flag",
+        "subgoals",
+        "textworld-score",
+        "alfworld",
+        "webshop",
+    ];
     assert_eq!(DetectorPreset::ALL.len(), expected.len());
     for (p, name) in DetectorPreset::ALL.iter().zip(expected) {
         assert_eq!(p.name(), name);
@@ -773,7 +835,10 @@ fn preset_names_round_trip_through_from_str_display_and_serde() {
         assert_eq!(name.parse::<DetectorPreset>().unwrap(), *p);
         assert_eq!(name.to_uppercase().parse::<DetectorPreset>().unwrap(), *p);
         assert_eq!(serde_json::to_string(p).unwrap(), format!("\"{name}\""));
-        assert_eq!(serde_json::from_str::<DetectorPreset>(&format!("\"{name}\"")).unwrap(), *p);
+        assert_eq!(
+            serde_json::from_str::<DetectorPreset>(&format!("\"{name}\"")).unwrap(),
+            *p
+        );
     }
     match "text-world".parse::<DetectorPreset>() {
         Err(Error::UnknownName { what, name, expected }) => {
@@ -809,16 +874,28 @@ fn presets_build_the_documented_detectors() {
                 ..Transition::default()
             },
         ),
-        (DetectorPreset::TextWorldScore, response("Your score has just gone up by one point.")),
-        (DetectorPreset::Alfworld, response("You pick up the egg 2 from the countertop 3.")),
+        (
+            DetectorPreset::TextWorldScore,
+            response("Your score has just gone up by one point."),
+        ),
+        (
+            DetectorPreset::Alfworld,
+            response("You pick up the egg 2 from the countertop 3."),
+        ),
     ];
     for (preset, fires) in cases {
         let mut d = preset.build().unwrap();
         assert!(d.detect(&fires), "{preset}");
-        assert!(!d.detect(&Transition::default()), "{preset} fired on an empty step");
+        assert!(
+            !d.detect(&Transition::default()),
+            "{preset} fired on an empty step"
+        );
         assert!(!preset.needs_task_input());
     }
-    assert!(matches!(DetectorPreset::WebShop.build(), Err(Error::MissingInput(_))));
+    assert!(matches!(
+        DetectorPreset::WebShop.build(),
+        Err(Error::MissingInput(_))
+    ));
     assert!(DetectorPreset::WebShop.needs_task_input());
 }
 
@@ -860,9 +937,9 @@ fn tricky_text() -> impl Strategy<Value = String> {
         Just("You pick up the ".to_owned()),
         Just("Your score has just gone up by ".to_owned()),
         any::<String>(),
-        "\\PC{0,4}",
+        any::<char>().prop_map(String::from),
     ];
-    prop::collection::vec(atom, 0..24).prop_map(|v| v.concat())
+    prop::collection::vec(atom, 0..16).prop_map(|v| v.concat())
 }
 
 fn all_detectors() -> Vec<BoxedDetector> {
@@ -879,7 +956,9 @@ fn all_detectors() -> Vec<BoxedDetector> {
             .build()
             .unwrap(),
     ));
-    v.push(Box::new(Not::new(Box::new(AnyOf::new(vec![Box::new(NewSubgoals)]).unwrap()))));
+    v.push(Box::new(Not::new(Box::new(
+        AnyOf::new(vec![Box::new(NewSubgoals)]).unwrap(),
+    ))));
     v
 }
 
@@ -911,7 +990,10 @@ proptest! {
         steps in prop::collection::vec((tricky_text(), tricky_text(), tricky_text(), any::<Option<f64>>(), any::<Option<f64>>()), 1..12),
         subgoals in prop::collection::vec(any::<String>(), 0..3),
     ) {
-        for mut d in all_detectors() {
+        // Regex compilation is slow in debug builds: one set of detectors per test thread,
+        // reset before each case.
+        thread_local!(static DETECTORS: std::cell::RefCell<Vec<BoxedDetector>> = std::cell::RefCell::new(all_detectors()));
+        DETECTORS.with_borrow_mut(|detectors| for d in detectors.iter_mut() {
             d.reset();
             for (obs, action, next, s, n) in &steps {
                 let t = Transition {
@@ -925,7 +1007,7 @@ proptest! {
                 };
                 let _ = d.detect(&t);
             }
-        }
+        });
     }
 
     #[test]
@@ -940,7 +1022,7 @@ proptest! {
 
     #[test]
     fn webshop_phases_fire_at_most_four_times_in_order(
-        steps in prop::collection::vec((tricky_text(), tricky_text()), 0..40),
+        steps in prop::collection::vec((tricky_text(), tricky_text()), 0..24),
     ) {
         let mut d = WebShopPhases::new(goal()).unwrap();
         let mut last = d.phase();
@@ -957,10 +1039,49 @@ proptest! {
     }
 
     #[test]
+    fn webshop_phases_are_monotone_over_random_sessions(picks in prop::collection::vec(0usize..12, 0..30)) {
+        // Random walks over realistic (action, page) pairs, including wrong items, detours,
+        // detail pages and purchases.
+        let p = pages();
+        let pool: [(&str, &str); 12] = [
+            ("search[deodorant]", &p.results),
+            ("search[deodorant]", &p.results_without_goal),
+            ("click[b078gwrc1j]", &p.goal_item),
+            ("click[b078gtkvxy]", &p.other_item),
+            ("click[bright citrus]", &p.goal_item),
+            ("click[3 ounce (pack of 1)]", &p.goal_item),
+            ("click[bright citrus]", &p.other_item),
+            ("click[description]", &p.description),
+            ("click[< prev]", &p.goal_item),
+            ("click[< prev]", &p.results),
+            ("click[back to search]", &p.search),
+            ("click[buy now]", &p.done),
+        ];
+        let mut d = WebShopPhases::new(goal()).unwrap();
+        let mut last = d.phase();
+        let mut fired = 0;
+        for &i in &picks {
+            let (a, o) = pool[i];
+            let hit = d.detect(&step(a, o));
+            let now = d.phase();
+            prop_assert!(now >= last);
+            prop_assert_eq!(hit, now != last);
+            if now == WebShopPhase::Purchased && hit {
+                // Bought from the goal item's page: the step's action was the purchase.
+                prop_assert_eq!(i, 11);
+            }
+            fired += usize::from(hit);
+            last = now;
+        }
+        prop_assert!(fired <= 4);
+    }
+
+    #[test]
     fn text_patterns_agree_with_per_pattern_regexes(obs in tricky_text()) {
         static SINGLE: OnceLock<Vec<Regex>> = OnceLock::new();
         let single = SINGLE.get_or_init(|| ALFWORLD_PATTERNS.iter().map(|p| Regex::new(p.regex).unwrap()).collect());
         let any_single = single.iter().any(|re| re.is_match(&obs));
-        prop_assert_eq!(TextPatterns::alfworld().detect(&response(&obs)), any_single);
+        static SET: OnceLock<TextPatterns> = OnceLock::new();
+        prop_assert_eq!(SET.get_or_init(TextPatterns::alfworld).matches("", &obs), any_single);
     }
 }

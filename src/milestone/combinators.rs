@@ -33,6 +33,23 @@ impl MilestoneDetector for BoxedDetector {
     }
 }
 
+/// The same for boxes that need not be sent across threads.
+///
+/// ```
+/// use beacon_rl::milestone::{EnvFlag, MilestoneDetector, Transition};
+/// let mut d: Box<dyn MilestoneDetector> = Box::new(EnvFlag);
+/// assert!(d.detect(&Transition { env_flag: Some(true), ..Default::default() }));
+/// ```
+impl MilestoneDetector for Box<dyn MilestoneDetector> {
+    fn detect(&mut self, transition: &Transition<'_>) -> bool {
+        (**self).detect(transition)
+    }
+
+    fn reset(&mut self) {
+        (**self).reset();
+    }
+}
+
 fn non_empty(children: Vec<BoxedDetector>, what: &'static str) -> Result<Vec<BoxedDetector>> {
     if children.is_empty() {
         Err(Error::MissingInput(what))
@@ -115,7 +132,9 @@ impl MilestoneDetector for AnyOf {
 
 impl fmt::Debug for AnyOf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnyOf").field("children", &self.children.len()).finish()
+        f.debug_struct("AnyOf")
+            .field("children", &self.children.len())
+            .finish()
     }
 }
 
@@ -199,7 +218,9 @@ impl MilestoneDetector for AllOf {
 
 impl fmt::Debug for AllOf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AllOf").field("children", &self.children.len()).finish()
+        f.debug_struct("AllOf")
+            .field("children", &self.children.len())
+            .finish()
     }
 }
 

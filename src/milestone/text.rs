@@ -56,6 +56,9 @@ pub struct BuiltinPattern {
 /// | `slice` | `You slice(d) the … with the …` | `You sliced the apple 1 with the knife 1.` (grammar template `You sliced the {co.name} with the {ko.name}.`) |
 /// | `light` | `You turn on the desklamp/floorlamp` | `You turn on the desklamp 1.` |
 ///
+/// TextWorld's own games answer `take` with the same pick-up sentence (bundled sample:
+/// `You pick up the knife from the ground.`), a check of that wording on a real run.
+///
 /// Near misses that do not match: `Nothing happens.` (inadmissible command),
 /// `You turn off the desklamp 1.`, `You open the fridge 1. …`, `You arrive at loc 10. …`,
 /// `You don't see any switch on the apple 1.`, `This is a hot egg.` (examining a state is no

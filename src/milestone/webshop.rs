@@ -290,7 +290,10 @@ impl WebShopTarget {
     /// assert!(WebShopTarget::new("", ["black"]).is_err());
     /// assert!(WebShopTarget::new("B078GWRC1J", ["  "]).is_err());
     /// ```
-    pub fn new<S: Into<String>>(asin: impl Into<String>, options: impl IntoIterator<Item = S>) -> Result<Self> {
+    pub fn new<S: Into<String>>(
+        asin: impl Into<String>,
+        options: impl IntoIterator<Item = S>,
+    ) -> Result<Self> {
         let asin = asin.into().trim().to_owned();
         if asin.is_empty() {
             return Err(Error::InvalidPattern {
@@ -519,10 +522,7 @@ impl<G: WebShopGoal> MilestoneDetector for WebShopPhases<G> {
             WebShopPage::ItemDetail => {}
             WebShopPage::Done => {
                 let buy = matches!(action, WebShopAction::Click(v) if norm_eq(v, "buy now"));
-                if buy
-                    && self.on_goal_item
-                    && self.all_chosen()
-                    && self.phase == WebShopPhase::OptionsChosen
+                if buy && self.on_goal_item && self.all_chosen() && self.phase == WebShopPhase::OptionsChosen
                 {
                     self.phase = WebShopPhase::Purchased;
                     fired = true;
@@ -556,7 +556,10 @@ fn segments(observation: &str) -> impl Iterator<Item = &str> {
 
 fn clean_segment(segment: &str) -> &str {
     let mut s = segment.trim();
-    for (open, close) in [("[clicked button]", "[clicked button_]"), ("[button]", "[button_]")] {
+    for (open, close) in [
+        ("[clicked button]", "[clicked button_]"),
+        ("[button]", "[button_]"),
+    ] {
         if let Some(inner) = s.strip_prefix(open) {
             s = inner.strip_suffix(close).unwrap_or(inner).trim();
             break;
@@ -576,7 +579,10 @@ fn is_results_header(segment: &str) -> bool {
 
 /// ASINs as WebShop lists them: ten ASCII upper-case letters or digits (`B078GWRC1J`).
 fn is_listed_asin(segment: &str) -> bool {
-    segment.len() == 10 && segment.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    segment.len() == 10
+        && segment
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// Whether a results page lists an item the goal accepts.
@@ -667,7 +673,8 @@ mod tests {
 
     #[test]
     fn segments_strip_quotes_and_buttons() {
-        let segs: Vec<&str> = segments("'Back to Search' [SEP] [button] Buy Now [button_]\n\n'x' [SEP] '").collect();
+        let segs: Vec<&str> =
+            segments("'Back to Search' [SEP] [button] Buy Now [button_]\n\n'x' [SEP] '").collect();
         assert_eq!(segs, ["Back to Search", "Buy Now", "x", "'"]);
     }
 
