@@ -137,6 +137,29 @@ pub enum Error {
     #[error("missing input: {0}")]
     MissingInput(&'static str),
 
+    /// A milestone detector was configured with a pattern it cannot use: a regular expression
+    /// that does not compile, one that matches the empty string (it would flag every step), or
+    /// an empty WebShop option. `message` says which.
+    #[error("invalid detector pattern {pattern:?}: {message}")]
+    InvalidPattern {
+        /// The offending pattern, as the caller wrote it.
+        pattern: String,
+        /// Why it is rejected (the regex compiler's message where there is one).
+        message: String,
+    },
+
+    /// A name given as a string (a detector preset on a command line or in a config file) is
+    /// not one the crate knows.
+    #[error("unknown {what} {name:?}: expected one of {expected}")]
+    UnknownName {
+        /// What kind of name was looked up.
+        what: &'static str,
+        /// The name as given.
+        name: String,
+        /// The accepted names, comma-separated.
+        expected: &'static str,
+    },
+
     /// The operation is undefined for these inputs in the reference implementation (which
     /// raises); the message says why.
     #[error("undefined for these inputs: {0}")]

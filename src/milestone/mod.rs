@@ -10,9 +10,24 @@
 //! detection and pass the flags to the estimator directly.
 //!
 //! Built-ins here: [`ScoreIncrease`] (ScienceWorld, TextWorld: the environment's score went up)
-//! and [`EnvFlag`] (the environment already reports a milestone flag).
+//! and [`EnvFlag`] (the environment already reports a milestone flag). Submodules:
+//! [`text`] (regex patterns on the response: ALFWorld feedback, TextWorld's score message),
+//! [`webshop`] (WebShop page phases), [`subgoal`] (ScienceWorld's newly completed subgoals),
+//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name).
 
+pub mod combinators;
+pub mod preset;
+pub mod subgoal;
+pub mod text;
 pub mod walkthrough;
+pub mod webshop;
+
+pub use combinators::{AllOf, AnyOf, BoxedDetector, Not};
+pub use preset::DetectorPreset;
+pub use subgoal::NewSubgoals;
+pub use text::{TextPatterns, TextPatternsBuilder};
+pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
+pub use webshop::{WebShopGoal, WebShopPhases, WebShopTarget};
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Result};
@@ -86,7 +101,10 @@ where
 ///
 /// A missing score on either side, or a NaN, is no milestone. A score that drops (ScienceWorld
 /// sets −100 on a failed `focus on`) is no milestone, and neither is a start above zero: only
-/// the change across the step counts.
+/// the change across the step counts. For the first step pass the environment's initial score
+/// as `score` (ScienceWorld's `initial_score`), not 0: a task that starts at 17 would otherwise
+/// show a false milestone at step 0. On the bundled ScienceWorld and TextWorld sample this
+/// reproduces the recorded milestone flags on every step (`tests/detectors_real_data.rs`).
 ///
 /// ```
 /// use beacon_rl::milestone::{MilestoneDetector, ScoreIncrease, Transition};
