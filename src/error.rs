@@ -141,6 +141,10 @@ pub enum Error {
     /// raises); the message says why.
     #[error("undefined for these inputs: {0}")]
     Undefined(String),
+
+    /// An estimator name (verl's `adv_estimator` string) that the crate does not know.
+    #[error("unknown advantage estimator: {0:?}")]
+    UnknownEstimator(String),
 }
 
 /// `Result` with [`Error`] as the error type.

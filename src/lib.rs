@@ -7,7 +7,9 @@
 
 pub mod batch;
 pub mod error;
+pub mod estimator;
 pub mod milestone;
 
 pub use batch::RolloutBatch;
 pub use error::{Error, Result};
+pub use estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput};
