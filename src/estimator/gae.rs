@@ -157,15 +157,15 @@ impl AdvantageEstimator for Gae {
         {
             let mut next_value = 0.0f64;
             let mut last = 0.0f64;
-            for t in (0..arow.len()).rev() {
-                let v = vrow[t];
-                if mrow[t] {
-                    let delta = rrow[t] + gamma * next_value - v;
+            let tokens = rrow.into_iter().zip(mrow).zip(vrow);
+            for ((a, ret), ((&r, &m), &v)) in arow.iter_mut().zip(rtrow.iter_mut()).zip(tokens).rev() {
+                if m {
+                    let delta = r + gamma * next_value - v;
                     last = delta + gamma_lambda * last;
                     next_value = v;
                 }
-                arow[t] = last;
-                rtrow[t] = last + v;
+                *a = last;
+                *ret = last + v;
             }
         }
         check_output("returns", &returns)?;

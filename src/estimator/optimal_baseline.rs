@@ -220,20 +220,26 @@ fn otb_tokens<'a>(input: &EstimatorInput<'a>) -> Result<OtbTokens<'a>> {
     let mut returns = Array2::<f64>::zeros(rewards.raw_dim());
     let mut w_cumulative = Array2::<f64>::zeros(rewards.raw_dim());
     let mut lengths = Vec::with_capacity(dim.0);
-    for r in 0..dim.0 {
-        let (rrow, mrow) = (rewards.row(r), mask.row(r));
+    for (r, (mut ret_row, mut w_row)) in returns
+        .rows_mut()
+        .into_iter()
+        .zip(w_cumulative.rows_mut())
+        .enumerate()
+    {
+        let mrow = mask.row(r);
         let mut acc = 0.0;
-        for t in (0..dim.1).rev() {
-            if mrow[t] {
-                acc += rrow[t];
+        for ((out, &m), &x) in ret_row.iter_mut().zip(mrow).zip(rewards.row(r)).rev() {
+            if m {
+                acc += x;
             }
-            returns[[r, t]] = acc;
+            *out = acc;
         }
         let mut w_acc = 0.0;
         let mut len = 0usize;
-        for t in 0..dim.1 {
-            if mrow[t] {
-                let mut w = 1.0 - 2.0 * log_probs[[r, t]].exp() + sum_pi_sq[[r, t]];
+        let it = mrow.into_iter().zip(log_probs.row(r)).zip(sum_pi_sq.row(r));
+        for (t, (out, ((&m, &lp), &sp))) in w_row.iter_mut().zip(it).enumerate() {
+            if m {
+                let mut w = 1.0 - 2.0 * lp.exp() + sp;
                 if let Some(is) = is_weights {
                     let rho = is[[r, t]];
                     w *= rho * rho;
@@ -241,7 +247,7 @@ fn otb_tokens<'a>(input: &EstimatorInput<'a>) -> Result<OtbTokens<'a>> {
                 w_acc += w;
                 len += 1;
             }
-            w_cumulative[[r, t]] = w_acc;
+            *out = w_acc;
         }
         lengths.push(len);
     }
@@ -304,15 +310,16 @@ fn column_baseline_advantages(
     let (mask, ret, wc) = (tokens.mask, &tokens.returns, &tokens.w_cumulative);
     let cols = mask.ncols();
     let mut adv = Array2::<f64>::zeros(mask.raw_dim());
+    // Scratch reused by every group: numerator (then the baseline B_t) and denominator.
     let mut numer = vec![0.0f64; cols];
     let mut denom = vec![0.0f64; cols];
     for g in 0..batch.num_groups() {
         let rows = group_rows(batch, g);
         if rows.len() == 1 {
             let r = rows[0];
-            for t in 0..cols {
-                if mask[[r, t]] {
-                    adv[[r, t]] = ret[[r, t]];
+            for ((a, &m), &g_t) in adv.row_mut(r).iter_mut().zip(mask.row(r)).zip(ret.row(r)) {
+                if m {
+                    *a = g_t;
                 }
             }
             continue;
@@ -320,15 +327,14 @@ fn column_baseline_advantages(
         numer.fill(0.0);
         denom.fill(0.0);
         for &r in rows {
-            for t in 0..cols {
-                if mask[[r, t]] {
-                    let w = wc[[r, t]];
-                    numer[t] += ret[[r, t]] * w;
-                    denom[t] += w;
+            let it = mask.row(r).into_iter().zip(ret.row(r)).zip(wc.row(r));
+            for ((n, d), ((&m, &g_t), &w)) in numer.iter_mut().zip(denom.iter_mut()).zip(it) {
+                if m {
+                    *n += g_t * w;
+                    *d += w;
                 }
             }
         }
-        // numer becomes the baseline B_t.
         for (n, d) in numer.iter_mut().zip(&denom) {
             *n /= d + config.denominator_eps;
         }
@@ -341,10 +347,10 @@ fn column_baseline_advantages(
                 Some((row, start)) if row == r => start,
                 _ => cols,
             };
-            for t in 0..cols {
-                if mask[[r, t]] {
-                    let b = if t >= tail_start { 0.0 } else { numer[t] };
-                    adv[[r, t]] = ret[[r, t]] - b;
+            let it = mask.row(r).into_iter().zip(ret.row(r)).zip(&numer);
+            for (t, (a, ((&m, &g_t), &b))) in adv.row_mut(r).iter_mut().zip(it).enumerate() {
+                if m {
+                    *a = if t >= tail_start { g_t } else { g_t - b };
                 }
             }
         }
@@ -376,6 +382,7 @@ fn compact_baseline_advantages(
     let (mask, ret, wc) = (tokens.mask, &tokens.returns, &tokens.w_cumulative);
     let cols = mask.ncols();
     let mut adv = Array2::<f64>::zeros(mask.raw_dim());
+    // Scratch reused by every group, indexed by k = the k-th generated token of a row.
     let mut numer = vec![0.0f64; cols];
     let mut denom = vec![0.0f64; cols];
     // Rows of the current group with at least one generated token (verl drops empty rows).
@@ -398,10 +405,9 @@ fn compact_baseline_advantages(
         if !single {
             for &r in &members {
                 let mut k = 0usize;
-                for t in 0..cols {
-                    if mask[[r, t]] {
-                        let w = wc[[r, t]];
-                        numer[k] += ret[[r, t]] * w;
+                for ((&m, &g_t), &w) in mask.row(r).into_iter().zip(ret.row(r)).zip(wc.row(r)) {
+                    if m {
+                        numer[k] += g_t * w;
                         denom[k] += w;
                         k += 1;
                     }
@@ -422,10 +428,13 @@ fn compact_baseline_advantages(
                 _ => cols,
             };
             let mut k = 0usize;
-            for t in 0..cols {
-                if mask[[r, t]] {
-                    let b = if k >= tail_start { 0.0 } else { numer[k] };
-                    adv[[r, t]] = ret[[r, t]] - b;
+            for (a, (&m, &g_t)) in adv
+                .row_mut(r)
+                .iter_mut()
+                .zip(mask.row(r).into_iter().zip(ret.row(r)))
+            {
+                if m {
+                    *a = if k >= tail_start { g_t } else { g_t - numer[k] };
                     k += 1;
                 }
             }

@@ -150,10 +150,10 @@ impl AdvantageEstimator for ReinforcePlusPlus {
             .zip(mask.rows())
         {
             let mut running = 0.0f64;
-            for t in (0..out.len()).rev() {
-                if mrow[t] {
-                    running = rrow[t] + discount * running;
-                    out[t] = running;
+            for (o, (&r, &m)) in out.iter_mut().zip(rrow.into_iter().zip(mrow)).rev() {
+                if m {
+                    running = r + discount * running;
+                    *o = running;
                 }
             }
         }

@@ -61,14 +61,15 @@ impl AdvantageEstimator for Remax {
             .zip(baselines)
         {
             let mut acc = 0.0f64;
-            for t in (0..ret.len()).rev() {
-                if mrow[t] {
-                    acc += rrow[t];
-                    ret[t] = acc;
-                    adv[t] = acc - b;
+            let tokens = rrow.into_iter().zip(mrow);
+            for ((rt, a), (&r, &m)) in ret.iter_mut().zip(adv.iter_mut()).zip(tokens).rev() {
+                if m {
+                    acc += r;
+                    *rt = acc;
+                    *a = acc - b;
                 } else {
-                    ret[t] = acc;
-                    adv[t] = acc;
+                    *rt = acc;
+                    *a = acc;
                 }
             }
         }
