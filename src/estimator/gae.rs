@@ -25,10 +25,8 @@
 //!
 //! No deliberate difference from verl.
 
-use ndarray::Array2;
-
-use super::whiten::masked_whiten;
-use super::{check_output, AdvantageEstimator, Advantages, EstimatorInput};
+use super::whiten::whiten_in_place;
+use super::{AdvantageEstimator, Advantages, EstimatorInput, TokenBuf};
 use crate::error::{Range, Result};
 
 /// Parameters of `gae`.
@@ -146,32 +144,30 @@ impl AdvantageEstimator for Gae {
         let values = input.checked_matrix("values", input.values, rewards.dim())?;
         let gamma = self.config.discount;
         let gamma_lambda = gamma * self.config.gae_lambda;
-        let mut gae = Array2::<f64>::zeros(rewards.raw_dim());
-        let mut returns = Array2::<f64>::zeros(rewards.raw_dim());
-        for (((mut arow, mut rtrow), (rrow, mrow)), vrow) in gae
-            .rows_mut()
-            .into_iter()
-            .zip(returns.rows_mut())
-            .zip(rewards.rows().into_iter().zip(mask.rows()))
-            .zip(values.rows())
-        {
+        let mut gae = TokenBuf::zeros(rewards.dim());
+        let mut returns = TokenBuf::zeros(rewards.dim());
+        for r in 0..rewards.rows() {
+            let rrow = rewards.row(r);
+            let n = rrow.len();
+            // Re-slicing to one length lets the compiler drop the bounds checks below.
+            let (mrow, vrow) = (&mask.row(r)[..n], &values.row(r)[..n]);
+            let (arow, retrow) = (&mut gae.row_mut(r)[..n], &mut returns.row_mut(r)[..n]);
             let mut next_value = 0.0f64;
             let mut last = 0.0f64;
-            let tokens = rrow.into_iter().zip(mrow).zip(vrow);
-            for ((a, ret), ((&r, &m), &v)) in arow.iter_mut().zip(rtrow.iter_mut()).zip(tokens).rev() {
-                if m {
-                    let delta = r + gamma * next_value - v;
+            for t in (0..n).rev() {
+                let v = vrow[t];
+                if mrow[t] {
+                    let delta = rrow[t] + gamma * next_value - v;
                     last = delta + gamma_lambda * last;
                     next_value = v;
                 }
-                *a = last;
-                *ret = last + v;
+                arow[t] = last;
+                retrow[t] = last + v;
             }
         }
-        check_output("returns", &returns)?;
-        let mut advantages = gae;
-        masked_whiten(&mut advantages, mask)?;
-        Ok(Advantages { advantages, returns })
+        returns.check_finite("returns")?;
+        whiten_in_place(gae.as_mut_slice(), mask.as_slice())?;
+        Advantages::pair(gae, returns)
     }
 }
 

@@ -132,7 +132,7 @@ impl AdvantageEstimator for Gpg {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(rewards);
+        let scores = row_scores(&rewards);
         let nonzero = scores.iter().filter(|&&s| s != 0.0).count();
         let alpha = gpg_alpha(scores.len(), nonzero);
         let batch = input.batch;
@@ -149,7 +149,7 @@ impl AdvantageEstimator for Gpg {
             }
         }
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 

@@ -42,9 +42,7 @@
 //!
 //! No deliberate difference from verl.
 
-use ndarray::ArrayView2;
-
-use super::whiten::masked_whiten;
+use super::whiten::whiten_in_place;
 use super::{
     broadcast_masked, check_scalars, group_rows, row_groups, row_scores, AdvantageEstimator, Advantages,
     EstimatorInput,
@@ -323,9 +321,9 @@ impl AdvantageEstimator for Grpo {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = grpo_scalars(input.batch, &row_scores(rewards), &self.config);
+        let scalars = grpo_scalars(input.batch, &row_scores(&rewards), &self.config);
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 
@@ -336,10 +334,10 @@ impl AdvantageEstimator for GrpoVectorized {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(rewards);
+        let scores = row_scores(&rewards);
         let scalars = grpo_vectorized_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 
@@ -396,7 +394,7 @@ impl AdvantageEstimator for GrpoPassk {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(rewards);
+        let scores = row_scores(&rewards);
         let batch = input.batch;
         let mut scalars = vec![0.0; scores.len()];
         for g in 0..batch.num_groups() {
@@ -427,7 +425,7 @@ impl AdvantageEstimator for GrpoPassk {
             scalars[best] = adv;
         }
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 
@@ -438,22 +436,13 @@ impl AdvantageEstimator for Gdpo {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = grpo_scalars(input.batch, &row_scores(rewards), &self.config);
+        let scalars = grpo_scalars(input.batch, &row_scores(&rewards), &self.config);
         check_scalars("advantages", &scalars)?;
-        let mut adv = broadcast_masked(&scalars, mask);
-        masked_whiten(&mut adv, mask)?;
-        remask(&mut adv, mask);
-        Ok(Advantages::same(adv))
+        let mut adv = broadcast_masked(&scalars, &mask);
+        whiten_in_place(adv.as_mut_slice(), mask.as_slice())?;
+        adv.remask(&mask);
+        Advantages::same(adv)
     }
-}
-
-/// `x * response_mask` after whitening.
-pub(crate) fn remask(values: &mut ndarray::Array2<f64>, mask: ArrayView2<'_, bool>) {
-    ndarray::Zip::from(values).and(mask).for_each(|x, &m| {
-        if !m {
-            *x = 0.0;
-        }
-    });
 }
 
 #[cfg(test)]

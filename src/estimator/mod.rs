@@ -53,6 +53,7 @@
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -60,7 +61,7 @@ use std::sync::Arc;
 use ndarray::{Array2, ArrayView2};
 
 use crate::batch::RolloutBatch;
-use crate::error::{check_len, Error, Result};
+use crate::error::{check_finite, check_len, Error, Result};
 
 pub mod gae;
 pub mod gpg;
@@ -366,7 +367,7 @@ impl<'a> EstimatorInput<'a> {
     }
 
     /// `token_level_rewards`, checked: present, one matrix row per batch row, finite.
-    pub(crate) fn checked_rewards(&self) -> Result<ArrayView2<'a, f64>> {
+    pub(crate) fn checked_rewards(&self) -> Result<Tokens<'a, f64>> {
         let rewards = self
             .token_level_rewards
             .ok_or(Error::MissingInput("token_level_rewards"))?;
@@ -375,17 +376,18 @@ impl<'a> EstimatorInput<'a> {
             self.batch.num_steps(),
             rewards.nrows(),
         )?;
-        check_finite_2d("token_level_rewards", rewards)?;
+        let rewards = Tokens::new(rewards);
+        check_finite("token_level_rewards", rewards.as_slice())?;
         Ok(rewards)
     }
 
     /// `token_level_rewards` and `response_mask`, checked against each other and the batch.
-    pub(crate) fn checked_rewards_and_mask(&self) -> Result<(ArrayView2<'a, f64>, ArrayView2<'a, bool>)> {
+    pub(crate) fn checked_rewards_and_mask(&self) -> Result<(Tokens<'a, f64>, Tokens<'a, bool>)> {
         let rewards = self.checked_rewards()?;
         let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
-        check_len("response_mask rows", rewards.nrows(), mask.nrows())?;
-        check_len("response_mask columns", rewards.ncols(), mask.ncols())?;
-        Ok((rewards, mask))
+        check_len("response_mask rows", rewards.rows, mask.nrows())?;
+        check_len("response_mask columns", rewards.cols, mask.ncols())?;
+        Ok((rewards, Tokens::new(mask)))
     }
 
     /// A further rows × L float column, checked for presence, shape and finiteness.
@@ -394,11 +396,111 @@ impl<'a> EstimatorInput<'a> {
         what: &'static str,
         column: Option<ArrayView2<'a, f64>>,
         dim: (usize, usize),
-    ) -> Result<ArrayView2<'a, f64>> {
+    ) -> Result<Tokens<'a, f64>> {
         let m = column.ok_or(Error::MissingInput(what))?;
         check_matrix_shape(what, m, dim)?;
-        check_finite_2d(what, m)?;
+        let m = Tokens::new(m);
+        check_finite(what, m.as_slice())?;
         Ok(m)
+    }
+}
+
+/// A rows × L input column in row-major order: borrowed when the caller's view is already
+/// contiguous in standard layout (the usual case), copied once otherwise. Hot loops then run
+/// over plain slices.
+pub(crate) struct Tokens<'a, T: Clone> {
+    data: Cow<'a, [T]>,
+    rows: usize,
+    cols: usize,
+}
+
+impl<'a, T: Clone> Tokens<'a, T> {
+    pub(crate) fn new(m: ArrayView2<'a, T>) -> Self {
+        let (rows, cols) = m.dim();
+        let data = match m.to_slice() {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(m.iter().cloned().collect()),
+        };
+        Self { data, rows, cols }
+    }
+
+    pub(crate) fn dim(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// All values, row-major (index = row · L + t).
+    pub(crate) fn as_slice(&self) -> &[T] {
+        &self.data
+    }
+
+    /// Row `r` (in range by construction: callers iterate `0..rows`).
+    pub(crate) fn row(&self, r: usize) -> &[T] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// A rows × L output being filled row by row, converted to an `Array2` at the end.
+pub(crate) struct TokenBuf {
+    data: Vec<f64>,
+    rows: usize,
+    cols: usize,
+}
+
+impl TokenBuf {
+    pub(crate) fn zeros((rows, cols): (usize, usize)) -> Self {
+        Self {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+        }
+    }
+
+    pub(crate) fn row(&self, r: usize) -> &[f64] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+
+    pub(crate) fn row_mut(&mut self, r: usize) -> &mut [f64] {
+        &mut self.data[r * self.cols..(r + 1) * self.cols]
+    }
+
+    pub(crate) fn as_slice(&self) -> &[f64] {
+        &self.data
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [f64] {
+        &mut self.data
+    }
+
+    /// Reports the first non-finite value (finite inputs that overflowed).
+    pub(crate) fn check_finite(&self, what: &'static str) -> Result<()> {
+        check_finite(what, &self.data)
+    }
+
+    /// Zeroes every position outside the mask (verl's `x * response_mask`).
+    pub(crate) fn remask(&mut self, mask: &Tokens<'_, bool>) {
+        for (x, &m) in self.data.iter_mut().zip(mask.as_slice()) {
+            if !m {
+                *x = 0.0;
+            }
+        }
+    }
+
+    pub(crate) fn into_array(self, what: &'static str) -> Result<Array2<f64>> {
+        let len = self.data.len();
+        // Cannot fail: data holds rows · cols values by construction.
+        Array2::from_shape_vec((self.rows, self.cols), self.data).map_err(|_| Error::OutputShape {
+            what,
+            expected: self.rows * self.cols,
+            actual: len,
+        })
     }
 }
 
@@ -425,31 +527,9 @@ pub(crate) fn check_matrix_shape<T>(
     Ok(())
 }
 
-/// Checks that every entry of a matrix is finite; the error index is `row * ncols + col`.
-pub(crate) fn check_finite_2d(what: &'static str, m: ArrayView2<'_, f64>) -> Result<()> {
-    let cols = m.ncols();
-    for (r, row) in m.rows().into_iter().enumerate() {
-        for (t, &value) in row.iter().enumerate() {
-            if !value.is_finite() {
-                return Err(Error::NonFinite {
-                    what,
-                    index: r * cols + t,
-                    value,
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Reports the first non-finite output value (finite inputs that overflowed).
-pub(crate) fn check_output(what: &'static str, m: &Array2<f64>) -> Result<()> {
-    check_finite_2d(what, m.view())
-}
-
 /// Reports the first non-finite per-row scalar (finite inputs that overflowed).
 pub(crate) fn check_scalars(what: &'static str, s: &[f64]) -> Result<()> {
-    crate::error::check_finite(what, s)
+    check_finite(what, s)
 }
 
 /// The caller rows of group `g` (all steps of all its trajectories, trajectory-major).
@@ -471,15 +551,15 @@ pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
 }
 
 /// verl's row score: the sum of `token_level_rewards` over all L positions (not masked).
-pub(crate) fn row_scores(rewards: ArrayView2<'_, f64>) -> Vec<f64> {
-    rewards.rows().into_iter().map(|row| row.sum()).collect()
+pub(crate) fn row_scores(rewards: &Tokens<'_, f64>) -> Vec<f64> {
+    (0..rewards.rows()).map(|r| rewards.row(r).iter().sum()).collect()
 }
 
 /// `out[r, t] = scalar[r] * mask[r, t]` (verl's `scores.unsqueeze(-1) * response_mask`).
-pub(crate) fn broadcast_masked(scalars: &[f64], mask: ArrayView2<'_, bool>) -> Array2<f64> {
-    let mut out = Array2::<f64>::zeros(mask.raw_dim());
-    for ((mut row, mrow), &s) in out.rows_mut().into_iter().zip(mask.rows()).zip(scalars) {
-        for (o, &m) in row.iter_mut().zip(mrow.iter()) {
+pub(crate) fn broadcast_masked(scalars: &[f64], mask: &Tokens<'_, bool>) -> TokenBuf {
+    let mut out = TokenBuf::zeros(mask.dim());
+    for (r, &s) in scalars.iter().enumerate().take(mask.rows()) {
+        for (o, &m) in out.row_mut(r).iter_mut().zip(mask.row(r)) {
             if m {
                 *o = s;
             }
@@ -515,11 +595,20 @@ pub struct Advantages {
 
 impl Advantages {
     /// Outcome estimators return their advantages as returns too.
-    pub(crate) fn same(advantages: Array2<f64>) -> Self {
-        Self {
+    pub(crate) fn same(advantages: TokenBuf) -> Result<Self> {
+        let advantages = advantages.into_array("advantages")?;
+        Ok(Self {
             returns: advantages.clone(),
             advantages,
-        }
+        })
+    }
+
+    /// Token-level estimators return distinct advantages and returns.
+    pub(crate) fn pair(advantages: TokenBuf, returns: TokenBuf) -> Result<Self> {
+        Ok(Self {
+            advantages: advantages.into_array("advantages")?,
+            returns: returns.into_array("returns")?,
+        })
     }
 }
 
@@ -832,6 +921,44 @@ mod tests {
                 matches!(est.estimate(&input), Err(Error::NonFinite { .. })),
                 "{name}"
             );
+        }
+    }
+
+    #[test]
+    fn non_contiguous_views_give_the_same_result() {
+        // The same rows × L data as a standard-layout array and as a transposed view of its
+        // transpose (column-major): every estimator must agree exactly.
+        let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[0.0; 4]).unwrap();
+        let rewards = ndarray::array![[0.0, 1.0, 0.5], [0.2, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.3]];
+        let mask = ndarray::array![
+            [true, true, false],
+            [true, false, true],
+            [true, true, true],
+            [false, true, true]
+        ];
+        let values = rewards.mapv(|x| 0.5 - x);
+        let rewards_cm = rewards.t().as_standard_layout().into_owned();
+        let mask_cm = mask.t().as_standard_layout().into_owned();
+        let values_cm = values.t().as_standard_layout().into_owned();
+        let baselines = [0.1, 0.2, 0.3, 0.4];
+        let standard = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask)
+            .with_values(&values)
+            .with_old_log_probs(&values)
+            .with_sum_pi_squared(&rewards)
+            .with_reward_baselines(&baselines);
+        let strided = EstimatorInput::new(&batch)
+            .with_token_level_rewards(rewards_cm.t())
+            .with_response_mask(mask_cm.t())
+            .with_values(values_cm.t())
+            .with_old_log_probs(values_cm.t())
+            .with_sum_pi_squared(rewards_cm.t())
+            .with_reward_baselines(&baselines);
+        assert!(strided.token_level_rewards.unwrap().to_slice().is_none());
+        for name in EstimatorConfig::VERL_NAMES {
+            let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+            assert_eq!(est.estimate(&standard), est.estimate(&strided), "{name}");
         }
     }
 

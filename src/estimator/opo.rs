@@ -46,11 +46,9 @@ impl AdvantageEstimator for Opo {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(rewards);
-        let lengths: Vec<f64> = mask
-            .rows()
-            .into_iter()
-            .map(|row| row.iter().filter(|&&m| m).count() as f64)
+        let scores = row_scores(&rewards);
+        let lengths: Vec<f64> = (0..mask.rows())
+            .map(|r| mask.row(r).iter().filter(|&&m| m).count() as f64)
             .collect();
         let batch = input.batch;
         let mut scalars = scores.clone(); // singletons: baseline 0
@@ -72,7 +70,7 @@ impl AdvantageEstimator for Opo {
             }
         }
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 

@@ -36,9 +36,7 @@
 //!
 //! No deliberate difference from verl.
 
-use ndarray::{Array2, ArrayView2};
-
-use super::{check_output, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
+use super::{group_rows, AdvantageEstimator, Advantages, EstimatorInput, TokenBuf, Tokens};
 use crate::batch::RolloutBatch;
 use crate::error::{Range, Result};
 
@@ -202,9 +200,9 @@ otb_type!(
 
 /// Shared per-token inputs: returns G (the `returns` output), W, and row lengths.
 struct OtbTokens<'a> {
-    mask: ArrayView2<'a, bool>,
-    returns: Array2<f64>,
-    w_cumulative: Array2<f64>,
+    mask: Tokens<'a, bool>,
+    returns: TokenBuf,
+    w_cumulative: TokenBuf,
     lengths: Vec<usize>,
 }
 
@@ -217,42 +215,40 @@ fn otb_tokens<'a>(input: &EstimatorInput<'a>) -> Result<OtbTokens<'a>> {
         Some(w) => Some(input.checked_matrix("rollout_is_weights", Some(w), dim)?),
         None => None,
     };
-    let mut returns = Array2::<f64>::zeros(rewards.raw_dim());
-    let mut w_cumulative = Array2::<f64>::zeros(rewards.raw_dim());
+    let mut returns = TokenBuf::zeros(dim);
+    let mut w_cumulative = TokenBuf::zeros(dim);
     let mut lengths = Vec::with_capacity(dim.0);
-    for (r, (mut ret_row, mut w_row)) in returns
-        .rows_mut()
-        .into_iter()
-        .zip(w_cumulative.rows_mut())
-        .enumerate()
-    {
-        let mrow = mask.row(r);
+    for r in 0..dim.0 {
+        let rrow = rewards.row(r);
+        let n = rrow.len();
+        let (mrow, lprow, sprow) = (&mask.row(r)[..n], &log_probs.row(r)[..n], &sum_pi_sq.row(r)[..n]);
+        let ret = &mut returns.row_mut(r)[..n];
         let mut acc = 0.0;
-        for ((out, &m), &x) in ret_row.iter_mut().zip(mrow).zip(rewards.row(r)).rev() {
-            if m {
-                acc += x;
+        for t in (0..n).rev() {
+            if mrow[t] {
+                acc += rrow[t];
             }
-            *out = acc;
+            ret[t] = acc;
         }
+        let is_row = is_weights.as_ref().map(|w| &w.row(r)[..n]);
+        let wc = &mut w_cumulative.row_mut(r)[..n];
         let mut w_acc = 0.0;
         let mut len = 0usize;
-        let it = mrow.into_iter().zip(log_probs.row(r)).zip(sum_pi_sq.row(r));
-        for (t, (out, ((&m, &lp), &sp))) in w_row.iter_mut().zip(it).enumerate() {
-            if m {
-                let mut w = 1.0 - 2.0 * lp.exp() + sp;
-                if let Some(is) = is_weights {
-                    let rho = is[[r, t]];
-                    w *= rho * rho;
+        for t in 0..n {
+            if mrow[t] {
+                let mut w = 1.0 - 2.0 * lprow[t].exp() + sprow[t];
+                if let Some(is) = is_row {
+                    w *= is[t] * is[t];
                 }
                 w_acc += w;
                 len += 1;
             }
-            *out = w_acc;
+            wc[t] = w_acc;
         }
         lengths.push(len);
     }
-    check_output("returns", &returns)?;
-    check_output("w_cumulative (overflow of exp(old_log_probs))", &w_cumulative)?;
+    returns.check_finite("returns")?;
+    w_cumulative.check_finite("w_cumulative (overflow of exp(old_log_probs))")?;
     Ok(OtbTokens {
         mask,
         returns,
@@ -294,11 +290,8 @@ impl AdvantageEstimator for OptimalTokenBaseline {
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let tokens = otb_tokens(input)?;
         let advantages = column_baseline_advantages(input.batch, &tokens, &self.config);
-        check_output("advantages", &advantages)?;
-        Ok(Advantages {
-            advantages,
-            returns: tokens.returns,
-        })
+        advantages.check_finite("advantages")?;
+        Advantages::pair(advantages, tokens.returns)
     }
 }
 
@@ -306,10 +299,10 @@ fn column_baseline_advantages(
     batch: &RolloutBatch,
     tokens: &OtbTokens<'_>,
     config: &OptimalTokenBaselineConfig,
-) -> Array2<f64> {
-    let (mask, ret, wc) = (tokens.mask, &tokens.returns, &tokens.w_cumulative);
-    let cols = mask.ncols();
-    let mut adv = Array2::<f64>::zeros(mask.raw_dim());
+) -> TokenBuf {
+    let (mask, ret, wc) = (&tokens.mask, &tokens.returns, &tokens.w_cumulative);
+    let cols = mask.cols();
+    let mut adv = TokenBuf::zeros(mask.dim());
     // Scratch reused by every group: numerator (then the baseline B_t) and denominator.
     let mut numer = vec![0.0f64; cols];
     let mut denom = vec![0.0f64; cols];
@@ -327,11 +320,11 @@ fn column_baseline_advantages(
         numer.fill(0.0);
         denom.fill(0.0);
         for &r in rows {
-            let it = mask.row(r).into_iter().zip(ret.row(r)).zip(wc.row(r));
-            for ((n, d), ((&m, &g_t), &w)) in numer.iter_mut().zip(denom.iter_mut()).zip(it) {
-                if m {
-                    *n += g_t * w;
-                    *d += w;
+            let (mrow, grow, wrow) = (&mask.row(r)[..cols], &ret.row(r)[..cols], &wc.row(r)[..cols]);
+            for t in 0..cols {
+                if mrow[t] {
+                    numer[t] += grow[t] * wrow[t];
+                    denom[t] += wrow[t];
                 }
             }
         }
@@ -347,10 +340,15 @@ fn column_baseline_advantages(
                 Some((row, start)) if row == r => start,
                 _ => cols,
             };
-            let it = mask.row(r).into_iter().zip(ret.row(r)).zip(&numer);
-            for (t, (a, ((&m, &g_t), &b))) in adv.row_mut(r).iter_mut().zip(it).enumerate() {
-                if m {
-                    *a = if t >= tail_start { g_t } else { g_t - b };
+            let (mrow, grow) = (&mask.row(r)[..cols], &ret.row(r)[..cols]);
+            let arow = &mut adv.row_mut(r)[..cols];
+            for t in 0..cols {
+                if mrow[t] {
+                    arow[t] = if t >= tail_start {
+                        grow[t]
+                    } else {
+                        grow[t] - numer[t]
+                    };
                 }
             }
         }
@@ -366,11 +364,8 @@ impl AdvantageEstimator for TirOptimalTokenBaseline {
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let tokens = otb_tokens(input)?;
         let advantages = compact_baseline_advantages(input.batch, &tokens, &self.config);
-        check_output("advantages", &advantages)?;
-        Ok(Advantages {
-            advantages,
-            returns: tokens.returns,
-        })
+        advantages.check_finite("advantages")?;
+        Advantages::pair(advantages, tokens.returns)
     }
 }
 
@@ -378,10 +373,10 @@ fn compact_baseline_advantages(
     batch: &RolloutBatch,
     tokens: &OtbTokens<'_>,
     config: &OptimalTokenBaselineConfig,
-) -> Array2<f64> {
-    let (mask, ret, wc) = (tokens.mask, &tokens.returns, &tokens.w_cumulative);
-    let cols = mask.ncols();
-    let mut adv = Array2::<f64>::zeros(mask.raw_dim());
+) -> TokenBuf {
+    let (mask, ret, wc) = (&tokens.mask, &tokens.returns, &tokens.w_cumulative);
+    let cols = mask.cols();
+    let mut adv = TokenBuf::zeros(mask.dim());
     // Scratch reused by every group, indexed by k = the k-th generated token of a row.
     let mut numer = vec![0.0f64; cols];
     let mut denom = vec![0.0f64; cols];
@@ -405,10 +400,12 @@ fn compact_baseline_advantages(
         if !single {
             for &r in &members {
                 let mut k = 0usize;
-                for ((&m, &g_t), &w) in mask.row(r).into_iter().zip(ret.row(r)).zip(wc.row(r)) {
-                    if m {
-                        numer[k] += g_t * w;
-                        denom[k] += w;
+                let (mrow, grow, wrow) = (&mask.row(r)[..cols], &ret.row(r)[..cols], &wc.row(r)[..cols]);
+                for t in 0..cols {
+                    if mrow[t] {
+                        // k < lengths[r] <= cols: the k-th generated token of the row.
+                        numer[k] += grow[t] * wrow[t];
+                        denom[k] += wrow[t];
                         k += 1;
                     }
                 }
@@ -427,14 +424,16 @@ fn compact_baseline_advantages(
                 Some((row, start)) if row == r => start,
                 _ => cols,
             };
+            let (mrow, grow) = (&mask.row(r)[..cols], &ret.row(r)[..cols]);
+            let arow = &mut adv.row_mut(r)[..cols];
             let mut k = 0usize;
-            for (a, (&m, &g_t)) in adv
-                .row_mut(r)
-                .iter_mut()
-                .zip(mask.row(r).into_iter().zip(ret.row(r)))
-            {
-                if m {
-                    *a = if k >= tail_start { g_t } else { g_t - numer[k] };
+            for t in 0..cols {
+                if mrow[t] {
+                    arow[t] = if k >= tail_start {
+                        grow[t]
+                    } else {
+                        grow[t] - numer[k]
+                    };
                     k += 1;
                 }
             }
@@ -447,7 +446,7 @@ fn compact_baseline_advantages(
 mod tests {
     use super::*;
     use crate::Error;
-    use ndarray::array;
+    use ndarray::{array, Array2};
 
     #[test]
     fn zero_tail_row_rules() {

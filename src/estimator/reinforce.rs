@@ -28,13 +28,10 @@
 //! - The whitening's token count and Bessel factor are float32 (see [`whiten`](super::whiten)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
-use ndarray::Array2;
-
-use super::grpo::remask;
-use super::whiten::masked_whiten;
+use super::whiten::whiten_in_place;
 use super::{
-    broadcast_masked, check_output, check_scalars, group_rows, row_scores, AdvantageEstimator, Advantages,
-    EstimatorInput,
+    broadcast_masked, check_scalars, group_rows, row_scores, AdvantageEstimator, Advantages, EstimatorInput,
+    TokenBuf,
 };
 use crate::error::{Range, Result};
 
@@ -142,26 +139,25 @@ impl AdvantageEstimator for ReinforcePlusPlus {
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
         let discount = self.config.discount;
-        let mut returns = Array2::<f64>::zeros(rewards.raw_dim());
-        for ((mut out, rrow), mrow) in returns
-            .rows_mut()
-            .into_iter()
-            .zip(rewards.rows())
-            .zip(mask.rows())
-        {
+        let mut returns = TokenBuf::zeros(rewards.dim());
+        for r in 0..rewards.rows() {
+            let rrow = rewards.row(r);
+            let n = rrow.len();
+            let (mrow, out) = (&mask.row(r)[..n], &mut returns.row_mut(r)[..n]);
             let mut running = 0.0f64;
-            for (o, (&r, &m)) in out.iter_mut().zip(rrow.into_iter().zip(mrow)).rev() {
-                if m {
-                    running = r + discount * running;
-                    *o = running;
+            for t in (0..n).rev() {
+                if mrow[t] {
+                    running = rrow[t] + discount * running;
+                    out[t] = running;
                 }
             }
         }
-        check_output("returns", &returns)?;
-        let mut advantages = returns.clone();
-        masked_whiten(&mut advantages, mask)?;
-        remask(&mut advantages, mask);
-        Ok(Advantages { advantages, returns })
+        returns.check_finite("returns")?;
+        let mut advantages = TokenBuf::zeros(rewards.dim());
+        advantages.as_mut_slice().copy_from_slice(returns.as_slice());
+        whiten_in_place(advantages.as_mut_slice(), mask.as_slice())?;
+        advantages.remask(&mask);
+        Advantages::pair(advantages, returns)
     }
 }
 
@@ -190,7 +186,7 @@ impl AdvantageEstimator for ReinforcePlusPlusBaseline {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(rewards);
+        let scores = row_scores(&rewards);
         let batch = input.batch;
         let mut scalars = scores.clone(); // singletons: mean 0
         for g in 0..batch.num_groups() {
@@ -204,10 +200,10 @@ impl AdvantageEstimator for ReinforcePlusPlusBaseline {
             }
         }
         check_scalars("advantages", &scalars)?;
-        let mut advantages = broadcast_masked(&scalars, mask);
-        masked_whiten(&mut advantages, mask)?;
-        remask(&mut advantages, mask);
-        Ok(Advantages::same(advantages))
+        let mut advantages = broadcast_masked(&scalars, &mask);
+        whiten_in_place(advantages.as_mut_slice(), mask.as_slice())?;
+        advantages.remask(&mask);
+        Advantages::same(advantages)
     }
 }
 

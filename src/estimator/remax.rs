@@ -13,9 +13,7 @@
 //! observation token) both `returns` and `advantages` hold the reward-to-go of the later
 //! masked tokens. No deliberate difference from verl.
 
-use ndarray::Array2;
-
-use super::{check_output, AdvantageEstimator, Advantages, EstimatorInput};
+use super::{AdvantageEstimator, Advantages, EstimatorInput, TokenBuf};
 use crate::error::{check_finite, check_len, Error, Result};
 
 /// verl's `remax` (see the [module docs](self)). Needs `token_level_rewards`,
@@ -49,33 +47,29 @@ impl AdvantageEstimator for Remax {
         let baselines = input
             .reward_baselines
             .ok_or(Error::MissingInput("reward_baselines"))?;
-        check_len("reward_baselines", rewards.nrows(), baselines.len())?;
+        check_len("reward_baselines", rewards.rows(), baselines.len())?;
         check_finite("reward_baselines", baselines)?;
-        let mut returns = Array2::<f64>::zeros(rewards.raw_dim());
-        let mut advantages = Array2::<f64>::zeros(rewards.raw_dim());
-        for (((mut ret, mut adv), (rrow, mrow)), &b) in returns
-            .rows_mut()
-            .into_iter()
-            .zip(advantages.rows_mut())
-            .zip(rewards.rows().into_iter().zip(mask.rows()))
-            .zip(baselines)
-        {
+        let mut returns = TokenBuf::zeros(rewards.dim());
+        let mut advantages = TokenBuf::zeros(rewards.dim());
+        for (r, &b) in baselines.iter().enumerate() {
+            let rrow = rewards.row(r);
+            let n = rrow.len();
+            let mrow = &mask.row(r)[..n];
+            let (ret, adv) = (&mut returns.row_mut(r)[..n], &mut advantages.row_mut(r)[..n]);
             let mut acc = 0.0f64;
-            let tokens = rrow.into_iter().zip(mrow);
-            for ((rt, a), (&r, &m)) in ret.iter_mut().zip(adv.iter_mut()).zip(tokens).rev() {
-                if m {
-                    acc += r;
-                    *rt = acc;
-                    *a = acc - b;
+            for t in (0..n).rev() {
+                if mrow[t] {
+                    acc += rrow[t];
+                    adv[t] = acc - b;
                 } else {
-                    *rt = acc;
-                    *a = acc;
+                    adv[t] = acc;
                 }
+                ret[t] = acc;
             }
         }
-        check_output("returns", &returns)?;
-        check_output("advantages", &advantages)?;
-        Ok(Advantages { advantages, returns })
+        returns.check_finite("returns")?;
+        advantages.check_finite("advantages")?;
+        Advantages::pair(advantages, returns)
     }
 }
 

@@ -100,9 +100,9 @@ impl AdvantageEstimator for Rloo {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = rloo_scalars(input.batch, &row_scores(rewards));
+        let scalars = rloo_scalars(input.batch, &row_scores(&rewards));
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 
@@ -113,9 +113,9 @@ impl AdvantageEstimator for RlooVectorized {
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = rloo_vectorized_scalars(input.batch, &row_scores(rewards));
+        let scalars = rloo_vectorized_scalars(input.batch, &row_scores(&rewards));
         check_scalars("advantages", &scalars)?;
-        Ok(Advantages::same(broadcast_masked(&scalars, mask)))
+        Advantages::same(broadcast_masked(&scalars, &mask))
     }
 }
 

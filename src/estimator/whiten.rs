@@ -27,6 +27,7 @@
 
 use ndarray::{Array2, ArrayView2};
 
+use super::Tokens;
 use crate::error::{Error, Result};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
@@ -55,37 +56,29 @@ use crate::error::{Error, Result};
 /// ```
 pub fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Result<()> {
     super::check_matrix_shape("response_mask", mask, values.dim())?;
-    let (mean, scale) = masked_whiten_stats(values.view(), mask)?;
-    let mut first_bad: Option<(usize, f64)> = None;
-    for (i, x) in values.iter_mut().enumerate() {
-        *x = (*x - mean) * scale;
-        if !x.is_finite() && first_bad.is_none() {
-            first_bad = Some((i, *x));
+    let mask = Tokens::new(mask);
+    match values.as_slice_mut() {
+        Some(v) => whiten_in_place(v, mask.as_slice()),
+        None => {
+            // Not in standard layout: whiten a row-major copy, then write it back.
+            let mut tmp: Vec<f64> = values.iter().copied().collect();
+            whiten_in_place(&mut tmp, mask.as_slice())?;
+            for (x, y) in values.iter_mut().zip(tmp) {
+                *x = y;
+            }
+            Ok(())
         }
-    }
-    match first_bad {
-        None => Ok(()),
-        Some((index, value)) => Err(Error::NonFinite {
-            what: "whitened values (overflow)",
-            index,
-            value,
-        }),
     }
 }
 
-/// The masked mean μ and the scale 1/√(σ² + 1e-8) of [`masked_whiten`], shapes already checked.
-pub(crate) fn masked_whiten_stats(
-    values: ArrayView2<'_, f64>,
-    mask: ArrayView2<'_, bool>,
-) -> Result<(f64, f64)> {
+/// [`masked_whiten`] over row-major slices of equal length (checked by the callers).
+pub(crate) fn whiten_in_place(values: &mut [f64], mask: &[bool]) -> Result<()> {
     let mut n: u64 = 0;
     let mut sum = 0.0f64;
-    for (vrow, mrow) in values.rows().into_iter().zip(mask.rows()) {
-        for (&x, &m) in vrow.iter().zip(mrow.iter()) {
-            if m {
-                n += 1;
-                sum += x;
-            }
+    for (&x, &m) in values.iter().zip(mask) {
+        if m {
+            n += 1;
+            sum += x;
         }
     }
     if n < 2 {
@@ -97,12 +90,10 @@ pub(crate) fn masked_whiten_stats(
     let denom = f64::from(n as f32 + 1e-8f32);
     let mean = sum / denom;
     let mut sq = 0.0f64;
-    for (vrow, mrow) in values.rows().into_iter().zip(mask.rows()) {
-        for (&x, &m) in vrow.iter().zip(mrow.iter()) {
-            if m {
-                let d = x - mean;
-                sq += d * d;
-            }
+    for (&x, &m) in values.iter().zip(mask) {
+        if m {
+            let d = x - mean;
+            sq += d * d;
         }
     }
     // int64 / int64 true division is float32 in torch (peer behaviour reproduced).
@@ -115,7 +106,23 @@ pub(crate) fn masked_whiten_stats(
             value: if mean.is_finite() { var } else { mean },
         });
     }
-    Ok((mean, 1.0 / (var + 1e-8).sqrt()))
+    let scale = 1.0 / (var + 1e-8).sqrt();
+    let mut all_finite = true;
+    for x in values.iter_mut() {
+        *x = (*x - mean) * scale;
+        all_finite &= x.is_finite();
+    }
+    if all_finite {
+        return Ok(());
+    }
+    match values.iter().position(|x| !x.is_finite()) {
+        Some(index) => Err(Error::NonFinite {
+            what: "whitened values (overflow)",
+            index,
+            value: values[index],
+        }),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -169,6 +176,18 @@ mod tests {
             masked_whiten(&mut x, array![[true, true]].view()),
             Err(Error::NonFinite { .. })
         ));
+    }
+
+    #[test]
+    fn column_major_values_match_row_major() {
+        let x = array![[1.0, 2.0, 7.0], [4.0, -1.0, 0.5]];
+        let mask = array![[true, false, true], [true, true, false]];
+        let mut row_major = x.clone();
+        masked_whiten(&mut row_major, mask.view()).unwrap();
+        let mut col_major = x.t().as_standard_layout().into_owned().reversed_axes();
+        assert!(col_major.as_slice().is_none());
+        masked_whiten(&mut col_major, mask.t().as_standard_layout().t()).unwrap();
+        assert_eq!(row_major, col_major);
     }
 
     #[test]
