@@ -20,9 +20,7 @@
 //!
 //! No deliberate difference from verl.
 
-use super::{
-    broadcast_masked, check_scalars, group_rows, row_scores, AdvantageEstimator, Advantages, EstimatorInput,
-};
+use super::{broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
 use crate::error::{Range, Result};
 
 /// Parameters of `gpg`.
@@ -131,8 +129,7 @@ impl AdvantageEstimator for Gpg {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(&rewards);
+        let (scores, mask) = input.checked_scores_and_mask()?;
         let nonzero = scores.iter().filter(|&&s| s != 0.0).count();
         let alpha = gpg_alpha(scores.len(), nonzero);
         let batch = input.batch;

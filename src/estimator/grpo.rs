@@ -44,8 +44,7 @@
 
 use super::whiten::whiten_in_place;
 use super::{
-    broadcast_masked, check_scalars, group_rows, row_groups, row_scores, AdvantageEstimator, Advantages,
-    EstimatorInput,
+    broadcast_masked, check_scalars, group_rows, row_groups, AdvantageEstimator, Advantages, EstimatorInput,
 };
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
@@ -320,8 +319,8 @@ impl AdvantageEstimator for Grpo {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = grpo_scalars(input.batch, &row_scores(&rewards), &self.config);
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = grpo_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
         Advantages::same(broadcast_masked(&scalars, &mask))
     }
@@ -333,8 +332,7 @@ impl AdvantageEstimator for GrpoVectorized {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(&rewards);
+        let (scores, mask) = input.checked_scores_and_mask()?;
         let scalars = grpo_vectorized_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
         Advantages::same(broadcast_masked(&scalars, &mask))
@@ -393,8 +391,7 @@ impl AdvantageEstimator for GrpoPassk {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(&rewards);
+        let (scores, mask) = input.checked_scores_and_mask()?;
         let batch = input.batch;
         let mut scalars = vec![0.0; scores.len()];
         for g in 0..batch.num_groups() {
@@ -435,8 +432,8 @@ impl AdvantageEstimator for Gdpo {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = grpo_scalars(input.batch, &row_scores(&rewards), &self.config);
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = grpo_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
         let mut adv = broadcast_masked(&scalars, &mask);
         whiten_in_place(adv.as_mut_slice(), mask.as_slice())?;

@@ -390,6 +390,30 @@ impl<'a> EstimatorInput<'a> {
         Ok((rewards, Tokens::new(mask)))
     }
 
+    /// Row scores (Σ_t token_level_rewards over all L positions) and `response_mask`, checked.
+    /// One pass over the rewards: the finiteness of every reward is implied by finite row
+    /// sums, and only a non-finite sum triggers the search for the offending reward.
+    pub(crate) fn checked_scores_and_mask(&self) -> Result<(Vec<f64>, Tokens<'a, bool>)> {
+        let rewards = self
+            .token_level_rewards
+            .ok_or(Error::MissingInput("token_level_rewards"))?;
+        check_len(
+            "token_level_rewards rows",
+            self.batch.num_steps(),
+            rewards.nrows(),
+        )?;
+        let rewards = Tokens::new(rewards);
+        let scores = row_scores(&rewards);
+        if scores.iter().any(|s| !s.is_finite()) {
+            check_finite("token_level_rewards", rewards.as_slice())?;
+            check_finite("row scores (overflow)", &scores)?;
+        }
+        let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
+        check_len("response_mask rows", rewards.rows, mask.nrows())?;
+        check_len("response_mask columns", rewards.cols, mask.ncols())?;
+        Ok((scores, Tokens::new(mask)))
+    }
+
     /// A further rows × L float column, checked for presence, shape and finiteness.
     pub(crate) fn checked_matrix(
         &self,

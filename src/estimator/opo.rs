@@ -15,9 +15,7 @@
 //! A group of ≥ 2 rows whose masks are all empty has Σ ℓ = 0: verl divides 0 by 0 and returns
 //! NaN silently; we return [`Error::Undefined`].
 
-use super::{
-    broadcast_masked, check_scalars, group_rows, row_scores, AdvantageEstimator, Advantages, EstimatorInput,
-};
+use super::{broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
 use crate::error::{Error, Result};
 
 /// verl's `opo` (see the [module docs](self)). Needs `token_level_rewards` and
@@ -45,8 +43,7 @@ impl AdvantageEstimator for Opo {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(&rewards);
+        let (scores, mask) = input.checked_scores_and_mask()?;
         let lengths: Vec<f64> = (0..mask.rows())
             .map(|r| mask.row(r).iter().filter(|&&m| m).count() as f64)
             .collect();

@@ -30,8 +30,7 @@
 
 use super::whiten::whiten_in_place;
 use super::{
-    broadcast_masked, check_scalars, group_rows, row_scores, AdvantageEstimator, Advantages, EstimatorInput,
-    TokenBuf,
+    broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput, TokenBuf,
 };
 use crate::error::{Range, Result};
 
@@ -185,8 +184,7 @@ impl AdvantageEstimator for ReinforcePlusPlusBaseline {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scores = row_scores(&rewards);
+        let (scores, mask) = input.checked_scores_and_mask()?;
         let batch = input.batch;
         let mut scalars = scores.clone(); // singletons: mean 0
         for g in 0..batch.num_groups() {

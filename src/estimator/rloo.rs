@@ -19,9 +19,7 @@
 //! The two verl functions disagree on singletons (raw score vs 0); each estimator follows its
 //! own verl function. No deliberate difference from verl.
 
-use super::{
-    broadcast_masked, check_scalars, group_rows, row_scores, AdvantageEstimator, Advantages, EstimatorInput,
-};
+use super::{broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 
@@ -99,8 +97,8 @@ impl AdvantageEstimator for Rloo {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = rloo_scalars(input.batch, &row_scores(&rewards));
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = rloo_scalars(input.batch, &scores);
         check_scalars("advantages", &scalars)?;
         Advantages::same(broadcast_masked(&scalars, &mask))
     }
@@ -112,8 +110,8 @@ impl AdvantageEstimator for RlooVectorized {
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let scalars = rloo_vectorized_scalars(input.batch, &row_scores(&rewards));
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = rloo_vectorized_scalars(input.batch, &scores);
         check_scalars("advantages", &scalars)?;
         Advantages::same(broadcast_masked(&scalars, &mask))
     }
