@@ -165,6 +165,10 @@ pub enum Error {
     #[error("undefined for these inputs: {0}")]
     Undefined(String),
 
+    /// An estimator name (verl's `adv_estimator` string) that the crate does not know.
+    #[error("unknown advantage estimator: {0:?}")]
+    UnknownEstimator(String),
+
     /// Serialized input (for example an expert-walkthrough JSON file) could not be parsed or
     /// does not have the expected shape.
     #[error("cannot parse {what}: {reason}")]

@@ -86,4 +86,5 @@ pub use diagnostics::{Diagnostics, DiagnosticsConfig, DiagnosticsReport};
 pub use error::{Error, Result};
 pub use estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 pub use estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};
+pub use estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput};
 pub use stats::{NormMode, SingletonRule};

@@ -1,0 +1,236 @@
+//! Generalized advantage estimation: `gae` ([`Gae`], verl `compute_gae_advantage_return`).
+//!
+//! Per row, scanning backwards from the last position with V_next = 0 and Â = 0:
+//!
+//! ```text
+//! δ_t  = r_t + γ·V_next − V_t
+//! Â'_t = δ_t + γλ·Â
+//! mask_t = 1:  V_next ← V_t,  Â ← Â'_t
+//! mask_t = 0:  V_next, Â unchanged           (observation tokens and padding are skipped)
+//! gae_t = Â
+//! returns    = gae + V                        (every position)
+//! advantages = masked_whiten(gae)             (NOT re-masked)
+//! ```
+//!
+//! γ = `discount`, λ = `gae_lambda`. The whitening is one mean/variance over all masked tokens
+//! of the batch ([`whiten`](super::whiten)).
+//!
+//! # Peer behaviour reproduced
+//! - Advantages are not multiplied by the mask after whitening: trailing padding (where Â is
+//!   still 0) holds (0 − μ)·1/√(σ² + 1e-8), and an interior mask-0 token holds the whitened Â
+//!   carried from the next generated token.
+//! - Returns at padding are the values V_t (Â = 0 there).
+//! - The whitening's token count and Bessel factor are float32, and verl raises when fewer than
+//!   2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
+//!
+//! No deliberate difference from verl.
+
+use super::whiten::whiten_in_place;
+use super::{AdvantageEstimator, Advantages, EstimatorInput, TokenBuf};
+use crate::error::{Range, Result};
+
+/// Parameters of `gae`.
+///
+/// ```
+/// use beacon_rl::estimator::GaeConfig;
+/// let c = GaeConfig::verl();
+/// assert_eq!((c.discount, c.gae_lambda), (1.0, 1.0));
+/// assert!(GaeConfig { gae_lambda: 2.0, ..c }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct GaeConfig {
+    /// Per-token discount γ (verl `algorithm.gamma`, default 1.0), in [0, 1].
+    pub discount: f64,
+    /// GAE trace decay λ (verl `algorithm.lam`, default 1.0), in [0, 1].
+    pub gae_lambda: f64,
+}
+
+impl GaeConfig {
+    /// verl's defaults: `gamma = 1.0`, `lam = 1.0`.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::GaeConfig;
+    /// assert_eq!(GaeConfig::verl(), GaeConfig::default());
+    /// ```
+    pub const fn verl() -> Self {
+        Self {
+            discount: 1.0,
+            gae_lambda: 1.0,
+        }
+    }
+
+    /// Checks the parameters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless both are in [0, 1].
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::GaeConfig;
+    /// assert!(GaeConfig { discount: -0.5, gae_lambda: 0.95 }.validate().is_err());
+    /// assert!(GaeConfig { discount: 0.99, gae_lambda: 0.95 }.validate().is_ok());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        Range::UNIT.check("discount", self.discount)?;
+        Range::UNIT.check("gae_lambda", self.gae_lambda)
+    }
+}
+
+impl Default for GaeConfig {
+    fn default() -> Self {
+        Self::verl()
+    }
+}
+
+/// verl's `gae` (see the [module docs](self)). Needs `token_level_rewards`, `response_mask`
+/// and `values` (≥ 2 masked tokens in the batch).
+///
+/// ```
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gae, GaeConfig};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
+/// let rewards = [[0.0, 1.0, 0.0]];
+/// let values = [[0.5, 0.5, 0.3]];
+/// let mask = [[true, true, false]];
+/// let input = EstimatorInput::new(&batch)
+///     .with_token_level_rewards(&rewards)
+///     .with_response_mask(&mask)
+///     .with_values(&values);
+/// let out = Gae::new(GaeConfig { discount: 1.0, gae_lambda: 1.0 })?.estimate(&input)?;
+/// // t=1: δ = 1 − 0.5 = 0.5; t=0: δ = 0 + 0.5 − 0.5 = 0, Â = 0.5. Padding t=2: Â = 0.
+/// assert_eq!(out.returns.row(0).to_vec(), vec![1.0, 1.0, 0.3]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gae {
+    config: GaeConfig,
+}
+
+impl Gae {
+    /// Validates the parameters and builds the estimator.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::{Gae, GaeConfig};
+    /// assert!(Gae::new(GaeConfig { discount: 1.01, gae_lambda: 1.0 }).is_err());
+    /// ```
+    pub fn new(config: GaeConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The estimator's parameters.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::{Gae, GaeConfig};
+    /// assert_eq!(Gae::new(GaeConfig::verl())?.config().gae_lambda, 1.0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn config(&self) -> &GaeConfig {
+        &self.config
+    }
+}
+
+impl AdvantageEstimator for Gae {
+    fn name(&self) -> &'static str {
+        "gae"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (rewards, mask) = input.checked_rewards_and_mask()?;
+        let values = input.checked_matrix("values", input.values, rewards.dim())?;
+        let gamma = self.config.discount;
+        let gamma_lambda = gamma * self.config.gae_lambda;
+        let mut gae = TokenBuf::zeros(rewards.dim());
+        let mut returns = TokenBuf::zeros(rewards.dim());
+        for r in 0..rewards.rows() {
+            let rrow = rewards.row(r);
+            let n = rrow.len();
+            // Re-slicing to one length lets the compiler drop the bounds checks below.
+            let (mrow, vrow) = (&mask.row(r)[..n], &values.row(r)[..n]);
+            let (arow, retrow) = (&mut gae.row_mut(r)[..n], &mut returns.row_mut(r)[..n]);
+            let mut next_value = 0.0f64;
+            let mut last = 0.0f64;
+            for t in (0..n).rev() {
+                let v = vrow[t];
+                if mrow[t] {
+                    let delta = rrow[t] + gamma * next_value - v;
+                    last = delta + gamma_lambda * last;
+                    next_value = v;
+                }
+                arow[t] = last;
+                retrow[t] = last + v;
+            }
+        }
+        returns.check_finite("returns")?;
+        whiten_in_place(gae.as_mut_slice(), mask.as_slice())?;
+        Advantages::pair(gae, returns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Error, RolloutBatch};
+    use ndarray::array;
+
+    #[test]
+    fn interior_gap_carries_next_value_and_trace() {
+        // γ = 0.5, λ = 0.5 (γλ = 0.25). Row: mask 1 0 1 0, r = 0 0 1 0, V = 1 9 2 7.
+        // t=3 padding: Â = 0, returns 0 + 7.
+        // t=2: δ = 1 + 0.5·0 − 2 = −1, Â = −1; V_next = 2.
+        // t=1 observation: Â stays −1, V_next stays 2; returns −1 + 9 = 8.
+        // t=0: δ = 0 + 0.5·2 − 1 = 0, Â = 0 + 0.25·(−1) = −0.25; returns 0.75.
+        let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        let rewards = array![[0.0, 0.0, 1.0, 0.0]];
+        let values = array![[1.0, 9.0, 2.0, 7.0]];
+        let mask = array![[true, false, true, false]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask)
+            .with_values(&values);
+        let out = Gae::new(GaeConfig {
+            discount: 0.5,
+            gae_lambda: 0.5,
+        })
+        .unwrap()
+        .estimate(&input)
+        .unwrap();
+        assert_eq!(out.returns.row(0).to_vec(), vec![0.75, 8.0, 1.0, 7.0]);
+        // Whitening over the masked Â = −0.25, −1: mean −0.625, Σd² = 2·0.375², var ×2 (f32 2/1)
+        // = 0.28125; padding Â = 0 -> (0 + 0.625)/√(0.28125 + 1e-8), not re-masked.
+        let s = 1.0 / (0.281_25f64 + 1e-8).sqrt();
+        assert!((out.advantages[[0, 0]] - 0.375 * s).abs() < 1e-12);
+        assert!((out.advantages[[0, 1]] + 0.375 * s).abs() < 1e-12);
+        assert!((out.advantages[[0, 3]] - 0.625 * s).abs() < 1e-12);
+    }
+
+    #[test]
+    fn values_are_required_and_checked() {
+        let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        let rewards = array![[0.0, 1.0]];
+        let mask = array![[true, true]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        let est = Gae::new(GaeConfig::verl()).unwrap();
+        assert_eq!(est.estimate(&input), Err(Error::MissingInput("values")));
+        let short = array![[0.0]];
+        assert!(matches!(
+            est.estimate(&input.with_values(&short)),
+            Err(Error::LengthMismatch { what: "values", .. })
+        ));
+        let inf = array![[0.0, f64::INFINITY]];
+        assert!(matches!(
+            est.estimate(&input.with_values(&inf)),
+            Err(Error::NonFinite {
+                what: "values",
+                index: 1,
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,617 @@
+//! GRPO and its verl variants: `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo`.
+//!
+//! Each row's score is the sum of its `token_level_rewards` over **all** L positions (not only
+//! masked ones): s_i = Σ_t r_{i,t}. Rows are grouped by uid (the batch's groups; for agent
+//! data a group holds every row of every trajectory of the task).
+//!
+//! # `grpo` ([`Grpo`], verl `compute_grpo_outcome_advantage`)
+//! ```text
+//! A_i = (s_i − μ_g) / (σ_g + ε)      (GrpoNorm::MeanStd, verl norm_adv_by_std_in_grpo = true)
+//! A_i =  s_i − μ_g                   (GrpoNorm::MeanOnly, Dr.GRPO)
+//! ```
+//! μ_g the group mean, σ_g the **unbiased** (n − 1) standard deviation (`torch.std`), ε =
+//! `std_eps` (1e-6) added to σ, not to σ². A group of one row uses μ = 0, σ = 1. The scalar is
+//! broadcast to the row's tokens and multiplied by the response mask; returns = advantages.
+//!
+//! # `grpo_vectorized` ([`GrpoVectorized`], verl `compute_grpo_vectorized_outcome_advantage`)
+//! Same equation, but the group statistics come from `verl.utils.group_mean_std`: scores cast
+//! to float32, μ = Σs / n and σ² = Σ(s − μ)² / (n − 1) accumulated in float32 in row order,
+//! σ = √max(σ², ε) (ε floors the **variance**), singletons μ = 0, σ = 1. (verl 0.9.1's float64
+//! vectors match this two-pass variance to the last bit; older verl releases used the one-pass
+//! (Σs² − (Σs)²/n) / (n − 1), which differs by ~3e-7 relative on some groups.)
+//!
+//! # `grpo_passk` ([`GrpoPassk`], verl `compute_grpo_passk_outcome_advantage`)
+//! Only the best row of each group gets a nonzero advantage: A_max = r_max − r_second_max,
+//! divided by (σ_g + ε) under `MeanStd`; every other row gets 0. verl raises for a group of
+//! fewer than two rows: we return [`Error::Undefined`].
+//!
+//! # `gdpo` ([`Gdpo`], verl `compute_gdpo_outcome_advantage`, single reward)
+//! With one reward component (verl's `config=None` fallback) GDPO is the `grpo` advantage
+//! broadcast under the mask, then [batch-whitened](super::whiten) and re-masked.
+//! Multi-component GDPO (`gdpo_reward_keys`) is not implemented.
+//!
+//! # Peer behaviour reproduced
+//! - `grpo` singleton groups divide by `float32(1 + ε)` (= 1.0000009537 for ε = 1e-6) even in
+//!   a float64 run: verl's singleton σ is `torch.tensor(1.0)`, a float32 tensor, and adding
+//!   ε to it stays float32. So a singleton's advantage is s / 1.0000009537, not s.
+//! - `grpo_vectorized` computes μ_g and σ_g in float32 (see above), and σ_g + ε in float32;
+//!   only the final (s − μ_g) / (σ_g + ε) is float64. Equal scores can therefore give tiny
+//!   nonzero advantages (the float32 residual divided by √ε ≈ 1e-3).
+//! - verl's `gdpo` weight is a float32 1.0 (exact) and its whitening counts tokens in float32
+//!   (see [`whiten`](super::whiten)).
+//!
+//! No deliberate difference from verl.
+
+use super::whiten::whiten_in_place;
+use super::{
+    broadcast_masked, check_scalars, group_rows, row_groups, AdvantageEstimator, Advantages, EstimatorInput,
+};
+use crate::batch::RolloutBatch;
+use crate::error::{Error, Range, Result};
+
+/// How GRPO normalizes a score against its group (verl's `norm_adv_by_std_in_grpo`).
+///
+/// ```
+/// use beacon_rl::estimator::GrpoNorm;
+/// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(false), GrpoNorm::MeanOnly);
+/// assert_eq!(GrpoNorm::default(), GrpoNorm::MeanStd);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum GrpoNorm {
+    /// (s − μ) / (σ + ε): original GRPO (verl `norm_adv_by_std_in_grpo = true`, the default).
+    #[default]
+    MeanStd,
+    /// s − μ: Dr.GRPO (verl `norm_adv_by_std_in_grpo = false`).
+    MeanOnly,
+}
+
+impl GrpoNorm {
+    /// Maps verl's boolean `norm_adv_by_std_in_grpo` to the mode.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::GrpoNorm;
+    /// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(true), GrpoNorm::MeanStd);
+    /// ```
+    pub fn from_norm_adv_by_std_in_grpo(norm_adv_by_std_in_grpo: bool) -> Self {
+        if norm_adv_by_std_in_grpo {
+            Self::MeanStd
+        } else {
+            Self::MeanOnly
+        }
+    }
+}
+
+/// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`.
+///
+/// ```
+/// use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
+/// let c = GrpoConfig::verl();
+/// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
+/// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
+/// assert!(GrpoConfig { std_eps: -1.0, ..c }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct GrpoConfig {
+    /// ε added to the group standard deviation (verl `epsilon`, default 1e-6). Must be finite
+    /// and > 0 (an all-equal group would otherwise divide 0 by 0).
+    pub std_eps: f64,
+    /// Normalization mode (default [`GrpoNorm::MeanStd`]).
+    pub norm: GrpoNorm,
+}
+
+impl GrpoConfig {
+    /// verl's defaults: `epsilon = 1e-6`, `norm_adv_by_std_in_grpo = true`.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::GrpoConfig;
+    /// assert_eq!(GrpoConfig::verl(), GrpoConfig::default());
+    /// ```
+    pub const fn verl() -> Self {
+        Self {
+            std_eps: 1e-6,
+            norm: GrpoNorm::MeanStd,
+        }
+    }
+
+    /// Dr.GRPO: no division by the group standard deviation.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
+    /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
+    /// ```
+    pub const fn dr_grpo() -> Self {
+        Self {
+            std_eps: 1e-6,
+            norm: GrpoNorm::MeanOnly,
+        }
+    }
+
+    /// Checks the parameters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] unless `std_eps` is finite and > 0.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::GrpoConfig;
+    /// assert!(GrpoConfig { std_eps: f64::NAN, ..GrpoConfig::verl() }.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        Range::POSITIVE.check("std_eps", self.std_eps)
+    }
+}
+
+impl Default for GrpoConfig {
+    fn default() -> Self {
+        Self::verl()
+    }
+}
+
+macro_rules! grpo_family_type {
+    ($(#[$doc:meta])* $ty:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub struct $ty {
+            config: GrpoConfig,
+        }
+
+        impl $ty {
+            /// Validates the parameters and builds the estimator.
+            ///
+            /// # Errors
+            /// [`Error::InvalidConfig`] when `config` is out of range.
+            ///
+            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::verl())?;\nassert_eq!(est.config(), &GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            pub fn new(config: GrpoConfig) -> Result<Self> {
+                config.validate()?;
+                Ok(Self { config })
+            }
+
+            /// The estimator's parameters.
+            ///
+            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::default())?;\nassert_eq!(*est.config(), GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            pub fn config(&self) -> &GrpoConfig {
+                &self.config
+            }
+        }
+    };
+}
+
+grpo_family_type!(
+    /// verl's `grpo` (see the [module docs](self)).
+    ///
+    /// Needs `token_level_rewards` and `response_mask`.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grpo, GrpoConfig};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_group_keys(&["a", "a", "b"], &[1.0, 0.0, 1.0])?;
+    /// let rewards = [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]];
+    /// let mask = [[true, true], [true, true], [true, false]];
+    /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+    /// let out = Grpo::new(GrpoConfig::verl())?.estimate(&input)?;
+    /// // Group "a": mean 0.5, std √0.5; group "b" is a singleton: 1 / f32(1 + 1e-6).
+    /// assert!((out.advantages[[0, 0]] - 0.5 / (0.5f64.sqrt() + 1e-6)).abs() < 1e-12);
+    /// assert!((out.advantages[[2, 0]] - 1.0 / 1.000_000_953_674_316_4).abs() < 1e-12);
+    /// assert_eq!(out.advantages[[2, 1]], 0.0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    Grpo
+);
+
+grpo_family_type!(
+    /// verl's `grpo_vectorized`: GRPO with float32 group statistics and a variance floor (see
+    /// the [module docs](self)).
+    ///
+    /// Needs `token_level_rewards` and `response_mask`.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, GrpoConfig, GrpoVectorized};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
+    /// let rewards = [[1.0], [0.0], [0.5]];
+    /// let mask = [[true], [true], [true]];
+    /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+    /// let out = GrpoVectorized::new(GrpoConfig::verl())?.estimate(&input)?;
+    /// // Singletons use std 1 and add ε in float32, like `grpo`.
+    /// assert!((out.advantages[[2, 0]] - 0.5 / 1.000_000_953_674_316_4).abs() < 1e-12);
+    /// assert!((out.advantages[[0, 0]] + out.advantages[[1, 0]]).abs() < 1e-6);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    GrpoVectorized
+);
+
+grpo_family_type!(
+    /// verl's `grpo_passk`: only the best row of each group gets r_max − r_second_max (see the
+    /// [module docs](self)).
+    ///
+    /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, GrpoConfig, GrpoPassk};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
+    /// let rewards = [[0.2], [1.0], [0.6]];
+    /// let mask = [[true], [true], [true]];
+    /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+    /// let out = GrpoPassk::new(GrpoConfig::dr_grpo())?.estimate(&input)?;
+    /// assert_eq!(out.advantages.column(0).to_vec(), vec![0.0, 1.0 - 0.6, 0.0]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    GrpoPassk
+);
+
+grpo_family_type!(
+    /// verl's `gdpo` with a single reward: GRPO, then batch whitening under the mask (see the
+    /// [module docs](self)).
+    ///
+    /// Needs `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gdpo, GrpoConfig};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
+    /// let rewards = [[1.0, 0.0], [0.0, 0.0]];
+    /// let mask = [[true, true], [true, false]];
+    /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+    /// let out = Gdpo::new(GrpoConfig::verl())?.estimate(&input)?;
+    /// // Masked tokens are whitened to mean 0 over the batch; padding stays 0.
+    /// let total: f64 = out.advantages.iter().sum();
+    /// assert!(total.abs() < 1e-9);
+    /// assert_eq!(out.advantages[[1, 1]], 0.0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    Gdpo
+);
+
+/// verl's GRPO scalar per row (`compute_grpo_outcome_advantage` before broadcasting).
+pub(crate) fn grpo_scalars(batch: &RolloutBatch, scores: &[f64], config: &GrpoConfig) -> Vec<f64> {
+    let mut out = vec![0.0; scores.len()];
+    // Singleton σ = float32 1.0, plus ε in float32 (peer behaviour reproduced).
+    let singleton_denom = f64::from(1.0f32 + config.std_eps as f32);
+    for g in 0..batch.num_groups() {
+        let rows = group_rows(batch, g);
+        let n = rows.len();
+        if n == 1 {
+            let r = rows[0];
+            out[r] = match config.norm {
+                GrpoNorm::MeanStd => scores[r] / singleton_denom,
+                GrpoNorm::MeanOnly => scores[r],
+            };
+            continue;
+        }
+        let mean = rows.iter().map(|&r| scores[r]).sum::<f64>() / n as f64;
+        match config.norm {
+            GrpoNorm::MeanOnly => {
+                for &r in rows {
+                    out[r] = scores[r] - mean;
+                }
+            }
+            GrpoNorm::MeanStd => {
+                let denom = unbiased_std(rows, scores, mean) + config.std_eps;
+                for &r in rows {
+                    out[r] = (scores[r] - mean) / denom;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `torch.std` (n − 1) of the group's scores; `rows.len() >= 2`.
+fn unbiased_std(rows: &[usize], scores: &[f64], mean: f64) -> f64 {
+    let sq: f64 = rows
+        .iter()
+        .map(|&r| {
+            let d = scores[r] - mean;
+            d * d
+        })
+        .sum();
+    (sq / (rows.len() - 1) as f64).sqrt()
+}
+
+impl AdvantageEstimator for Grpo {
+    fn name(&self) -> &'static str {
+        "grpo"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = grpo_scalars(input.batch, &scores, &self.config);
+        check_scalars("advantages", &scalars)?;
+        Advantages::same(broadcast_masked(&scalars, &mask))
+    }
+}
+
+impl AdvantageEstimator for GrpoVectorized {
+    fn name(&self) -> &'static str {
+        "grpo_vectorized"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = grpo_vectorized_scalars(input.batch, &scores, &self.config);
+        check_scalars("advantages", &scalars)?;
+        Advantages::same(broadcast_masked(&scalars, &mask))
+    }
+}
+
+/// verl 0.9.1's `verl.utils.group_mean_std` in float32 (row-order accumulation, as
+/// `index_add_`; two-pass variance), then the float64 normalization of
+/// `compute_grpo_vectorized_outcome_advantage`.
+fn grpo_vectorized_scalars(batch: &RolloutBatch, scores: &[f64], config: &GrpoConfig) -> Vec<f64> {
+    let groups = row_groups(batch);
+    let num_groups = batch.num_groups();
+    let mut count = vec![0.0f32; num_groups];
+    let mut mean = vec![0.0f32; num_groups];
+    for (&g, &s) in groups.iter().zip(scores) {
+        count[g] += 1.0;
+        mean[g] += s as f32;
+    }
+    for (m, &c) in mean.iter_mut().zip(&count) {
+        *m /= c.max(1.0);
+    }
+    // Two-pass variance in float32: Σ (x − μ)² accumulated in row order.
+    let mut sq = vec![0.0f32; num_groups];
+    for (&g, &s) in groups.iter().zip(scores) {
+        let d = s as f32 - mean[g];
+        sq[g] += d * d;
+    }
+    let eps32 = config.std_eps as f32;
+    // (mean, std + ε) per group, both float32 like verl.
+    let stats: Vec<(f32, f32)> = (0..num_groups)
+        .map(|g| {
+            if count[g] <= 1.0 {
+                return (0.0, 1.0 + eps32);
+            }
+            let var = sq[g] / (count[g] - 1.0).max(1.0);
+            (mean[g], var.max(eps32).sqrt() + eps32)
+        })
+        .collect();
+    groups
+        .iter()
+        .zip(scores)
+        .map(|(&g, &s)| {
+            let (mean, denom) = stats[g];
+            let centered = s - f64::from(mean);
+            match config.norm {
+                GrpoNorm::MeanStd => centered / f64::from(denom),
+                GrpoNorm::MeanOnly => centered,
+            }
+        })
+        .collect()
+}
+
+impl AdvantageEstimator for GrpoPassk {
+    fn name(&self) -> &'static str {
+        "grpo_passk"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let batch = input.batch;
+        let mut scalars = vec![0.0; scores.len()];
+        for g in 0..batch.num_groups() {
+            let rows = group_rows(batch, g);
+            if rows.len() < 2 {
+                return Err(Error::Undefined(format!(
+                    "grpo_passk requires at least 2 samples per group; group {g} has {} (verl raises ValueError)",
+                    rows.len()
+                )));
+            }
+            // Best row (first of equal maxima) and the second-largest score.
+            let mut best = rows[0];
+            for &r in &rows[1..] {
+                if scores[r] > scores[best] {
+                    best = r;
+                }
+            }
+            let second = rows
+                .iter()
+                .filter(|&&r| r != best)
+                .map(|&r| scores[r])
+                .fold(f64::NEG_INFINITY, f64::max);
+            let mut adv = scores[best] - second;
+            if self.config.norm == GrpoNorm::MeanStd {
+                let mean = rows.iter().map(|&r| scores[r]).sum::<f64>() / rows.len() as f64;
+                adv /= unbiased_std(rows, &scores, mean) + self.config.std_eps;
+            }
+            scalars[best] = adv;
+        }
+        check_scalars("advantages", &scalars)?;
+        Advantages::same(broadcast_masked(&scalars, &mask))
+    }
+}
+
+impl AdvantageEstimator for Gdpo {
+    fn name(&self) -> &'static str {
+        "gdpo"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let scalars = grpo_scalars(input.batch, &scores, &self.config);
+        check_scalars("advantages", &scalars)?;
+        let mut adv = broadcast_masked(&scalars, &mask);
+        whiten_in_place(adv.as_mut_slice(), mask.as_slice())?;
+        adv.remask(&mask);
+        Advantages::same(adv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::Array2;
+
+    fn single_token_input(scores: &[f64]) -> (Array2<f64>, Array2<bool>) {
+        let rewards = Array2::from_shape_vec((scores.len(), 1), scores.to_vec()).unwrap();
+        let mask = Array2::from_elem((scores.len(), 1), true);
+        (rewards, mask)
+    }
+
+    fn run(est: &dyn AdvantageEstimator, keys: &[u32], scores: &[f64]) -> Result<Vec<f64>> {
+        let batch = RolloutBatch::from_group_keys(keys, scores).unwrap();
+        let (rewards, mask) = single_token_input(scores);
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        Ok(est.estimate(&input)?.advantages.column(0).to_vec())
+    }
+
+    #[test]
+    fn grpo_hand_computed() {
+        // Group of 4 with scores 1, 0, 0, 1: mean 0.5, Σ(s−μ)² = 4 · 0.25 = 1,
+        // unbiased var 1/3, std 0.5773502691896258; A = ±0.5 / (0.5773502691896258 + 1e-6).
+        let a = run(
+            &Grpo::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0, 0],
+            &[1.0, 0.0, 0.0, 1.0],
+        )
+        .unwrap();
+        let expect = 0.5 / (0.577_350_269_189_625_8 + 1e-6);
+        assert!((a[0] - expect).abs() < 1e-15);
+        assert!((a[1] + expect).abs() < 1e-15);
+        // Dr.GRPO: just s − μ = ±0.5.
+        let d = run(
+            &Grpo::new(GrpoConfig::dr_grpo()).unwrap(),
+            &[0, 0, 0, 0],
+            &[1.0, 0.0, 0.0, 1.0],
+        )
+        .unwrap();
+        assert_eq!(d, vec![0.5, -0.5, -0.5, 0.5]);
+    }
+
+    #[test]
+    fn grpo_singleton_divides_by_f32_one_plus_eps() {
+        // f32(1 + 1e-6) = 1 + 8 · 2^-23 = 1.00000095367431640625.
+        let a = run(&Grpo::new(GrpoConfig::verl()).unwrap(), &[0], &[2.0]).unwrap();
+        assert_eq!(a[0], 2.0 / 1.000_000_953_674_316_4);
+        let d = run(&Grpo::new(GrpoConfig::dr_grpo()).unwrap(), &[0], &[2.0]).unwrap();
+        assert_eq!(d[0], 2.0);
+    }
+
+    #[test]
+    fn grpo_all_equal_group_is_zero_in_f64() {
+        let a = run(
+            &Grpo::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0],
+            &[0.9, 0.9, 0.9],
+        )
+        .unwrap();
+        assert_eq!(a, vec![0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn grpo_vectorized_floors_variance_and_uses_f32_mean() {
+        // 0.9 is not a float32: x = f32(0.9) = 0.8999999761581421. Summed in f32 in row order,
+        // x + x + x = 2.6999998092651367, / 3 = μ = 0.8999999165534973 (one ulp below x).
+        // Two-pass variance: 3 · (x − μ)² / 2 ≈ 5e-15, floored at f32(1e-6); σ = f32(√1e-6) =
+        // 0.0010000000474974513, σ + ε in f32 = 0.0010010000551119447.
+        // A = (0.9 − μ) / 0.0010010000551119447 = 8.336313497846838e-5 for every row, where
+        // `grpo` (float64) gives 0.
+        let a = run(
+            &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0],
+            &[0.9, 0.9, 0.9],
+        )
+        .unwrap();
+        for x in a {
+            assert!((x - 8.336_313_497_846_838e-5).abs() < 1e-18, "{x}");
+        }
+    }
+
+    #[test]
+    fn grpo_vectorized_matches_grpo_on_simple_scores() {
+        // 0/1 scores are exact in f32; group 0: 1, 0, 1 -> mean 2/3, var (2 − 4/3)/2 = 1/3.
+        let v = run(
+            &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0, 1],
+            &[1.0, 0.0, 1.0, 3.0],
+        )
+        .unwrap();
+        let g = run(
+            &Grpo::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0, 1],
+            &[1.0, 0.0, 1.0, 3.0],
+        )
+        .unwrap();
+        for (a, b) in v.iter().zip(&g) {
+            assert!((a - b).abs() < 1e-6, "{v:?} vs {g:?}");
+        }
+    }
+
+    #[test]
+    fn passk_hand_computed_and_singleton_error() {
+        // Scores 0.2, 1.0, 0.6: r_max − r_second = 0.4; mean 0.6, Σ(s−μ)² = 0.16 + 0.16 + 0
+        // = 0.32, unbiased var 0.16, std 0.4 -> A = 0.4 / (0.4 + 1e-6).
+        let a = run(
+            &GrpoPassk::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0],
+            &[0.2, 1.0, 0.6],
+        )
+        .unwrap();
+        assert_eq!(a[0], 0.0);
+        assert_eq!(a[2], 0.0);
+        assert!((a[1] - 0.4 / (0.4 + 1e-6)).abs() < 1e-12);
+        // Ties at the top: r_max − r_second = 0 for everyone.
+        let t = run(
+            &GrpoPassk::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 0],
+            &[1.0, 1.0, 0.0],
+        )
+        .unwrap();
+        assert_eq!(t, vec![0.0, 0.0, 0.0]);
+        let err = run(
+            &GrpoPassk::new(GrpoConfig::verl()).unwrap(),
+            &[0, 0, 1],
+            &[1.0, 0.0, 1.0],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::Undefined(ref m) if m.contains("group 1 has 1")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn gdpo_whitens_grpo_over_masked_tokens() {
+        // GRPO scalars ±0.5/(√0.5 + 1e-6) = ±a on two rows of two tokens, one token of row 1
+        // masked out: masked tokens a, a, −a: mean a/3, deviations 2a/3, 2a/3, −4a/3,
+        // Σ d² = 24a²/9, biased var 8a²/9, × f32(3/2) = 1.5 -> var 4a²/3.
+        let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0]).unwrap();
+        let rewards = ndarray::array![[1.0, 0.0], [0.0, 0.0]];
+        let mask = ndarray::array![[true, true], [true, false]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        let out = Gdpo::new(GrpoConfig::verl()).unwrap().estimate(&input).unwrap();
+        let a = 0.5 / (0.5f64.sqrt() + 1e-6);
+        let var = 4.0 * a * a / 3.0;
+        let s = 1.0 / (var + 1e-8).sqrt();
+        assert!((out.advantages[[0, 0]] - 2.0 * a / 3.0 * s).abs() < 1e-12);
+        assert!((out.advantages[[1, 0]] + 4.0 * a / 3.0 * s).abs() < 1e-12);
+        assert_eq!(out.advantages[[1, 1]], 0.0);
+        assert_eq!(out.returns, out.advantages);
+    }
+
+    #[test]
+    fn invalid_configs_rejected() {
+        for eps in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
+            let c = GrpoConfig {
+                std_eps: eps,
+                ..GrpoConfig::verl()
+            };
+            assert!(matches!(
+                Grpo::new(c),
+                Err(Error::InvalidConfig { name: "std_eps", .. })
+            ));
+            assert!(GrpoVectorized::new(c).is_err());
+            assert!(GrpoPassk::new(c).is_err());
+            assert!(Gdpo::new(c).is_err());
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! REINFORCE++: `reinforce_plus_plus` and `reinforce_plus_plus_baseline`.
+//!
+//! # `reinforce_plus_plus` ([`ReinforcePlusPlus`], verl `compute_reinforce_plus_plus_outcome_advantage`)
+//! Discounted reward-to-go over the generated tokens of each row, scanning backwards:
+//!
+//! ```text
+//! mask_t = 1:  G ← r_t + γ·G,  returns_t = G
+//! mask_t = 0:  returns_t = 0,  G unchanged          (G starts at 0 past the row's end)
+//! A = masked_whiten(returns) · mask
+//! ```
+//!
+//! γ = `discount`. Interior mask-0 spans (multi-turn observation tokens) neither discount nor
+//! reset the running return, so a reward after an observation reaches the earlier turns;
+//! trailing padding gets 0 because the scan starts at 0. The whitening is one mean/variance
+//! over all masked tokens of the batch ([`whiten`](super::whiten)).
+//!
+//! # `reinforce_plus_plus_baseline` ([`ReinforcePlusPlusBaseline`], verl `compute_reinforce_plus_plus_baseline_outcome_advantage`)
+//! ```text
+//! s_i = Σ_t r_{i,t} (all L positions)     a_i = s_i − μ_g   (singleton: μ = 0)
+//! A = masked_whiten(a_i broadcast · mask) · mask,   returns = A
+//! ```
+//!
+//! # Peer behaviour reproduced
+//! - Returns follow verl 0.9.1, which carries the running return through interior mask-0
+//!   spans (verl PR #7300, "carry running_return through observation spans"); the earlier
+//!   verl code reset it at every mask-0 token. No vector exercises a nonzero reward on a
+//!   mask-0 token; we ignore such rewards (they are not the policy's tokens).
+//! - The whitening's token count and Bessel factor are float32 (see [`whiten`](super::whiten)),
+//!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
+
+use super::whiten::whiten_in_place;
+use super::{
+    broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput, TokenBuf,
+};
+use crate::error::{Range, Result};
+
+/// Parameters of `reinforce_plus_plus`.
+///
+/// ```
+/// use beacon_rl::estimator::ReinforcePlusPlusConfig;
+/// assert_eq!(ReinforcePlusPlusConfig::verl().discount, 1.0);
+/// assert!(ReinforcePlusPlusConfig { discount: 1.1 }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct ReinforcePlusPlusConfig {
+    /// Per-token discount γ of the reward-to-go (verl `algorithm.gamma`, default 1.0), in [0, 1].
+    pub discount: f64,
+}
+
+impl ReinforcePlusPlusConfig {
+    /// verl's default: `gamma = 1.0`.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
+    /// assert_eq!(ReinforcePlusPlusConfig::verl(), ReinforcePlusPlusConfig::default());
+    /// ```
+    pub const fn verl() -> Self {
+        Self { discount: 1.0 }
+    }
+
+    /// Checks the parameters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `discount` is in [0, 1].
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
+    /// assert!(ReinforcePlusPlusConfig { discount: f64::NAN }.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        Range::UNIT.check("discount", self.discount)
+    }
+}
+
+impl Default for ReinforcePlusPlusConfig {
+    fn default() -> Self {
+        Self::verl()
+    }
+}
+
+/// verl's `reinforce_plus_plus` (see the [module docs](self)). Needs `token_level_rewards`
+/// and `response_mask` (≥ 2 masked tokens in the batch).
+///
+/// ```
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, ReinforcePlusPlus, ReinforcePlusPlusConfig};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&[0, 1], &[0.0; 2])?;
+/// // Row 0: action, observation, action with reward 1 at the end; row 1: no reward.
+/// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
+/// let mask = [[true, false, true], [true, true, false]];
+/// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+/// let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig { discount: 0.5 })?;
+/// let out = est.estimate(&input)?;
+/// // The return crosses the observation token without decaying there: 0.5 · 1.
+/// assert_eq!(out.returns.row(0).to_vec(), vec![0.5, 0.0, 1.0]);
+/// assert_eq!(out.advantages[[0, 1]], 0.0);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReinforcePlusPlus {
+    config: ReinforcePlusPlusConfig,
+}
+
+impl ReinforcePlusPlus {
+    /// Validates the parameters and builds the estimator.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+    /// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig { discount: -0.1 }).is_err());
+    /// ```
+    pub fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The estimator's parameters.
+    ///
+    /// ```
+    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+    /// assert_eq!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl())?.config().discount, 1.0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn config(&self) -> &ReinforcePlusPlusConfig {
+        &self.config
+    }
+}
+
+impl AdvantageEstimator for ReinforcePlusPlus {
+    fn name(&self) -> &'static str {
+        "reinforce_plus_plus"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (rewards, mask) = input.checked_rewards_and_mask()?;
+        let discount = self.config.discount;
+        let mut returns = TokenBuf::zeros(rewards.dim());
+        for r in 0..rewards.rows() {
+            let rrow = rewards.row(r);
+            let n = rrow.len();
+            let (mrow, out) = (&mask.row(r)[..n], &mut returns.row_mut(r)[..n]);
+            let mut running = 0.0f64;
+            for t in (0..n).rev() {
+                if mrow[t] {
+                    running = rrow[t] + discount * running;
+                    out[t] = running;
+                }
+            }
+        }
+        returns.check_finite("returns")?;
+        let mut advantages = TokenBuf::zeros(rewards.dim());
+        advantages.as_mut_slice().copy_from_slice(returns.as_slice());
+        whiten_in_place(advantages.as_mut_slice(), mask.as_slice())?;
+        advantages.remask(&mask);
+        Advantages::pair(advantages, returns)
+    }
+}
+
+/// verl's `reinforce_plus_plus_baseline` (see the [module docs](self)). Needs
+/// `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
+///
+/// ```
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, ReinforcePlusPlusBaseline};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
+/// let rewards = [[0.0, 1.0], [0.0, 0.0]];
+/// let mask = [[true, true], [true, true]];
+/// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+/// let out = ReinforcePlusPlusBaseline.estimate(&input)?;
+/// // ±0.5 on 4 tokens: mean 0, unbiased variance 1/3 -> ±0.5·√3.
+/// assert!((out.advantages[[0, 0]] - 0.5 * 3f64.sqrt()).abs() < 1e-6);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReinforcePlusPlusBaseline;
+
+impl AdvantageEstimator for ReinforcePlusPlusBaseline {
+    fn name(&self) -> &'static str {
+        "reinforce_plus_plus_baseline"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (scores, mask) = input.checked_scores_and_mask()?;
+        let batch = input.batch;
+        let mut scalars = scores.clone(); // singletons: mean 0
+        for g in 0..batch.num_groups() {
+            let rows = group_rows(batch, g);
+            if rows.len() < 2 {
+                continue;
+            }
+            let mean = rows.iter().map(|&r| scores[r]).sum::<f64>() / rows.len() as f64;
+            for &r in rows {
+                scalars[r] = scores[r] - mean;
+            }
+        }
+        check_scalars("advantages", &scalars)?;
+        let mut advantages = broadcast_masked(&scalars, &mask);
+        whiten_in_place(advantages.as_mut_slice(), mask.as_slice())?;
+        advantages.remask(&mask);
+        Advantages::same(advantages)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Error, RolloutBatch};
+    use ndarray::array;
+
+    #[test]
+    fn returns_hand_computed_with_interior_gap_and_padding() {
+        // γ = 0.9; row: mask 1 1 0 1 0, rewards 0 0.5 0 1 0.
+        // t=4 padding -> 0; t=3: G = 1; t=2 observation -> 0, G stays 1;
+        // t=1: G = 0.5 + 0.9·1 = 1.4; t=0: G = 0 + 0.9·1.4 = 1.26.
+        let batch = RolloutBatch::from_group_keys(&[0, 1], &[0.0; 2]).unwrap();
+        let rewards = array![[0.0, 0.5, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]];
+        let mask = array![
+            [true, true, false, true, false],
+            [true, false, false, false, false]
+        ];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig { discount: 0.9 }).unwrap();
+        let out = est.estimate(&input).unwrap();
+        let expect = [1.26, 1.4, 0.0, 1.0, 0.0];
+        for (x, e) in out.returns.row(0).iter().zip(expect) {
+            assert!((x - e).abs() < 1e-12, "{:?}", out.returns);
+        }
+        assert_eq!(out.returns.row(1).to_vec(), vec![1.0, 0.0, 0.0, 0.0, 0.0]);
+        // Whitened over the 4 masked returns 1.26, 1.4, 1, 1: mean 1.165.
+        let mean = (1.26 + 1.4 + 1.0 + 1.0) / 4.0;
+        let sq: f64 = [1.26f64, 1.4, 1.0, 1.0]
+            .iter()
+            .map(|x| (x - mean) * (x - mean))
+            .sum();
+        let var = sq / 4.0 * f64::from(4.0f32 / 3.0f32);
+        let s = 1.0 / (var + 1e-8).sqrt();
+        assert!((out.advantages[[0, 0]] - (1.26 - mean) * s).abs() < 1e-12);
+        assert_eq!(out.advantages[[0, 2]], 0.0);
+        assert_eq!(out.advantages[[1, 4]], 0.0);
+    }
+
+    #[test]
+    fn single_masked_token_is_undefined() {
+        let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        let rewards = array![[1.0, 0.0]];
+        let mask = array![[true, false]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl()).unwrap();
+        assert!(matches!(est.estimate(&input), Err(Error::Undefined(_))));
+        assert!(matches!(
+            ReinforcePlusPlusBaseline.estimate(&input),
+            Err(Error::Undefined(_))
+        ));
+    }
+}

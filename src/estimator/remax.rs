@@ -1,0 +1,126 @@
+//! ReMax: `remax` ([`Remax`], verl `compute_remax_outcome_advantage`).
+//!
+//! Undiscounted reward-to-go of the masked rewards minus a per-row baseline b_i (the reward of
+//! the greedy response, supplied by the caller):
+//!
+//! ```text
+//! returns_{i,t}    = Σ_{t' ≥ t} r_{i,t'} · mask_{i,t'}
+//! advantages_{i,t} = returns_{i,t} − b_i · mask_{i,t}
+//! ```
+//!
+//! # Peer behaviour reproduced
+//! Neither output is re-masked: at a mask-0 position inside a response (a multi-turn
+//! observation token) both `returns` and `advantages` hold the reward-to-go of the later
+//! masked tokens. No deliberate difference from verl.
+
+use super::{AdvantageEstimator, Advantages, EstimatorInput, TokenBuf};
+use crate::error::{check_finite, check_len, Error, Result};
+
+/// verl's `remax` (see the [module docs](self)). Needs `token_level_rewards`,
+/// `response_mask` and `reward_baselines` (one per row).
+///
+/// ```
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Remax};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
+/// let rewards = [[0.5, 0.0, 1.0]];
+/// let mask = [[true, false, true]];
+/// let input = EstimatorInput::new(&batch)
+///     .with_token_level_rewards(&rewards)
+///     .with_response_mask(&mask)
+///     .with_reward_baselines(&[1.0]);
+/// let out = Remax.estimate(&input)?;
+/// assert_eq!(out.returns.row(0).to_vec(), vec![1.5, 1.0, 1.0]);
+/// assert_eq!(out.advantages.row(0).to_vec(), vec![0.5, 1.0, 0.0]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Remax;
+
+impl AdvantageEstimator for Remax {
+    fn name(&self) -> &'static str {
+        "remax"
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let (rewards, mask) = input.checked_rewards_and_mask()?;
+        let baselines = input
+            .reward_baselines
+            .ok_or(Error::MissingInput("reward_baselines"))?;
+        check_len("reward_baselines", rewards.rows(), baselines.len())?;
+        check_finite("reward_baselines", baselines)?;
+        let mut returns = TokenBuf::zeros(rewards.dim());
+        let mut advantages = TokenBuf::zeros(rewards.dim());
+        for (r, &b) in baselines.iter().enumerate() {
+            let rrow = rewards.row(r);
+            let n = rrow.len();
+            let mrow = &mask.row(r)[..n];
+            let (ret, adv) = (&mut returns.row_mut(r)[..n], &mut advantages.row_mut(r)[..n]);
+            let mut acc = 0.0f64;
+            for t in (0..n).rev() {
+                if mrow[t] {
+                    acc += rrow[t];
+                    adv[t] = acc - b;
+                } else {
+                    adv[t] = acc;
+                }
+                ret[t] = acc;
+            }
+        }
+        returns.check_finite("returns")?;
+        advantages.check_finite("advantages")?;
+        Advantages::pair(advantages, returns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RolloutBatch;
+    use ndarray::array;
+
+    #[test]
+    fn missing_or_short_baselines() {
+        let batch = RolloutBatch::from_group_keys(&[0, 1], &[0.0; 2]).unwrap();
+        let rewards = array![[1.0], [0.0]];
+        let mask = array![[true], [true]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        assert_eq!(
+            Remax.estimate(&input),
+            Err(Error::MissingInput("reward_baselines"))
+        );
+        assert!(matches!(
+            Remax.estimate(&input.with_reward_baselines(&[0.0])),
+            Err(Error::LengthMismatch {
+                what: "reward_baselines",
+                ..
+            })
+        ));
+        assert!(matches!(
+            Remax.estimate(&input.with_reward_baselines(&[0.0, f64::NAN])),
+            Err(Error::NonFinite {
+                what: "reward_baselines",
+                index: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn trailing_padding_and_unmasked_rewards() {
+        // Rewards on mask-0 tokens do not count: row [1 (mask 0), 2, 3 (mask 0 padding)]:
+        // returns t=2: 0, t=1: 2, t=0: 2 (its own reward is unmasked); baseline 0.5.
+        let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        let rewards = array![[1.0, 2.0, 3.0]];
+        let mask = array![[false, true, false]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask)
+            .with_reward_baselines(&[0.5]);
+        let out = Remax.estimate(&input).unwrap();
+        assert_eq!(out.returns.row(0).to_vec(), vec![2.0, 2.0, 0.0]);
+        assert_eq!(out.advantages.row(0).to_vec(), vec![2.0, 1.5, 0.0]);
+    }
+}
