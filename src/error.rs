@@ -165,6 +165,15 @@ pub enum Error {
     #[error("undefined for these inputs: {0}")]
     Undefined(String),
 
+    /// An estimator configuration names one BEACON flavour but holds the other's parameters
+    /// (`beacon` needs [`BeaconFlavour::Paper`](crate::BeaconFlavour::Paper), `beacon_official`
+    /// needs [`BeaconFlavour::Official`](crate::BeaconFlavour::Official)).
+    #[error("estimator {estimator} does not match the configured BEACON flavour")]
+    FlavourMismatch {
+        /// The estimator name of the configuration.
+        estimator: &'static str,
+    },
+
     /// An estimator name (verl's `adv_estimator` string) that the crate does not know.
     #[error("unknown advantage estimator: {0:?}")]
     UnknownEstimator(String),

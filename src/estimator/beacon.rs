@@ -46,6 +46,7 @@
 
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
+use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput};
 use crate::milestone::check_flags;
 use crate::shaping::DecayTable;
 use crate::stats::{mean_std, NormMode, SingletonRule};
@@ -180,6 +181,39 @@ impl BeaconConfig {
         Range::POSITIVE.check("std_eps", self.std_eps)?;
         Ok(())
     }
+}
+
+/// Deserialises a [`BeaconConfig`] whose omitted fields take `preset`'s values, so a config file
+/// naming `beacon_official` gets the release's defaults (R_ms = 10), not the paper's.
+#[cfg(feature = "serde")]
+pub(crate) fn deserialize_over_preset<'de, D>(
+    preset: BeaconConfig,
+    d: D,
+) -> std::result::Result<BeaconConfig, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Patch {
+        flavour: Option<BeaconFlavour>,
+        milestone_reward: Option<f64>,
+        segment_decay: Option<f64>,
+        segment_weight: Option<f64>,
+        trajectory_weight: Option<f64>,
+        std_eps: Option<f64>,
+        singleton: Option<SingletonRule>,
+    }
+    let p = <Patch as serde::Deserialize>::deserialize(d)?;
+    Ok(BeaconConfig {
+        flavour: p.flavour.unwrap_or(preset.flavour),
+        milestone_reward: p.milestone_reward.unwrap_or(preset.milestone_reward),
+        segment_decay: p.segment_decay.unwrap_or(preset.segment_decay),
+        segment_weight: p.segment_weight.unwrap_or(preset.segment_weight),
+        trajectory_weight: p.trajectory_weight.unwrap_or(preset.trajectory_weight),
+        std_eps: p.std_eps.unwrap_or(preset.std_eps),
+        singleton: p.singleton.unwrap_or(preset.singleton),
+    })
 }
 
 impl Default for BeaconConfig {
@@ -568,6 +602,37 @@ impl Beacon {
                 };
             }
         }
+    }
+}
+
+impl AdvantageEstimator for Beacon {
+    /// `beacon` (paper flavour) or `beacon_official` (the release's flavour).
+    fn name(&self) -> &'static str {
+        match self.config.flavour {
+            BeaconFlavour::Paper => "beacon",
+            BeaconFlavour::Official { .. } => "beacon_official",
+        }
+    }
+
+    /// Reads the batch's terminal rewards R(τ) and `milestones` (required); broadcasts the
+    /// per-row advantages under `response_mask` when given (else one column). Returns equal
+    /// advantages, as in the release.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::{Beacon, BeaconConfig, Error, RolloutBatch};
+    /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
+    /// let beacon = Beacon::new(BeaconConfig::paper())?;
+    /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));
+    /// let out = beacon.estimate(&EstimatorInput::new(&batch).with_milestones(&[false, false]))?;
+    /// assert_eq!(out.advantages.dim(), (2, 1));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
+        let mut adv = vec![0.0; input.batch.num_steps()];
+        self.compute_into(input.batch, flags, &mut BeaconWorkspace::default(), &mut adv)?;
+        Advantages::from_steps(&adv, input.response_mask)
     }
 }
 

@@ -76,6 +76,7 @@ pub use crate::stats::NormMode;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum StepGrouping {
     /// Identical anchors form a group (the peer's default, `enable_similarity=False`).
     #[default]
@@ -102,6 +103,7 @@ pub enum StepGrouping {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct GigpoConfig {
     /// γ of the step returns `R_t = r_t + γ R_{t+1}`, in [0, 1] (verl's `algorithm.gamma`).
     pub step_decay: f64,
@@ -778,6 +780,35 @@ fn group_stats(values: &[f64], labels: &[usize], num_labels: usize, stats: &mut 
     }
     for s in stats.iter_mut().filter(|s| s.count > 1) {
         s.std = (s.m2 / (s.count - 1) as f64).sqrt();
+    }
+}
+
+impl crate::estimator::AdvantageEstimator for Gigpo {
+    /// `gigpo`.
+    fn name(&self) -> &'static str {
+        "gigpo"
+    }
+
+    /// Reads the batch's terminal rewards (episode rewards), `step_rewards` and `anchor_obs`
+    /// (both required); broadcasts the per-row advantages under `response_mask` when given
+    /// (else one column). Returns equal advantages, as in verl-agent.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::{Gigpo, GigpoConfig, RolloutBatch};
+    /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
+    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+    /// let anchors = ["start", "start"];
+    /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 0.0]).with_anchor_obs(&anchors);
+    /// let out = gigpo.estimate(&input)?;
+    /// assert_eq!(out.advantages[[0, 0]], 0.5); // episode term 1 - 0.5; equal step returns
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    fn estimate(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<crate::estimator::Advantages> {
+        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
+        let anchors = input.anchor_obs.ok_or(Error::MissingInput("anchor_obs"))?;
+        let out = self.compute(input.batch, step_rewards, anchors)?;
+        crate::estimator::Advantages::from_steps(&out.advantages, input.response_mask)
     }
 }
 

@@ -620,6 +620,20 @@ pub struct Advantages {
 }
 
 impl Advantages {
+    /// Step-level estimators (BEACON, GiGPO): one advantage per row, broadcast under the
+    /// input's response mask when there is one (rows × L), else one column (rows × 1).
+    /// Returns equal advantages, as in the peers' outcome estimators.
+    pub(crate) fn from_steps(step: &[f64], mask: Option<ArrayView2<'_, bool>>) -> Result<Self> {
+        let advantages = match mask {
+            Some(mask) => crate::token::broadcast(step, mask)?,
+            None => Array2::from_shape_fn((step.len(), 1), |(r, _)| step[r]),
+        };
+        Ok(Self {
+            returns: advantages.clone(),
+            advantages,
+        })
+    }
+
     /// Outcome estimators return their advantages as returns too.
     pub(crate) fn same(advantages: TokenBuf) -> Result<Self> {
         let advantages = advantages.into_array("advantages")?;
@@ -700,6 +714,32 @@ pub enum EstimatorConfig {
     /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
     /// ([`TirOptimalTokenBaseline`]).
     TirOptimalTokenBaseline(OptimalTokenBaselineConfig),
+    /// `gigpo`: episode plus anchor-state step advantages, verl-agent's GiGPO
+    /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
+    Gigpo(gigpo::GigpoConfig),
+    /// `beacon`: BEACON, the paper's equations ([`Beacon`](beacon::Beacon)). Omitted fields take
+    /// [`BeaconConfig::paper`](beacon::BeaconConfig::paper); the flavour must be `paper`.
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_paper"))]
+    Beacon(beacon::BeaconConfig),
+    /// `beacon_official`: BEACON as the paper's code release computes it. Omitted fields take
+    /// [`BeaconConfig::official`](beacon::BeaconConfig::official); the flavour must be
+    /// `official`.
+    #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_official"))]
+    BeaconOfficial(beacon::BeaconConfig),
+}
+
+#[cfg(feature = "serde")]
+fn deserialize_beacon_paper<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<beacon::BeaconConfig, D::Error> {
+    beacon::deserialize_over_preset(beacon::BeaconConfig::paper(), d)
+}
+
+#[cfg(feature = "serde")]
+fn deserialize_beacon_official<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<beacon::BeaconConfig, D::Error> {
+    beacon::deserialize_over_preset(beacon::BeaconConfig::official(), d)
 }
 
 impl EstimatorConfig {
@@ -729,6 +769,36 @@ impl EstimatorConfig {
         "tir_optimal_token_baseline",
     ];
 
+    /// Every name [`FromStr`] accepts: [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`
+    /// and `beacon_official`.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::EstimatorConfig;
+    /// for name in EstimatorConfig::NAMES {
+    ///     assert_eq!(name.parse::<EstimatorConfig>()?.build()?.name(), *name);
+    /// }
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub const NAMES: &'static [&'static str] = &[
+        "gae",
+        "grpo",
+        "grpo_vectorized",
+        "grpo_passk",
+        "gdpo",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "gpg",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+        "gigpo",
+        "beacon",
+        "beacon_official",
+    ];
+
     /// verl's `adv_estimator` string.
     ///
     /// ```
@@ -752,6 +822,9 @@ impl EstimatorConfig {
             Self::Remax => "remax",
             Self::OptimalTokenBaseline(_) => "optimal_token_baseline",
             Self::TirOptimalTokenBaseline(_) => "tir_optimal_token_baseline",
+            Self::Gigpo(_) => "gigpo",
+            Self::Beacon(_) => "beacon",
+            Self::BeaconOfficial(_) => "beacon_official",
         }
     }
 
@@ -771,6 +844,16 @@ impl EstimatorConfig {
             Self::Gpg(c) => c.validate(),
             Self::ReinforcePlusPlus(c) => c.validate(),
             Self::OptimalTokenBaseline(c) | Self::TirOptimalTokenBaseline(c) => c.validate(),
+            Self::Gigpo(c) => c.validate(),
+            Self::Beacon(c) | Self::BeaconOfficial(c) => {
+                let official = matches!(c.flavour, beacon::BeaconFlavour::Official { .. });
+                if official != matches!(self, Self::BeaconOfficial(_)) {
+                    return Err(Error::FlavourMismatch {
+                        estimator: self.name(),
+                    });
+                }
+                c.validate()
+            }
             Self::Rloo | Self::RlooVectorized | Self::Opo | Self::ReinforcePlusPlusBaseline | Self::Remax => {
                 Ok(())
             }
@@ -804,6 +887,11 @@ impl EstimatorConfig {
             Self::Remax => Box::new(Remax),
             Self::OptimalTokenBaseline(c) => Box::new(OptimalTokenBaseline::new(*c)?),
             Self::TirOptimalTokenBaseline(c) => Box::new(TirOptimalTokenBaseline::new(*c)?),
+            Self::Gigpo(c) => Box::new(gigpo::Gigpo::new(*c)?),
+            Self::Beacon(c) | Self::BeaconOfficial(c) => {
+                self.validate()?;
+                Box::new(beacon::Beacon::new(*c)?)
+            }
         })
     }
 }
@@ -815,7 +903,7 @@ impl FromStr for EstimatorConfig {
     /// parameters.
     ///
     /// # Errors
-    /// [`Error::UnknownEstimator`] for a name that is not in [`EstimatorConfig::VERL_NAMES`].
+    /// [`Error::UnknownEstimator`] for a name that is not in [`EstimatorConfig::NAMES`].
     fn from_str(s: &str) -> Result<Self> {
         Ok(match s {
             "gae" => Self::Gae(GaeConfig::verl()),
@@ -832,6 +920,9 @@ impl FromStr for EstimatorConfig {
             "remax" => Self::Remax,
             "optimal_token_baseline" => Self::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()),
             "tir_optimal_token_baseline" => Self::TirOptimalTokenBaseline(OptimalTokenBaselineConfig::verl()),
+            "gigpo" => Self::Gigpo(gigpo::GigpoConfig::verl_agent()),
+            "beacon" => Self::Beacon(beacon::BeaconConfig::paper()),
+            "beacon_official" => Self::BeaconOfficial(beacon::BeaconConfig::official()),
             other => return Err(Error::UnknownEstimator(other.to_string())),
         })
     }
@@ -862,10 +953,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn beacon_names_need_their_flavour() {
+        let mismatch = EstimatorConfig::BeaconOfficial(beacon::BeaconConfig::paper());
+        assert_eq!(
+            mismatch.build().err(),
+            Some(Error::FlavourMismatch {
+                estimator: "beacon_official"
+            })
+        );
+        let mismatch = EstimatorConfig::Beacon(beacon::BeaconConfig::official());
+        assert!(matches!(mismatch.validate(), Err(Error::FlavourMismatch { .. })));
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn serde_beacon_official_defaults_to_the_release() {
+        let c: EstimatorConfig =
+            serde_json::from_str(r#"{"adv_estimator":"beacon_official","segment_weight":10.0}"#).unwrap();
+        let mut want = beacon::BeaconConfig::official();
+        want.segment_weight = 10.0;
+        assert_eq!(c, EstimatorConfig::BeaconOfficial(want));
+        let c: EstimatorConfig =
+            serde_json::from_str(r#"{"adv_estimator":"gigpo","grouping":{"similarity":{"threshold":0.9}}}"#)
+                .unwrap();
+        assert_eq!(c.build().unwrap().name(), "gigpo");
+        assert!(
+            serde_json::from_str::<EstimatorConfig>(r#"{"adv_estimator":"beacon","gamma":0.9}"#).is_err()
+        );
+    }
+
     #[cfg(feature = "serde")]
     #[test]
     fn serde_uses_verl_names_and_defaults() {
-        for name in EstimatorConfig::VERL_NAMES {
+        for name in EstimatorConfig::NAMES {
             let c: EstimatorConfig = name.parse().unwrap();
             let json = serde_json::to_string(&c).unwrap();
             assert!(json.contains(&format!("\"adv_estimator\":\"{name}\"")), "{json}");
