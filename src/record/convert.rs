@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use super::{record_error, JsonlRecord, TrajectoryRecord};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
+use crate::estimator::EstimatorInput;
 use crate::milestone::{self, MilestoneDetector, Transition};
+use ndarray::Array2;
 
 /// Trajectory records laid out as a [`RolloutBatch`], with each row's [`Transition`].
 ///
@@ -268,5 +270,105 @@ impl<'a> RecordBatch<'a> {
     /// ```
     pub fn detect_milestones<D: MilestoneDetector + ?Sized>(&self, detector: &mut D) -> Vec<bool> {
         milestone::detect_milestones(&self.batch, detector, |row, _| self.transition(row))
+    }
+
+    /// The per-row columns every estimator reads, derived from the records the way
+    /// verl-agent feeds its estimators (see [`RecordColumns`]).
+    ///
+    /// ```
+    /// use beacon_rl::estimator::EstimatorConfig;
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut a = TrajectoryRecord::new("g", "a", 1.0);
+    /// # a.steps = vec![StepRecord::new("go", "Hall.", 0.0, false)];
+    /// # let mut b = TrajectoryRecord::new("g", "b", 0.0);
+    /// # b.steps = vec![StepRecord::new("go", "Hall.", 0.0, false)];
+    /// # let records = [a, b];
+    /// let rb = RecordBatch::new(&records)?;
+    /// let cols = rb.columns();
+    /// let flags = vec![false; rb.num_rows()];
+    /// // Every estimator but those needing a critic, a greedy baseline or log-probabilities.
+    /// let needs_more = ["gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"];
+    /// for name in EstimatorConfig::NAMES.iter().filter(|n| !needs_more.contains(n)) {
+    ///     let est = name.parse::<EstimatorConfig>()?.build()?;
+    ///     let out = est.estimate(&cols.input(rb.batch(), &flags))?;
+    ///     assert_eq!(out.advantages.dim(), (2, 1), "{name}");
+    /// }
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn columns(&self) -> RecordColumns<'a> {
+        let rows = self.num_rows();
+        let mut outcome = Array2::zeros((rows, 1));
+        let mut step_rewards = Vec::with_capacity(rows);
+        let mut anchors = Vec::with_capacity(rows);
+        for (row, t) in self.transitions().enumerate() {
+            let (record, step) = self.row_location(row);
+            outcome[[row, 0]] = self.records[record].terminal_reward;
+            step_rewards.push(self.records[record].steps[step].reward);
+            anchors.push(t.observation);
+        }
+        RecordColumns {
+            outcome_rewards: outcome,
+            response_mask: Array2::from_elem((rows, 1), true),
+            step_rewards,
+            anchor_obs: anchors,
+        }
+    }
+}
+
+/// Per-row estimator columns derived from records ([`RecordBatch::columns`]), one row per step:
+///
+/// - `outcome_rewards` (rows × 1): the trajectory's terminal reward on every row, as
+///   verl-agent places the episode reward on each step row's last token, so that verl's
+///   outcome estimators (GRPO, RLOO, ...) group and normalise step rows by `uid`;
+/// - `response_mask` (rows × 1): all true (one "token" per row: the step's advantage);
+/// - `step_rewards`: each step's environment `reward` (GiGPO's step returns);
+/// - `anchor_obs`: the observation the action answered (s_t, see [`RecordBatch`]), GiGPO's
+///   anchor state.
+///
+/// ```
+/// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+/// # let mut a = TrajectoryRecord::new("g", "a", 1.0);
+/// # a.initial_observation = Some("Kitchen.".into());
+/// # a.steps = vec![StepRecord::new("go", "Hall.", 0.5, false)];
+/// # let records = [a];
+/// let cols = RecordBatch::new(&records)?.columns();
+/// assert_eq!(cols.anchor_obs, ["Kitchen."]);
+/// assert_eq!(cols.step_rewards, [0.5]);
+/// assert_eq!(cols.outcome_rewards[[0, 0]], 1.0);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RecordColumns<'a> {
+    /// Terminal reward per row, rows × 1.
+    pub outcome_rewards: Array2<f64>,
+    /// All-true mask, rows × 1.
+    pub response_mask: Array2<bool>,
+    /// Environment reward of each step.
+    pub step_rewards: Vec<f64>,
+    /// Observation before each step (borrowed from the records).
+    pub anchor_obs: Vec<&'a str>,
+}
+
+impl<'a> RecordColumns<'a> {
+    /// An [`EstimatorInput`] over `batch` with these columns and the given milestone flags.
+    ///
+    /// ```
+    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    /// # let mut a = TrajectoryRecord::new("g", "a", 1.0);
+    /// # a.steps = vec![StepRecord::new("go", "Hall.", 0.5, false)];
+    /// # let records = [a];
+    /// let rb = RecordBatch::new(&records)?;
+    /// let cols = rb.columns();
+    /// let input = cols.input(rb.batch(), &[true]);
+    /// assert_eq!(input.milestones, Some(&[true][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn input<'b>(&'b self, batch: &'b RolloutBatch, milestones: &'b [bool]) -> EstimatorInput<'b> {
+        EstimatorInput::new(batch)
+            .with_token_level_rewards(self.outcome_rewards.view())
+            .with_response_mask(self.response_mask.view())
+            .with_step_rewards(&self.step_rewards)
+            .with_anchor_obs(&self.anchor_obs)
+            .with_milestones(milestones)
     }
 }

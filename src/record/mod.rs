@@ -85,7 +85,7 @@ mod jsonl;
 mod num;
 mod rows;
 
-pub use convert::RecordBatch;
+pub use convert::{RecordBatch, RecordColumns};
 pub use jsonl::{create_jsonl, open_jsonl, read_rows, read_trajectories, write_jsonl, JsonlReader};
 pub use rows::{group_rows, read_row_dump, RowRecord};
 /// Re-exported from `serde_json`: the type of the `extra` fields and of free-form values.
