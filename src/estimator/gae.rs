@@ -39,7 +39,7 @@ use crate::error::{Range, Result};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct GaeConfig {
     /// Per-token discount γ (verl `algorithm.gamma`, default 1.0), in [0, 1].
     pub discount: f64,

@@ -32,7 +32,7 @@ use crate::error::{Range, Result};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct GpgConfig {
     /// Divisor of every advantage (verl `f_norm`, default 1.0). Must be finite and > 0.
     pub f_norm: f64,

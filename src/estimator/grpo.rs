@@ -94,7 +94,7 @@ impl GrpoNorm {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct GrpoConfig {
     /// ε added to the group standard deviation (verl `epsilon`, default 1e-6). Must be finite
     /// and > 0 (an all-equal group would otherwise divide 0 by 0).

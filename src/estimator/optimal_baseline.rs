@@ -67,7 +67,7 @@ pub enum ZeroTail {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct OptimalTokenBaselineConfig {
     /// Tail handling of the unique longest row (default [`ZeroTail::ZeroBaseline`]).
     pub zero_tail: ZeroTail,

@@ -43,7 +43,7 @@ use crate::error::{Range, Result};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct ReinforcePlusPlusConfig {
     /// Per-token discount γ of the reward-to-go (verl `algorithm.gamma`, default 1.0), in [0, 1].
     pub discount: f64,
