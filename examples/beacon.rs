@@ -1,81 +1,356 @@
-//! BEACON credit on the bundled real trajectories (ScienceWorld and TextWorld).
+//! Credit on recorded trajectories, from the command line.
 //!
-//! cargo run --release --example beacon
+//! ```text
+//! cargo run --release --example beacon -- [FILE…]
+//! ```
 //!
-//! Reads `data/sample_trajectories.jsonl`, detects milestones where the environment's score
-//! went up, and prints, per group, each trajectory's outcome, milestones and BEACON credit
-//! beside GRPO's.
+//! Reads recorded trajectories (JSON Lines, one trajectory a line; `-` for stdin; the bundled
+//! ScienceWorld/TextWorld sample when no file is given), detects milestones, runs an advantage
+//! estimator and prints the credit per trajectory: a table on a terminal, JSON Lines otherwise.
+//!
+//! Examples:
+//!
+//! ```text
+//! cargo run --release --example beacon                                  # BEACON (paper) on the sample
+//! cargo run --release --example beacon -- --estimator grpo --format jsonl
+//! cargo run --release --example beacon -- --estimator beacon_official -p mode=mean_std_norm
+//! cargo run --release --example beacon -- --detector text --pattern 'score has just gone up'
+//! cargo run --release --example beacon -- --diagnostics
+//! ```
+//!
+//! Estimator parameters are given as `-p NAME=VALUE` with the names of the estimator's config
+//! type (for example `segment_decay`, `segment_weight`, `milestone_reward` for BEACON;
+//! `step_decay`, `step_advantage_weight`, `mode` for GiGPO; `norm=mean_only` for Dr.GRPO). They
+//! are validated like a trainer's config file: an unknown name or an out-of-range value is an
+//! error.
 
-use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
-use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
-use serde_json::Value;
+use std::io::{self, IsTerminal, Write};
+use std::process::ExitCode;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
-    let text = std::fs::read_to_string(path)?;
-    let trajs: Vec<Value> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
+use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+use beacon_rl::estimator::EstimatorConfig;
+use beacon_rl::milestone::{DetectorPreset, MilestoneDetector, TextPatterns, WalkthroughMap};
+use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
+use beacon_rl::{Beacon, Gigpo};
+use clap::{Parser, ValueEnum};
+use serde_json::{json, Map, Value};
 
-    // One row per step, keyed by group and trajectory.
-    let (mut uid, mut tid, mut reward, mut scores) = (vec![], vec![], vec![], vec![]);
-    for t in &trajs {
-        let mut prev = t["initial_score"].as_f64().unwrap_or(0.0);
-        for s in t["steps"].as_array().ok_or("steps missing")? {
-            let score = s["score"].as_f64().ok_or("score missing")?;
-            uid.push(t["group_id"].as_str().ok_or("group_id missing")?);
-            tid.push(t["traj_id"].as_str().ok_or("traj_id missing")?);
-            reward.push(t["terminal_reward"].as_f64().ok_or("terminal_reward missing")?);
-            scores.push((prev, score));
-            prev = score;
+const BUNDLED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "beacon",
+    about = "Advantages (BEACON, GRPO, GiGPO, …) on recorded trajectories"
+)]
+struct Args {
+    /// JSON Lines files of recorded trajectories (`-` = stdin). Default: the bundled sample.
+    files: Vec<String>,
+
+    /// Estimator, by verl-style name: beacon, beacon_official, grpo, gigpo, rloo, opo, gpg, …
+    #[arg(long, short, default_value = "beacon")]
+    estimator: String,
+
+    /// Estimator parameter NAME=VALUE (repeatable), as in a config file.
+    #[arg(long = "param", short = 'p', value_name = "NAME=VALUE")]
+    params: Vec<String>,
+
+    /// Milestone detector: score, flag, subgoals, textworld-score, alfworld, text, walkthrough.
+    #[arg(long, short, default_value = "score")]
+    detector: String,
+
+    /// Regular expression on the environment's response (with `--detector text`; repeatable).
+    #[arg(long)]
+    pattern: Vec<String>,
+
+    /// JSON file mapping each task (group_id) to its expert actions (`--detector walkthrough`).
+    #[arg(long)]
+    walkthrough: Option<String>,
+
+    /// Similarity threshold for matching expert actions.
+    #[arg(long, default_value_t = 0.85)]
+    threshold: f64,
+
+    /// Output format (default: table on a terminal, jsonl otherwise).
+    #[arg(long, short, value_enum)]
+    format: Option<Format>,
+
+    /// Also print credit-assignment diagnostics (CAR, EGR, ZAR, CCR, sample split).
+    #[arg(long)]
+    diagnostics: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Jsonl,
+    Table,
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
-    let batch = RolloutBatch::from_row_keys(&uid, &tid, &reward)?;
-    let flags = detect_milestones(&batch, &mut ScoreIncrease, |row, _| Transition {
-        score: Some(scores[row].0),
-        next_score: Some(scores[row].1),
-        ..Transition::default()
+}
+
+fn run(args: Args) -> Result<(), BoxError> {
+    let config = estimator_config(&args.estimator, &args.params)?;
+    let estimator = config.build()?;
+    let records = read_records(&args.files)?;
+    let rb = RecordBatch::new(&records)?;
+    let flags = detect(&args, &rb)?;
+    let cols = rb.columns();
+    let input = cols.input(rb.batch(), &flags);
+    let adv = estimator.estimate(&input)?.advantages.column(0).to_vec();
+    let parts = parts(&config, &rb, &cols.step_rewards, &cols.anchor_obs, &flags)?;
+
+    let format = args.format.unwrap_or(if io::stdout().is_terminal() {
+        Format::Table
+    } else {
+        Format::Jsonl
     });
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    match format {
+        Format::Jsonl => write_jsonl(&mut out, &rb, &adv, &flags, &parts)?,
+        Format::Table => write_table(&mut out, &rb, &adv, &flags, estimator.name())?,
+    }
+    if args.diagnostics {
+        // State key: (task, observation before the step); action key: the action text.
+        let states: Vec<(&str, &str)> = (0..rb.num_rows())
+            .map(|row| {
+                (
+                    records[rb.row_location(row).0].group_id.as_str(),
+                    cols.anchor_obs[row],
+                )
+            })
+            .collect();
+        let actions: Vec<&str> = rb.transitions().map(|t| t.action).collect();
+        let diag = Diagnostics::new(
+            rb.batch(),
+            &states,
+            &actions,
+            &flags,
+            DiagnosticsConfig::default(),
+        )?;
+        let report = diag.report(&adv)?;
+        if format == Format::Jsonl {
+            writeln!(out, "{}", json!({ "diagnostics": report }))?;
+        } else {
+            writeln!(out, "\ndiagnostics ({}):\n{report}", estimator.name())?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
 
-    let beacon = Beacon::new(BeaconConfig::paper())?.compute(&batch, &flags)?;
-    // GRPO is BEACON without the segment term (λ = 0): (R − μ)/(σ + ε) per trajectory.
-    let grpo = Beacon::new(BeaconConfig {
-        segment_weight: 0.0,
-        ..BeaconConfig::paper()
-    })?
-    .compute(&batch, &flags)?;
+/// The estimator config from its name and `NAME=VALUE` parameters, validated through the same
+/// serde path as a trainer's config file (unknown names are rejected).
+fn estimator_config(name: &str, params: &[String]) -> Result<EstimatorConfig, BoxError> {
+    if !EstimatorConfig::NAMES.contains(&name) {
+        return Err(format!(
+            "unknown estimator `{name}`; known: {}",
+            EstimatorConfig::NAMES.join(", ")
+        )
+        .into());
+    }
+    let mut obj = Map::new();
+    obj.insert("adv_estimator".into(), Value::from(name));
+    for p in params {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| format!("parameter `{p}` is not NAME=VALUE"))?;
+        // Numbers and JSON values as such; anything else (mean_std_norm, …) as a string.
+        let value = serde_json::from_str(v).unwrap_or_else(|_| Value::from(v));
+        obj.insert(k.to_string(), value);
+    }
+    let config: EstimatorConfig =
+        serde_json::from_value(Value::Object(obj)).map_err(|e| format!("estimator `{name}`: {e}"))?;
+    config.validate()?;
+    Ok(config)
+}
 
+fn read_records(files: &[String]) -> Result<Vec<TrajectoryRecord>, BoxError> {
+    let default = [BUNDLED.to_string()];
+    let files = if files.is_empty() { &default[..] } else { files };
+    let mut records = Vec::new();
+    for f in files {
+        for rec in read_trajectories(open_jsonl(f)?) {
+            records.push(rec.map_err(|e| format!("{f}: {e}"))?);
+        }
+    }
+    Ok(records)
+}
+
+/// One milestone flag per row, from the chosen detector.
+fn detect(args: &Args, rb: &RecordBatch<'_>) -> Result<Vec<bool>, BoxError> {
+    match args.detector.as_str() {
+        "text" => {
+            if args.pattern.is_empty() {
+                return Err("--detector text needs at least one --pattern REGEX".into());
+            }
+            let mut b = TextPatterns::builder();
+            for p in &args.pattern {
+                b = b.response(p.clone());
+            }
+            Ok(rb.detect_milestones(&mut b.build()?))
+        }
+        "walkthrough" => {
+            let path = args
+                .walkthrough
+                .as_ref()
+                .ok_or("--detector walkthrough needs --walkthrough FILE")?;
+            let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+            let map = WalkthroughMap::from_json_reader(io::BufReader::new(file))?;
+            // Each task's own expert actions; a task without a walkthrough gets no milestone.
+            let batch = rb.batch();
+            let mut flags = vec![false; rb.num_rows()];
+            for j in 0..batch.num_trajectories() {
+                let rows = batch.trajectory_rows(j);
+                let task = &rb.records()[rb.row_location(rows[0]).0].group_id;
+                if let Some(mut d) = map.detector_with_threshold(task, args.threshold)? {
+                    d.reset();
+                    for &row in rows {
+                        flags[row] = d.detect(&rb.transition(row));
+                    }
+                }
+            }
+            Ok(flags)
+        }
+        name => {
+            let preset: DetectorPreset = name.parse()?;
+            Ok(rb.detect_milestones(&mut preset.build()?))
+        }
+    }
+}
+
+/// The parts behind the advantage for the estimators that have them, per row.
+enum Parts {
+    None,
+    Beacon(beacon_rl::BeaconOutput),
+    Gigpo(beacon_rl::GigpoOutput),
+}
+
+fn parts(
+    config: &EstimatorConfig,
+    rb: &RecordBatch<'_>,
+    step_rewards: &[f64],
+    anchors: &[&str],
+    flags: &[bool],
+) -> Result<Parts, BoxError> {
+    Ok(match config {
+        EstimatorConfig::Beacon(c) | EstimatorConfig::BeaconOfficial(c) => {
+            Parts::Beacon(Beacon::new(*c)?.compute(rb.batch(), flags)?)
+        }
+        EstimatorConfig::Gigpo(c) => {
+            Parts::Gigpo(Gigpo::new(*c)?.compute(rb.batch(), step_rewards, anchors)?)
+        }
+        _ => Parts::None,
+    })
+}
+
+fn write_jsonl(
+    out: &mut impl Write,
+    rb: &RecordBatch<'_>,
+    adv: &[f64],
+    flags: &[bool],
+    parts: &Parts,
+) -> Result<(), BoxError> {
+    // Rows are the records' steps in input order: record i's rows follow record i-1's.
+    let mut first = 0;
+    for rec in rb.records() {
+        let rows = first..first + rec.steps.len();
+        first = rows.end;
+        let col = |v: &[f64]| v[rows.clone()].to_vec();
+        let mut obj = json!({
+            "group_id": rec.group_id,
+            "traj_id": rec.traj_id,
+            "terminal_reward": rec.terminal_reward,
+            "advantages": col(adv),
+            "milestones": flags[rows.clone()].to_vec(),
+        });
+        let map = obj.as_object_mut().ok_or("internal: not an object")?;
+        match parts {
+            Parts::Beacon(p) => {
+                map.insert(
+                    "trajectory_advantage".into(),
+                    json!(p.trajectory_advantages[rows.start]),
+                );
+                map.insert("segment_advantages".into(), json!(col(&p.segment_advantages)));
+                map.insert("shaped_rewards".into(), json!(col(&p.shaped_rewards)));
+                map.insert("segments".into(), json!(p.segments[rows.clone()].to_vec()));
+            }
+            Parts::Gigpo(p) => {
+                map.insert(
+                    "episode_advantage".into(),
+                    json!(p.episode_advantages[rows.start]),
+                );
+                map.insert("step_advantages".into(), json!(col(&p.step_advantages)));
+                map.insert("step_returns".into(), json!(col(&p.step_returns)));
+                map.insert("step_groups".into(), json!(p.step_groups[rows.clone()].to_vec()));
+            }
+            Parts::None => {}
+        }
+        writeln!(out, "{obj}")?;
+    }
+    Ok(())
+}
+
+fn write_table(
+    out: &mut impl Write,
+    rb: &RecordBatch<'_>,
+    adv: &[f64],
+    flags: &[bool],
+    name: &str,
+) -> Result<(), BoxError> {
+    let batch = rb.batch();
+    writeln!(
+        out,
+        "{name}: {} groups, {} trajectories, {} steps, {} milestones",
+        batch.num_groups(),
+        batch.num_trajectories(),
+        batch.num_steps(),
+        flags.iter().filter(|&&f| f).count()
+    )?;
     for g in 0..batch.num_groups() {
-        let first = batch.trajectory_rows(batch.group_trajectories(g).start)[0];
-        println!("\ngroup {}", uid[first]);
-        println!(
-            "  {:<34} {:>3} {:>5} {:>3}  {:>7}  {:>7} {:>7} {:>7}",
-            "trajectory", "R", "steps", "K", "GRPO", "BEACON", "min", "max"
-        );
+        let first_traj = batch.group_trajectories(g).start;
+        let group_id = &rb.records()[rb.row_location(batch.trajectory_rows(first_traj)[0]).0].group_id;
+        writeln!(out, "\ngroup {group_id}")?;
+        writeln!(
+            out,
+            "  {:<32} {:>4} {:>5} {:>3} {:>8} {:>8} {:>8}   per-step advantage (* = milestone)",
+            "trajectory", "R", "steps", "K", "mean", "min", "max"
+        )?;
         for j in batch.group_trajectories(g) {
             let rows = batch.trajectory_rows(j);
+            let rec = &rb.records()[rb.row_location(rows[0]).0];
+            let a: Vec<f64> = rows.iter().map(|&r| adv[r]).collect();
             let k = rows.iter().filter(|&&r| flags[r]).count();
-            let adv: Vec<f64> = rows.iter().map(|&r| beacon.advantages[r]).collect();
-            let mean = adv.iter().sum::<f64>() / adv.len() as f64;
-            let (lo, hi) = adv
+            let mean = a.iter().sum::<f64>() / a.len() as f64;
+            let (lo, hi) = a.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                (l.min(x), h.max(x))
+            });
+            let steps: Vec<String> = rows
                 .iter()
-                .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-            println!(
-                "  {:<34} {:>3} {:>5} {:>3}  {:>+7.3}  {:>+7.3} {:>+7.3} {:>+7.3}",
-                tid[rows[0]],
-                batch.terminal_rewards()[j],
+                .map(|&r| format!("{:+.2}{}", adv[r], if flags[r] { "*" } else { "" }))
+                .collect();
+            writeln!(
+                out,
+                "  {:<32} {:>4} {:>5} {:>3} {:>+8.3} {:>+8.3} {:>+8.3}   {}",
+                rec.traj_id,
+                rec.terminal_reward,
                 rows.len(),
                 k,
-                grpo.advantages[rows[0]],
                 mean,
                 lo,
-                hi
-            );
+                hi,
+                steps.join(" ")
+            )?;
         }
     }
-    println!("\nGRPO gives every step of a trajectory the same credit; BEACON's mean/min/max show the");
-    println!("spread milestones add (paper flavour: R_ms = 1, γ = 0.95, λ = 1).");
     Ok(())
 }

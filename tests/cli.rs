@@ -1,0 +1,189 @@
+//! The `beacon` command-line example on the bundled data: exit codes, output shape,
+//! determinism, stdin input and errors. `cargo test` builds the example next to this test.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
+
+fn example() -> PathBuf {
+    // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/beacon
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir
+        .join("examples")
+        .join(format!("beacon{}", std::env::consts::EXE_SUFFIX));
+    let hint = "run plain `cargo test` (it builds the examples) or `cargo build --examples`";
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
+    let source = std::fs::metadata(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/beacon.rs"))
+        .and_then(|m| m.modified());
+    match (built, source) {
+        (Ok(b), Ok(s)) => assert!(
+            b >= s,
+            "{} is older than examples/beacon.rs: {hint}",
+            bin.display()
+        ),
+        _ => panic!("{} not found: {hint}", bin.display()),
+    }
+    bin
+}
+
+fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(example())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn jsonl(out: &Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn sample_records() -> Vec<Value> {
+    std::fs::read_to_string(SAMPLE)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn default_run_is_beacon_over_the_bundled_sample_one_object_per_trajectory() {
+    // stdout is a pipe here, so the default format is jsonl.
+    let lines = jsonl(&run(&[], None));
+    let records = sample_records();
+    assert_eq!(lines.len(), records.len());
+    for (line, rec) in lines.iter().zip(&records) {
+        assert_eq!(line["group_id"], rec["group_id"]);
+        assert_eq!(line["traj_id"], rec["traj_id"]);
+        let steps = rec["steps"].as_array().unwrap().len();
+        for key in [
+            "advantages",
+            "segment_advantages",
+            "shaped_rewards",
+            "milestones",
+            "segments",
+        ] {
+            assert_eq!(line[key].as_array().unwrap().len(), steps, "{key}");
+        }
+        assert!(line["trajectory_advantage"].is_f64());
+        // The default detector is score increase, which reproduces the recorded flags.
+        let recorded: Vec<bool> = rec["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["milestone"].as_bool().unwrap())
+            .collect();
+        let flags: Vec<bool> = line["milestones"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_bool().unwrap())
+            .collect();
+        assert_eq!(flags, recorded);
+    }
+}
+
+#[test]
+fn output_is_deterministic_and_stdin_equals_the_file() {
+    let a = run(&["--format", "jsonl"], None);
+    let b = run(&["--format", "jsonl", SAMPLE], None);
+    let sample = std::fs::read(SAMPLE).unwrap();
+    let c = run(&["--format", "jsonl", "-"], Some(&sample));
+    assert!(a.status.success() && b.status.success() && c.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    assert_eq!(a.stdout, c.stdout);
+}
+
+#[test]
+fn grpo_gives_one_value_per_trajectory_and_gigpo_its_parts() {
+    for line in jsonl(&run(&["--estimator", "grpo"], None)) {
+        let adv = line["advantages"].as_array().unwrap();
+        assert!(adv.iter().all(|a| a == &adv[0]), "{}", line["traj_id"]);
+    }
+    for line in jsonl(&run(&["--estimator", "gigpo", "-p", "mode=mean_std_norm"], None)) {
+        assert!(line["step_groups"].is_array() && line["episode_advantage"].is_f64());
+    }
+}
+
+#[test]
+fn text_detector_on_textworld_matches_the_score_flags() {
+    let lines = jsonl(&run(
+        &[
+            "--detector",
+            "text",
+            "--pattern",
+            r"Your score has just gone up by \w+ points?",
+        ],
+        None,
+    ));
+    let records = sample_records();
+    for (line, rec) in lines.iter().zip(&records) {
+        if rec["env"] != "textworld" {
+            continue;
+        }
+        for (flag, step) in line["milestones"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(rec["steps"].as_array().unwrap())
+        {
+            assert_eq!(flag, &step["milestone"]);
+        }
+    }
+}
+
+#[test]
+fn table_and_diagnostics() {
+    let out = run(&["--format", "table", "--diagnostics"], None);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("beacon: 4 groups, 32 trajectories, 437 steps"));
+    assert_eq!(text.matches("\ngroup ").count(), 4);
+    assert!(text.contains("CAR ") && text.contains("ZAR ") && text.contains("utilisation"));
+}
+
+#[test]
+fn bad_input_fails_with_a_clear_message() {
+    // (arguments, stdin, a phrase the error must contain)
+    type Case<'a> = (&'a [&'a str], Option<&'a [u8]>, &'a str);
+    let cases: [Case; 6] = [
+        (&["--estimator", "ppo2"], None, "unknown estimator `ppo2`"),
+        (&["-p", "segment_decay=1.5"], None, "segment_decay = 1.5"),
+        (
+            &["--estimator", "grpo", "-p", "gamma=0.9"],
+            None,
+            "unknown field `gamma`",
+        ),
+        (&["--detector", "text"], None, "needs at least one --pattern"),
+        (&["-"], Some(b"{\"group_id\":\"g\"}\n"), "line 1"),
+        (&["/no/such/file.jsonl"], None, "/no/such/file.jsonl"),
+    ];
+    for (args, stdin, needle) in cases {
+        let out = run(args, stdin);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
