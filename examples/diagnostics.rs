@@ -1,59 +1,108 @@
-//! Credit-assignment diagnostics (CAR, EGR, ZAR, CCR, utilisation) of GRPO and BEACON side by
-//! side on real trajectories.
+//! Credit-assignment diagnostics (CAR, EGR, ZAR, CCR, utilisation) of GRPO, GiGPO and BEACON
+//! side by side on recorded trajectories, through the `AdvantageEstimator` trait.
 //!
-//! cargo run --release --example diagnostics [-- [--json] [--ablations] [--failures-only] [--seed N] [FILE.jsonl ...]]
+//! ```text
+//! cargo run --release --example diagnostics -- [--json] [--ablations] [--failures-only] [--seed N]
+//!     [--estimators grpo,gigpo,beacon,beacon_official] [--detector score] [FILE.jsonl | - ...]
+//! ```
 //!
-//! Without files, reads the bundled `data/sample_trajectories.jsonl` (ScienceWorld and TextWorld,
-//! 4 groups × 8 trajectories). Milestones are the steps where the environment's score went up.
-//! State key = (group, observation before the step), action key = the action text.
+//! Reads trajectory JSON Lines (the `record` module's format; `-` is standard input); without
+//! files, the bundled `data/sample_trajectories.jsonl` (ScienceWorld and TextWorld, 4 groups ×
+//! 8 trajectories). One row per step, records in file order.
 //!
-//! "GRPO" here is BEACON with λ = 0 (trajectory-level (R − μ)/(σ + ε) on every step), which is
-//! GRPO's outcome advantage for one-step-per-row batches; it stands in until the crate's own
-//! GRPO estimator lands. `--ablations` adds the paper's Table 3 variants (paper flavour,
-//! seeded by `--seed`, default 0). `--failures-only` drops the successful trajectories, leaving
-//! each group with failures only (the situation early in training, where GRPO has no signal).
+//! - Milestones: the `--detector` preset (`score`, the default, flags the steps where the
+//!   environment's score went up; `flag`, `subgoals`, `textworld-score`, `alfworld`; `webshop`
+//!   and `walkthrough` need per-task input and are refused).
+//! - Estimators (`--estimators`, comma-separated `adv_estimator` names, default
+//!   `grpo,gigpo,beacon,beacon_official`), each with its default preset and the columns of
+//!   `RecordBatch::columns`: `grpo` is verl's GRPO over step rows grouped by `group_id`, with
+//!   the trajectory's terminal reward on every row (as verl-agent feeds it); `gigpo` is the
+//!   verl-agent preset (γ = 0.95, w = 1, mean_norm, exact anchors), anchor = the observation
+//!   before the step, step reward = the recorded `reward`; `beacon` is the paper's equations,
+//!   `beacon_official` the paper's code release (MiGPO). Any other name of
+//!   `EstimatorConfig::NAMES` is accepted; those needing a critic, a greedy baseline or
+//!   log-probabilities fail with an error naming them.
+//! - Diagnostics: state key = (group, observation before the step), action key = the action
+//!   text; a row's advantage is the estimator's value on the row's one token.
+//!
+//! `--ablations` adds the paper's Table 3 variants (paper flavour, seeded by `--seed`, default
+//! 0). `--failures-only` drops the successful trajectories (terminal reward > 0), leaving each
+//! group with failures only (the situation early in training, where GRPO has no signal).
 //! `--json` prints the reports as JSON instead of tables.
 
+use std::error::Error as StdError;
+use std::process::ExitCode;
+
 use beacon_rl::ablation::Ablation;
-use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
-use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
-use serde_json::Value;
+use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
+use beacon_rl::milestone::preset::DetectorPreset;
+use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
+use beacon_rl::BeaconConfig;
+
+const USAGE: &str = "usage: diagnostics [--json] [--ablations] [--failures-only] [--seed N] \
+     [--estimators NAME,NAME,...] [--detector PRESET] [FILE.jsonl | - ...]";
+
+const DEFAULT_ESTIMATORS: [&str; 4] = ["grpo", "gigpo", "beacon", "beacon_official"];
 
 struct Args {
     json: bool,
     ablations: bool,
     failures_only: bool,
     seed: u64,
+    estimators: Vec<String>,
+    detector: DetectorPreset,
     files: Vec<String>,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args() -> Result<Args, Box<dyn StdError>> {
     let mut args = Args {
         json: false,
         ablations: false,
         failures_only: false,
         seed: 0,
+        estimators: DEFAULT_ESTIMATORS.map(str::to_owned).to_vec(),
+        detector: DetectorPreset::Score,
         files: vec![],
     };
     let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
+    while let Some(arg) = it.next() {
+        // Value options take `--opt VALUE` or `--opt=VALUE`.
+        let (opt, inline) = match arg.split_once('=') {
+            Some((o, v)) if o.starts_with("--") => (o.to_owned(), Some(v.to_owned())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match opt.as_str() {
             "--json" => args.json = true,
             "--ablations" => args.ablations = true,
             "--failures-only" => args.failures_only = true,
             "--seed" => {
-                let v = it.next().ok_or("--seed needs a value")?;
+                let v = value("--seed")?;
                 args.seed = v.parse().map_err(|_| format!("--seed: not a u64: {v}"))?;
             }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: diagnostics [--json] [--ablations] [--failures-only] [--seed N] [FILE.jsonl ...]"
-                        .to_owned(),
-                )
+            "--estimators" => {
+                args.estimators = value("--estimators")?
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if args.estimators.is_empty() {
+                    return Err(format!("--estimators: no name given\n{USAGE}").into());
+                }
             }
-            f if f.starts_with("--") => return Err(format!("unknown option {f}")),
-            f => args.files.push(f.to_owned()),
+            "--detector" => args.detector = value("--detector")?.parse()?,
+            "-h" | "--help" => {
+                println!("{USAGE}\nestimators: {}", EstimatorConfig::NAMES.join(", "));
+                std::process::exit(0);
+            }
+            o if o.starts_with("--") => return Err(format!("unknown option {o}\n{USAGE}").into()),
+            _ => args.files.push(arg),
         }
     }
     if args.files.is_empty() {
@@ -63,107 +112,87 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// The batch as per-row columns (one row per step, trajectory-major in file order).
-#[derive(Default)]
-struct Rows {
-    group: Vec<String>,
-    traj: Vec<String>,
-    reward: Vec<f64>,
-    /// (group, observation before the step).
-    state: Vec<(String, String)>,
-    action: Vec<String>,
-    /// (score before, score after).
-    scores: Vec<(f64, f64)>,
-}
-
-fn load(files: &[String], failures_only: bool) -> Result<Rows, Box<dyn std::error::Error>> {
-    let mut rows = Rows::default();
+/// All records of all files, in order; with `failures_only`, only those with terminal reward
+/// ≤ 0. Errors name the file (the record module's errors name the line and field).
+fn load(files: &[String], failures_only: bool) -> Result<Vec<TrajectoryRecord>, Box<dyn StdError>> {
+    let mut records = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let t: Value = serde_json::from_str(line).map_err(|e| format!("{path}:{}: {e}", n + 1))?;
-            let field = |k: &str| format!("{path}:{}: field {k} missing or mistyped", n + 1);
-            let group = t["group_id"].as_str().ok_or_else(|| field("group_id"))?;
-            let traj = t["traj_id"].as_str().ok_or_else(|| field("traj_id"))?;
-            let reward = t["terminal_reward"]
-                .as_f64()
-                .ok_or_else(|| field("terminal_reward"))?;
-            if failures_only && reward > 0.0 {
-                continue;
-            }
-            let mut obs = t["initial_observation"].as_str().unwrap_or("").to_owned();
-            let mut score = t["initial_score"].as_f64().unwrap_or(0.0);
-            for s in t["steps"].as_array().ok_or_else(|| field("steps"))? {
-                let next_score = s["score"].as_f64().ok_or_else(|| field("steps[].score"))?;
-                let action = s["action"].as_str().ok_or_else(|| field("steps[].action"))?;
-                let next_obs = s["observation"].as_str().unwrap_or("");
-                rows.group.push(group.to_owned());
-                rows.traj.push(traj.to_owned());
-                rows.reward.push(reward);
-                rows.state
-                    .push((group.to_owned(), std::mem::replace(&mut obs, next_obs.to_owned())));
-                rows.action.push(action.to_owned());
-                rows.scores.push((score, next_score));
-                score = next_score;
+        let name = if path == "-" { "<stdin>" } else { path.as_str() };
+        for rec in read_trajectories(open_jsonl(path)?) {
+            let rec = rec.map_err(|e| format!("{name}: {e}"))?;
+            if !(failures_only && rec.terminal_reward > 0.0) {
+                records.push(rec);
             }
         }
     }
-    Ok(rows)
+    Ok(records)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = parse_args()?;
-    let rows = load(&args.files, args.failures_only)?;
-    let batch = RolloutBatch::from_row_keys(&rows.group, &rows.traj, &rows.reward)?;
-    let flags = detect_milestones(&batch, &mut ScoreIncrease, |row, _| Transition {
-        score: Some(rows.scores[row].0),
-        next_score: Some(rows.scores[row].1),
-        ..Transition::default()
-    });
-
-    let grpo_cfg = BeaconConfig {
-        segment_weight: 0.0,
-        ..BeaconConfig::paper()
-    };
-    let grpo = Beacon::new(grpo_cfg)?.compute(&batch, &flags)?.advantages;
-    let paper = Beacon::new(BeaconConfig::paper())?
-        .compute(&batch, &flags)?
-        .advantages;
-    let official = Beacon::new(BeaconConfig::official())?
-        .compute(&batch, &flags)?
-        .advantages;
-
-    let diag = Diagnostics::new(
-        &batch,
-        &rows.state,
-        &rows.action,
-        &flags,
-        DiagnosticsConfig::default(),
-    )?;
-    let main = diag.compare(&[
-        ("GRPO (BEACON λ=0 stand-in)", &grpo),
-        ("BEACON paper", &paper),
-        ("BEACON official (MiGPO)", &official),
-    ])?;
-
-    let ablations = if args.ablations {
-        let mut named = Vec::new();
-        for a in Ablation::paper_table3() {
-            let out = a.compute(BeaconConfig::paper(), &batch, &flags, args.seed)?;
-            named.push((a.label(), out.advantages));
+fn main() -> ExitCode {
+    // Errors print with Display (the crate's messages name the estimator, file, line and
+    // field), not Debug.
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("diagnostics: {e}");
+            ExitCode::FAILURE
         }
-        Some(diag.compare(&named)?)
+    }
+}
+
+fn run() -> Result<(), Box<dyn StdError>> {
+    let args = parse_args()?;
+    let records = load(&args.files, args.failures_only)?;
+    let rb = RecordBatch::new(&records)?;
+    let batch = rb.batch();
+    let flags = rb.detect_milestones(&mut args.detector.build()?);
+
+    // State = (group, observation before the step), borrowed from the records.
+    let (state, action): (Vec<(&str, &str)>, Vec<&str>) = rb
+        .transitions()
+        .enumerate()
+        .map(|(row, t)| {
+            let group = records[rb.row_location(row).0].group_id.as_str();
+            ((group, t.observation), t.action)
+        })
+        .unzip();
+    let diag = Diagnostics::new(batch, &state, &action, &flags, DiagnosticsConfig::default())?;
+
+    let built = args
+        .estimators
+        .iter()
+        .map(|name| name.parse::<EstimatorConfig>()?.build())
+        .collect::<beacon_rl::Result<Vec<_>>>()?;
+    let named: Vec<(&str, &dyn AdvantageEstimator)> = args
+        .estimators
+        .iter()
+        .zip(&built)
+        .map(|(name, est)| (name.as_str(), &**est))
+        .collect();
+    let columns = rb.columns();
+    let main = diag.compare_estimators(&named, &columns.input(batch, &flags))?;
+
+    let ablations: Option<Comparison> = if args.ablations {
+        let mut rows = Vec::new();
+        for a in Ablation::paper_table3() {
+            let out = a.compute(BeaconConfig::paper(), batch, &flags, args.seed)?;
+            rows.push((a.label(), out.advantages));
+        }
+        Some(diag.compare(&rows)?)
     } else {
         None
     };
 
+    let milestone_steps = flags.iter().filter(|&&f| f).count();
     if args.json {
         let doc = serde_json::json!({
             "files": args.files,
             "failures_only": args.failures_only,
+            "detector": args.detector,
             "steps": batch.num_steps(),
+            "trajectories": batch.num_trajectories(),
             "groups": batch.num_groups(),
-            "milestone_steps": flags.iter().filter(|&&f| f).count(),
+            "milestone_steps": milestone_steps,
             "estimators": main,
             "ablations": ablations,
             "ablation_seed": args.seed,
@@ -173,11 +202,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     println!(
-        "{} steps, {} trajectories in {} groups, {} milestone steps (score increases)\n",
+        "{} steps, {} trajectories in {} groups, {} milestone steps (detector `{}`){}\n",
         batch.num_steps(),
         batch.num_trajectories(),
         batch.num_groups(),
-        flags.iter().filter(|&&f| f).count()
+        milestone_steps,
+        args.detector,
+        if args.failures_only { "; failures only" } else { "" },
     );
     print!("{main}");
     if let Some(t) = ablations {

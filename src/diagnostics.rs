@@ -46,6 +46,14 @@
 //!   **Effective sample utilisation** = fraction of trajectories with at least one step of
 //!   non-zero advantage (|A| ≥ τ).
 //!
+//! # Comparing estimators
+//!
+//! [`Diagnostics::compare`] measures advantage vectors the caller computed;
+//! [`Diagnostics::compare_estimators`] runs [`AdvantageEstimator`]s on one
+//! [`EstimatorInput`] and measures each, taking a row's advantage from the first masked
+//! token of its output ([`row_advantages`]). Either way a failure is an [`Error::Estimator`]
+//! that names the estimator.
+//!
 //! # Edge cases
 //!
 //! - No shared pair: CAR and EGR are `None` (not NaN).
@@ -83,7 +91,10 @@ use std::fmt;
 use std::hash::Hash;
 
 use crate::batch::RolloutBatch;
+use ndarray::ArrayView2;
+
 use crate::error::{check_finite, check_len, Error, Range, Result};
+use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput};
 use crate::milestone::check_flags;
 
 /// Thresholds of the diagnostics. Build with [`Default`] and adjust fields;
@@ -647,8 +658,8 @@ impl<'a> Diagnostics<'a> {
     /// Vec<f64>)>`, ...).
     ///
     /// # Errors
-    /// As [`report`](Self::report), for the first estimator (in list order) whose advantages
-    /// are invalid.
+    /// [`Error::Estimator`] naming the first estimator (in list order) whose advantages are
+    /// invalid, with [`report`](Self::report)'s error as its `source`.
     ///
     /// ```
     /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
@@ -669,18 +680,107 @@ impl<'a> Diagnostics<'a> {
         let entries = estimators
             .iter()
             .map(|(name, adv)| {
+                let name = name.as_ref();
                 Ok(NamedReport {
-                    name: name.as_ref().to_owned(),
-                    report: self.report(adv.as_ref())?,
+                    name: name.to_owned(),
+                    report: self.report(adv.as_ref()).map_err(|e| named(name, e))?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Comparison {
+        Ok(self.comparison(entries))
+    }
+
+    /// Runs each estimator on `input` and measures its per-row advantages on this batch, in
+    /// the given order: GRPO, GiGPO and BEACON side by side through the
+    /// [`AdvantageEstimator`] trait. `estimators` pairs a display name with an estimator.
+    ///
+    /// **Per-row advantage.** Each estimator returns a rows × L matrix; the row's advantage is
+    /// [`row_advantages`] of it: with a response mask in `input`, the value on the row's
+    /// *first masked token*; without one, column 0. Every step-level or outcome estimator of
+    /// the crate (GRPO and its variants, RLOO, OPO, GPG, REINFORCE++-baseline, ReMax, GiGPO,
+    /// BEACON) writes one value on all masked tokens of a row, so the first one *is* the row's
+    /// advantage. Token-level estimators (`reinforce_plus_plus`, `gae`, the optimal token
+    /// baselines) vary along the row; for them this measures the first generated token only.
+    /// A row without masked tokens receives no gradient and counts as advantage 0.
+    ///
+    /// `input.batch` must be this diagnostics' batch (the same value): the advantages are
+    /// matched to state–action keys and milestones by row.
+    ///
+    /// Call it as `diag.compare_estimators(..)` or `Diagnostics::compare_estimators(&diag, ..)`.
+    ///
+    /// # Errors
+    /// [`Error::BatchMismatch`] when `input.batch` differs from the diagnosed batch;
+    /// [`Error::Estimator`] naming the first estimator (in list order) that fails, with its
+    /// error as `source`: the estimator's own error (a missing input column, NaN rewards,
+    /// ...), [`Error::OutputShape`] for an output that is not rows × L (L ≥ 1, matching the
+    /// mask), or [`report`](Self::report)'s error (NaN advantages).
+    ///
+    /// ```
+    /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
+    /// use beacon_rl::{Beacon, BeaconConfig, Error, RolloutBatch};
+    ///
+    /// // One task, a success "w" and a failure "l" that both open with "go" in state "s".
+    /// let batch = RolloutBatch::from_row_keys(&["t"; 4], &["w", "w", "l", "l"], &[1.0, 1.0, 0.0, 0.0])?;
+    /// let (state, action) = (["s", "hall", "s", "yard"], ["go", "take", "go", "dig"]);
+    /// let milestones = [true, false, true, false];
+    /// let diag = Diagnostics::new(&batch, &state, &action, &milestones, DiagnosticsConfig::default())?;
+    ///
+    /// let rewards = [[1.0], [1.0], [0.0], [0.0]]; // episode reward on every step row
+    /// let mask = [[true]; 4];
+    /// let input = EstimatorInput::new(&batch)
+    ///     .with_token_level_rewards(&rewards)
+    ///     .with_response_mask(&mask)
+    ///     .with_milestones(&milestones);
+    /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
+    /// let beacon = Beacon::new(BeaconConfig::paper())?;
+    /// let table = diag.compare_estimators(&[("grpo", &*grpo), ("beacon", &beacon)], &input)?;
+    /// // GRPO: +0.707 on the success, -0.707 on the failure: "go" at "s" is pushed both ways.
+    /// assert_eq!(table.entries[0].report.car.value, Some(1.0));
+    /// println!("{table}");
+    ///
+    /// // GiGPO needs step rewards and anchors this input lacks: the error names it.
+    /// let gigpo = "gigpo".parse::<EstimatorConfig>()?.build()?;
+    /// let err = diag.compare_estimators(&[("grpo", &*grpo), ("GiGPO", &*gigpo)], &input).unwrap_err();
+    /// assert!(matches!(&err, Error::Estimator { name, source }
+    ///     if name == "GiGPO" && **source == Error::MissingInput("step_rewards")));
+    /// assert_eq!(err.to_string(), "estimator GiGPO: missing input: step_rewards");
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compare_estimators(
+        &self,
+        estimators: &[(&str, &dyn AdvantageEstimator)],
+        input: &EstimatorInput<'_>,
+    ) -> Result<Comparison> {
+        if !std::ptr::eq(input.batch, self.batch) && input.batch != self.batch {
+            return Err(Error::BatchMismatch(
+                "the estimator input's batch is not the batch being diagnosed",
+            ));
+        }
+        let entries = estimators
+            .iter()
+            .map(|&(name, estimator)| {
+                let report = estimator
+                    .estimate(input)
+                    .and_then(|out| row_advantages(&out, input.response_mask))
+                    .and_then(|adv| self.report(&adv))
+                    .map_err(|e| named(name, e))?;
+                Ok(NamedReport {
+                    name: name.to_owned(),
+                    report,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.comparison(entries))
+    }
+
+    fn comparison(&self, entries: Vec<NamedReport>) -> Comparison {
+        Comparison {
             distinct_pairs: self.distinct_pairs,
             zero_threshold: self.config.zero_threshold,
             samples: self.sample_split(),
             entries,
-        })
+        }
     }
 
     fn car_egr(&self, advantages: &[f64]) -> (CarReport, EgrReport) {
@@ -749,6 +849,67 @@ impl<'a> Diagnostics<'a> {
         u.value = u.effective as f64 / u.trajectories as f64;
         u
     }
+}
+
+/// Wraps an error of one compared estimator with its display name.
+fn named(name: &str, source: Error) -> Error {
+    Error::Estimator {
+        name: name.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+/// One advantage per row from an estimator's rows × L output: the value on the row's first
+/// masked token when `response_mask` is given (0 for a row with no masked token: it receives
+/// no gradient), else column 0. See [`Diagnostics::compare_estimators`] for why the first
+/// masked token is the row's advantage for step-level and outcome estimators.
+///
+/// # Errors
+/// [`Error::OutputShape`] when the output has no column, or a number of rows (`advantages
+/// rows`) or columns (`advantages columns`) that differs from the mask's.
+///
+/// ```
+/// use beacon_rl::diagnostics::row_advantages;
+/// use beacon_rl::estimator::Advantages;
+/// use ndarray::array;
+///
+/// // Row 0 starts with a prompt token (masked out, 0.0), then carries 0.5 on its response.
+/// let adv = array![[0.0, 0.5, 0.5], [-1.0, -1.0, 0.0], [0.0, 0.0, 0.0]];
+/// let out = Advantages { returns: adv.clone(), advantages: adv };
+/// let mask = array![[false, true, true], [true, true, false], [false, false, false]];
+/// assert_eq!(row_advantages(&out, Some(mask.view()))?, [0.5, -1.0, 0.0]);
+/// assert_eq!(row_advantages(&out, None)?, [0.0, -1.0, 0.0]); // column 0
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn row_advantages(out: &Advantages, response_mask: Option<ArrayView2<'_, bool>>) -> Result<Vec<f64>> {
+    let adv = &out.advantages;
+    if adv.ncols() == 0 {
+        return Err(Error::OutputShape {
+            what: "advantages columns",
+            expected: 1,
+            actual: 0,
+        });
+    }
+    let Some(mask) = response_mask else {
+        return Ok(adv.column(0).to_vec());
+    };
+    for (what, expected, actual) in [
+        ("advantages rows", mask.nrows(), adv.nrows()),
+        ("advantages columns", mask.ncols(), adv.ncols()),
+    ] {
+        if expected != actual {
+            return Err(Error::OutputShape {
+                what,
+                expected,
+                actual,
+            });
+        }
+    }
+    Ok(adv
+        .outer_iter()
+        .zip(mask.outer_iter())
+        .map(|(a, m)| a.iter().zip(m).find(|(_, &m)| m).map_or(0.0, |(&a, _)| a))
+        .collect())
 }
 
 /// The advantage with the zero convention applied: |A| < τ becomes 0.

@@ -203,6 +203,27 @@ pub enum Error {
         message: String,
     },
 
+    /// One of several estimators compared side by side failed (its own error, or invalid
+    /// advantages it produced); `name` is the display name the caller gave it and `source`
+    /// the underlying error. Raised by the diagnostics comparisons
+    /// ([`Diagnostics::compare`](crate::diagnostics::Diagnostics::compare) and
+    /// [`Diagnostics::compare_estimators`](crate::diagnostics::Diagnostics::compare_estimators)),
+    /// so that a table of many estimators says which one broke.
+    #[error("estimator {name}: {source}")]
+    Estimator {
+        /// The estimator's display name in the comparison.
+        name: String,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// Two inputs that must describe the same rollout batch describe different ones (for
+    /// example an [`EstimatorInput`](crate::estimator::EstimatorInput) built over another
+    /// batch than the one being diagnosed): per-row values would be matched to the wrong rows.
+    #[error("batch mismatch: {0}")]
+    BatchMismatch(&'static str),
+
     /// Reading or writing a file or stream failed. Holds the I/O error's kind and message (not
     /// the `std::io::Error` itself, so that `Error` stays `Clone + PartialEq`).
     #[error("I/O error: {message}")]

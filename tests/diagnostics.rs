@@ -436,7 +436,13 @@ fn comparison_reports_the_first_bad_estimator() {
         DiagnosticsConfig::default(),
     )
     .unwrap_err();
-    assert!(matches!(err, Error::LengthMismatch { actual: 1, .. }));
+    // The error names the estimator and carries the underlying one.
+    assert_eq!(
+        err.to_string(),
+        "estimator short: length mismatch: advantages has 1 entries, expected 2"
+    );
+    assert!(matches!(err, Error::Estimator { ref name, ref source }
+        if name == "short" && matches!(**source, Error::LengthMismatch { actual: 1, .. })));
 }
 
 #[cfg(feature = "serde")]
