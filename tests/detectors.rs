@@ -818,6 +818,7 @@ fn combinators_reject_empty_lists_and_nest() {
 // Presets
 // ---------------------------------------------------------------------------------------------
 
+#[cfg(feature = "serde")]
 #[test]
 fn preset_names_round_trip_through_from_str_display_and_serde() {
     let expected = [
