@@ -637,7 +637,7 @@ fn draw_panel(
             let half =
                 (title.chars().count().max(counts.chars().count()) as f64 * 18.0 * 0.55 / 2.0) as i32 + 4;
             let x = (px - bx).clamp(half, (w as i32 - half).max(half));
-            let y = caption_height as i32 + 2;
+            let y = caption_height + 2;
             area.draw(&Text::new(title, (x, y), bold.clone().color(&color)))?;
             area.draw(&Text::new(counts, (x, y + 22), plain.clone().color(&GREY)))?;
         }
@@ -698,9 +698,13 @@ mod tests {
         assert_eq!(stars, 16);
         // Polygons: one star per milestone in each of the 4 panels, plus the legend's.
         assert_eq!(svg.matches("<polygon").count(), 4 * 16 + 1);
-        // Bars: one rect per step per panel (30 steps × 4), besides the background, legend,
-        // and segment shades.
-        assert!(svg.matches("<rect").count() > 4 * 30);
+        // Bars: one green or red rect per step in each panel (30 steps × 4 panels, zero
+        // advantages included as empty bars), plus the legend's two swatches.
+        let bars = svg
+            .lines()
+            .filter(|l| l.starts_with("<rect") && (l.contains("#2E7D32") || l.contains("#C62828")))
+            .count();
+        assert_eq!(bars, 4 * 30 + 2);
         assert!(!svg.contains("font-size=\"20.96"), "font sizes are rounded");
     }
 
