@@ -3,12 +3,17 @@
 //! Trajectories" figure, on real data).
 //!
 //! cargo run --release --example credit_picture [-- [FILE.jsonl] [--group ID]
-//!     [--trajectories a,b,...] [--detector score] [--out target/credit.svg]]
+//!     [--trajectories a,b,...] [--detector score] [--out target/credit.svg] [--width PX] [--values]]
+//!
+//! `docs/credit.svg` is `cargo run --release --example credit_picture -- --out docs/credit.svg`.
 //!
 //! All three estimators run over the whole file (so group statistics are those a trainer would
 //! see); then the chosen group's chosen trajectories are drawn side by side, one panel per
 //! estimator: bars are the step's advantage (green positive, red negative), stars mark the
-//! milestone steps, and BEACON's panel shades its segments alternately.
+//! milestone steps, and BEACON's panels shade its segments alternately. A fourth panel shows
+//! BEACON's segment term λ·A_seg alone on its own scale: with the paper preset (R_ms = 1) it is
+//! a tenth of the trajectory term, too small to read inside the combined bars. `--values`
+//! also prints the drawn numbers (and each step's action) as a tab-separated table.
 //!
 //! - GRPO: verl's `grpo` on verl-agent's step rows (the episode reward on every step row,
 //!   normalised over all rows of the group).
