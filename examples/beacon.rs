@@ -74,6 +74,11 @@ struct Args {
     #[arg(long, short, value_enum)]
     format: Option<Format>,
 
+    /// In the table, a second estimator's mean credit per trajectory beside the first
+    /// (`none` to hide).
+    #[arg(long, default_value = "grpo")]
+    beside: String,
+
     /// Also print credit-assignment diagnostics (CAR, EGR, ZAR, CCR, sample split).
     #[arg(long)]
     diagnostics: bool,
@@ -117,7 +122,19 @@ fn run(args: Args) -> Result<(), BoxError> {
     let mut out = io::BufWriter::new(stdout.lock());
     match format {
         Format::Jsonl => write_jsonl(&mut out, &rb, &adv, &flags, &parts)?,
-        Format::Table => write_table(&mut out, &rb, &adv, &flags, estimator.name())?,
+        Format::Table => {
+            let beside = match args.beside.as_str() {
+                "none" => None,
+                name => {
+                    let other = estimator_config(name, &[])?.build()?;
+                    Some((
+                        other.name(),
+                        other.estimate(&input)?.advantages.column(0).to_vec(),
+                    ))
+                }
+            };
+            write_table(&mut out, &rb, &adv, &flags, estimator.name(), beside.as_ref())?
+        }
     }
     if args.diagnostics {
         // State key: (task, observation before the step); action key: the action text.
@@ -306,11 +323,13 @@ fn write_table(
     adv: &[f64],
     flags: &[bool],
     name: &str,
+    beside: Option<&(&str, Vec<f64>)>,
 ) -> Result<(), BoxError> {
     let batch = rb.batch();
+    let mean = |v: &[f64], rows: &[usize]| rows.iter().map(|&r| v[r]).sum::<f64>() / rows.len() as f64;
     writeln!(
         out,
-        "{name}: {} groups, {} trajectories, {} steps, {} milestones",
+        "{name}: {} groups, {} trajectories, {} steps, {} milestones (columns: mean credit per trajectory)",
         batch.num_groups(),
         batch.num_trajectories(),
         batch.num_steps(),
@@ -320,17 +339,24 @@ fn write_table(
         let first_traj = batch.group_trajectories(g).start;
         let group_id = &rb.records()[rb.row_location(batch.trajectory_rows(first_traj)[0]).0].group_id;
         writeln!(out, "\ngroup {group_id}")?;
+        let other = beside.map_or(String::new(), |(n, _)| format!(" {:>8}", truncate(n, 8)));
         writeln!(
             out,
-            "  {:<32} {:>4} {:>5} {:>3} {:>8} {:>8} {:>8}   per-step advantage (* = milestone)",
-            "trajectory", "R", "steps", "K", "mean", "min", "max"
+            "  {:<32} {:>4} {:>5} {:>3}{other} {:>8} {:>8} {:>8}   {name} per step (* = milestone)",
+            "trajectory",
+            "R",
+            "steps",
+            "K",
+            truncate(name, 8),
+            "min",
+            "max"
         )?;
         for j in batch.group_trajectories(g) {
             let rows = batch.trajectory_rows(j);
             let rec = &rb.records()[rb.row_location(rows[0]).0];
             let a: Vec<f64> = rows.iter().map(|&r| adv[r]).collect();
             let k = rows.iter().filter(|&&r| flags[r]).count();
-            let mean = a.iter().sum::<f64>() / a.len() as f64;
+            let other = beside.map_or(String::new(), |(_, v)| format!(" {:>+8.3}", mean(v, rows)));
             let (lo, hi) = a.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
                 (l.min(x), h.max(x))
             });
@@ -340,12 +366,12 @@ fn write_table(
                 .collect();
             writeln!(
                 out,
-                "  {:<32} {:>4} {:>5} {:>3} {:>+8.3} {:>+8.3} {:>+8.3}   {}",
+                "  {:<32} {:>4} {:>5} {:>3}{other} {:>+8.3} {:>+8.3} {:>+8.3}   {}",
                 rec.traj_id,
                 rec.terminal_reward,
                 rows.len(),
                 k,
-                mean,
+                mean(adv, rows),
                 lo,
                 hi,
                 steps.join(" ")
@@ -353,4 +379,8 @@ fn write_table(
         }
     }
     Ok(())
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
 }

@@ -160,6 +160,8 @@ fn table_and_diagnostics() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("beacon: 4 groups, 32 trajectories, 437 steps"));
+    // GRPO beside BEACON by default
+    assert!(text.contains("    grpo   beacon"), "{text}");
     assert_eq!(text.matches("\ngroup ").count(), 4);
     assert!(text.contains("CAR ") && text.contains("ZAR ") && text.contains("utilisation"));
 }
