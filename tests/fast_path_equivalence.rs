@@ -1016,10 +1016,13 @@ fn errors_keep_their_precedence_when_several_inputs_are_bad() {
         a[at] = x;
         a
     };
+    // Masked (2, 1) and unmasked (0, 2) rewards: kernels see them on different paths.
     let (rewards_nan, values_inf) = (
         poisoned(&rewards, (2, 1), f64::NAN),
         poisoned(&values, (1, 2), f64::INFINITY),
     );
+    let rewards_inf_unmasked = poisoned(&rewards, (0, 2), f64::INFINITY);
+    assert!(mask[(2, 1)] && !mask[(0, 2)] && !mask[(1, 2)]);
     let (lp_nan, sp_inf) = (
         poisoned(&lp, (3, 0), f64::NAN),
         poisoned(&sp, (0, 2), f64::NEG_INFINITY),
@@ -1034,6 +1037,10 @@ fn errors_keep_their_precedence_when_several_inputs_are_bad() {
         (
             "rewards NaN",
             Box::new(|i| i.token_level_rewards = Some(rewards_nan.view())),
+        ),
+        (
+            "unmasked reward inf",
+            Box::new(|i| i.token_level_rewards = Some(rewards_inf_unmasked.view())),
         ),
         ("rewards missing", Box::new(|i| i.token_level_rewards = None)),
         ("mask missing", Box::new(|i| i.response_mask = None)),

@@ -155,8 +155,10 @@ impl Gae {
         // The whitening's masked sum rides along, row by row while the row is hot in cache,
         // in the row-major order of a separate pass.
         let mut sum = MaskedSum::default();
+        // One flag for inputs and returns: a non-finite reward at a masked token or value
+        // anywhere makes that token's return non-finite, so only the returns and the unread
+        // (unmasked) rewards are folded in. Any hit re-runs the eager input checks first.
         let mut finite = FiniteAcc::default();
-        let mut inputs_finite = FiniteAcc::default();
         for r in 0..rewards.rows() {
             let rrow = rewards.row(r);
             let n = rrow.len();
@@ -167,23 +169,22 @@ impl Gae {
             let mut last = 0.0f64;
             for t in (0..n).rev() {
                 let v = vrow[t];
-                inputs_finite.push(rrow[t]);
-                inputs_finite.push(v);
                 if mrow[t] {
                     let delta = rrow[t] + gamma * next_value - v;
                     last = delta + gamma_lambda * last;
                     next_value = v;
+                } else {
+                    finite.push(rrow[t]);
                 }
                 arow[t] = last;
-                retrow[t] = last + v;
-                finite.push(last + v);
+                let g = last + v;
+                retrow[t] = g;
+                finite.push(g);
             }
             sum.add(arow, mrow);
         }
-        if !inputs_finite.all() {
-            report_non_finite_input(|check| Self::inputs(input, check))?;
-        }
         if !finite.all() {
+            report_non_finite_input(|check| Self::inputs(input, check))?;
             check_finite("returns", returns)?;
         }
         let (mean, scale) = sum.stats(gae, mask.as_slice())?;

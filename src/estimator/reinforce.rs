@@ -140,8 +140,10 @@ impl ReinforcePlusPlus {
         // The whitening's masked sum rides along, row by row while the row is hot in cache,
         // in the row-major order of a separate pass.
         let mut sum = MaskedSum::default();
+        // One flag for rewards and returns: a non-finite reward at a masked token makes its
+        // return non-finite, so only the returns and the unread (unmasked) rewards are folded
+        // in. Any hit re-runs the eager input checks first.
         let mut finite = FiniteAcc::default();
-        let mut inputs_finite = FiniteAcc::default();
         for r in 0..rewards.rows() {
             let rrow = rewards.row(r);
             let n = rrow.len();
@@ -149,21 +151,19 @@ impl ReinforcePlusPlus {
             let out = &mut returns[r * n..(r + 1) * n];
             let mut running = 0.0f64;
             for t in (0..n).rev() {
-                inputs_finite.push(rrow[t]);
                 out[t] = if mrow[t] {
                     running = rrow[t] + discount * running;
                     finite.push(running);
                     running
                 } else {
+                    finite.push(rrow[t]);
                     0.0
                 };
             }
             sum.add(out, mrow);
         }
-        if !inputs_finite.all() {
-            report_non_finite_input(|check| input.checked_rewards_and_mask(check))?;
-        }
         if !finite.all() {
+            report_non_finite_input(|check| input.checked_rewards_and_mask(check))?;
             check_finite("returns", returns)?;
         }
         let (mean, scale) = sum.stats(returns, mask.as_slice())?;

@@ -59,8 +59,10 @@ impl Remax {
         // Reward finiteness is checked inside the scan (see FiniteCheck).
         let (rewards, mask, baselines) = validate_deferred(|check| Self::inputs(input, check))?;
         let (advantages, returns) = out.buffers(rewards.dim())?;
+        // A non-finite reward at a masked token makes its return non-finite: the returns flag
+        // also covers those rewards, the unread (unmasked) ones are folded in separately.
+        // Any hit re-runs the eager input checks first.
         let (mut ret_finite, mut adv_finite) = (FiniteAcc::default(), FiniteAcc::default());
-        let mut inputs_finite = FiniteAcc::default();
         for (r, &b) in baselines.iter().enumerate() {
             let rrow = rewards.row(r);
             let n = rrow.len();
@@ -71,11 +73,11 @@ impl Remax {
             );
             let mut acc = 0.0f64;
             for t in (0..n).rev() {
-                inputs_finite.push(rrow[t]);
                 let a = if mrow[t] {
                     acc += rrow[t];
                     acc - b
                 } else {
+                    ret_finite.push(rrow[t]);
                     acc
                 };
                 adv[t] = a;
@@ -84,10 +86,8 @@ impl Remax {
                 ret_finite.push(acc);
             }
         }
-        if !inputs_finite.all() {
-            report_non_finite_input(|check| Self::inputs(input, check))?;
-        }
         if !ret_finite.all() {
+            report_non_finite_input(|check| Self::inputs(input, check))?;
             check_finite("returns", returns)?;
         }
         if !adv_finite.all() {

@@ -188,19 +188,24 @@ pub(crate) struct MaskedSum {
 impl MaskedSum {
     /// Adds the masked values of `values` (a row or the whole matrix), left to right.
     pub(crate) fn add(&mut self, values: &[f64], mask: &[bool]) {
+        // Locals, so the count and the sum stay in registers through the loop.
+        let (mut n, mut sum) = (self.n, self.sum);
         for (&x, &m) in values.iter().zip(mask) {
+            n += u64::from(m);
             if m {
-                self.n += 1;
-                self.sum += x;
+                sum += x;
             }
         }
+        (self.n, self.sum) = (n, sum);
     }
 
     /// Adds `count` masked copies of `x` (a broadcast row), one addition each as [`add`](Self::add) does.
     pub(crate) fn add_repeated(&mut self, x: f64, count: usize) {
+        let mut sum = self.sum;
         for _ in 0..count {
-            self.sum += x;
+            sum += x;
         }
+        self.sum = sum;
         self.n += count as u64;
     }
 
