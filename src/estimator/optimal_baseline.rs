@@ -95,7 +95,7 @@ impl OptimalTokenBaselineConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `denominator_eps` is finite
+    /// [`Error::InvalidConfig`] unless `denominator_eps` is finite
     /// and > 0.
     ///
     /// ```
