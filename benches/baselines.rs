@@ -1,6 +1,8 @@
 //! Criterion benches of verl's baseline estimators at 128, 3840 and 30720 rows × 512 tokens
 //! (group size 8, random lengths, an outcome reward on each row's last generated token,
-//! inputs generated once per size from a fixed seed).
+//! inputs generated once per size from a fixed seed). `NAME/SIZE` measures `estimate` (fresh
+//! output arrays every call), `NAME/into/SIZE` measures `estimate_into` into two buffers
+//! reused across calls, as a trainer's loop would.
 //!
 //! `cargo bench --bench baselines -- --warm-up-time 1 --measurement-time 2`
 
@@ -99,6 +101,21 @@ fn bench_baselines(c: &mut Criterion) {
                 BenchmarkId::new(*name, format!("{rows}x{TOKENS}")),
                 &input,
                 |b, input| b.iter(|| black_box(est.estimate(black_box(input)).expect("estimate"))),
+            );
+        }
+        // A trainer's loop: the same two output buffers reused for every batch.
+        let mut advantages = Array2::<f64>::zeros((rows, TOKENS));
+        let mut returns = Array2::<f64>::zeros((rows, TOKENS));
+        for (name, est) in &estimators {
+            group.bench_with_input(
+                BenchmarkId::new(format!("{name}/into"), format!("{rows}x{TOKENS}")),
+                &input,
+                |b, input| {
+                    b.iter(|| {
+                        est.estimate_into(black_box(input), advantages.view_mut(), returns.view_mut())
+                            .expect("estimate_into")
+                    })
+                },
             );
         }
     }

@@ -25,9 +25,11 @@
 //!
 //! No deliberate difference from verl.
 
-use super::whiten::whiten_in_place;
-use super::{AdvantageEstimator, Advantages, EstimatorInput, TokenBuf};
-use crate::error::{Range, Result};
+use super::whiten::{apply_in_place, FiniteAcc, MaskedSum};
+use super::{
+    fill_estimator, report_non_finite_input, validate_deferred, EstimatorInput, FiniteCheck, Out, Tokens,
+};
+use crate::error::{check_finite, Range, Result};
 
 /// Parameters of `gae`.
 ///
@@ -134,24 +136,35 @@ impl Gae {
     }
 }
 
-impl AdvantageEstimator for Gae {
-    fn name(&self) -> &'static str {
-        "gae"
+/// The validated `token_level_rewards`, `response_mask` and `values`.
+type GaeInputs<'a> = (Tokens<'a, f64>, Tokens<'a, bool>, Tokens<'a, f64>);
+
+impl Gae {
+    fn inputs<'a>(input: &EstimatorInput<'a>, check: FiniteCheck) -> Result<GaeInputs<'a>> {
+        let (rewards, mask) = input.checked_rewards_and_mask(check)?;
+        let values = input.checked_matrix("values", input.values, rewards.dim(), check)?;
+        Ok((rewards, mask, values))
     }
 
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
-        let values = input.checked_matrix("values", input.values, rewards.dim())?;
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
+        // Input finiteness is checked inside the scan (see FiniteCheck).
+        let (rewards, mask, values) = validate_deferred(|check| Self::inputs(input, check))?;
         let gamma = self.config.discount;
         let gamma_lambda = gamma * self.config.gae_lambda;
-        let mut gae = TokenBuf::zeros(rewards.dim());
-        let mut returns = TokenBuf::zeros(rewards.dim());
+        let (gae, returns) = out.buffers(rewards.dim())?;
+        // The whitening's masked sum rides along, row by row while the row is hot in cache,
+        // in the row-major order of a separate pass.
+        let mut sum = MaskedSum::default();
+        // One flag for inputs and returns: a non-finite reward at a masked token or value
+        // anywhere makes that token's return non-finite, so only the returns and the unread
+        // (unmasked) rewards are folded in. Any hit re-runs the eager input checks first.
+        let mut finite = FiniteAcc::default();
         for r in 0..rewards.rows() {
             let rrow = rewards.row(r);
             let n = rrow.len();
             // Re-slicing to one length lets the compiler drop the bounds checks below.
             let (mrow, vrow) = (&mask.row(r)[..n], &values.row(r)[..n]);
-            let (arow, retrow) = (&mut gae.row_mut(r)[..n], &mut returns.row_mut(r)[..n]);
+            let (arow, retrow) = (&mut gae[r * n..(r + 1) * n], &mut returns[r * n..(r + 1) * n]);
             let mut next_value = 0.0f64;
             let mut last = 0.0f64;
             for t in (0..n).rev() {
@@ -160,20 +173,31 @@ impl AdvantageEstimator for Gae {
                     let delta = rrow[t] + gamma * next_value - v;
                     last = delta + gamma_lambda * last;
                     next_value = v;
+                } else {
+                    finite.push(rrow[t]);
                 }
                 arow[t] = last;
-                retrow[t] = last + v;
+                let g = last + v;
+                retrow[t] = g;
+                finite.push(g);
             }
+            sum.add(arow, mrow);
         }
-        returns.check_finite("returns")?;
-        whiten_in_place(gae.as_mut_slice(), mask.as_slice())?;
-        Advantages::pair(gae, returns)
+        if !finite.all() {
+            report_non_finite_input(|check| Self::inputs(input, check))?;
+            check_finite("returns", returns)?;
+        }
+        let (mean, scale) = sum.stats(gae, mask.as_slice())?;
+        apply_in_place(gae, mean, scale)
     }
 }
+
+fill_estimator!(Gae, "gae");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use crate::{Error, RolloutBatch};
     use ndarray::array;
 

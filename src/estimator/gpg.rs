@@ -20,7 +20,7 @@
 //!
 //! No deliberate difference from verl.
 
-use super::{broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
+use super::{check_scalars, fill_estimator, group_rows, EstimatorInput, Out};
 use crate::error::{Range, Result};
 
 /// Parameters of `gpg`.
@@ -123,12 +123,8 @@ fn gpg_alpha(rows: usize, nonzero: usize) -> f64 {
     f64::from(reciprocal * rows as f32)
 }
 
-impl AdvantageEstimator for Gpg {
-    fn name(&self) -> &'static str {
-        "gpg"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl Gpg {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let nonzero = scores.iter().filter(|&&s| s != 0.0).count();
         let alpha = gpg_alpha(scores.len(), nonzero);
@@ -146,13 +142,16 @@ impl AdvantageEstimator for Gpg {
             }
         }
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
+
+fill_estimator!(Gpg, "gpg");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use crate::RolloutBatch;
 
     #[test]

@@ -42,10 +42,8 @@
 //!
 //! No deliberate difference from verl.
 
-use super::whiten::whiten_in_place;
-use super::{
-    broadcast_masked, check_scalars, group_rows, row_groups, AdvantageEstimator, Advantages, EstimatorInput,
-};
+use super::whiten::whiten_outcome;
+use super::{check_scalars, fill_estimator, group_rows, row_groups, EstimatorInput, Out};
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
 
@@ -313,31 +311,27 @@ fn unbiased_std(rows: &[usize], scores: &[f64], mean: f64) -> f64 {
     (sq / (rows.len() - 1) as f64).sqrt()
 }
 
-impl AdvantageEstimator for Grpo {
-    fn name(&self) -> &'static str {
-        "grpo"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl Grpo {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let scalars = grpo_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
 
-impl AdvantageEstimator for GrpoVectorized {
-    fn name(&self) -> &'static str {
-        "grpo_vectorized"
-    }
+fill_estimator!(Grpo, "grpo");
 
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl GrpoVectorized {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let scalars = grpo_vectorized_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
+
+fill_estimator!(GrpoVectorized, "grpo_vectorized");
 
 /// verl 0.9.1's `verl.utils.group_mean_std` in float32 (row-order accumulation, as
 /// `index_add_`; two-pass variance), then the float64 normalization of
@@ -385,12 +379,8 @@ fn grpo_vectorized_scalars(batch: &RolloutBatch, scores: &[f64], config: &GrpoCo
         .collect()
 }
 
-impl AdvantageEstimator for GrpoPassk {
-    fn name(&self) -> &'static str {
-        "grpo_passk"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl GrpoPassk {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let batch = input.batch;
         let mut scalars = vec![0.0; scores.len()];
@@ -422,29 +412,27 @@ impl AdvantageEstimator for GrpoPassk {
             scalars[best] = adv;
         }
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
 
-impl AdvantageEstimator for Gdpo {
-    fn name(&self) -> &'static str {
-        "gdpo"
-    }
+fill_estimator!(GrpoPassk, "grpo_passk");
 
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl Gdpo {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let scalars = grpo_scalars(input.batch, &scores, &self.config);
         check_scalars("advantages", &scalars)?;
-        let mut adv = broadcast_masked(&scalars, &mask);
-        whiten_in_place(adv.as_mut_slice(), mask.as_slice())?;
-        adv.remask(&mask);
-        Advantages::same(adv)
+        whiten_outcome(out, &scalars, &mask)
     }
 }
+
+fill_estimator!(Gdpo, "gdpo");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use ndarray::Array2;
 
     fn single_token_input(scores: &[f64]) -> (Array2<f64>, Array2<bool>) {

@@ -15,7 +15,7 @@
 //! A group of ≥ 2 rows whose masks are all empty has Σ ℓ = 0: verl divides 0 by 0 and returns
 //! NaN silently; we return [`Error::Undefined`].
 
-use super::{broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
+use super::{check_scalars, fill_estimator, group_rows, masked_counts, EstimatorInput, Out};
 use crate::error::{Error, Result};
 
 /// verl's `opo` (see the [module docs](self)). Needs `token_level_rewards` and
@@ -37,16 +37,10 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Opo;
 
-impl AdvantageEstimator for Opo {
-    fn name(&self) -> &'static str {
-        "opo"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl Opo {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
-        let lengths: Vec<f64> = (0..mask.rows())
-            .map(|r| mask.row(r).iter().filter(|&&m| m).count() as f64)
-            .collect();
+        let lengths: Vec<f64> = masked_counts(&mask).into_iter().map(|n| n as f64).collect();
         let batch = input.batch;
         let mut scalars = scores.clone(); // singletons: baseline 0
         for g in 0..batch.num_groups() {
@@ -67,13 +61,16 @@ impl AdvantageEstimator for Opo {
             }
         }
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
+
+fill_estimator!(Opo, "opo");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use crate::RolloutBatch;
     use ndarray::array;
 

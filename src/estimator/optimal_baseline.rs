@@ -36,9 +36,12 @@
 //!
 //! No deliberate difference from verl.
 
-use super::{group_rows, AdvantageEstimator, Advantages, EstimatorInput, TokenBuf, Tokens};
-use crate::batch::RolloutBatch;
-use crate::error::{Range, Result};
+use super::whiten::FiniteAcc;
+use super::{
+    fill_estimator, group_rows, report_non_finite_input, select, validate_deferred, EstimatorInput,
+    FiniteCheck, Out, Tokens,
+};
+use crate::error::{check_finite, Error, Range, Result};
 
 /// What to do with the tail of a group's unique longest row (verl's `handle_zero_tail`).
 ///
@@ -92,7 +95,7 @@ impl OptimalTokenBaselineConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `denominator_eps` is finite
+    /// [`Error::InvalidConfig`] unless `denominator_eps` is finite
     /// and > 0.
     ///
     /// ```
@@ -199,80 +202,189 @@ otb_type!(
 );
 
 /// Shared per-token inputs: returns G (the `returns` output), W, and row lengths.
-struct OtbTokens<'a> {
+/// The validated inputs of both OTB estimators.
+struct OtbInputs<'a> {
+    rewards: Tokens<'a, f64>,
     mask: Tokens<'a, bool>,
-    returns: TokenBuf,
-    w_cumulative: TokenBuf,
-    lengths: Vec<usize>,
+    log_probs: Tokens<'a, f64>,
+    sum_pi_sq: Tokens<'a, f64>,
+    is_weights: Option<Tokens<'a, f64>>,
 }
 
-fn otb_tokens<'a>(input: &EstimatorInput<'a>) -> Result<OtbTokens<'a>> {
-    let (rewards, mask) = input.checked_rewards_and_mask()?;
-    let dim = rewards.dim();
-    let log_probs = input.checked_matrix("old_log_probs", input.old_log_probs, dim)?;
-    let sum_pi_sq = input.checked_matrix("sum_pi_squared", input.sum_pi_squared, dim)?;
-    let is_weights = match input.rollout_is_weights {
-        Some(w) => Some(input.checked_matrix("rollout_is_weights", Some(w), dim)?),
-        None => None,
-    };
-    let mut returns = TokenBuf::zeros(dim);
-    let mut w_cumulative = TokenBuf::zeros(dim);
-    let mut lengths = Vec::with_capacity(dim.0);
-    for r in 0..dim.0 {
-        let rrow = rewards.row(r);
-        let n = rrow.len();
-        let (mrow, lprow, sprow) = (&mask.row(r)[..n], &log_probs.row(r)[..n], &sum_pi_sq.row(r)[..n]);
-        let ret = &mut returns.row_mut(r)[..n];
+impl<'a> OtbInputs<'a> {
+    /// Checks presence and shapes, in verl's argument order, and finiteness when `check` is
+    /// eager (see [`FiniteCheck`]).
+    fn checked(input: &EstimatorInput<'a>, check: FiniteCheck) -> Result<Self> {
+        let (rewards, mask) = input.checked_rewards_and_mask(check)?;
+        let dim = rewards.dim();
+        let log_probs = input.checked_matrix("old_log_probs", input.old_log_probs, dim, check)?;
+        let sum_pi_sq = input.checked_matrix("sum_pi_squared", input.sum_pi_squared, dim, check)?;
+        let is_weights = match input.rollout_is_weights {
+            Some(w) => Some(input.checked_matrix("rollout_is_weights", Some(w), dim, check)?),
+            None => None,
+        };
+        Ok(Self {
+            rewards,
+            mask,
+            log_probs,
+            sum_pi_sq,
+            is_weights,
+        })
+    }
+}
+
+/// The per-row passes of both OTB estimators. They run group by group, so a group's rows
+/// stay in cache from the returns scan to the advantages, and every input value is read
+/// once. Finiteness is tracked on the way and reported afterwards in the eager order:
+/// inputs, returns, W, advantages.
+struct RowPasses<'i, 'a> {
+    inputs: &'i OtbInputs<'a>,
+    cols: usize,
+    /// w_t of the current row at its masked tokens (scratch, one row).
+    w: Vec<f64>,
+    inputs_finite: FiniteAcc,
+    returns_finite: FiniteAcc,
+    w_finite: FiniteAcc,
+}
+
+impl<'i, 'a> RowPasses<'i, 'a> {
+    fn new(inputs: &'i OtbInputs<'a>) -> Self {
+        let cols = inputs.mask.cols();
+        Self {
+            inputs,
+            cols,
+            w: vec![0.0; cols],
+            inputs_finite: FiniteAcc::default(),
+            returns_finite: FiniteAcc::default(),
+            w_finite: FiniteAcc::default(),
+        }
+    }
+
+    /// Writes row `r` of the returns G (reward-to-go of the masked rewards, at every
+    /// position) and returns the row's length (number of masked tokens).
+    fn returns(&mut self, r: usize, ret: &mut [f64]) -> usize {
+        let cols = self.cols;
+        let (rrow, mrow) = (
+            &self.inputs.rewards.row(r)[..cols],
+            &self.inputs.mask.row(r)[..cols],
+        );
+        let ret = &mut ret[..cols];
         let mut acc = 0.0;
-        for t in (0..n).rev() {
+        let mut len = 0usize;
+        let mut finite = FiniteAcc::default();
+        for t in (0..cols).rev() {
+            finite.push(rrow[t]);
             if mrow[t] {
                 acc += rrow[t];
+                len += 1;
             }
             ret[t] = acc;
         }
-        let is_row = is_weights.as_ref().map(|w| &w.row(r)[..n]);
-        let wc = &mut w_cumulative.row_mut(r)[..n];
-        let mut w_acc = 0.0;
-        let mut len = 0usize;
-        for t in 0..n {
-            if mrow[t] {
-                let mut w = 1.0 - 2.0 * lprow[t].exp() + sprow[t];
-                if let Some(is) = is_row {
-                    w *= is[t] * is[t];
-                }
-                w_acc += w;
-                len += 1;
-            }
-            wc[t] = w_acc;
-        }
-        lengths.push(len);
+        self.inputs_finite.merge(finite);
+        // A non-finite partial sum stays non-finite down to t = 0: checking the last one
+        // covers the row.
+        self.returns_finite.push(acc);
+        len
     }
-    returns.check_finite("returns")?;
-    w_cumulative.check_finite("w_cumulative (overflow of exp(old_log_probs))")?;
-    Ok(OtbTokens {
-        mask,
-        returns,
-        w_cumulative,
-        lengths,
-    })
+
+    /// Runs `f(t, W_t)` at every masked token of row `r`: W_t = Σ_{t' ≤ t} w_{t'} over
+    /// masked t', w = (1 − 2·exp(log π) + Σπ²) · ρ̄² (verl's order of operations). W at an
+    /// unmasked position repeats the previous W (or 0), so checking the masked ones covers
+    /// the row.
+    #[inline(always)]
+    fn cumulative_w(&mut self, r: usize, mut f: impl FnMut(usize, f64)) {
+        let cols = self.cols;
+        let inputs = self.inputs;
+        let mrow = &inputs.mask.row(r)[..cols];
+        let (lprow, sprow) = (&inputs.log_probs.row(r)[..cols], &inputs.sum_pi_sq.row(r)[..cols]);
+        let w = &mut self.w[..cols];
+        // First the w_t, independent of each other: the exp calls (which clobber every
+        // float register) stay out of the dependent W chain below.
+        let mut finite = FiniteAcc::default();
+        for t in 0..cols {
+            finite.push(lprow[t]);
+            finite.push(sprow[t]);
+            if mrow[t] {
+                w[t] = 1.0 - 2.0 * lprow[t].exp() + sprow[t];
+            }
+        }
+        if let Some(is) = &inputs.is_weights {
+            let isrow = &is.row(r)[..cols];
+            for t in 0..cols {
+                finite.push(isrow[t]);
+                if mrow[t] {
+                    w[t] *= isrow[t] * isrow[t];
+                }
+            }
+        }
+        self.inputs_finite.merge(finite);
+        let mut w_acc = 0.0f64;
+        let mut w_finite = FiniteAcc::default();
+        for t in 0..cols {
+            if mrow[t] {
+                w_acc += w[t];
+                w_finite.push(w_acc);
+                f(t, w_acc);
+            }
+        }
+        self.w_finite.merge(w_finite);
+    }
+
+    /// The errors, in the eager order, for whatever was not finite.
+    fn report(
+        mut self,
+        input: &EstimatorInput<'_>,
+        ret: &[f64],
+        adv: &[f64],
+        adv_finite: FiniteAcc,
+    ) -> Result<()> {
+        if !self.inputs_finite.all() {
+            report_non_finite_input(|check| OtbInputs::checked(input, check))?;
+        }
+        if !self.returns_finite.all() {
+            check_finite("returns", ret)?;
+        }
+        if !self.w_finite.all() {
+            // The first non-finite W in row-major order (error path only).
+            let cols = self.cols;
+            for r in 0..self.inputs.mask.rows() {
+                let mut first = None;
+                self.cumulative_w(r, |t, w| {
+                    if first.is_none() && !w.is_finite() {
+                        first = Some((t, w));
+                    }
+                });
+                if let Some((t, value)) = first {
+                    return Err(Error::NonFinite {
+                        what: "w_cumulative (overflow of exp(old_log_probs))",
+                        index: r * cols + t,
+                        value,
+                    });
+                }
+            }
+        }
+        if !adv_finite.all() {
+            check_finite("advantages", adv)?;
+        }
+        Ok(())
+    }
 }
 
-/// The row whose baseline gets a zero tail and where the tail starts: the unique longest row
-/// of `rows` if it is strictly longer than the second longest.
-fn zero_tail_row(rows: &[usize], lengths: &[usize]) -> Option<(usize, usize)> {
+/// verl's `handle_zero_tail`: when exactly one of the rows is the longest and strictly
+/// longer than the second longest ℓ₂, `Some((its index in lengths, ℓ₂))`.
+fn zero_tail(lengths: &[usize]) -> Option<(usize, usize)> {
     let mut longest = 0usize;
     let mut count_longest = 0usize;
     let mut row_longest = 0usize;
     let mut second = 0usize;
-    for &r in rows {
-        let len = lengths[r];
+    for (i, &len) in lengths.iter().enumerate() {
         if len > longest || count_longest == 0 {
             if count_longest > 0 {
                 second = longest;
             }
             longest = len;
             count_longest = 1;
-            row_longest = r;
+            row_longest = i;
         } else if len == longest {
             count_longest += 1;
         } else if len > second {
@@ -282,133 +394,153 @@ fn zero_tail_row(rows: &[usize], lengths: &[usize]) -> Option<(usize, usize)> {
     (count_longest == 1 && longest > second).then_some((row_longest, second))
 }
 
-impl AdvantageEstimator for OptimalTokenBaseline {
-    fn name(&self) -> &'static str {
-        "optimal_token_baseline"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let tokens = otb_tokens(input)?;
-        let advantages = column_baseline_advantages(input.batch, &tokens, &self.config);
-        advantages.check_finite("advantages")?;
-        Advantages::pair(advantages, tokens.returns)
+impl OptimalTokenBaseline {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
+        let inputs = validate_deferred(|check| OtbInputs::checked(input, check))?;
+        let (advantages, returns) = out.buffers(inputs.mask.dim())?;
+        column_baseline_advantages(input, &inputs, &self.config, advantages, returns)
     }
 }
 
+fill_estimator!(OptimalTokenBaseline, "optimal_token_baseline");
+
 fn column_baseline_advantages(
-    batch: &RolloutBatch,
-    tokens: &OtbTokens<'_>,
+    input: &EstimatorInput<'_>,
+    inputs: &OtbInputs<'_>,
     config: &OptimalTokenBaselineConfig,
-) -> TokenBuf {
-    let (mask, ret, wc) = (&tokens.mask, &tokens.returns, &tokens.w_cumulative);
+    adv: &mut [f64],
+    ret: &mut [f64],
+) -> Result<()> {
+    let batch = input.batch;
+    let mask = &inputs.mask;
     let cols = mask.cols();
-    let mut adv = TokenBuf::zeros(mask.dim());
+    let mut pass = RowPasses::new(inputs);
     // Scratch reused by every group: numerator (then the baseline B_t) and denominator.
     let mut numer = vec![0.0f64; cols];
     let mut denom = vec![0.0f64; cols];
+    let mut lengths: Vec<usize> = Vec::new();
+    let mut finite = FiniteAcc::default();
     for g in 0..batch.num_groups() {
         let rows = group_rows(batch, g);
+        lengths.clear();
+        for &r in rows {
+            let len = pass.returns(r, &mut ret[r * cols..(r + 1) * cols]);
+            lengths.push(len);
+        }
         if rows.len() == 1 {
             let r = rows[0];
-            for ((a, &m), &g_t) in adv.row_mut(r).iter_mut().zip(mask.row(r)).zip(ret.row(r)) {
-                if m {
-                    *a = g_t;
-                }
+            // No baseline, but W is still checked, as verl computes it for every row.
+            pass.cumulative_w(r, |_, _| {});
+            let (mrow, grow) = (&mask.row(r)[..cols], &ret[r * cols..(r + 1) * cols]);
+            let arow = &mut adv[r * cols..(r + 1) * cols];
+            for t in 0..cols {
+                arow[t] = select(mrow[t], grow[t]);
+                finite.push(arow[t]);
             }
             continue;
         }
         numer.fill(0.0);
         denom.fill(0.0);
         for &r in rows {
-            let (mrow, grow, wrow) = (&mask.row(r)[..cols], &ret.row(r)[..cols], &wc.row(r)[..cols]);
-            for t in 0..cols {
-                if mrow[t] {
-                    numer[t] += grow[t] * wrow[t];
-                    denom[t] += wrow[t];
-                }
-            }
+            let grow = &ret[r * cols..(r + 1) * cols];
+            let (numer, denom) = (&mut numer[..cols], &mut denom[..cols]);
+            pass.cumulative_w(r, |t, w| {
+                numer[t] += grow[t] * w;
+                denom[t] += w;
+            });
         }
         for (n, d) in numer.iter_mut().zip(&denom) {
             *n /= d + config.denominator_eps;
         }
         let tail = match config.zero_tail {
-            ZeroTail::ZeroBaseline => zero_tail_row(rows, &tokens.lengths),
+            ZeroTail::ZeroBaseline => zero_tail(&lengths),
             ZeroTail::KeepBaseline => None,
         };
-        for &r in rows {
+        for (i, &r) in rows.iter().enumerate() {
             let tail_start = match tail {
-                Some((row, start)) if row == r => start,
+                Some((row, start)) if row == i => start.min(cols),
                 _ => cols,
             };
-            let (mrow, grow) = (&mask.row(r)[..cols], &ret.row(r)[..cols]);
-            let arow = &mut adv.row_mut(r)[..cols];
-            for t in 0..cols {
-                if mrow[t] {
-                    arow[t] = if t >= tail_start {
-                        grow[t]
-                    } else {
-                        grow[t] - numer[t]
-                    };
-                }
+            let (mrow, grow) = (&mask.row(r)[..cols], &ret[r * cols..(r + 1) * cols]);
+            let arow = &mut adv[r * cols..(r + 1) * cols];
+            let numer = &numer[..cols];
+            for t in 0..tail_start {
+                arow[t] = select(mrow[t], grow[t] - numer[t]);
+                finite.push(arow[t]);
+            }
+            for t in tail_start..cols {
+                arow[t] = select(mrow[t], grow[t]);
+                finite.push(arow[t]);
             }
         }
     }
-    adv
+    pass.report(input, ret, adv, finite)
 }
 
-impl AdvantageEstimator for TirOptimalTokenBaseline {
-    fn name(&self) -> &'static str {
-        "tir_optimal_token_baseline"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let tokens = otb_tokens(input)?;
-        let advantages = compact_baseline_advantages(input.batch, &tokens, &self.config);
-        advantages.check_finite("advantages")?;
-        Advantages::pair(advantages, tokens.returns)
+impl TirOptimalTokenBaseline {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
+        let inputs = validate_deferred(|check| OtbInputs::checked(input, check))?;
+        let (advantages, returns) = out.buffers(inputs.mask.dim())?;
+        compact_baseline_advantages(input, &inputs, &self.config, advantages, returns)
     }
 }
+
+fill_estimator!(TirOptimalTokenBaseline, "tir_optimal_token_baseline");
 
 fn compact_baseline_advantages(
-    batch: &RolloutBatch,
-    tokens: &OtbTokens<'_>,
+    input: &EstimatorInput<'_>,
+    inputs: &OtbInputs<'_>,
     config: &OptimalTokenBaselineConfig,
-) -> TokenBuf {
-    let (mask, ret, wc) = (&tokens.mask, &tokens.returns, &tokens.w_cumulative);
+    adv: &mut [f64],
+    ret: &mut [f64],
+) -> Result<()> {
+    let batch = input.batch;
+    let mask = &inputs.mask;
     let cols = mask.cols();
-    let mut adv = TokenBuf::zeros(mask.dim());
+    let mut pass = RowPasses::new(inputs);
     // Scratch reused by every group, indexed by k = the k-th generated token of a row.
     let mut numer = vec![0.0f64; cols];
     let mut denom = vec![0.0f64; cols];
-    // Rows of the current group with at least one generated token (verl drops empty rows).
+    // Rows of the current group with at least one generated token (verl drops empty rows),
+    // and their lengths.
     let mut members: Vec<usize> = Vec::new();
+    let mut lengths: Vec<usize> = Vec::new();
+    let mut finite = FiniteAcc::default();
     for g in 0..batch.num_groups() {
         members.clear();
-        members.extend(
-            group_rows(batch, g)
-                .iter()
-                .copied()
-                .filter(|&r| tokens.lengths[r] > 0),
-        );
+        lengths.clear();
+        for &r in group_rows(batch, g) {
+            let len = pass.returns(r, &mut ret[r * cols..(r + 1) * cols]);
+            if len > 0 {
+                members.push(r);
+                lengths.push(len);
+            } else {
+                // No generated token: all-zero advantages; W is 0 but the inputs are read.
+                pass.cumulative_w(r, |_, _| {});
+                adv[r * cols..(r + 1) * cols].fill(0.0);
+            }
+        }
         if members.is_empty() {
             continue;
         }
-        let max_len = members.iter().map(|&r| tokens.lengths[r]).max().unwrap_or(0);
+        let max_len = lengths.iter().copied().max().unwrap_or(0);
         numer[..max_len].fill(0.0);
         denom[..max_len].fill(0.0);
         let single = members.len() == 1;
-        if !single {
+        if single {
+            // No baseline, but W is still checked, as verl computes it for every row.
+            pass.cumulative_w(members[0], |_, _| {});
+        } else {
             for &r in &members {
+                let grow = &ret[r * cols..(r + 1) * cols];
+                let (numer, denom) = (&mut numer[..cols], &mut denom[..cols]);
                 let mut k = 0usize;
-                let (mrow, grow, wrow) = (&mask.row(r)[..cols], &ret.row(r)[..cols], &wc.row(r)[..cols]);
-                for t in 0..cols {
-                    if mrow[t] {
-                        // k < lengths[r] <= cols: the k-th generated token of the row.
-                        numer[k] += grow[t] * wrow[t];
-                        denom[k] += wrow[t];
-                        k += 1;
-                    }
-                }
+                pass.cumulative_w(r, |t, w| {
+                    // k < length of the row <= cols: the k-th generated token of the row.
+                    numer[k] += grow[t] * w;
+                    denom[k] += w;
+                    k += 1;
+                });
             }
             for (n, d) in numer[..max_len].iter_mut().zip(&denom[..max_len]) {
                 *n /= d + config.denominator_eps;
@@ -416,45 +548,53 @@ fn compact_baseline_advantages(
         }
         // A singleton keeps numer = 0: no baseline.
         let tail = match config.zero_tail {
-            ZeroTail::ZeroBaseline if !single => zero_tail_row(&members, &tokens.lengths),
+            ZeroTail::ZeroBaseline if !single => zero_tail(&lengths),
             _ => None,
         };
-        for &r in &members {
+        for (i, &r) in members.iter().enumerate() {
             let tail_start = match tail {
-                Some((row, start)) if row == r => start,
+                Some((row, start)) if row == i => start,
                 _ => cols,
             };
-            let (mrow, grow) = (&mask.row(r)[..cols], &ret.row(r)[..cols]);
-            let arow = &mut adv.row_mut(r)[..cols];
+            let (mrow, grow) = (&mask.row(r)[..cols], &ret[r * cols..(r + 1) * cols]);
+            let arow = &mut adv[r * cols..(r + 1) * cols];
+            let numer = &numer[..cols];
             let mut k = 0usize;
             for t in 0..cols {
-                if mrow[t] {
-                    arow[t] = if k >= tail_start {
+                arow[t] = if mrow[t] {
+                    let a = if k >= tail_start {
                         grow[t]
                     } else {
                         grow[t] - numer[k]
                     };
                     k += 1;
-                }
+                    a
+                } else {
+                    0.0
+                };
+                finite.push(arow[t]);
             }
         }
     }
-    adv
+    pass.report(input, ret, adv, finite)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use crate::Error;
+    use crate::RolloutBatch;
     use ndarray::{array, Array2};
 
     #[test]
-    fn zero_tail_row_rules() {
-        let lengths = [3, 5, 2, 5];
-        assert_eq!(zero_tail_row(&[0, 1, 2], &lengths), Some((1, 3)));
-        assert_eq!(zero_tail_row(&[0, 1, 3], &lengths), None); // two longest rows
-        assert_eq!(zero_tail_row(&[2, 0], &lengths), Some((0, 2)));
-        assert_eq!(zero_tail_row(&[1, 0, 2], &lengths), Some((1, 3)));
+    fn zero_tail_rules() {
+        // (index of the unique longest row, second longest length)
+        assert_eq!(zero_tail(&[3, 5, 2]), Some((1, 3)));
+        assert_eq!(zero_tail(&[3, 5, 5]), None); // two longest rows
+        assert_eq!(zero_tail(&[2, 3]), Some((1, 2)));
+        assert_eq!(zero_tail(&[5, 3, 2]), Some((0, 3)));
+        assert_eq!(zero_tail(&[4]), Some((0, 0)));
     }
 
     #[test]

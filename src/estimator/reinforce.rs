@@ -28,11 +28,12 @@
 //! - The whitening's token count and Bessel factor are float32 (see [`whiten`](super::whiten)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
-use super::whiten::whiten_in_place;
+use super::whiten::{apply_remasked, whiten_outcome, FiniteAcc, MaskedSum};
 use super::{
-    broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput, TokenBuf,
+    check_scalars, fill_estimator, group_rows, report_non_finite_input, validate_deferred, EstimatorInput,
+    Out,
 };
-use crate::error::{Range, Result};
+use crate::error::{check_finite, Range, Result};
 
 /// Parameters of `reinforce_plus_plus`.
 ///
@@ -130,35 +131,47 @@ impl ReinforcePlusPlus {
     }
 }
 
-impl AdvantageEstimator for ReinforcePlusPlus {
-    fn name(&self) -> &'static str {
-        "reinforce_plus_plus"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
+impl ReinforcePlusPlus {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
+        // Reward finiteness is checked inside the scan (see FiniteCheck).
+        let (rewards, mask) = validate_deferred(|check| input.checked_rewards_and_mask(check))?;
         let discount = self.config.discount;
-        let mut returns = TokenBuf::zeros(rewards.dim());
+        let (advantages, returns) = out.buffers(rewards.dim())?;
+        // The whitening's masked sum rides along, row by row while the row is hot in cache,
+        // in the row-major order of a separate pass.
+        let mut sum = MaskedSum::default();
+        // One flag for rewards and returns: a non-finite reward at a masked token makes its
+        // return non-finite, so only the returns and the unread (unmasked) rewards are folded
+        // in. Any hit re-runs the eager input checks first.
+        let mut finite = FiniteAcc::default();
         for r in 0..rewards.rows() {
             let rrow = rewards.row(r);
             let n = rrow.len();
-            let (mrow, out) = (&mask.row(r)[..n], &mut returns.row_mut(r)[..n]);
+            let mrow = &mask.row(r)[..n];
+            let out = &mut returns[r * n..(r + 1) * n];
             let mut running = 0.0f64;
             for t in (0..n).rev() {
-                if mrow[t] {
+                out[t] = if mrow[t] {
                     running = rrow[t] + discount * running;
-                    out[t] = running;
-                }
+                    finite.push(running);
+                    running
+                } else {
+                    finite.push(rrow[t]);
+                    0.0
+                };
             }
+            sum.add(out, mrow);
         }
-        returns.check_finite("returns")?;
-        let mut advantages = TokenBuf::zeros(rewards.dim());
-        advantages.as_mut_slice().copy_from_slice(returns.as_slice());
-        whiten_in_place(advantages.as_mut_slice(), mask.as_slice())?;
-        advantages.remask(&mask);
-        Advantages::pair(advantages, returns)
+        if !finite.all() {
+            report_non_finite_input(|check| input.checked_rewards_and_mask(check))?;
+            check_finite("returns", returns)?;
+        }
+        let (mean, scale) = sum.stats(returns, mask.as_slice())?;
+        apply_remasked(returns, mask.as_slice(), advantages, mean, scale)
     }
 }
+
+fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus");
 
 /// verl's `reinforce_plus_plus_baseline` (see the [module docs](self)). Needs
 /// `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
@@ -178,12 +191,8 @@ impl AdvantageEstimator for ReinforcePlusPlus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReinforcePlusPlusBaseline;
 
-impl AdvantageEstimator for ReinforcePlusPlusBaseline {
-    fn name(&self) -> &'static str {
-        "reinforce_plus_plus_baseline"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl ReinforcePlusPlusBaseline {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let batch = input.batch;
         let mut scalars = scores.clone(); // singletons: mean 0
@@ -198,16 +207,16 @@ impl AdvantageEstimator for ReinforcePlusPlusBaseline {
             }
         }
         check_scalars("advantages", &scalars)?;
-        let mut advantages = broadcast_masked(&scalars, &mask);
-        whiten_in_place(advantages.as_mut_slice(), mask.as_slice())?;
-        advantages.remask(&mask);
-        Advantages::same(advantages)
+        whiten_outcome(out, &scalars, &mask)
     }
 }
+
+fill_estimator!(ReinforcePlusPlusBaseline, "reinforce_plus_plus_baseline");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use crate::{Error, RolloutBatch};
     use ndarray::array;
 

@@ -13,7 +13,11 @@
 //! observation token) both `returns` and `advantages` hold the reward-to-go of the later
 //! masked tokens. No deliberate difference from verl.
 
-use super::{AdvantageEstimator, Advantages, EstimatorInput, TokenBuf};
+use super::whiten::FiniteAcc;
+use super::{
+    check_all_finite, fill_estimator, report_non_finite_input, validate_deferred, EstimatorInput,
+    FiniteCheck, Out, Tokens,
+};
 use crate::error::{check_finite, check_len, Error, Result};
 
 /// verl's `remax` (see the [module docs](self)). Needs `token_level_rewards`,
@@ -37,45 +41,68 @@ use crate::error::{check_finite, check_len, Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Remax;
 
-impl AdvantageEstimator for Remax {
-    fn name(&self) -> &'static str {
-        "remax"
-    }
+/// The validated `token_level_rewards`, `response_mask` and `reward_baselines`.
+type RemaxInputs<'a> = (Tokens<'a, f64>, Tokens<'a, bool>, &'a [f64]);
 
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let (rewards, mask) = input.checked_rewards_and_mask()?;
+impl Remax {
+    fn inputs<'a>(input: &EstimatorInput<'a>, check: FiniteCheck) -> Result<RemaxInputs<'a>> {
+        let (rewards, mask) = input.checked_rewards_and_mask(check)?;
         let baselines = input
             .reward_baselines
             .ok_or(Error::MissingInput("reward_baselines"))?;
         check_len("reward_baselines", rewards.rows(), baselines.len())?;
-        check_finite("reward_baselines", baselines)?;
-        let mut returns = TokenBuf::zeros(rewards.dim());
-        let mut advantages = TokenBuf::zeros(rewards.dim());
+        check_all_finite("reward_baselines", baselines)?;
+        Ok((rewards, mask, baselines))
+    }
+
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
+        // Reward finiteness is checked inside the scan (see FiniteCheck).
+        let (rewards, mask, baselines) = validate_deferred(|check| Self::inputs(input, check))?;
+        let (advantages, returns) = out.buffers(rewards.dim())?;
+        // A non-finite reward at a masked token makes its return non-finite: the returns flag
+        // also covers those rewards, the unread (unmasked) ones are folded in separately.
+        // Any hit re-runs the eager input checks first.
+        let (mut ret_finite, mut adv_finite) = (FiniteAcc::default(), FiniteAcc::default());
         for (r, &b) in baselines.iter().enumerate() {
             let rrow = rewards.row(r);
             let n = rrow.len();
             let mrow = &mask.row(r)[..n];
-            let (ret, adv) = (&mut returns.row_mut(r)[..n], &mut advantages.row_mut(r)[..n]);
+            let (ret, adv) = (
+                &mut returns[r * n..(r + 1) * n],
+                &mut advantages[r * n..(r + 1) * n],
+            );
             let mut acc = 0.0f64;
             for t in (0..n).rev() {
-                if mrow[t] {
+                let a = if mrow[t] {
                     acc += rrow[t];
-                    adv[t] = acc - b;
+                    acc - b
                 } else {
-                    adv[t] = acc;
-                }
+                    ret_finite.push(rrow[t]);
+                    acc
+                };
+                adv[t] = a;
                 ret[t] = acc;
+                adv_finite.push(a);
+                ret_finite.push(acc);
             }
         }
-        returns.check_finite("returns")?;
-        advantages.check_finite("advantages")?;
-        Advantages::pair(advantages, returns)
+        if !ret_finite.all() {
+            report_non_finite_input(|check| Self::inputs(input, check))?;
+            check_finite("returns", returns)?;
+        }
+        if !adv_finite.all() {
+            check_finite("advantages", advantages)?;
+        }
+        Ok(())
     }
 }
+
+fill_estimator!(Remax, "remax");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::AdvantageEstimator;
     use crate::RolloutBatch;
     use ndarray::array;
 

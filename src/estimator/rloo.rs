@@ -19,7 +19,7 @@
 //! The two verl functions disagree on singletons (raw score vs 0); each estimator follows its
 //! own verl function. No deliberate difference from verl.
 
-use super::{broadcast_masked, check_scalars, group_rows, AdvantageEstimator, Advantages, EstimatorInput};
+use super::{check_scalars, fill_estimator, group_rows, EstimatorInput, Out};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 
@@ -91,31 +91,27 @@ fn rloo_vectorized_scalars(batch: &RolloutBatch, scores: &[f64]) -> Vec<f64> {
     out
 }
 
-impl AdvantageEstimator for Rloo {
-    fn name(&self) -> &'static str {
-        "rloo"
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl Rloo {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let scalars = rloo_scalars(input.batch, &scores);
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
 
-impl AdvantageEstimator for RlooVectorized {
-    fn name(&self) -> &'static str {
-        "rloo_vectorized"
-    }
+fill_estimator!(Rloo, "rloo");
 
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+impl RlooVectorized {
+    fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>) -> Result<()> {
         let (scores, mask) = input.checked_scores_and_mask()?;
         let scalars = rloo_vectorized_scalars(input.batch, &scores);
         check_scalars("advantages", &scalars)?;
-        Advantages::same(broadcast_masked(&scalars, &mask))
+        out.outcome(&scalars, &mask)
     }
 }
+
+fill_estimator!(RlooVectorized, "rloo_vectorized");
 
 #[cfg(test)]
 mod tests {

@@ -27,8 +27,8 @@
 
 use ndarray::{Array2, ArrayView2};
 
-use super::Tokens;
-use crate::error::{Error, Result};
+use super::{fill_masked_pair, for_rows, masked_counts, select, Out, Tokens};
+use crate::error::{check_finite, Error, Result};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
 /// [module docs](self) for the equation and verl's float32 quirks).
@@ -73,55 +73,207 @@ pub fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Re
 
 /// [`masked_whiten`] over row-major slices of equal length (checked by the callers).
 pub(crate) fn whiten_in_place(values: &mut [f64], mask: &[bool]) -> Result<()> {
-    let mut n: u64 = 0;
-    let mut sum = 0.0f64;
-    for (&x, &m) in values.iter().zip(mask) {
-        if m {
-            n += 1;
-            sum += x;
-        }
-    }
-    if n < 2 {
-        return Err(Error::Undefined(format!(
-            "masked_whiten needs at least 2 valid tokens in the batch, found {n} (verl raises ValueError)"
-        )));
-    }
-    // int64 mask sum + 1e-8 is a float32 tensor in torch (peer behaviour reproduced).
-    let denom = f64::from(n as f32 + 1e-8f32);
-    let mean = sum / denom;
-    let mut sq = 0.0f64;
-    for (&x, &m) in values.iter().zip(mask) {
-        if m {
-            let d = x - mean;
-            sq += d * d;
-        }
-    }
-    // int64 / int64 true division is float32 in torch (peer behaviour reproduced).
-    let bessel = f64::from(n as f32 / (n - 1) as f32);
-    let var = sq / denom * bessel;
-    if !mean.is_finite() || !var.is_finite() {
-        return Err(Error::NonFinite {
-            what: "masked_whiten statistics (overflow)",
-            index: 0,
-            value: if mean.is_finite() { var } else { mean },
-        });
-    }
-    let scale = 1.0 / (var + 1e-8).sqrt();
-    let mut all_finite = true;
+    let mut acc = MaskedSum::default();
+    acc.add(values, mask);
+    let (mean, scale) = acc.stats(values, mask)?;
+    apply_in_place(values, mean, scale)
+}
+
+/// `x ← (x − μ)·scale` at every position, then the overflow check (first non-finite
+/// position).
+pub(crate) fn apply_in_place(values: &mut [f64], mean: f64, scale: f64) -> Result<()> {
+    let mut finite = FiniteAcc::default();
     for x in values.iter_mut() {
         *x = (*x - mean) * scale;
-        all_finite &= x.is_finite();
+        finite.push(*x);
     }
-    if all_finite {
+    if finite.all() {
+        Ok(())
+    } else {
+        check_finite("whitened values (overflow)", values)
+    }
+}
+
+/// `dst = ((src − μ)·scale) · mask`: whitening `src` and re-masking it (verl's
+/// `masked_whiten(x, mask) * mask`) in one pass that leaves `src` intact. Overflow is
+/// reported at the first non-finite whitened value **before** re-masking, as whitening a
+/// copy of `src` in place and then re-masking it does.
+pub(crate) fn apply_remasked(
+    src: &[f64],
+    mask: &[bool],
+    dst: &mut [f64],
+    mean: f64,
+    scale: f64,
+) -> Result<()> {
+    let n = src.len();
+    let (mask, dst) = (&mask[..n], &mut dst[..n]);
+    let mut finite = FiniteAcc::default();
+    for t in 0..n {
+        let y = (src[t] - mean) * scale;
+        finite.push(y);
+        dst[t] = select(mask[t], y);
+    }
+    if finite.all() {
         return Ok(());
     }
-    match values.iter().position(|x| !x.is_finite()) {
+    match src.iter().position(|&x| !((x - mean) * scale).is_finite()) {
         Some(index) => Err(Error::NonFinite {
             what: "whitened values (overflow)",
             index,
-            value: values[index],
+            value: (src[index] - mean) * scale,
         }),
         None => Ok(()),
+    }
+}
+
+/// verl's `masked_whiten(s.unsqueeze(-1) * mask, mask) * mask` for one scalar `s_r` per row
+/// (GDPO, REINFORCE++-baseline), written as both advantages and returns.
+///
+/// The broadcast matrix is never materialized: its masked values are `count_r` copies of
+/// `s_r`, so the sums add `s_r` (and `(s_r − μ)²`) `count_r` times per row, in row order,
+/// which is exactly the sequence of additions over the broadcast matrix. Unmasked positions
+/// held +0.0 before whitening: their whitened value `(0 − μ)·scale` only matters for the
+/// overflow check, which reports the first non-finite position in row-major order.
+pub(crate) fn whiten_outcome(out: &mut Out<'_>, scalars: &[f64], mask: &Tokens<'_, bool>) -> Result<()> {
+    let counts = masked_counts(mask);
+    let mut acc = MaskedSum::default();
+    for (&s, &k) in scalars.iter().zip(&counts) {
+        acc.add_repeated(s, k);
+    }
+    let (mean, denom) = acc.mean()?;
+    let mut sq = 0.0f64;
+    for (&s, &k) in scalars.iter().zip(&counts) {
+        let d = s - mean;
+        let dd = d * d;
+        for _ in 0..k {
+            sq += dd;
+        }
+    }
+    let scale = acc.scale(mean, denom, sq)?;
+    let whitened: Vec<f64> = scalars.iter().map(|&s| (s - mean) * scale).collect();
+    let cols = mask.cols();
+    let unmasked_overflow = !((0.0 - mean) * scale).is_finite() && counts.iter().any(|&k| k < cols);
+    let masked_overflow = whitened
+        .iter()
+        .zip(&counts)
+        .any(|(y, &k)| k > 0 && !y.is_finite());
+    if unmasked_overflow || masked_overflow {
+        for (i, &m) in mask.as_slice().iter().enumerate() {
+            let x = select(m, scalars[i / cols]);
+            let y = (x - mean) * scale;
+            if !y.is_finite() {
+                return Err(Error::NonFinite {
+                    what: "whitened values (overflow)",
+                    index: i,
+                    value: y,
+                });
+            }
+        }
+    }
+    let (advantages, returns) = out.buffers(mask.dim())?;
+    for_rows(mask, advantages, returns, |r, m, a, b| {
+        fill_masked_pair(m, whitened[r], a, b);
+    });
+    Ok(())
+}
+
+/// The count and sum of the masked values, accumulated in row-major order (the order of the
+/// additions is part of the result's bits, so callers feed rows in order, left to right).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct MaskedSum {
+    n: u64,
+    sum: f64,
+}
+
+impl MaskedSum {
+    /// Adds the masked values of `values` (a row or the whole matrix), left to right.
+    pub(crate) fn add(&mut self, values: &[f64], mask: &[bool]) {
+        // Locals, so the count and the sum stay in registers through the loop.
+        let (mut n, mut sum) = (self.n, self.sum);
+        for (&x, &m) in values.iter().zip(mask) {
+            n += u64::from(m);
+            if m {
+                sum += x;
+            }
+        }
+        (self.n, self.sum) = (n, sum);
+    }
+
+    /// Adds `count` masked copies of `x` (a broadcast row), one addition each as [`add`](Self::add) does.
+    pub(crate) fn add_repeated(&mut self, x: f64, count: usize) {
+        let mut sum = self.sum;
+        for _ in 0..count {
+            sum += x;
+        }
+        self.sum = sum;
+        self.n += count as u64;
+    }
+
+    /// verl's mean over the masked values and its `float32` count, or
+    /// [`Error::Undefined`] for fewer than 2 masked values.
+    pub(crate) fn mean(&self) -> Result<(f64, f64)> {
+        let n = self.n;
+        if n < 2 {
+            return Err(Error::Undefined(format!(
+                "masked_whiten needs at least 2 valid tokens in the batch, found {n} (verl raises ValueError)"
+            )));
+        }
+        // int64 mask sum + 1e-8 is a float32 tensor in torch (peer behaviour reproduced).
+        let denom = f64::from(n as f32 + 1e-8f32);
+        Ok((self.sum / denom, denom))
+    }
+
+    /// verl's scale 1/√(σ² + 1e-8) from Σ_mask (x − μ)², or [`Error::NonFinite`] when the
+    /// statistics overflowed.
+    pub(crate) fn scale(&self, mean: f64, denom: f64, sq: f64) -> Result<f64> {
+        let n = self.n;
+        // int64 / int64 true division is float32 in torch (peer behaviour reproduced).
+        let bessel = f64::from(n as f32 / (n - 1) as f32);
+        let var = sq / denom * bessel;
+        if !mean.is_finite() || !var.is_finite() {
+            return Err(Error::NonFinite {
+                what: "masked_whiten statistics (overflow)",
+                index: 0,
+                value: if mean.is_finite() { var } else { mean },
+            });
+        }
+        Ok(1.0 / (var + 1e-8).sqrt())
+    }
+
+    /// Mean and scale of the masked `values` this sum was accumulated over (second pass for
+    /// the squared deviations).
+    pub(crate) fn stats(&self, values: &[f64], mask: &[bool]) -> Result<(f64, f64)> {
+        let (mean, denom) = self.mean()?;
+        let mut sq = 0.0f64;
+        for (&x, &m) in values.iter().zip(mask) {
+            if m {
+                let d = x - mean;
+                sq += d * d;
+            }
+        }
+        Ok((mean, self.scale(mean, denom, sq)?))
+    }
+}
+
+/// Branch-free "were all these values finite" accumulator (see
+/// [`all_finite`](super::all_finite)), cheap enough to ride along a loop that writes them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FiniteAcc(u64);
+
+impl FiniteAcc {
+    #[inline(always)]
+    pub(crate) fn push(&mut self, x: f64) {
+        self.0 |= (x.to_bits() & 0x7ff0_0000_0000_0000) + 0x0010_0000_0000_0000;
+    }
+
+    /// Folds in another accumulator (e.g. one kept in a register through a row).
+    #[inline(always)]
+    pub(crate) fn merge(&mut self, other: FiniteAcc) {
+        self.0 |= other.0;
+    }
+
+    pub(crate) fn all(self) -> bool {
+        self.0 >> 63 == 0
     }
 }
 
