@@ -545,17 +545,15 @@ impl Beacon {
         let (lo_g, hi_g) = (offs[trajs.start], offs[trajs.end]);
         let rows = hi_g - lo_g;
 
-        // Trajectory level over rows: trajectory j contributes its reward once per step.
-        let row_rewards = || {
-            trajs
-                .clone()
-                .zip(rewards)
-                .flat_map(|(j, &r)| std::iter::repeat(r).take(offs[j + 1] - offs[j]))
-        };
+        // Trajectory level over rows: trajectory j contributes its reward once per step, so
+        // the row sums are Σ n_j·R_j and Σ n_j·(R_j − μ)² (one term per trajectory).
+        let lens = trajs.clone().map(|j| (offs[j + 1] - offs[j]) as f64);
         let (mean, std) = if rows == 1 {
             (0.0, 1.0)
         } else {
-            mean_std(row_rewards().sum(), rows, row_rewards())
+            let mean = lens.clone().zip(rewards).map(|(n, &r)| n * r).sum::<f64>() / rows as f64;
+            let ss: f64 = lens.zip(rewards).map(|(n, &r)| n * (r - mean) * (r - mean)).sum();
+            (mean, (ss / (rows - 1) as f64).sqrt())
         };
 
         // Segment level: groups by segment id across the group's rows.
