@@ -189,3 +189,52 @@ fn bad_input_fails_with_a_clear_message() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn walkthrough_detector_matches_each_tasks_expert_actions_in_order() {
+    // Expert actions for one task: the gold trajectory's actions; the other tasks have none.
+    let records = sample_records();
+    let gold = records
+        .iter()
+        .find(|r| r["traj_id"] == "tw/custom_q5/s31/0_gold")
+        .unwrap();
+    let actions: Vec<&str> = gold["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["action"].as_str().unwrap())
+        .collect();
+    let path = std::env::temp_dir().join(format!("beacon-cli-walkthrough-{}.json", std::process::id()));
+    std::fs::write(
+        &path,
+        serde_json::json!({ "tw/custom_q5/s31": actions }).to_string(),
+    )
+    .unwrap();
+    let out = run(
+        &[
+            "--detector",
+            "walkthrough",
+            "--walkthrough",
+            path.to_str().unwrap(),
+        ],
+        None,
+    );
+    std::fs::remove_file(&path).ok();
+    for line in jsonl(&out) {
+        let flags: Vec<bool> = line["milestones"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_bool().unwrap())
+            .collect();
+        if line["traj_id"] == "tw/custom_q5/s31/0_gold" {
+            // Every gold action matches its own expert action: every step is a milestone.
+            assert_eq!(flags, vec![true; actions.len()]);
+        } else if line["group_id"] != "tw/custom_q5/s31" {
+            assert!(flags.iter().all(|f| !f), "{}", line["traj_id"]);
+        }
+    }
+    let missing = run(&["--detector", "walkthrough"], None);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--walkthrough FILE"));
+}
