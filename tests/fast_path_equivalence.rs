@@ -1216,11 +1216,10 @@ fn estimate_into_rejects_misshapen_buffers() {
         .with_old_log_probs(&log_probs)
         .with_sum_pi_squared(&rewards)
         .with_reward_baselines(&[0.0; 4])
-        .with_milestones(&[false; 4]);
+        .with_milestones(&[false; 4])
+        .with_step_rewards(&[0.0; 4])
+        .with_anchor_obs(&["s"; 4]);
     for name in EstimatorConfig::NAMES {
-        if *name == "gigpo" {
-            continue; // needs step rewards and anchors; the default path is covered by beacon
-        }
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         for (adv_dim, ret_dim, what) in [((4, 2), (4, 3), "advantages"), ((4, 3), (3, 4), "returns")] {
             let mut a = Array2::zeros(adv_dim);

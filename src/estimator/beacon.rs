@@ -603,6 +603,16 @@ impl Beacon {
     }
 }
 
+impl Beacon {
+    /// Per-row advantages for the trait's entry points (`milestones` required).
+    fn step_advantages(&self, input: &EstimatorInput<'_>) -> Result<Vec<f64>> {
+        let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
+        let mut adv = vec![0.0; input.batch.num_steps()];
+        self.compute_into(input.batch, flags, &mut BeaconWorkspace::default(), &mut adv)?;
+        Ok(adv)
+    }
+}
+
 impl AdvantageEstimator for Beacon {
     /// `beacon` (paper flavour) or `beacon_official` (the release's flavour).
     fn name(&self) -> &'static str {
@@ -627,10 +637,22 @@ impl AdvantageEstimator for Beacon {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
-        let mut adv = vec![0.0; input.batch.num_steps()];
-        self.compute_into(input.batch, flags, &mut BeaconWorkspace::default(), &mut adv)?;
-        Advantages::from_steps(&adv, input.response_mask)
+        Advantages::from_steps(&self.step_advantages(input)?, input.response_mask)
+    }
+
+    /// Writes the broadcast advantages (and equal returns) into caller buffers.
+    fn estimate_into(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: ndarray::ArrayViewMut2<'_, f64>,
+        returns: ndarray::ArrayViewMut2<'_, f64>,
+    ) -> Result<()> {
+        crate::estimator::steps_into(
+            &self.step_advantages(input)?,
+            input.response_mask,
+            advantages,
+            returns,
+        )
     }
 }
 

@@ -783,6 +783,15 @@ fn group_stats(values: &[f64], labels: &[usize], num_labels: usize, stats: &mut 
     }
 }
 
+impl Gigpo {
+    /// Per-row advantages for the trait's entry points (`step_rewards`, `anchor_obs` required).
+    fn step_advantages(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<Vec<f64>> {
+        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
+        let anchors = input.anchor_obs.ok_or(Error::MissingInput("anchor_obs"))?;
+        Ok(self.compute(input.batch, step_rewards, anchors)?.advantages)
+    }
+}
+
 impl crate::estimator::AdvantageEstimator for Gigpo {
     /// `gigpo`.
     fn name(&self) -> &'static str {
@@ -805,10 +814,22 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     fn estimate(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<crate::estimator::Advantages> {
-        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
-        let anchors = input.anchor_obs.ok_or(Error::MissingInput("anchor_obs"))?;
-        let out = self.compute(input.batch, step_rewards, anchors)?;
-        crate::estimator::Advantages::from_steps(&out.advantages, input.response_mask)
+        crate::estimator::Advantages::from_steps(&self.step_advantages(input)?, input.response_mask)
+    }
+
+    /// Writes the broadcast advantages (and equal returns) into caller buffers.
+    fn estimate_into(
+        &self,
+        input: &crate::estimator::EstimatorInput<'_>,
+        advantages: ndarray::ArrayViewMut2<'_, f64>,
+        returns: ndarray::ArrayViewMut2<'_, f64>,
+    ) -> Result<()> {
+        crate::estimator::steps_into(
+            &self.step_advantages(input)?,
+            input.response_mask,
+            advantages,
+            returns,
+        )
     }
 }
 

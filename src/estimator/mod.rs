@@ -963,15 +963,34 @@ impl Advantages {
     /// input's response mask when there is one (rows × L), else one column (rows × 1).
     /// Returns equal advantages, as in the peers' outcome estimators.
     pub(crate) fn from_steps(step: &[f64], mask: Option<ArrayView2<'_, bool>>) -> Result<Self> {
-        let advantages = match mask {
-            Some(mask) => crate::token::broadcast(step, mask)?,
-            None => Array2::from_shape_fn((step.len(), 1), |(r, _)| step[r]),
-        };
-        Ok(Self {
-            returns: advantages.clone(),
-            advantages,
-        })
+        let dim = mask.map_or((step.len(), 1), |m| m.dim());
+        let mut advantages = Array2::zeros(dim);
+        let mut returns = Array2::zeros(dim);
+        steps_into(step, mask, advantages.view_mut(), returns.view_mut())?;
+        Ok(Self { advantages, returns })
     }
+}
+
+/// [`Advantages::from_steps`] into caller buffers (the step-level estimators' `estimate_into`).
+pub(crate) fn steps_into(
+    step: &[f64],
+    mask: Option<ArrayView2<'_, bool>>,
+    mut advantages: ArrayViewMut2<'_, f64>,
+    mut returns: ArrayViewMut2<'_, f64>,
+) -> Result<()> {
+    let dim = mask.map_or((step.len(), 1), |m| m.dim());
+    check_out_shape("advantages", &advantages, dim)?;
+    check_out_shape("returns", &returns, dim)?;
+    match mask {
+        Some(mask) => crate::token::broadcast_into(step, mask, advantages.view_mut())?,
+        None => advantages
+            .column_mut(0)
+            .iter_mut()
+            .zip(step)
+            .for_each(|(a, &s)| *a = s),
+    }
+    returns.assign(&advantages);
+    Ok(())
 }
 
 /// An estimator by verl's `adv_estimator` name, with its parameters.
