@@ -63,20 +63,99 @@ pub enum SingletonRule {
     Zero,
 }
 
-/// Mean and unbiased standard deviation of `n` values given their sum and the values again
-/// for the second (deviation) pass. Two passes keep the result exact for equal values
-/// (σ = 0 exactly), which a one-pass sum of squares would not.
-#[inline]
-pub(crate) fn mean_std<I>(sum: f64, n: usize, values: I) -> (f64, f64)
-where
-    I: Iterator<Item = f64>,
-{
-    let mean = sum / n as f64;
-    if n < 2 {
-        return (mean, f64::NAN);
+/// Count, mean and unbiased std of one group of values.
+///
+/// The sum is Neumaier-compensated and the mean is clamped to [min, max], so a group of equal
+/// values has exactly that mean and σ = 0 (a plain `sum / n` can miss by an ulp, which
+/// `mean_std_norm` would then divide by ε and turn into a spurious advantage).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupStats {
+    pub(crate) count: usize,
+    sum: f64,
+    compensation: f64,
+    min: f64,
+    max: f64,
+    pub(crate) mean: f64,
+    m2: f64,
+    /// Unbiased standard deviation; 0 for fewer than two values.
+    pub(crate) std: f64,
+}
+
+impl Default for GroupStats {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            sum: 0.0,
+            compensation: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            m2: 0.0,
+            std: 0.0,
+        }
     }
-    let ss: f64 = values.map(|v| (v - mean) * (v - mean)).sum();
-    (mean, (ss / (n - 1) as f64).sqrt())
+}
+
+impl GroupStats {
+    /// Statistics of one slice (two passes).
+    pub(crate) fn of(values: &[f64]) -> Self {
+        let mut s = Self::default();
+        values.iter().for_each(|&x| s.add(x));
+        s.finish_mean();
+        values.iter().for_each(|&x| s.add_deviation(x));
+        s.finish_std();
+        s
+    }
+
+    /// First pass: one value.
+    #[inline]
+    fn add(&mut self, x: f64) {
+        self.count += 1;
+        let t = self.sum + x;
+        self.compensation += if self.sum.abs() >= x.abs() {
+            (self.sum - t) + x
+        } else {
+            (x - t) + self.sum
+        };
+        self.sum = t;
+        self.min = self.min.min(x);
+        self.max = self.max.max(x);
+    }
+
+    fn finish_mean(&mut self) {
+        if self.count > 0 {
+            let mean = (self.sum + self.compensation) / self.count as f64;
+            self.mean = mean.clamp(self.min, self.max);
+        }
+    }
+
+    /// Second pass: one value's squared deviation from the mean.
+    #[inline]
+    fn add_deviation(&mut self, x: f64) {
+        let d = x - self.mean;
+        self.m2 += d * d;
+    }
+
+    fn finish_std(&mut self) {
+        if self.count > 1 {
+            self.std = (self.m2 / (self.count - 1) as f64).sqrt();
+        }
+    }
+}
+
+/// Per-label statistics of `values`: `stats[l]` describes the values whose `labels[r] == l`
+/// (labels below `num_labels`). Reuses `stats`' allocation.
+pub(crate) fn group_stats(values: &[f64], labels: &[usize], num_labels: usize, stats: &mut Vec<GroupStats>) {
+    stats.clear();
+    stats.resize(num_labels, GroupStats::default());
+    for (&x, &l) in values.iter().zip(labels) {
+        stats[l].add(x);
+    }
+    stats.iter_mut().for_each(GroupStats::finish_mean);
+    for (&x, &l) in values.iter().zip(labels) {
+        stats[l].add_deviation(x);
+    }
+    stats.iter_mut().for_each(GroupStats::finish_std);
 }
 
 #[cfg(test)]
@@ -84,19 +163,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mean_std_hand_case() {
-        // values 1, 2, 3, 6: mean 3, deviations -2 -1 0 3 -> ss 14, var 14/3
-        let v = [1.0, 2.0, 3.0, 6.0];
-        let (m, s) = mean_std(12.0, 4, v.iter().copied());
-        assert_eq!(m, 3.0);
-        assert_eq!(s, (14.0f64 / 3.0).sqrt());
+    fn unbiased_std_hand_case() {
+        // values 1, 2, 3, 6: mean 3, squared deviations 4 + 1 + 0 + 9 = 14, var = 14 / 3.
+        let s = GroupStats::of(&[1.0, 2.0, 3.0, 6.0]);
+        assert_eq!((s.count, s.mean), (4, 3.0));
+        assert_eq!(s.std, (14.0f64 / 3.0).sqrt());
     }
 
     #[test]
-    fn equal_values_have_zero_std() {
-        let v = [0.1; 7];
-        let sum: f64 = v.iter().sum();
-        let (_, s) = mean_std(sum, 7, v.iter().copied());
-        assert!(s < 1e-15);
+    fn all_equal_is_exact() {
+        // 0.1 + 0.1 + 0.1 = 0.30000000000000004 in f64; divided by 3 it is not 0.1, but the
+        // clamp to [min, max] restores it, so deviations and std are exactly 0.
+        let s = GroupStats::of(&[0.1, 0.1, 0.1]);
+        assert_eq!((s.mean, s.std), (0.1, 0.0));
+    }
+
+    #[test]
+    fn labelled_groups() {
+        // label 0: {1, 3} mean 2, std sqrt(2); label 1: {5} alone; label 2: empty.
+        let mut stats = Vec::new();
+        group_stats(&[1.0, 5.0, 3.0], &[0, 1, 0], 3, &mut stats);
+        assert_eq!(
+            (stats[0].count, stats[0].mean, stats[0].std),
+            (2, 2.0, 2f64.sqrt())
+        );
+        assert_eq!((stats[1].count, stats[1].mean, stats[1].std), (1, 5.0, 0.0));
+        assert_eq!(stats[2].count, 0);
     }
 }

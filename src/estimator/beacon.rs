@@ -49,7 +49,7 @@ use crate::error::{Error, Range, Result};
 use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput};
 use crate::milestone::check_flags;
 use crate::shaping::DecayTable;
-use crate::stats::{mean_std, NormMode, SingletonRule};
+use crate::stats::{group_stats, GroupStats, NormMode, SingletonRule};
 
 /// Which computation the estimator follows.
 ///
@@ -286,10 +286,11 @@ pub struct BeaconWorkspace {
     reward: Vec<f64>,
     traj: Vec<f64>,
     seg_adv: Vec<f64>,
-    /// Per segment id within the current group.
+    /// Paper flavour, per segment id within the current group: Σ and count of R_k/|Seg_k|.
     sum: Vec<f64>,
     count: Vec<usize>,
-    spread: Vec<f64>,
+    /// Official flavour: statistics of each (group, segment id).
+    seg_stats: Vec<GroupStats>,
 }
 
 impl Beacon {
@@ -440,9 +441,7 @@ impl Beacon {
         let c = &self.config;
         ws.table.prepare(c.milestone_reward, c.segment_decay, max_len);
         // Segment ids never exceed the trajectory length.
-        for v in [&mut ws.sum, &mut ws.spread] {
-            v.resize(max_len + 1, 0.0);
-        }
+        ws.sum.resize(max_len + 1, 0.0);
         ws.count.resize(max_len + 1, 0);
         for g in 0..batch.num_groups() {
             let trajs = batch.group_trajectories(g);
@@ -482,7 +481,8 @@ impl Beacon {
         let (mean, std) = if rewards.len() == 1 {
             (0.0, 1.0)
         } else {
-            mean_std(rewards.iter().sum(), rewards.len(), rewards.iter().copied())
+            let s = GroupStats::of(rewards);
+            (s.mean, s.std)
         };
         let singleton_zero = rewards.len() == 1 && c.singleton == SingletonRule::Zero;
 
@@ -546,57 +546,45 @@ impl Beacon {
         let rows = hi_g - lo_g;
 
         // Trajectory level over rows: trajectory j contributes its reward once per step, so
-        // the row sums are Σ n_j·R_j and Σ n_j·(R_j − μ)² (one term per trajectory).
+        // the row sums are Σ n_j·R_j and Σ n_j·(R_j − μ)² (one term per trajectory). The mean
+        // is clamped to the rewards' range, as in [`GroupStats`], so equal rewards give 0.
         let lens = trajs.clone().map(|j| (offs[j + 1] - offs[j]) as f64);
         let (mean, std) = if rows == 1 {
             (0.0, 1.0)
         } else {
-            let mean = lens.clone().zip(rewards).map(|(n, &r)| n * r).sum::<f64>() / rows as f64;
+            let (lo, hi) = rewards
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
+                    (l.min(r), h.max(r))
+                });
+            let mean =
+                (lens.clone().zip(rewards).map(|(n, &r)| n * r).sum::<f64>() / rows as f64).clamp(lo, hi);
             let ss: f64 = lens.zip(rewards).map(|(n, &r)| n * (r - mean) * (r - mean)).sum();
             (mean, (ss / (rows - 1) as f64).sqrt())
         };
 
-        // Segment level: groups by segment id across the group's rows.
-        let mut max_k = 0;
+        // Segment level: the group's rows (contiguous steps lo_g..hi_g) grouped by segment id.
+        let mut num_ids = 0;
         for j in trajs.clone() {
             Self::shape_trajectory(ws, offs[j], offs[j + 1]);
-            let ids = ws.seg[offs[j + 1] - 1] + 1; // segment ids used by this trajectory
-            for k in max_k..ids {
-                ws.sum[k] = 0.0;
-                ws.count[k] = 0;
-                ws.spread[k] = 0.0;
-            }
-            max_k = max_k.max(ids);
+            num_ids = num_ids.max(ws.seg[offs[j + 1] - 1] + 1);
         }
-        for s in lo_g..hi_g {
-            ws.sum[ws.seg[s]] += ws.reward[s];
-            ws.count[ws.seg[s]] += 1;
-        }
-        for k in 0..max_k {
-            ws.sum[k] /= ws.count[k] as f64; // now the mean
-        }
-        if mode == NormMode::MeanStdNorm {
-            for s in lo_g..hi_g {
-                let d = ws.reward[s] - ws.sum[ws.seg[s]];
-                ws.spread[ws.seg[s]] += d * d;
-            }
-            for k in 0..max_k {
-                ws.spread[k] = if ws.count[k] > 1 {
-                    (ws.spread[k] / (ws.count[k] - 1) as f64).sqrt()
-                } else {
-                    1.0
-                };
-            }
-        }
+        group_stats(
+            &ws.reward[lo_g..hi_g],
+            &ws.seg[lo_g..hi_g],
+            num_ids,
+            &mut ws.seg_stats,
+        );
         for (j, &r) in trajs.zip(rewards) {
             let a_traj = mode.normalize(r, mean, std, eps);
             for s in offs[j]..offs[j + 1] {
                 ws.traj[s] = a_traj;
-                let k = ws.seg[s];
-                ws.seg_adv[s] = if ws.count[k] == 1 {
+                let k = &ws.seg_stats[ws.seg[s]];
+                // A singleton segment group has nothing to compare with: 0, as in the release.
+                ws.seg_adv[s] = if k.count == 1 {
                     0.0
                 } else {
-                    mode.normalize(ws.reward[s], ws.sum[k], ws.spread[k], eps)
+                    mode.normalize(ws.reward[s], k.mean, k.std, eps)
                 };
             }
         }
@@ -744,6 +732,25 @@ mod tests {
         assert_abs_diff_eq!(out.trajectory_advantages[0], t, epsilon = 1e-12);
         assert_abs_diff_eq!(out.trajectory_advantages[3], -t, epsilon = 1e-12);
         assert_eq!(out.segment_advantages, vec![0.0; 4]);
+    }
+
+    #[test]
+    fn official_equal_values_normalise_to_exact_zero() {
+        // Three trajectories, each a milestone at step 0 then one step; R_ms = 0.1, γ = 1, all
+        // terminal rewards 0.1. Segment 0 holds three rows of 0.1, whose plain f64 mean is
+        // 0.30000000000000004 / 3 != 0.1: without the exact mean, mean_std_norm would divide
+        // that ulp by ε and give ~1e-11 instead of 0. The trajectory term is likewise 0.
+        let mut c = BeaconConfig::official();
+        c.flavour = BeaconFlavour::Official {
+            mode: NormMode::MeanStdNorm,
+        };
+        c.milestone_reward = 0.1;
+        c.segment_decay = 1.0;
+        let batch = RolloutBatch::from_blocks(3, &[2, 2, 2], vec![0.1; 3]).unwrap();
+        let flags = [true, false, true, false, true, false];
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.segment_advantages, vec![0.0; 6]);
+        assert_eq!(out.trajectory_advantages, vec![0.0; 6]);
     }
 
     #[test]

@@ -63,6 +63,7 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use crate::batch::RolloutBatch;
 use crate::difflib::Matcher;
 use crate::error::{check_finite, check_len, Error, Range, Result};
+use crate::stats::{group_stats, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.
 pub use crate::stats::NormMode;
@@ -730,59 +731,6 @@ where
     }
 }
 
-/// Count, mean and unbiased std of one group of rows.
-#[derive(Debug, Clone, Copy, Default)]
-struct GroupStats {
-    count: usize,
-    sum: f64,
-    compensation: f64,
-    min: f64,
-    max: f64,
-    mean: f64,
-    m2: f64,
-    std: f64,
-}
-
-/// Per-label statistics of `values` (rows with `labels[r] < num_labels`), two passes over the
-/// rows in caller order: a Neumaier-compensated sum whose mean is clamped to [min, max] (exact
-/// for all-equal groups), then the sum of squared deviations.
-fn group_stats(values: &[f64], labels: &[usize], num_labels: usize, stats: &mut Vec<GroupStats>) {
-    stats.clear();
-    stats.resize(
-        num_labels,
-        GroupStats {
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
-            ..GroupStats::default()
-        },
-    );
-    for (&x, &l) in values.iter().zip(labels) {
-        let s = &mut stats[l];
-        s.count += 1;
-        let t = s.sum + x;
-        s.compensation += if s.sum.abs() >= x.abs() {
-            (s.sum - t) + x
-        } else {
-            (x - t) + s.sum
-        };
-        s.sum = t;
-        s.min = s.min.min(x);
-        s.max = s.max.max(x);
-    }
-    for s in stats.iter_mut().filter(|s| s.count > 0) {
-        let mean = (s.sum + s.compensation) / s.count as f64;
-        s.mean = mean.clamp(s.min, s.max);
-    }
-    for (&x, &l) in values.iter().zip(labels) {
-        let s = &mut stats[l];
-        let d = x - s.mean;
-        s.m2 += d * d;
-    }
-    for s in stats.iter_mut().filter(|s| s.count > 1) {
-        s.std = (s.m2 / (s.count - 1) as f64).sqrt();
-    }
-}
-
 impl Gigpo {
     /// Per-row advantages for the trait's entry points (`step_rewards`, `anchor_obs` required).
     fn step_advantages(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<Vec<f64>> {
@@ -836,25 +784,6 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn group_stats_all_equal_is_exact() {
-        // 0.1 + 0.1 + 0.1 = 0.30000000000000004 in f64; divided by 3 it is not 0.1, but the
-        // clamp to [min, max] restores it, so deviations and std are exactly 0.
-        let mut stats = Vec::new();
-        group_stats(&[0.1, 0.1, 0.1], &[0, 0, 0], 1, &mut stats);
-        assert_eq!(stats[0].mean, 0.1);
-        assert_eq!(stats[0].std, 0.0);
-    }
-
-    #[test]
-    fn group_stats_unbiased_std() {
-        // values 1, 2, 3, 6: mean 3, squared deviations 4 + 1 + 0 + 9 = 14, var = 14 / 3.
-        let mut stats = Vec::new();
-        group_stats(&[1.0, 2.0, 3.0, 6.0], &[0, 0, 0, 0], 1, &mut stats);
-        assert_eq!(stats[0].mean, 3.0);
-        assert_eq!(stats[0].std, (14.0f64 / 3.0).sqrt());
-    }
 
     #[test]
     fn workspace_reuse_across_modes_and_sizes() {
