@@ -110,8 +110,17 @@ fn run(args: Args) -> Result<(), BoxError> {
     let flags = detect(&args, &rb)?;
     let cols = rb.columns();
     let input = cols.input(rb.batch(), &flags);
-    let adv = estimator.estimate(&input)?.advantages.column(0).to_vec();
+    // BEACON and GiGPO are run once, for their parts; their advantages are among them.
     let parts = parts(&config, &rb, &cols.step_rewards, &cols.anchor_obs, &flags)?;
+    let estimated;
+    let adv: &[f64] = match &parts {
+        Parts::Beacon(p) => &p.advantages,
+        Parts::Gigpo(p) => &p.advantages,
+        Parts::None => {
+            estimated = estimator.estimate(&input)?.advantages.column(0).to_vec();
+            &estimated
+        }
+    };
 
     let format = args.format.unwrap_or(if io::stdout().is_terminal() {
         Format::Table
@@ -121,7 +130,7 @@ fn run(args: Args) -> Result<(), BoxError> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     match format {
-        Format::Jsonl => write_jsonl(&mut out, &rb, &adv, &flags, &parts)?,
+        Format::Jsonl => write_jsonl(&mut out, &rb, adv, &flags, &parts)?,
         Format::Table => {
             let beside = match args.beside.as_str() {
                 "none" => None,
@@ -133,7 +142,7 @@ fn run(args: Args) -> Result<(), BoxError> {
                     ))
                 }
             };
-            write_table(&mut out, &rb, &adv, &flags, estimator.name(), beside.as_ref())?
+            write_table(&mut out, &rb, adv, &flags, estimator.name(), beside.as_ref())?
         }
     }
     if args.diagnostics {
@@ -154,7 +163,7 @@ fn run(args: Args) -> Result<(), BoxError> {
             &flags,
             DiagnosticsConfig::default(),
         )?;
-        let report = diag.report(&adv)?;
+        let report = diag.report(adv)?;
         if format == Format::Jsonl {
             writeln!(out, "{}", json!({ "diagnostics": report }))?;
         } else {
