@@ -9,6 +9,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::{EstimatorConfig, EstimatorInput};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -17,23 +18,6 @@ use ndarray::Array2;
 const TOKENS: usize = 512;
 const GROUP_SIZE: usize = 8;
 const ROWS: [usize; 3] = [128, 3840, 30720];
-
-/// splitmix64: a tiny deterministic generator, enough for benchmark inputs.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 struct Inputs {
     batch: RolloutBatch,
@@ -46,7 +30,7 @@ struct Inputs {
 }
 
 fn inputs(rows: usize, seed: u64) -> Inputs {
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix64::new(seed);
     // Rows of a group are interleaved with other groups, as a trainer's shuffled batch.
     let groups = rows / GROUP_SIZE;
     let uids: Vec<usize> = (0..rows).map(|r| r % groups).collect();
@@ -56,12 +40,12 @@ fn inputs(rows: usize, seed: u64) -> Inputs {
     let mask = Array2::from_shape_fn((rows, TOKENS), |(r, t)| t < lens[r]);
     let mut rewards = Array2::<f64>::zeros((rows, TOKENS));
     for (r, &len) in lens.iter().enumerate() {
-        rewards[[r, len - 1]] = if rng.unit() < 0.5 { 1.0 } else { 0.0 };
+        rewards[[r, len - 1]] = if rng.next_f64() < 0.5 { 1.0 } else { 0.0 };
     }
-    let values = Array2::from_shape_fn((rows, TOKENS), |_| rng.unit() * 2.0 - 1.0);
-    let log_probs = Array2::from_shape_fn((rows, TOKENS), |_| -5.0 * rng.unit());
-    let sum_pi_sq = Array2::from_shape_fn((rows, TOKENS), |_| rng.unit());
-    let baselines = (0..rows).map(|_| rng.unit()).collect();
+    let values = Array2::from_shape_fn((rows, TOKENS), |_| rng.next_f64() * 2.0 - 1.0);
+    let log_probs = Array2::from_shape_fn((rows, TOKENS), |_| -5.0 * rng.next_f64());
+    let sum_pi_sq = Array2::from_shape_fn((rows, TOKENS), |_| rng.next_f64());
+    let baselines = (0..rows).map(|_| rng.next_f64()).collect();
     let batch = RolloutBatch::from_group_keys(&uids, &vec![0.0; rows]).expect("batch");
     Inputs {
         batch,

@@ -3,6 +3,7 @@
 //!
 //! cargo bench --bench beacon
 
+use beacon_rl::ablation::SplitMix64;
 use beacon_rl::token::broadcast_into;
 use beacon_rl::{Beacon, BeaconConfig, BeaconWorkspace, RolloutBatch};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -13,25 +14,13 @@ const G: usize = 8;
 const STEPS: usize = 30;
 const TOKENS: usize = 512;
 
-/// Deterministic xorshift so every run benches the same batch.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 fn batch() -> (RolloutBatch, Vec<bool>) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let rewards: Vec<f64> = (0..GROUPS * G).map(|_| (rng.unit() < 0.4) as u8 as f64).collect();
+    let mut rng = SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+    let rewards: Vec<f64> = (0..GROUPS * G)
+        .map(|_| (rng.next_f64() < 0.4) as u8 as f64)
+        .collect();
     let batch = RolloutBatch::from_blocks(G, &[STEPS; GROUPS * G], rewards).unwrap();
-    let flags = (0..batch.num_steps()).map(|_| rng.unit() < 0.2).collect();
+    let flags = (0..batch.num_steps()).map(|_| rng.next_f64() < 0.2).collect();
     (batch, flags)
 }
 
@@ -62,10 +51,10 @@ fn token_level(c: &mut Criterion) {
     let (batch, flags) = batch();
     let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
     let adv = beacon.compute(&batch, &flags).unwrap().advantages;
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     // Response lengths 64..=512: a realistic ragged prefix mask.
     let mask = Array2::from_shape_fn((batch.num_steps(), TOKENS), |(_, j)| {
-        j < 64 + (rng.next() % 449) as usize
+        j < 64 + (rng.next_u64() % 449) as usize
     });
     let source = Array2::<f32>::from_elem((batch.num_steps(), TOKENS), 0.5);
     let mut out = Array2::<f32>::zeros((batch.num_steps(), TOKENS));

@@ -7,6 +7,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use beacon_rl::ablation::SplitMix64;
 use beacon_rl::milestone::combinators::{AnyOf, BoxedDetector};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::milestone::text::TextPatterns;
@@ -71,7 +72,7 @@ fn sample() -> Vec<Vec<OwnedStep>> {
 }
 
 /// 1e5 ALFWorld-like steps of exactly 600 characters: one in ten is subgoal feedback, the
-/// rest navigation and examination text (xorshift, fixed seed).
+/// rest navigation and examination text (SplitMix64, fixed seed).
 fn synthetic(n: usize) -> Vec<OwnedStep> {
     const FEEDBACK: &[&str] = &[
         "You pick up the egg 2 from the countertop 3.",
@@ -89,13 +90,8 @@ fn synthetic(n: usize) -> Vec<OwnedStep> {
         "You are in the middle of a room. Looking quickly around you, you see a cabinet 13, a cabinet 12, ",
         "On the diningtable 1, you see a kettle 1, a knife 1, a mug 1, a papertowelroll 1, a peppershaker 2, ",
     ];
-    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = SplitMix64::new(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || rng.next_u64();
     (0..n)
         .map(|i| {
             let mut obs = String::with_capacity(640);

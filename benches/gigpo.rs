@@ -6,6 +6,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+use beacon_rl::ablation::SplitMix64;
 use beacon_rl::difflib::{ratio, Matcher};
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::RolloutBatch;
@@ -15,21 +16,12 @@ const GROUPS: usize = 16;
 const TRAJS: usize = 8;
 const STEPS: usize = 30;
 
-/// Deterministic xorshift, so every run benchmarks the same batch.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// An ALFWorld-like observation of about 100 characters.
+/// A draw from 0..n (the tiny modulo bias is irrelevant for bench inputs).
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    (rng.next_u64() % n as u64) as usize
 }
 
-/// An ALFWorld-like observation of about 100 characters.
 fn observation(place: usize, item: usize, count: usize) -> String {
     let mut s = format!(
         "You arrive at cabinet {place}. On the cabinet {place}, you see a mug {item}, a spoon {count}, and a dishsponge {}.",
@@ -48,7 +40,7 @@ struct Batch {
 }
 
 fn batch() -> Batch {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = SplitMix64::new(0x9e37_79b9_7f4a_7c15);
     let mut b = Batch {
         uid: vec![],
         traj: vec![],
@@ -58,16 +50,19 @@ fn batch() -> Batch {
     };
     for g in 0..GROUPS {
         for t in 0..TRAJS {
-            let success = rng.below(2) as f64;
+            let success = below(&mut rng, 2) as f64;
             for _ in 0..STEPS {
                 b.uid.push(format!("g{g}"));
                 b.traj.push(format!("g{g}-t{t}"));
                 b.episode.push(success);
-                b.rewards.push(if rng.below(5) == 0 { 1.0 } else { 0.0 });
+                b.rewards.push(if below(&mut rng, 5) == 0 { 1.0 } else { 0.0 });
                 // Trajectories of a task revisit a pool of ~20 states; some differ by one digit
                 // (near-duplicates that similarity grouping merges).
-                b.anchors
-                    .push(observation(rng.below(10), rng.below(2), 1 + rng.below(2)));
+                b.anchors.push(observation(
+                    below(&mut rng, 10),
+                    below(&mut rng, 2),
+                    1 + below(&mut rng, 2),
+                ));
             }
         }
     }
@@ -104,7 +99,7 @@ fn bench_gigpo(c: &mut Criterion) {
 }
 
 fn bench_ratio(c: &mut Criterion) {
-    let mut rng = Rng(42);
+    let mut rng = SplitMix64::new(42);
     let words = [
         "cabinet",
         "drawer",
@@ -121,14 +116,14 @@ fn bench_ratio(c: &mut Criterion) {
     ];
     let mut a = String::new();
     while a.chars().count() < 600 {
-        a.push_str(words[rng.below(words.len())]);
+        a.push_str(words[below(&mut rng, words.len())]);
         a.push(' ');
     }
     let a: String = a.chars().take(600).collect();
     // b: a with ~5% of its characters substituted.
     let b: String = a
         .chars()
-        .map(|ch| if rng.below(20) == 0 { 'x' } else { ch })
+        .map(|ch| if below(&mut rng, 20) == 0 { 'x' } else { ch })
         .collect();
     let mut group = c.benchmark_group("difflib_600");
     group.bench_function("ratio", |bch| bch.iter(|| ratio(black_box(&a), black_box(&b))));
