@@ -143,15 +143,21 @@ impl GroupStats {
     }
 }
 
-/// Per-label statistics of `values`: `stats[l]` describes the values whose `labels[r] == l`
-/// (labels below `num_labels`). Reuses `stats`' allocation.
-pub(crate) fn group_stats(values: &[f64], labels: &[usize], num_labels: usize, stats: &mut Vec<GroupStats>) {
+/// Per-label count and mean of `values`: `stats[l]` describes the values whose
+/// `labels[r] == l` (labels below `num_labels`). Reuses `stats`' allocation. Call
+/// [`group_spreads`] afterwards when the standard deviations are needed (`mean_std_norm`).
+pub(crate) fn group_means(values: &[f64], labels: &[usize], num_labels: usize, stats: &mut Vec<GroupStats>) {
     stats.clear();
     stats.resize(num_labels, GroupStats::default());
     for (&x, &l) in values.iter().zip(labels) {
         stats[l].add(x);
     }
     stats.iter_mut().for_each(GroupStats::finish_mean);
+}
+
+/// Second pass after [`group_means`] over the same values and labels: the unbiased standard
+/// deviations.
+pub(crate) fn group_spreads(values: &[f64], labels: &[usize], stats: &mut [GroupStats]) {
     for (&x, &l) in values.iter().zip(labels) {
         stats[l].add_deviation(x);
     }
@@ -182,7 +188,10 @@ mod tests {
     fn labelled_groups() {
         // label 0: {1, 3} mean 2, std sqrt(2); label 1: {5} alone; label 2: empty.
         let mut stats = Vec::new();
-        group_stats(&[1.0, 5.0, 3.0], &[0, 1, 0], 3, &mut stats);
+        let (values, labels) = ([1.0, 5.0, 3.0], [0, 1, 0]);
+        group_means(&values, &labels, 3, &mut stats);
+        assert_eq!((stats[0].mean, stats[0].std), (2.0, 0.0)); // no spread pass yet
+        group_spreads(&values, &labels, &mut stats);
         assert_eq!(
             (stats[0].count, stats[0].mean, stats[0].std),
             (2, 2.0, 2f64.sqrt())

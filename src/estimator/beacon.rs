@@ -49,7 +49,7 @@ use crate::error::{Error, Range, Result};
 use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput};
 use crate::milestone::check_flags;
 use crate::shaping::DecayTable;
-use crate::stats::{group_stats, GroupStats, NormMode, SingletonRule};
+use crate::stats::{group_means, group_spreads, GroupStats, NormMode, SingletonRule};
 
 /// Which computation the estimator follows.
 ///
@@ -569,12 +569,11 @@ impl Beacon {
             Self::shape_trajectory(ws, offs[j], offs[j + 1]);
             num_ids = num_ids.max(ws.seg[offs[j + 1] - 1] + 1);
         }
-        group_stats(
-            &ws.reward[lo_g..hi_g],
-            &ws.seg[lo_g..hi_g],
-            num_ids,
-            &mut ws.seg_stats,
-        );
+        let (values, labels) = (&ws.reward[lo_g..hi_g], &ws.seg[lo_g..hi_g]);
+        group_means(values, labels, num_ids, &mut ws.seg_stats);
+        if mode == NormMode::MeanStdNorm {
+            group_spreads(values, labels, &mut ws.seg_stats);
+        }
         for (j, &r) in trajs.zip(rewards) {
             let a_traj = mode.normalize(r, mean, std, eps);
             for s in offs[j]..offs[j + 1] {

@@ -63,7 +63,7 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use crate::batch::RolloutBatch;
 use crate::difflib::Matcher;
 use crate::error::{check_finite, check_len, Error, Range, Result};
-use crate::stats::{group_stats, GroupStats};
+use crate::stats::{group_means, group_spreads, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.
 pub use crate::stats::NormMode;
@@ -542,7 +542,7 @@ impl Gigpo {
         }
 
         // Episode term: statistics over the rows of each task group.
-        group_stats(&ws.row_value, &ws.row_group, batch.num_groups(), &mut ws.stats);
+        self.stats(&ws.row_value, &ws.row_group, batch.num_groups(), &mut ws.stats);
         let (mode, eps) = (self.config.mode, self.config.std_eps);
         for ((a, &x), &g) in out
             .episode_advantages
@@ -565,7 +565,7 @@ impl Gigpo {
             *label = ws.unit_cluster[u];
         }
         out.num_step_groups = num_clusters;
-        group_stats(&out.step_returns, &out.step_groups, num_clusters, &mut ws.stats);
+        self.stats(&out.step_returns, &out.step_groups, num_clusters, &mut ws.stats);
         let (mode, eps, w) = (
             self.config.mode,
             self.config.std_eps,
@@ -732,6 +732,14 @@ where
 }
 
 impl Gigpo {
+    /// Per-label statistics; the spread pass only where the mode divides by it.
+    fn stats(&self, values: &[f64], labels: &[usize], num_labels: usize, stats: &mut Vec<GroupStats>) {
+        group_means(values, labels, num_labels, stats);
+        if self.config.mode == NormMode::MeanStdNorm {
+            group_spreads(values, labels, stats);
+        }
+    }
+
     /// Per-row advantages for the trait's entry points (`step_rewards`, `anchor_obs` required).
     fn step_advantages(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<Vec<f64>> {
         let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
