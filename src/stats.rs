@@ -65,14 +65,14 @@ pub enum SingletonRule {
 
 /// Count, mean and unbiased std of one group of values.
 ///
-/// The sum is Neumaier-compensated and the mean is clamped to [min, max], so a group of equal
-/// values has exactly that mean and σ = 0 (a plain `sum / n` can miss by an ulp, which
-/// `mean_std_norm` would then divide by ε and turn into a spurious advantage).
+/// The mean is clamped to [min, max], so a group of equal values has exactly that mean and
+/// σ = 0 (a plain `sum / n` can miss by an ulp, which `mean_std_norm` would then divide by ε
+/// and turn into a spurious advantage). The sum itself is a plain running sum: this runs once
+/// per row on the estimators' hot path.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GroupStats {
     pub(crate) count: usize,
     sum: f64,
-    compensation: f64,
     min: f64,
     max: f64,
     pub(crate) mean: f64,
@@ -86,7 +86,6 @@ impl Default for GroupStats {
         Self {
             count: 0,
             sum: 0.0,
-            compensation: 0.0,
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             mean: 0.0,
@@ -111,20 +110,20 @@ impl GroupStats {
     #[inline]
     fn add(&mut self, x: f64) {
         self.count += 1;
-        let t = self.sum + x;
-        self.compensation += if self.sum.abs() >= x.abs() {
-            (self.sum - t) + x
-        } else {
-            (x - t) + self.sum
-        };
-        self.sum = t;
-        self.min = self.min.min(x);
-        self.max = self.max.max(x);
+        self.sum += x;
+        // Inputs are finite (checked by the callers), so plain comparisons suffice; f64::min
+        // and max also order NaNs, which costs several instructions per row here.
+        if x < self.min {
+            self.min = x;
+        }
+        if x > self.max {
+            self.max = x;
+        }
     }
 
     fn finish_mean(&mut self) {
         if self.count > 0 {
-            let mean = (self.sum + self.compensation) / self.count as f64;
+            let mean = self.sum / self.count as f64;
             self.mean = mean.clamp(self.min, self.max);
         }
     }

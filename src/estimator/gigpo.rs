@@ -30,7 +30,7 @@
 //! Step group labels are numbered in order of first appearance in the caller's rows.
 //!
 //! Differences from the peer, all below the parity tolerance: the peer computes step returns in
-//! float32 (`rewards.astype(np.float32)`), this crate in f64; means are compensated sums
+//! float32 (`rewards.astype(np.float32)`), this crate in f64; means are running sums
 //! clamped to the group's [min, max] (so an all-equal group gives exactly 0, where float
 //! rounding can leave ±1e-17 in the peer, which `mean_std_norm` then divides by ε).
 //!
