@@ -98,3 +98,6 @@ pub use estimator::Workspace;
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;
 pub use tensor::{FloatView, FloatViewMut, MaskView};
+
+// Parallel chunks of independent groups and rows (the `rayon` feature).
+mod parallel;

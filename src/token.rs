@@ -48,7 +48,7 @@ pub fn broadcast_into<'m, 'o>(
     mask: impl Into<MaskView<'m>>,
     out: impl Into<FloatViewMut<'o>>,
 ) -> Result<()> {
-    let (mask, mut out) = (mask.into(), out.into());
+    let (mask, out) = (mask.into(), out.into());
     let (rows, cols) = mask.dim();
     if rows != step_values.len() {
         return Err(Error::LengthMismatch {
@@ -59,8 +59,78 @@ pub fn broadcast_into<'m, 'o>(
     }
     mask.validate()?;
     out.check_dim("token advantages", (rows, cols))?;
-    crate::tensor::write_masked(step_values, &mask, &mut out);
+    write_rows(step_values, mask, out);
     Ok(())
+}
+
+/// Tokens per chunk below which splitting the broadcast costs more than it saves.
+const MIN_TOKENS_PER_CHUNK: usize = 1 << 16;
+
+/// `write_masked` over all rows; under the `rayon` feature, contiguous blocks of rows on the
+/// pool. Every token is written from its own row's value alone, so any split gives the same
+/// bits.
+pub(crate) fn write_rows(values: &[f64], mask: MaskView<'_>, mut out: FloatViewMut<'_>) {
+    let (rows, cols) = mask.dim();
+    let k = crate::parallel::chunk_count(rows.saturating_mul(cols), MIN_TOKENS_PER_CHUNK);
+    if k <= 1 {
+        crate::tensor::write_masked(values, &mask, &mut out);
+        return;
+    }
+    let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
+    let bounds = crate::parallel::balance(rows, k, |r| r, &mut bounds);
+    crate::parallel::for_chunks(
+        bounds,
+        (0usize, values, mask, out),
+        &|(base, v, m, o): (usize, &[f64], MaskView<'_>, FloatViewMut<'_>), at, _| {
+            let local = at - base;
+            let (v0, v1) = v.split_at(local);
+            let (m0, m1) = split_mask(m, local);
+            let (o0, o1) = split_out(o, local);
+            ((base, v0, m0, o0), (at, v1, m1, o1))
+        },
+        &|_, (_, v, m, mut o)| crate::tensor::write_masked(v, &m, &mut o),
+    );
+}
+
+/// The mask's rows `..at` and `at..`.
+fn split_mask(mask: MaskView<'_>, at: usize) -> (MaskView<'_>, MaskView<'_>) {
+    use ndarray::Axis;
+    match mask {
+        MaskView::Bool(m) => {
+            let (a, b) = m.split_at(Axis(0), at);
+            (MaskView::Bool(a), MaskView::Bool(b))
+        }
+        MaskView::U8(m) => {
+            let (a, b) = m.split_at(Axis(0), at);
+            (MaskView::U8(a), MaskView::U8(b))
+        }
+        MaskView::I64(m) => {
+            let (a, b) = m.split_at(Axis(0), at);
+            (MaskView::I64(a), MaskView::I64(b))
+        }
+        MaskView::Lengths { lengths, cols } => {
+            let (a, b) = lengths.split_at(at);
+            (
+                MaskView::Lengths { lengths: a, cols },
+                MaskView::Lengths { lengths: b, cols },
+            )
+        }
+    }
+}
+
+/// The output's rows `..at` and `at..`.
+fn split_out(out: FloatViewMut<'_>, at: usize) -> (FloatViewMut<'_>, FloatViewMut<'_>) {
+    use ndarray::Axis;
+    match out {
+        FloatViewMut::F32(o) => {
+            let (a, b) = o.split_at(Axis(0), at);
+            (FloatViewMut::F32(a), FloatViewMut::F32(b))
+        }
+        FloatViewMut::F64(o) => {
+            let (a, b) = o.split_at(Axis(0), at);
+            (FloatViewMut::F64(a), FloatViewMut::F64(b))
+        }
+    }
 }
 
 /// Allocating form of [`broadcast_into`], returning an `f64` array of the mask's shape.
