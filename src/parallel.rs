@@ -27,12 +27,12 @@ pub(crate) fn chunk_count(work: usize, min_per_chunk: usize) -> usize {
 /// Chunk boundaries over items `0..n` whose cumulative weight is `start(i)` (non-decreasing,
 /// `start(n)` the total): `bounds[..=k]` gets `0 = b_0 ≤ b_1 ≤ … ≤ b_k = n`, each chunk about
 /// `total / k` of the weight (an item is never split). Returns the bounds slice.
-pub(crate) fn balance<'b>(
+pub(crate) fn balance(
     n: usize,
     k: usize,
     start: impl Fn(usize) -> usize,
-    bounds: &'b mut [usize; MAX_CHUNKS + 1],
-) -> &'b [usize] {
+    bounds: &mut [usize; MAX_CHUNKS + 1],
+) -> &[usize] {
     let k = k.clamp(1, MAX_CHUNKS);
     let total = start(n);
     bounds[0] = 0;
