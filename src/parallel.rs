@@ -112,8 +112,9 @@ mod tests {
         assert_eq!(balance(6, 2, |i| prefix[i], &mut b), &[0, 4, 6]);
         // 3 chunks of 10: targets 3 and 6 -> items 3 (starts at 3) and 4 (starts at 8).
         assert_eq!(balance(6, 3, |i| prefix[i], &mut b), &[0, 3, 4, 6]);
-        // More chunks than items: some chunks are empty, bounds stay ordered.
-        assert_eq!(balance(1, 3, |i| i, &mut b), &[0, 0, 1, 1]);
+        // More chunks than items: total weight 1, targets 1/3 and 2/3 round down to 0, so the
+        // first two chunks are empty; bounds stay ordered.
+        assert_eq!(balance(1, 3, |i| i, &mut b), &[0, 0, 0, 1]);
     }
 
     #[test]
