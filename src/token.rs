@@ -71,11 +71,11 @@ const MIN_TOKENS_PER_CHUNK: usize = 1 << 16;
 /// `write_masked` over all rows; under the `rayon` feature, contiguous blocks of rows on the
 /// pool. Every token is written from its own row's value alone, so any split gives the same
 /// bits.
-pub(crate) fn write_rows(values: &[f64], mask: MaskView<'_>, mut out: FloatViewMut<'_>) {
+pub(crate) fn write_rows(values: &[f64], mask: MaskView<'_>, out: FloatViewMut<'_>) {
     let (rows, cols) = mask.dim();
     let k = crate::parallel::chunk_count(rows.saturating_mul(cols), MIN_TOKENS_PER_CHUNK);
     if k <= 1 {
-        crate::tensor::write_masked(values, &mask, &mut out);
+        write_block(values, mask, out);
         return;
     }
     let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
@@ -90,8 +90,99 @@ pub(crate) fn write_rows(values: &[f64], mask: MaskView<'_>, mut out: FloatViewM
             let (o0, o1) = split_out(o, local);
             ((base, v0, m0, o0), (at, v1, m1, o1))
         },
-        &|_, (_, v, m, mut o)| crate::tensor::write_masked(v, &m, &mut o),
+        &|_, (_, v, m, o)| write_block(v, m, o),
     );
+}
+
+/// One block of rows. Contiguous 0/1 prefix rows (verl's `response_mask`) are written as two
+/// fills (the value, then zeros) after a vectorized test of the row ([`unit_prefix_len`]), which
+/// beats a per-token select when the mask is `i64` (no 64-bit compare before SSE4.1); any other
+/// row gets the select. The same values land in the same places either way.
+fn write_block(values: &[f64], mask: MaskView<'_>, mut out: FloatViewMut<'_>) {
+    let done = match (&mask, &mut out) {
+        (MaskView::I64(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
+        (MaskView::I64(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
+        (MaskView::U8(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
+        (MaskView::U8(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
+        (MaskView::Bool(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
+        (MaskView::Bool(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
+        _ => false,
+    };
+    if !done {
+        crate::tensor::write_masked(values, &mask, &mut out);
+    }
+}
+
+/// Writes every row when mask and output are both in standard layout (returns false and writes
+/// nothing otherwise).
+fn prefix_rows<M: Bits, O: Float>(
+    values: &[f64],
+    mask: &ArrayView2<'_, M>,
+    out: &mut ndarray::ArrayViewMut2<'_, O>,
+) -> bool {
+    let cols = mask.ncols();
+    let (Some(m), Some(o)) = (mask.as_slice(), out.as_slice_mut()) else {
+        return false;
+    };
+    if cols == 0 {
+        return true;
+    }
+    for ((m, o), &v) in m.chunks_exact(cols).zip(o.chunks_exact_mut(cols)).zip(values) {
+        let v = O::from_f64(v);
+        match unit_prefix_len(m) {
+            Some(n) => {
+                o[..n].fill(v);
+                o[n..].fill(O::ZERO);
+            }
+            None => {
+                for (o, m) in o.iter_mut().zip(m) {
+                    *o = if m.is_set() { v } else { O::ZERO };
+                }
+            }
+        }
+    }
+    true
+}
+
+/// A mask entry as an integer, for [`unit_prefix_len`].
+trait Bits: MaskElem {
+    fn bits(self) -> u64;
+}
+
+impl Bits for bool {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Bits for u8 {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Bits for i64 {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        // Two's complement bits: only 0 and 1 pass the test below.
+        self as u64
+    }
+}
+
+/// `Some(n)` when the row is exactly n ones followed by zeros, else `None` (a row with other
+/// nonzero values, or a gap, takes the general path). Three branch-free folds that vectorize
+/// with plain SSE2 adds, xors and ors: the wrapping sum gives the only possible n, then the row
+/// must be `1` on `..n` and `0` on `n..` (the second and third read the row from cache).
+#[inline]
+fn unit_prefix_len<M: Bits>(row: &[M]) -> Option<usize> {
+    let sum = row.iter().fold(0u64, |a, &m| a.wrapping_add(m.bits()));
+    let n = usize::try_from(sum).ok().filter(|&n| n <= row.len())?;
+    let (ones, zeros) = row.split_at(n);
+    let off =
+        ones.iter().fold(0u64, |a, &m| a | (m.bits() ^ 1)) | zeros.iter().fold(0u64, |a, &m| a | m.bits());
+    (off == 0).then_some(n)
 }
 
 /// The mask's rows `..at` and `at..`.
@@ -228,7 +319,7 @@ pub fn prefix_lengths_into<'m>(mask: impl Into<MaskView<'m>>, lengths: &mut [usi
 
 /// Lengths of every row (rows in parallel blocks under `rayon`); the first row that is not a
 /// prefix, if any (its length is left unspecified).
-fn prefix_lengths<M: MaskElem>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -> Option<usize> {
+fn prefix_lengths<M: Bits>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -> Option<usize> {
     let (rows, cols) = mask.dim();
     for_row_blocks(rows, cols, (mask, &mut *lengths), |(m, l)| {
         for (row, n) in m.rows().into_iter().zip(l.iter_mut()) {
@@ -241,11 +332,14 @@ fn prefix_lengths<M: MaskElem>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -
     lengths.iter().position(|&n| n == usize::MAX)
 }
 
-/// The number of set entries if they are exactly the first ones, else `usize::MAX`. Two
-/// branch-free counts (the second over the row's prefix, in cache), so the compiler vectorizes
-/// both.
+/// The number of set entries if they are exactly the first ones, else `usize::MAX`: the 0/1
+/// test of [`unit_prefix_len`], then (for other nonzero values) two branch-free counts, the
+/// second over the row's prefix, in cache.
 #[inline]
-fn prefix_len<M: MaskElem>(row: &[M]) -> usize {
+fn prefix_len<M: Bits>(row: &[M]) -> usize {
+    if let Some(n) = unit_prefix_len(row) {
+        return n;
+    }
     let count = |s: &[M]| s.iter().map(|m| usize::from(m.is_set())).sum::<usize>();
     let n = count(row);
     if count(&row[..n]) == n {
@@ -480,6 +574,43 @@ mod tests {
             broadcast_into(&[1.0], mask.view(), out.view_mut()),
             Err(Error::OutputShape { .. })
         ));
+    }
+
+    #[test]
+    fn prefix_rows_and_every_other_row_write_the_same_tokens() {
+        // Rows: a 0/1 prefix (fast path), a gap, nonzero values other than 1 (general path:
+        // nonzero = generated), all generated, none; i64 and u8 masks, f32 and f64 outputs.
+        let m = array![
+            [1i64, 1, 0, 0],
+            [1, 0, 1, 0],
+            [2, -1, 0, 0],
+            [1, 1, 1, 1],
+            [0, 0, 0, 0]
+        ];
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let want = array![
+            [1.0, 1.0, 0.0, 0.0],
+            [2.0, 0.0, 2.0, 0.0],
+            [3.0, 3.0, 0.0, 0.0],
+            [4.0, 4.0, 4.0, 4.0],
+            [0.0, 0.0, 0.0, 0.0]
+        ];
+        let mut out = Array2::<f64>::from_elem((5, 4), f64::NAN);
+        broadcast_into(&v, &m, &mut out).unwrap();
+        assert_eq!(out, want);
+        let mut out32 = Array2::<f32>::from_elem((5, 4), f32::NAN);
+        broadcast_into(&v, &m.mapv(|x| x as u8), &mut out32).unwrap();
+        assert_eq!(out32, want.mapv(|x| x as f32));
+        assert_eq!(unit_prefix_len(&[1i64, 1, 0]), Some(2));
+        assert_eq!(unit_prefix_len(&[0i64, 0]), Some(0));
+        // Sum 1 but not [1, 0]: rejected by the 0/1 test.
+        assert_eq!(unit_prefix_len(&[3i64, -2]), None);
+        assert_eq!(unit_prefix_len(&[0u8, 1]), None);
+        let mut lengths = [0; 5];
+        assert_eq!(
+            prefix_lengths_into(&m, &mut lengths),
+            Err(Error::NotPrefixMask { row: 1, token: 2 })
+        );
     }
 
     #[test]
