@@ -38,6 +38,8 @@ use ndarray::{Array2, Zip};
 const TOKENS: usize = 512;
 const STEPS: usize = 30;
 
+// GiGPO's inputs are read by the `rayon` group only.
+#[cfg_attr(not(feature = "rayon"), allow(dead_code))]
 struct Data {
     uids: Vec<u64>,
     trajs: Vec<u64>,
@@ -214,7 +216,40 @@ fn bench_e2e(c: &mut Criterion) {
             b.iter(|| t.beacon(est, &d, &d.uids, &d.trajs, Mask::I64ToLengths))
         });
     }
+    // Where the time of `beacon/i64` goes: its stages alone.
     let est = build("beacon");
+    group.bench_function("part/row_sums", |b| {
+        b.iter(|| row_sums_into(black_box(&d.rewards), &mut t.scores).expect("sums"))
+    });
+    t.scores(&d);
+    group.bench_function("part/rebuild_u64", |b| {
+        b.iter(|| {
+            t.builder
+                .rebuild_from_row_keys(&mut t.batch, &d.uids, &d.trajs, black_box(&t.scores))
+                .expect("batch")
+        })
+    });
+    let mut steps = vec![0.0; rows];
+    group.bench_function("part/beacon_steps", |b| {
+        let input = EstimatorInput::new(&t.batch).with_milestones(&d.milestones);
+        b.iter(|| {
+            est.estimate_steps_into(black_box(&input), &mut steps, &mut t.ws)
+                .expect("steps")
+        })
+    });
+    group.bench_function("part/broadcast_i64", |b| {
+        b.iter(|| {
+            beacon_rl::token::broadcast_into(black_box(&steps), &d.mask, &mut t.out).expect("broadcast")
+        })
+    });
+    group.bench_function("part/broadcast_bool", |b| {
+        b.iter(|| {
+            beacon_rl::token::broadcast_into(black_box(&steps), &d.mask_bool, &mut t.out).expect("broadcast")
+        })
+    });
+    group.bench_function("part/prefix_lengths_i64", |b| {
+        b.iter(|| prefix_lengths_into(black_box(&d.mask), &mut t.lengths).expect("lengths"))
+    });
     group.bench_function("beacon/str_keys_i64", |b| {
         b.iter(|| t.beacon(est.as_ref(), &d, &d.uid_text, &d.traj_text, Mask::I64))
     });
