@@ -98,3 +98,4 @@ pub use estimator::Workspace;
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;
 pub use tensor::{FloatView, FloatViewMut, MaskView};
+mod setters;

@@ -262,10 +262,7 @@ fn w_gigpo_overflowing_episode_variance_gives_the_exact_answer() {
     // task group, mean_std_norm, distinct anchors (singleton step groups: A^S = 0), so
     // A = A^E = ±1/√2 (was ±0).
     let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1e155, -1e155]).unwrap();
-    let cfg = GigpoConfig {
-        mode: NormMode::MeanStdNorm,
-        ..GigpoConfig::default()
-    };
+    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
     let est = Gigpo::new(cfg).unwrap();
     let input = EstimatorInput::new(&batch)
         .with_step_rewards(&[0.0, 0.0])
@@ -330,7 +327,7 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // μ = 0, σ² = 2/f32(2 + 1e-8) · f32(2/1) = 2, so the advantages are ±1/√2 (the old code
     // returned Error::NonFinite, verl zeros).
     let est = beacon_rl::estimator::EstimatorConfig::ReinforcePlusPlus(
-        beacon_rl::estimator::ReinforcePlusPlusConfig { discount: 1.0 },
+        beacon_rl::estimator::ReinforcePlusPlusConfig::verl().with_discount(1.0),
     )
     .build()
     .unwrap();

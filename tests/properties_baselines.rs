@@ -115,14 +115,10 @@ fn all_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
         .map(|n| n.parse::<EstimatorConfig>().unwrap().build().unwrap())
         .collect();
     v.push(Box::new(
-        Gae::new(GaeConfig {
-            discount: 0.99,
-            gae_lambda: 0.95,
-        })
-        .unwrap(),
+        Gae::new(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95)).unwrap(),
     ));
     v.push(Box::new(
-        ReinforcePlusPlus::new(ReinforcePlusPlusConfig { discount: 0.9 }).unwrap(),
+        ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(0.9)).unwrap(),
     ));
     v.push(Box::new(Grpo::new(GrpoConfig::dr_grpo()).unwrap()));
     v

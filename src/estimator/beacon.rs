@@ -90,6 +90,7 @@ pub enum BeaconFlavour {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[non_exhaustive]
 pub struct BeaconConfig {
     /// Paper equations or the release's behaviour.
     pub flavour: BeaconFlavour,
@@ -224,6 +225,25 @@ impl Default for BeaconConfig {
     }
 }
 
+crate::setters::with_setters! {
+    BeaconConfig, "use beacon_rl::{BeaconConfig, BeaconFlavour, NormMode, SingletonRule};", BeaconConfig::paper();
+    /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
+    with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
+    /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
+    with_milestone_reward(milestone_reward: f64) = 10.0;
+    /// Sets γ, the temporal decay within a segment (default 0.95; in [0, 1]).
+    with_segment_decay(segment_decay: f64) = 0.9;
+    /// Sets λ, the weight of the segment-level advantage (default 1.0; ≥ 0).
+    with_segment_weight(segment_weight: f64) = 10.0;
+    /// Sets the weight of the trajectory-level advantage (default 1.0; ≥ 0).
+    with_trajectory_weight(trajectory_weight: f64) = 0.0;
+    /// Sets ε added to σ (default 1e-6; > 0).
+    with_std_eps(std_eps: f64) = 1e-8;
+    /// Sets the trajectory term of a single-trajectory group (default
+    /// [`SingletonRule::PassThrough`]).
+    with_singleton(singleton: SingletonRule) = SingletonRule::Zero;
+}
+
 /// The BEACON estimator with a validated configuration.
 ///
 /// ```
@@ -255,6 +275,7 @@ pub struct Beacon {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct BeaconOutput {
     /// Â = w_traj·A^traj + λ·A^seg.
     pub advantages: Vec<f64>,

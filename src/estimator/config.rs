@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, GaeConfig, GrpoConfig, GrpoNorm};
 ///
-/// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig { norm: GrpoNorm::MeanOnly, ..GrpoConfig::verl() });
+/// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_norm(GrpoNorm::MeanOnly));
 /// assert_eq!(dr_grpo.name(), "grpo");
 /// let est = dr_grpo.build()?;
 /// assert_eq!(est.name(), "grpo");
@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 /// assert_eq!(gae, EstimatorConfig::Gae(GaeConfig::verl()));
 ///
 /// // Invalid parameters are rejected when building.
-/// let bad = EstimatorConfig::Gae(GaeConfig { discount: 1.5, ..GaeConfig::verl() });
+/// let bad = EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.5));
 /// assert!(bad.build().is_err());
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -199,7 +199,7 @@ impl EstimatorConfig {
     ///
     /// ```
     /// use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
-    /// assert!(EstimatorConfig::Gpg(GpgConfig { f_norm: 0.0 }).validate().is_err());
+    /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.0)).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
         match self {

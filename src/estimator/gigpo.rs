@@ -106,6 +106,7 @@ pub enum StepGrouping {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct GigpoConfig {
     /// γ of the step returns `R_t = r_t + γ R_{t+1}`, in [0, 1] (verl's `algorithm.gamma`).
     pub step_decay: f64,
@@ -155,6 +156,7 @@ impl GigpoConfig {
     /// # use beacon_rl::estimator::gigpo::GigpoConfig;
     /// assert_eq!(GigpoConfig::verl_agent().with_step_decay(1.0).step_decay, 1.0);
     /// ```
+    #[must_use]
     pub fn with_step_decay(mut self, step_decay: f64) -> Self {
         self.step_decay = step_decay;
         self
@@ -166,6 +168,7 @@ impl GigpoConfig {
     /// # use beacon_rl::estimator::gigpo::GigpoConfig;
     /// assert_eq!(GigpoConfig::verl_agent().with_step_advantage_weight(0.5).step_advantage_weight, 0.5);
     /// ```
+    #[must_use]
     pub fn with_step_advantage_weight(mut self, weight: f64) -> Self {
         self.step_advantage_weight = weight;
         self
@@ -178,6 +181,7 @@ impl GigpoConfig {
     /// let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
     /// assert_eq!(cfg.mode, NormMode::MeanStdNorm);
     /// ```
+    #[must_use]
     pub fn with_mode(mut self, mode: NormMode) -> Self {
         self.mode = mode;
         self
@@ -189,6 +193,7 @@ impl GigpoConfig {
     /// # use beacon_rl::estimator::gigpo::GigpoConfig;
     /// assert_eq!(GigpoConfig::verl_agent().with_std_eps(1e-8).std_eps, 1e-8);
     /// ```
+    #[must_use]
     pub fn with_std_eps(mut self, std_eps: f64) -> Self {
         self.std_eps = std_eps;
         self
@@ -201,6 +206,7 @@ impl GigpoConfig {
     /// let cfg = GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.95 });
     /// assert!(matches!(cfg.grouping, StepGrouping::Similarity { .. }));
     /// ```
+    #[must_use]
     pub fn with_grouping(mut self, grouping: StepGrouping) -> Self {
         self.grouping = grouping;
         self
@@ -252,6 +258,7 @@ impl GigpoConfig {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct GigpoOutput {
     /// `A = A_E + w · A_S` (the token-level advantage is this times the response mask).
     pub advantages: Vec<f64>,
