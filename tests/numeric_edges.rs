@@ -11,7 +11,6 @@ use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfi
 use beacon_rl::estimator::{
     AdvantageEstimator, EstimatorInput, Gdpo, Grpo, GrpoConfig, GrpoVectorized, Workspace,
 };
-use beacon_rl::shaping::DecayTable;
 use beacon_rl::{
     Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace, Error, Gigpo, GigpoConfig, NormMode, RolloutBatch,
 };
@@ -307,17 +306,6 @@ fn d1_egr_overflowing_sums_are_a_typed_error() {
     assert!(matches!(r, Err(Error::NonFinite { .. })), "{r:?}");
     let r = diag.report(&[1.0, -1.0]).unwrap();
     assert_eq!((r.egr.surviving, r.egr.total, r.egr.value), (0.0, 2.0, Some(0.0)));
-}
-
-// ---------------------------------------------------------------- P1: decay table
-
-#[test]
-fn p1_decay_table_lookups_past_the_prepared_length_do_not_panic() {
-    // `DecayTable::default().reward(3)` indexed an empty Vec (panic). Now `None`, like
-    // `slice::get`. (Compared through Debug so the test also builds against the old API.)
-    let t = DecayTable::default();
-    assert_eq!(format!("{:?}", t.reward(3)), "None");
-    assert_eq!(format!("{:?}", t.mean_return(3)), "None");
 }
 
 #[test]

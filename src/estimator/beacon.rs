@@ -1,8 +1,9 @@
 //! BEACON: milestone-anchored dual-scale advantages (paper §3, Algorithm 1).
 //!
-//! Given milestone flags, each trajectory is partitioned into segments
-//! ([`partition`](crate::partition)), rewards are shaped within completed segments
-//! ([`shaping`](crate::shaping)), and two advantages are combined per step:
+//! Given milestone flags, each trajectory is partitioned into segments (a milestone step
+//! closes its segment; the steps after the last milestone form the unfinished segment; see
+//! [`BeaconOutput::segments`]), rewards are shaped within completed segments (temporal decay
+//! from each segment's milestone), and two advantages are combined per step:
 //!
 //! Â_{i,t} = w_traj · A^traj_i + λ · A^seg_{i,t}
 //!
@@ -48,6 +49,7 @@ use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
 use crate::estimator::{check_all_finite, steps_into, AdvantageEstimator, EstimatorInput, Workspace};
 use crate::milestone::check_flags;
+use crate::partition;
 use crate::shaping::DecayTable;
 use crate::stats::{group_means, group_spreads, GroupStats, NormMode, SingletonRule};
 use crate::tensor::FloatViewMut;
@@ -486,24 +488,16 @@ impl Beacon {
     /// Shapes rewards and assigns segment ids for one trajectory (internal steps `lo..hi`);
     /// returns K, its number of milestones.
     fn shape_trajectory(ws: &mut BeaconWorkspace, lo: usize, hi: usize) -> usize {
-        let k_total = ws.flags[lo..hi].iter().filter(|&&f| f).count();
-        // Backward: distance to the closing milestone; none seen yet = unfinished segment.
-        let mut next_ms: Option<usize> = None;
-        let mut k = k_total;
-        for s in (lo..hi).rev() {
-            if ws.flags[s] {
-                next_ms = Some(s);
-                k -= 1;
-            }
-            ws.seg[s] = k;
-            ws.reward[s] = match next_ms {
+        let (seg, reward, table) = (&mut ws.seg[lo..hi], &mut ws.reward[lo..hi], &ws.table);
+        partition::for_each_step_rev(&ws.flags[lo..hi], |t, k, distance| {
+            seg[t] = k;
+            reward[t] = match distance {
                 // The table covers the longest trajectory; NaN (caught by the output check)
                 // rather than a panic if that invariant ever broke.
-                Some(m) => ws.table.reward(m - s).unwrap_or(f64::NAN),
+                Some(d) => table.reward(d).unwrap_or(f64::NAN),
                 None => 0.0,
             };
-        }
-        k_total
+        })
     }
 
     fn paper_group(&self, batch: &RolloutBatch, trajs: std::ops::Range<usize>, ws: &mut BeaconWorkspace) {
@@ -523,23 +517,16 @@ impl Beacon {
         let mut max_k = 0;
         for j in trajs.clone() {
             let (lo, hi) = (offs[j], offs[j + 1]);
-            let k_total = Self::shape_trajectory(ws, lo, hi);
-            let mut start = lo;
-            let mut k = 0;
-            for s in lo..hi {
-                if ws.flags[s] {
-                    if k >= max_k {
-                        ws.sum[k] = 0.0;
-                        ws.count[k] = 0;
-                        max_k = k + 1;
-                    }
-                    ws.sum[k] += ws.table.mean_return(s + 1 - start).unwrap_or(f64::NAN);
-                    ws.count[k] += 1;
-                    k += 1;
-                    start = s + 1;
+            Self::shape_trajectory(ws, lo, hi);
+            for (k, len) in partition::completed_lengths(&ws.flags[lo..hi]).enumerate() {
+                if k >= max_k {
+                    ws.sum[k] = 0.0;
+                    ws.count[k] = 0;
+                    max_k = k + 1;
                 }
+                ws.sum[k] += ws.table.mean_return(len).unwrap_or(f64::NAN);
+                ws.count[k] += 1;
             }
-            debug_assert_eq!(k, k_total);
         }
         // Pass 2: b_k and the advantages.
         for k in 0..max_k {

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! γ = `discount`, λ = `gae_lambda`. The whitening is one mean/variance over all masked tokens
-//! of the batch ([`whiten`](super::whiten)).
+//! of the batch ([batch whitening](super#batch-whitening)).
 //!
 //! # Peer behaviour reproduced
 //! - Advantages are not multiplied by the mask after whitening: trailing padding (where Â is

@@ -67,7 +67,7 @@ use crate::hash::FxHasher;
 use crate::stats::{group_means, group_spreads, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.
-pub use crate::stats::NormMode;
+use crate::stats::NormMode;
 
 /// How rows of a task group are gathered into step groups (anchor states).
 ///
@@ -96,7 +96,8 @@ pub enum StepGrouping {
 /// validate through [`Gigpo::new`] (or [`GigpoConfig::validate`]).
 ///
 /// ```
-/// use beacon_rl::estimator::gigpo::{GigpoConfig, NormMode, StepGrouping};
+/// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
+/// use beacon_rl::NormMode;
 /// let cfg = GigpoConfig::verl_agent()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
@@ -132,7 +133,8 @@ impl GigpoConfig {
     /// w = 1.0, `mean_norm`, ε = 1e-6, exact anchor grouping.
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{GigpoConfig, NormMode, StepGrouping};
+    /// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
+    /// use beacon_rl::NormMode;
     /// let cfg = GigpoConfig::verl_agent();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);
@@ -177,7 +179,7 @@ impl GigpoConfig {
     /// Sets the normalization (default [`NormMode::MeanNorm`]).
     ///
     /// ```
-    /// # use beacon_rl::estimator::gigpo::{GigpoConfig, NormMode};
+    /// # use beacon_rl::{estimator::gigpo::GigpoConfig, NormMode};
     /// let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
     /// assert_eq!(cfg.mode, NormMode::MeanStdNorm);
     /// ```

@@ -44,7 +44,7 @@
 //!
 //! # `gdpo` ([`Gdpo`], verl `compute_gdpo_outcome_advantage`, single reward)
 //! With one reward component (verl's `config=None` fallback) GDPO is the `grpo` advantage
-//! broadcast under the mask, then [batch-whitened](super::whiten) and re-masked.
+//! broadcast under the mask, then [batch-whitened](super#batch-whitening) and re-masked.
 //! Multi-component GDPO (`gdpo_reward_keys`) is not implemented.
 //!
 //! # Peer behaviour reproduced
@@ -56,7 +56,7 @@
 //!   nonzero advantages: three scores f32(0.9) give 0.0555495 each (the float32 residual
 //!   2^-24 divided by σ + ε ≈ 1.07e-6), as verl 0.9.1 does.
 //! - verl's `gdpo` weight is a float32 1.0 (exact) and its whitening counts tokens in float32
-//!   (see [`whiten`](super::whiten)).
+//!   (see [batch whitening](super#batch-whitening)).
 //!
 //! No deliberate difference from verl.
 

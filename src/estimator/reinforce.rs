@@ -12,7 +12,7 @@
 //! γ = `discount`. Interior mask-0 spans (multi-turn observation tokens) neither discount nor
 //! reset the running return, so a reward after an observation reaches the earlier turns;
 //! trailing padding gets 0 because the scan starts at 0. The whitening is one mean/variance
-//! over all masked tokens of the batch ([`whiten`](super::whiten)).
+//! over all masked tokens of the batch ([batch whitening](super#batch-whitening)).
 //!
 //! # `reinforce_plus_plus_baseline` ([`ReinforcePlusPlusBaseline`], verl `compute_reinforce_plus_plus_baseline_outcome_advantage`)
 //! ```text
@@ -25,7 +25,7 @@
 //!   spans (verl PR #7300, "carry running_return through observation spans"); the earlier
 //!   verl code reset it at every mask-0 token. No vector exercises a nonzero reward on a
 //!   mask-0 token; we ignore such rewards (they are not the policy's tokens).
-//! - The whitening's token count and Bessel factor are float32 (see [`whiten`](super::whiten)),
+//! - The whitening's token count and Bessel factor are float32 (see [batch whitening](super#batch-whitening)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
 use super::whiten::{apply_remasked, whiten_outcome, FiniteAcc, MaskedSum};
