@@ -51,7 +51,7 @@ fn c2_from_blocks_sums_lengths_with_checked_arithmetic() {
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
-/// Every BEACON entry point on one batch: `compute`, `compute_into`, `compute_parts_into`,
+/// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
 /// the trait's `estimate` and `estimate_into`. Returns the per-row advantages of each (or
 /// its error).
 fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> Vec<Result<Vec<f64>, Error>> {
@@ -61,12 +61,12 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
     out.push(b.compute(batch, flags).map(|o| o.advantages));
     let mut adv = vec![0.0; n];
     out.push(
-        b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
+        b.advantages_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
             .map(|()| adv.clone()),
     );
     let mut parts = beacon_rl::BeaconOutput::default();
     out.push(
-        b.compute_parts_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
+        b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
             .map(|()| parts.advantages.clone()),
     );
     let input = EstimatorInput::new(batch).with_milestones(flags);

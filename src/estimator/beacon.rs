@@ -293,7 +293,7 @@ pub struct BeaconOutput {
     pub milestones: Vec<bool>,
 }
 
-/// Reusable scratch space for [`Beacon::compute_into`]; buffers grow to the largest batch seen
+/// Reusable scratch space for [`Beacon::advantages_into`]; buffers grow to the largest batch seen
 /// and are then reused without allocating.
 ///
 /// ```
@@ -358,7 +358,7 @@ impl Beacon {
     /// ```
     pub fn compute(&self, batch: &RolloutBatch, milestones: &[bool]) -> Result<BeaconOutput> {
         let mut out = BeaconOutput::default();
-        self.compute_parts_into(batch, milestones, &mut BeaconWorkspace::default(), &mut out)?;
+        self.compute_into(batch, milestones, &mut BeaconWorkspace::default(), &mut out)?;
         Ok(out)
     }
 
@@ -373,11 +373,11 @@ impl Beacon {
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let (mut ws, mut out) = (BeaconWorkspace::default(), BeaconOutput::default());
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
-    /// beacon.compute_parts_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
+    /// beacon.compute_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
     /// assert_eq!(out.segments, vec![0, 0, 1, 0, 0, 0]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_parts_into(
+    pub fn compute_into(
         &self,
         batch: &RolloutBatch,
         milestones: &[bool],
@@ -428,11 +428,11 @@ impl Beacon {
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let mut adv = [0.0; 2];
-    /// beacon.compute_into(&batch, &[false, false], &mut BeaconWorkspace::default(), &mut adv)?;
+    /// beacon.advantages_into(&batch, &[false, false], &mut BeaconWorkspace::default(), &mut adv)?;
     /// assert!(adv[0] > 0.0 && adv[1] < 0.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_into(
+    pub fn advantages_into(
         &self,
         batch: &RolloutBatch,
         milestones: &[bool],
@@ -451,7 +451,7 @@ impl Beacon {
         for (s, &r) in batch.step_rows().iter().enumerate() {
             advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);
         }
-        // As in `compute_parts_into`: an overflow is an error, never an `Ok` output.
+        // As in `compute_into`: an overflow is an error, never an `Ok` output.
         check_all_finite("beacon advantages (overflow)", advantages)
     }
 
@@ -664,7 +664,7 @@ impl Beacon {
         let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
         // Two sources of the episode reward must agree (see the `batch` module docs).
         input.batch.check_token_scores(input.token_level_rewards)?;
-        self.compute_into(input.batch, flags, &mut ws.beacon, advantages)
+        self.advantages_into(input.batch, flags, &mut ws.beacon, advantages)
     }
 }
 
@@ -861,11 +861,11 @@ mod tests {
             let b = beacon(c);
             let full = b.compute(&batch, &flags).unwrap();
             let mut adv = vec![0.0; 5];
-            b.compute_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut adv)
+            b.advantages_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut adv)
                 .unwrap();
             assert_eq!(adv, full.advantages);
             assert!(matches!(
-                b.compute_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut [0.0; 4]),
+                b.advantages_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut [0.0; 4]),
                 Err(Error::OutputShape { .. })
             ));
             assert!(matches!(

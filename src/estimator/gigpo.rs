@@ -324,6 +324,8 @@ pub struct GigpoWorkspace {
     stats: Vec<GroupStats>,
     /// Provisional (group-major) step group id -> first-appearance label.
     relabel: Vec<usize>,
+    /// The full output behind [`Gigpo::advantages_into`].
+    out: GigpoOutput,
 }
 
 impl GigpoWorkspace {
@@ -458,6 +460,49 @@ impl Gigpo {
             StepGrouping::Similarity { threshold } => Some((threshold, &text)),
         };
         self.run(batch, step_rewards, &text, similar, workspace, out)
+    }
+
+    /// Writes only the combined per-row advantages of [`Gigpo::compute`] into `advantages`
+    /// (length = rows). Allocation-free once `workspace` has seen a batch this large.
+    ///
+    /// # Errors
+    /// As [`Gigpo::compute`]; [`Error::OutputShape`] when `advantages` does not have one
+    /// entry per row.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoWorkspace};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[1.0, 0.0])?;
+    /// let mut adv = [0.0; 2];
+    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+    /// gigpo.advantages_into(&batch, &[0.0, 0.0], &["s", "s"], &mut GigpoWorkspace::new(), &mut adv)?;
+    /// // Row mean 0.5: A_E = ±0.5; equal returns in the shared anchor group: A_S = 0.
+    /// assert_eq!(adv, [0.5, -0.5]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn advantages_into<S: AsRef<str>>(
+        &self,
+        batch: &RolloutBatch,
+        step_rewards: &[f64],
+        anchors: &[S],
+        workspace: &mut GigpoWorkspace,
+        advantages: &mut [f64],
+    ) -> Result<()> {
+        if advantages.len() != batch.num_steps() {
+            return Err(Error::OutputShape {
+                what: "advantages",
+                expected: batch.num_steps(),
+                actual: advantages.len(),
+            });
+        }
+        // The output lives in the workspace; taken out for the call (no allocation: a move).
+        let mut out = std::mem::take(&mut workspace.out);
+        let result = self.compute_into(batch, step_rewards, anchors, workspace, &mut out);
+        if result.is_ok() {
+            advantages.copy_from_slice(&out.advantages);
+        }
+        workspace.out = out;
+        result
     }
 
     /// Computes GiGPO advantages with arbitrary anchor keys (`Hash + Eq`: token ids, state
@@ -883,5 +928,38 @@ mod tests {
         sim.compute_into(&small, &[1.0], &["x"], &mut ws, &mut out)
             .unwrap();
         assert_eq!(out.advantages, [1.0]);
+    }
+
+    #[test]
+    fn advantages_into_is_compute_s_advantages() {
+        // Two trajectories of one task, three steps each; rows interleave.
+        let batch = RolloutBatch::from_row_keys(
+            &["g"; 6],
+            &["a", "b", "a", "b", "a", "b"],
+            &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0],
+        )
+        .unwrap();
+        let rewards = [0.0, 0.5, 1.0, 0.0, 0.0, 2.0];
+        let anchors = ["s0", "s0", "s1", "s2", "s1", "s1"];
+        let g = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
+        let full = g.compute(&batch, &rewards, &anchors).unwrap();
+        let mut ws = GigpoWorkspace::new();
+        let mut adv = [f64::NAN; 6];
+        g.advantages_into(&batch, &rewards, &anchors, &mut ws, &mut adv)
+            .unwrap();
+        assert_eq!(
+            adv.map(f64::to_bits),
+            <[f64; 6]>::try_from(full.advantages.as_slice())
+                .unwrap()
+                .map(f64::to_bits)
+        );
+        assert!(matches!(
+            g.advantages_into(&batch, &rewards, &anchors, &mut ws, &mut [0.0; 5]),
+            Err(Error::OutputShape {
+                expected: 6,
+                actual: 5,
+                ..
+            })
+        ));
     }
 }

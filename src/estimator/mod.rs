@@ -23,6 +23,28 @@
 //! | `gae` | [`Gae`] | [`gae`] |
 //! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`optimal_baseline`] |
 //!
+//! # One method set
+//! Every estimator is called the same way, through [`AdvantageEstimator`]:
+//! [`estimate`](AdvantageEstimator::estimate) (fresh `f64` arrays),
+//! [`estimate_into`](AdvantageEstimator::estimate_into) (caller buffers, token level) and, for
+//! the step-level ones, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) (one
+//! value per row). The estimators whose advantage has parts worth reading (BEACON, GiGPO)
+//! also have, with the same names and argument order (batch, per-row inputs, workspace,
+//! output):
+//!
+//! | method | writes |
+//! |---|---|
+//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`](crate::BeaconOutput), [`GigpoOutput`](crate::GigpoOutput)) |
+//! | `compute_into(batch, .., workspace, &mut output)` | the full output, reusing its buffers |
+//! | `advantages_into(batch, .., workspace, &mut [f64])` | the combined per-row advantages only |
+//!
+//! ([`Beacon::compute`](crate::Beacon::compute), [`Beacon::compute_into`](crate::Beacon::compute_into),
+//! [`Beacon::advantages_into`](crate::Beacon::advantages_into),
+//! [`Gigpo::compute`](crate::Gigpo::compute), [`Gigpo::compute_into`](crate::Gigpo::compute_into),
+//! [`Gigpo::advantages_into`](crate::Gigpo::advantages_into); GiGPO's non-text anchors:
+//! [`Gigpo::compute_by_key`](crate::Gigpo::compute_by_key) and
+//! [`compute_by_key_into`](crate::Gigpo::compute_by_key_into).)
+//!
 //! # The trainer's path
 //! [`estimate_into`](AdvantageEstimator::estimate_into) writes into buffers the caller keeps
 //! across batches, in the caller's dtype, with scratch space in a [`Workspace`] the caller
