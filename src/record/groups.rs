@@ -114,7 +114,12 @@ pub struct TrajectoryGroups<R> {
     traj_ids: HashMap<String, Location>,
     contiguous: bool,
     finished: bool,
+    /// Records handed back by [`recycle`](Self::recycle), read into again.
+    spare: Vec<TrajectoryRecord>,
 }
+
+/// At most this many recycled records are kept (a few groups' worth).
+const MAX_SPARE: usize = 1024;
 
 /// Groups of one trajectory JSON Lines input (see [`TrajectoryGroups`]).
 ///
@@ -153,6 +158,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
             traj_ids: HashMap::new(),
             contiguous: true,
             finished: false,
+            spare: Vec::new(),
         }
     }
 
@@ -185,10 +191,31 @@ impl<R: BufRead> TrajectoryGroups<R> {
         &self.sources
     }
 
+    /// Hands a group's records back for reuse: the next lines are read into their
+    /// allocations (strings, step lists), so a reader whose caller recycles each group it is
+    /// done with allocates almost nothing per line. Optional; at most 1,024 records are kept.
+    ///
+    /// ```
+    /// use beacon_rl::record::read_groups;
+    /// let line = |g: &str, t: &str| format!(
+    ///     r#"{{"group_id": "{g}", "traj_id": "{t}", "terminal_reward": 1, "steps": [{{"action": "a", "observation": "o", "reward": 0, "done": true}}]}}"#
+    /// );
+    /// let text = [line("g1", "a"), line("g2", "b")].join("\n");
+    /// let mut groups = read_groups(text.as_bytes());
+    /// let first = groups.next().unwrap()?;
+    /// groups.recycle(first);
+    /// assert_eq!(groups.next().unwrap()?.records[0].traj_id, "b");
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn recycle(&mut self, group: RecordGroup) {
+        let room = MAX_SPARE.saturating_sub(self.spare.len());
+        self.spare.extend(group.records.into_iter().take(room));
+    }
+
     /// The next record over all inputs with its location.
     fn next_record(&mut self) -> Option<Result<(Location, TrajectoryRecord)>> {
         while let Some(reader) = self.readers.get_mut(self.current) {
-            match reader.next_numbered() {
+            match reader.next_reusing(self.spare.pop()) {
                 Some(Ok((line, rec))) => {
                     let at = Location {
                         source: self.current,

@@ -109,6 +109,7 @@ mod groups;
 mod jsonl;
 mod num;
 mod rows;
+mod scan;
 
 pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;
