@@ -1,8 +1,8 @@
 //! Reading trajectory files group by group, so that memory is bounded by the largest group.
 
-use std::collections::HashMap;
 use std::io::BufRead;
 
+use super::ids::{IdSet, Location};
 use super::jsonl::{in_file, JsonlReader};
 use super::{record_error, RecordBatch, TrajectoryRecord};
 use crate::error::{Error, Result};
@@ -58,13 +58,6 @@ impl RecordGroup {
     }
 }
 
-/// Where a record was read: input index and 1-based line.
-#[derive(Debug, Clone, Copy)]
-struct Location {
-    source: usize,
-    line: usize,
-}
-
 /// Reads trajectory JSON Lines inputs (one or several, in order) and yields one
 /// [`RecordGroup`] at a time: memory holds one group, not the file.
 ///
@@ -77,8 +70,8 @@ struct Location {
 ///
 /// `traj_id`s must be unique over all inputs: a repeat is an [`Error::Record`] (field
 /// `traj_id`) naming the input and line of both occurrences. Memory beyond the largest group:
-/// the ids seen (one `traj_id` and `group_id` string per trajectory and group, about 60 bytes
-/// each plus the id's length), the kind of check that needs them.
+/// the ids seen, which an exact check has to keep (every `traj_id`, and the `group_id` of each
+/// closed group), stored compactly: about 40 bytes plus the id's length per id.
 ///
 /// The first error ends the iteration (a group cannot be trusted past a bad line).
 ///
@@ -110,8 +103,8 @@ pub struct TrajectoryGroups<R> {
     /// The first record of the next group, read while closing the previous one.
     lookahead: Option<(Location, TrajectoryRecord)>,
     /// Closed groups: where the line after each one's run was.
-    closed: HashMap<String, Location>,
-    traj_ids: HashMap<String, Location>,
+    closed: IdSet,
+    traj_ids: IdSet,
     contiguous: bool,
     finished: bool,
     /// Records handed back by [`recycle`](Self::recycle), read into again.
@@ -154,8 +147,8 @@ impl<R: BufRead> TrajectoryGroups<R> {
             sources,
             current: 0,
             lookahead: None,
-            closed: HashMap::new(),
-            traj_ids: HashMap::new(),
+            closed: IdSet::default(),
+            traj_ids: IdSet::default(),
             contiguous: true,
             finished: false,
             spare: Vec::new(),
@@ -236,7 +229,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
 
     /// Records the record's `traj_id`, refusing a repeat.
     fn check_unique(&mut self, at: Location, rec: &TrajectoryRecord) -> Result<()> {
-        if let Some(first) = self.traj_ids.get(rec.traj_id.as_str()) {
+        if let Some(first) = self.traj_ids.insert(&rec.traj_id, at) {
             let first_at = match self.name(first.source) {
                 Some(f) => format!("line {} of {f}", first.line),
                 None => format!("line {}", first.line),
@@ -248,7 +241,6 @@ impl<R: BufRead> TrajectoryGroups<R> {
             );
             return Err(in_file(e, &self.name(at.source)));
         }
-        self.traj_ids.insert(rec.traj_id.clone(), at);
         Ok(())
     }
 
@@ -295,7 +287,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
                 group.sources.push(at.source);
             } else {
                 if self.contiguous {
-                    self.closed.insert(group.group_id().to_string(), at);
+                    self.closed.insert(group.group_id(), at);
                 }
                 self.lookahead = Some((at, rec));
                 break;

@@ -106,6 +106,7 @@ mod convert;
 mod de;
 mod extra;
 mod groups;
+mod ids;
 mod jsonl;
 mod num;
 mod rows;
