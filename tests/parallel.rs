@@ -148,7 +148,7 @@ fn beacon_is_bit_identical_on_every_pool() {
             let b = Beacon::new(cfg).unwrap();
             same_bits_on_every_pool("beacon parts", || {
                 let mut out = BeaconOutput::default();
-                b.compute_parts_into(&a.batch, &a.flags, &mut BeaconWorkspace::default(), &mut out)
+                b.compute_into(&a.batch, &a.flags, &mut BeaconWorkspace::default(), &mut out)
                     .unwrap();
                 (
                     bits(&out.advantages),
