@@ -32,8 +32,26 @@
 //! ```
 //!
 //! and step t of any trajectory of the task (success or failure) is flagged when it is an
-//! event with key in M. A group without success uses the memory; a task never seen
-//! succeeding gets no milestone.
+//! event with key in M. A group without success uses the memory.
+//!
+//! # Before the first success
+//!
+//! A task never seen succeeding has no M. Its milestones then come from a signal that needs
+//! no success (`novelty`, on by default): **irreversible first visits**. Read each rollout as
+//! a walk through states s_0, s_1, …, s_T (s_0 = the first step's `observation`, s_{t+1} =
+//! step t's response, compared whole, sentence by sentence). A transition (a → b) is
+//! *reversed* when some rollout, after reaching b from a, later shows a again; reversed
+//! transitions are remembered over all tasks and batches. Step t is flagged when
+//!
+//! ```text
+//! s_{t+1} ∉ {s_0, …, s_t}   and   s_t ≠ s_{t+1}   and   (s_t → s_{t+1}) never seen reversed
+//! ```
+//!
+//! that is, the rollout reached a state it had not been in by a move nobody has been seen to
+//! undo (a door passed, not a key picked up and dropped again). It fits environments whose
+//! responses describe the state; where responses only echo the action (most text games)
+//! little is ever seen reversed and it over-flags, so it is used only until the task's first
+//! success.
 //!
 //! **Feedback channel.** Some environments print progress feedback ("Your score has just gone
 //! up by one point."). Discovery finds such sentences without knowing their words: a sentence
@@ -50,8 +68,9 @@
 //! Per task: at most `max_successes` event lists of at most `max_events` keys (8 bytes each);
 //! at most `max_tasks` tasks (the least recently updated is forgotten first); at most
 //! `max_noops` no-op actions and `max_feedback` feedback sentences over all tasks (later ones
-//! are ignored once full). With the defaults that is at most 1024 × 16 × 256 × 8 B = 32 MiB,
-//! in practice far less (one list per success, as long as its events).
+//! are ignored once full), and `max_edges` reversed transitions (512 KiB by default). With the
+//! defaults the task memory is at most 1024 × 16 × 256 × 8 B = 32 MiB, in practice far less
+//! (one list per success, as long as its events).
 //!
 //! # Determinism
 //!
@@ -126,6 +145,12 @@ pub struct DiscoveryConfig {
     /// Largest share of a group's steps a feedback sentence may appear in, in (0, 1].
     /// Default 0.75.
     pub feedback_max_step_fraction: f64,
+    /// Flag irreversible first visits in tasks never seen succeeding (module docs,
+    /// "Before the first success"). Default true.
+    pub novelty: bool,
+    /// Reversed transitions remembered over all tasks (later ones are ignored once full).
+    /// Default 65536.
+    pub max_edges: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -141,6 +166,8 @@ impl Default for DiscoveryConfig {
             feedback: true,
             feedback_min_verbs: 3,
             feedback_max_step_fraction: 0.75,
+            novelty: true,
+            max_edges: 1 << 16,
         }
     }
 }
@@ -183,6 +210,7 @@ impl DiscoveryConfig {
             ("max_events", self.max_events),
             ("max_noops", self.max_noops),
             ("max_feedback", self.max_feedback),
+            ("max_edges", self.max_edges),
         ] {
             AT_LEAST_ONE.check(name, v as f64)?;
         }
@@ -210,6 +238,9 @@ struct StepKeys {
     verb: u64,
     whole: u64,
     gist: u64,
+    /// Key of the state before the step: the previous response's `whole`, or the
+    /// observation's for a trajectory's first step.
+    from: u64,
     /// Range of this step's sentence keys in `Workspace::sentences`.
     sentences: (usize, usize),
 }
@@ -228,6 +259,8 @@ struct Workspace {
     /// End of each success's events in `events`.
     ends: Vec<usize>,
     found: Vec<u64>,
+    /// Last position of each state in the current trajectory (reversal search).
+    last: KeyMap<usize>,
 }
 
 /// Online milestone discovery with a bounded per-task memory (module docs).
@@ -239,6 +272,8 @@ pub struct MilestoneDiscovery {
     tasks: KeyMap<TaskMemory>,
     noops: KeySet,
     feedback: KeySet,
+    /// Transitions (state before, state after) seen undone: the state before came back.
+    reversed: KeySet,
     calls: u64,
     ws: Workspace,
 }
@@ -262,6 +297,7 @@ impl MilestoneDiscovery {
             tasks: KeyMap::default(),
             noops: KeySet::default(),
             feedback: KeySet::default(),
+            reversed: KeySet::default(),
             calls: 0,
             ws: Workspace::default(),
         })
@@ -289,11 +325,12 @@ impl MilestoneDiscovery {
         (self.noops.len(), self.feedback.len())
     }
 
-    /// Forgets everything learned (tasks, no-ops, feedback sentences).
+    /// Forgets everything learned (tasks, no-ops, feedback sentences, reversed transitions).
     pub fn clear(&mut self) {
         self.tasks.clear();
         self.noops.clear();
         self.feedback.clear();
+        self.reversed.clear();
     }
 
     /// Discovers the milestones of one batch, updates the memory, and returns one flag per
@@ -321,7 +358,8 @@ impl MilestoneDiscovery {
     /// let fail = RolloutBatch::from_blocks(1, &[1], vec![0.0])?;
     /// let t = |_, _| Transition { action: "open door", next_observation: "open door", ..Transition::default() };
     /// assert_eq!(d.discover(&fail, &["door"], t)?, [true]);
-    /// assert!(d.discover(&fail, &["window"], t)?.iter().all(|f| !f)); // unknown task
+    /// // A task never seen succeeding: a first visit nobody was seen to undo (module docs).
+    /// assert_eq!(d.discover(&fail, &["window"], t)?, [true]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn discover<'a, T, F>(&mut self, batch: &RolloutBatch, tasks: &[T], step: F) -> Result<Vec<bool>>
@@ -375,6 +413,9 @@ impl MilestoneDiscovery {
         self.calls += 1;
         self.read_keys(batch, &mut step);
         self.learn_noops(batch);
+        if self.config.novelty {
+            self.learn_reversals(batch);
+        }
         if self.config.feedback {
             for g in 0..batch.num_groups() {
                 self.learn_feedback(batch, g);
@@ -430,9 +471,17 @@ impl MilestoneDiscovery {
         let ws = &mut self.ws;
         ws.steps.clear();
         ws.sentences.clear();
+        let novelty = self.config.novelty;
         for j in 0..batch.num_trajectories() {
+            let mut from = 0;
             for (t, &row) in batch.trajectory_rows(j).iter().enumerate() {
                 let tr = step(row, t);
+                if t == 0 && novelty {
+                    // The start state, hashed like a response (so a return to it is seen).
+                    let start = ws.sentences.len();
+                    from = response_keys(tr.observation, &mut ws.sentences).0;
+                    ws.sentences.truncate(start);
+                }
                 let (action, verb) = action_keys(tr.action);
                 let start = ws.sentences.len();
                 let (whole, gist) = response_keys(tr.next_observation, &mut ws.sentences);
@@ -444,8 +493,10 @@ impl MilestoneDiscovery {
                     verb,
                     whole,
                     gist,
+                    from,
                     sentences: (start, ws.sentences.len()),
                 });
+                from = whole;
             }
         }
     }
@@ -460,6 +511,46 @@ impl MilestoneDiscovery {
                     self.noops.insert(w[1].action);
                 }
             }
+        }
+    }
+
+    /// A transition (a → b) is *reversed* when a comes back after b later in the same
+    /// rollout; reversed transitions are remembered over all tasks.
+    fn learn_reversals(&mut self, batch: &RolloutBatch) {
+        let ws = &mut self.ws;
+        for j in 0..batch.num_trajectories() {
+            let range = batch.trajectory_steps(j);
+            let steps = &ws.steps[range];
+            let Some(first) = steps.first() else { continue };
+            // Position 0 is the start state, position t + 1 the state after step t.
+            ws.last.clear();
+            ws.last.insert(first.from, 0);
+            for (t, s) in steps.iter().enumerate() {
+                ws.last.insert(s.whole, t + 1);
+            }
+            for (t, s) in steps.iter().enumerate() {
+                let back = s.from != s.whole && ws.last.get(&s.from).is_some_and(|&p| p > t + 1);
+                if back && self.reversed.len() < self.config.max_edges {
+                    self.reversed.insert(pair(s.from, s.whole));
+                }
+            }
+        }
+    }
+
+    /// Flags the irreversible first visits of trajectory `j` (a task without success).
+    fn flag_novelty(&mut self, batch: &RolloutBatch, j: usize, flags: &mut [bool]) {
+        let ws = &mut self.ws;
+        let rows = batch.trajectory_rows(j);
+        let range = batch.trajectory_steps(j);
+        ws.seen_gists.clear();
+        if let Some(first) = ws.steps.get(range.start) {
+            ws.seen_gists.insert(first.from);
+        }
+        for (t, i) in range.enumerate() {
+            let s = ws.steps[i];
+            let first_visit = ws.seen_gists.insert(s.whole);
+            flags[rows[t]] =
+                first_visit && s.from != s.whole && !self.reversed.contains(&pair(s.from, s.whole));
         }
     }
 
@@ -550,10 +641,14 @@ impl MilestoneDiscovery {
         self.ws.events = events;
         self.ws.ends = ends;
         let Some(memory) = self.tasks.get_mut(&task) else {
-            // Never seen succeeding: no milestone.
+            // Never seen succeeding: irreversible first visits, or no milestone.
             for j in batch.group_trajectories(g) {
-                for &row in batch.trajectory_rows(j) {
-                    flags[row] = false;
+                if self.config.novelty {
+                    self.flag_novelty(batch, j, flags);
+                } else {
+                    for &row in batch.trajectory_rows(j) {
+                        flags[row] = false;
+                    }
                 }
             }
             return;
