@@ -113,7 +113,7 @@ pub use baseline::frequency_baseline;
 use std::collections::VecDeque;
 
 use self::feedback::{SentenceStats, MAX_VERBS};
-use self::text::{action_keys, pair, response_keys, text_key, KeyMap, KeySet};
+use self::text::{action_keys, pair, response_keys, KeyMap, KeySet};
 use super::Transition;
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Range, Result};
@@ -261,6 +261,8 @@ struct Workspace {
     found: Vec<u64>,
     /// Last position of each state in the current trajectory (reversal search).
     last: KeyMap<usize>,
+    /// An action (or task name) normalised before it is hashed.
+    normalised: Vec<u8>,
 }
 
 /// Online milestone discovery with a bounded per-task memory (module docs).
@@ -422,7 +424,8 @@ impl MilestoneDiscovery {
             }
         }
         for (g, task) in tasks.iter().enumerate() {
-            self.discover_group(batch, g, text_key(task.as_ref()), flags);
+            let task = action_keys(task.as_ref(), &mut self.ws.normalised).0;
+            self.discover_group(batch, g, task, flags);
         }
         self.forget();
         Ok(())
@@ -482,7 +485,7 @@ impl MilestoneDiscovery {
                     from = response_keys(tr.observation, &mut ws.sentences).0;
                     ws.sentences.truncate(start);
                 }
-                let (action, verb) = action_keys(tr.action);
+                let (action, verb) = action_keys(tr.action, &mut ws.normalised);
                 let start = ws.sentences.len();
                 let (whole, gist) = response_keys(tr.next_observation, &mut ws.sentences);
                 if !self.config.feedback {
