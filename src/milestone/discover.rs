@@ -263,6 +263,18 @@ struct Workspace {
     last: KeyMap<usize>,
     /// An action (or task name) normalised before it is hashed.
     normalised: Vec<u8>,
+    /// Per internal step, the event found there by `for_each_event` (read back when flagging).
+    events_of: Vec<Event>,
+}
+
+/// What `for_each_event` found at one step.
+#[derive(Debug, Clone, Copy, Default)]
+struct Event {
+    key: u64,
+    /// The step is an event (a first, non-no-op action).
+    event: bool,
+    novel: bool,
+    feedback: bool,
 }
 
 /// Online milestone discovery with a bounded per-task memory (module docs).
@@ -502,6 +514,8 @@ impl MilestoneDiscovery {
                 from = whole;
             }
         }
+        ws.events_of.clear();
+        ws.events_of.resize(ws.steps.len(), Event::default());
     }
 
     /// An action done twice in a row with the identical response twice is a no-op.
@@ -585,17 +599,43 @@ impl MilestoneDiscovery {
         let ws = &mut self.ws;
         ws.seen_actions.clear();
         ws.seen_gists.clear();
+        let any_feedback = !self.feedback.is_empty();
         for (t, i) in batch.trajectory_steps(j).enumerate() {
             let s = ws.steps[i];
             let novel = ws.seen_gists.insert(s.gist);
             let first = ws.seen_actions.insert(s.action);
             if !first || self.noops.contains(&s.action) {
+                ws.events_of[i] = Event::default();
                 continue;
             }
-            let feedback = ws.sentences[s.sentences.0..s.sentences.1]
-                .iter()
-                .any(|k| self.feedback.contains(k));
-            f(t, pair(s.action, s.gist), novel, feedback);
+            let feedback = any_feedback
+                && ws.sentences[s.sentences.0..s.sentences.1]
+                    .iter()
+                    .any(|k| self.feedback.contains(k));
+            let key = pair(s.action, s.gist);
+            ws.events_of[i] = Event {
+                key,
+                event: true,
+                novel,
+                feedback,
+            };
+            f(t, key, novel, feedback);
+        }
+    }
+
+    /// [`for_each_event`](Self::for_each_event) again for trajectory `j`, from what its
+    /// first call recorded (no hashing).
+    fn for_each_recorded_event(
+        &self,
+        batch: &RolloutBatch,
+        j: usize,
+        mut f: impl FnMut(usize, u64, bool, bool),
+    ) {
+        for (t, i) in batch.trajectory_steps(j).enumerate() {
+            let e = self.ws.events_of[i];
+            if e.event {
+                f(t, e.key, e.novel, e.feedback);
+            }
         }
     }
 
@@ -674,7 +714,7 @@ impl MilestoneDiscovery {
             for &row in rows {
                 flags[row] = false;
             }
-            self.for_each_event(batch, j, |t, key, novel, fb| {
+            self.for_each_recorded_event(batch, j, |t, key, novel, fb| {
                 flags[rows[t]] = if use_feedback {
                     fb
                 } else {
