@@ -23,11 +23,7 @@ type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// A testbed labeler backed by one `MilestoneDiscovery` (its memory lives as long as the run).
 fn discovered(novelty: bool) -> BoxResult<MilestoneSource> {
-    let config = DiscoveryConfig {
-        novelty,
-        ..DiscoveryConfig::default()
-    };
-    let mut discovery = MilestoneDiscovery::new(config)?;
+    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default().with_novelty(novelty))?;
     Ok(MilestoneSource::custom(
         move |group: &[EpisodeText<'_>]| -> Vec<Vec<bool>> {
             let lens: Vec<usize> = group.iter().map(|e| e.steps.len()).collect();
@@ -78,12 +74,10 @@ fn main() -> BoxResult<()> {
         for which in 0..4 {
             let (mut aucs, mut finals) = (Vec::new(), Vec::new());
             for seed in 0..seeds {
-                let config = TrainerConfig {
-                    iterations: 300,
-                    learning_rate: 100.0,
-                    seed,
-                    ..TrainerConfig::default()
-                };
+                let config = TrainerConfig::default()
+                    .with_iterations(300)
+                    .with_learning_rate(100.0)
+                    .with_seed(seed);
                 let run = match which {
                     0 => train(&env, Method::Grpo, &mut MilestoneSource::Env, &config)?,
                     1 => train(&env, Method::Beacon, &mut discovered(true)?, &config)?,
