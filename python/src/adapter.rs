@@ -192,20 +192,44 @@ impl Floats2<'_> {
     }
 
     /// Each row's sum in `f64` (non-finite sums become 0 so that the estimator's own check
-    /// names the offending token).
-    fn row_sums(&self) -> Vec<f64> {
-        fn sums<T: Copy + Into<f64>>(a: &ArrayView2<'_, T>) -> Vec<f64> {
-            a.rows()
-                .into_iter()
-                .map(|row| {
-                    let s: f64 = row.iter().map(|&x| x.into()).sum();
-                    if s.is_finite() {
-                        s
-                    } else {
-                        0.0
+    /// names the offending token). A row's sum is a chain of dependent additions: eight rows
+    /// are summed at once (eight chains in flight, as the crate's own row sums), each in
+    /// column order, so every sum has the bits a plain `iter().sum()` gives.
+    /// Also returns whether every sum was finite.
+    fn row_sums(&self) -> (Vec<f64>, bool) {
+        fn sums<T: Copy + Into<f64>>(a: &ArrayView2<'_, T>) -> (Vec<f64>, bool) {
+            const LANES: usize = 8;
+            let (rows, cols) = a.dim();
+            let plain = |row: ndarray::ArrayView1<'_, T>| -> f64 { row.iter().map(|&x| x.into()).sum() };
+            let mut out: Vec<f64> = Vec::with_capacity(rows);
+            match a.as_slice() {
+                Some(data) if cols > 0 => {
+                    let start: f64 = std::iter::empty::<f64>().sum();
+                    let blocks = data.chunks_exact(LANES * cols);
+                    let tail = blocks.remainder();
+                    for block in blocks {
+                        let mut acc = [start; LANES];
+                        for t in 0..cols {
+                            for (k, acc) in acc.iter_mut().enumerate() {
+                                *acc += block[k * cols + t].into();
+                            }
+                        }
+                        out.extend_from_slice(&acc);
                     }
-                })
-                .collect()
+                    for row in tail.chunks_exact(cols) {
+                        out.push(row.iter().map(|&x| x.into()).sum());
+                    }
+                }
+                _ => out.extend(a.rows().into_iter().map(plain)),
+            }
+            let mut all_finite = true;
+            for s in &mut out {
+                if !s.is_finite() {
+                    *s = 0.0;
+                    all_finite = false;
+                }
+            }
+            (out, all_finite)
         }
         match self {
             Floats2::F32(a) => sums(a),
@@ -489,6 +513,11 @@ impl Estimator {
     }
 }
 
+/// The estimators that credit steps (rows of trajectories): BEACON's flavours and GiGPO.
+fn is_step_estimator(name: &str) -> bool {
+    matches!(name, "beacon" | "beacon_official" | "beacon_ablation" | "gigpo")
+}
+
 /// Every estimator name the crate knows.
 pub fn names() -> &'static [&'static str] {
     EstimatorConfig::NAMES
@@ -528,9 +557,18 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
     // the row's token rewards, else 0. verl's own estimators read token_level_rewards and
     // never the batch's rewards through `estimate_into`, so they skip the pass over rows × L.
     let reads_batch_rewards = !verl_names().contains(&est.name());
+    // The step estimators read token_level_rewards only to check that each row's sum is its
+    // trajectory's reward. When the binding derived those rewards from the very same sums (all
+    // finite; the batch builder has checked that rows of a trajectory agree), the check cannot
+    // fail, and skipping it saves a pass over rows × L.
+    let mut check_token_rewards = true;
     let episode: std::borrow::Cow<'_, [f64]> = match (&req.episode_rewards, &req.token_level_rewards) {
         (Some(e), _) => e.to_f64(),
-        (None, Some(r)) if reads_batch_rewards => std::borrow::Cow::Owned(r.row_sums()),
+        (None, Some(r)) if reads_batch_rewards => {
+            let (sums, all_finite) = r.row_sums();
+            check_token_rewards = !(all_finite && is_step_estimator(est.name()));
+            std::borrow::Cow::Owned(sums)
+        }
         _ => std::borrow::Cow::Owned(vec![0.0; req.index.len()]),
     };
     let baselines = req.reward_baselines.as_ref().map(Floats1::to_f64);
@@ -551,7 +589,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         st.rebuild_keys(&req.index, req.traj_index.as_ref(), &episode)?;
         let (batch, ws) = st.parts()?;
         let mut input = EstimatorInput::new(batch);
-        if let Some(r) = &req.token_level_rewards {
+        if let Some(r) = req.token_level_rewards.as_ref().filter(|_| check_token_rewards) {
             input = input.with_token_level_rewards(r.view());
         }
         if let Some(m) = mask {

@@ -167,3 +167,45 @@ def test_string_keys_group_by_value(index):
     adv, _ = beacon_rl.estimate("grpo", rewards, mask, index)
     a = 0.5 / (np.sqrt(0.5) + 1e-6)
     np.testing.assert_allclose(adv[:, 0], [a, -a, 0, 0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [13, 16, 3])
+def test_row_sums_are_the_sequential_sums(rows):
+    # The binding sums token rewards into episode rewards eight rows at a time; each row must
+    # still be summed left to right in float64 (the bits of a plain sequential sum), which
+    # matters when a row has several rewards (float addition is not associative).
+    rng = np.random.default_rng(rows)
+    cols = 37
+    rewards = (rng.normal(size=(rows, cols)) * 10.0 ** rng.integers(-6, 6, size=(rows, cols))).astype(np.float32)
+    sequential = np.array([sum(float(x) for x in row) for row in rewards])
+    mask = np.ones((rows, cols), dtype=bool)
+    uid = np.array(["g"] * rows, dtype=object)
+    traj = np.arange(rows)
+    flags = np.zeros(rows, dtype=bool)
+    kw = dict(traj_index=traj, milestones=flags, config={"segment_weight": 0.0})
+    got, _ = beacon_rl.estimate("beacon_official", rewards.astype(np.float64), mask, uid, **kw)
+    want, _ = beacon_rl.estimate("beacon_official", rewards.astype(np.float64), mask, uid, episode_rewards=sequential, **kw)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_step_estimators_still_reject_bad_token_rewards():
+    # With no episode_rewards the binding takes each row's reward sum and skips the crate's
+    # re-check of the same sums; a non-finite reward or disagreeing rows of one trajectory
+    # must still raise.
+    mask = np.ones((4, 3), dtype=np.int64)
+    uid = np.array(["g"] * 4, dtype=object)
+    traj = np.array(["a", "a", "b", "b"], dtype=object)
+    flags = np.zeros(4, dtype=bool)
+    rewards = np.zeros((4, 3), dtype=np.float32)
+    rewards[:, 2] = [1, 1, 0, 0]
+    for name in ("beacon_official", "beacon"):
+        adv, _ = beacon_rl.estimate(name, rewards, mask, uid, traj_index=traj, milestones=flags)
+        assert adv[0, 0] > 0 > adv[2, 0]
+        bad = rewards.copy()
+        bad[1, 0] = np.nan
+        with pytest.raises(ValueError):
+            beacon_rl.estimate(name, bad, mask, uid, traj_index=traj, milestones=flags)
+        disagree = rewards.copy()
+        disagree[1, 2] = 0.5
+        with pytest.raises(ValueError):
+            beacon_rl.estimate(name, disagree, mask, uid, traj_index=traj, milestones=flags)
