@@ -27,13 +27,23 @@ ratios.
   binding hands it after its 0/1 check) and with the mask as a bool tensor (no check).
 - beacon_official end to end from a verl-agent DataProto (compute_step_advantages, in place),
   and, given the release (--beacon-release DIR or $BEACON_RELEASE: a directory holding
-  `migpo/core_migpo.py` of ZJU-REAL/BEACON at commit db9347f; for example
-  `git --git-dir=<mirror> archive db9347f migpo | tar -x -C DIR`), the release's MiGPO on the
+  `migpo/__init__.py` and `migpo/core_migpo.py` of ZJU-REAL/BEACON at commit db9347f, e.g.
+  `for f in __init__.py core_migpo.py; do git --git-dir=<clone>/.git show db9347f:migpo/$f >
+  DIR/migpo/$f; done`; it imports only numpy, torch and verl's DataProto), the release's MiGPO on the
   same DataProto: `compute_migpo_step_rewards` then `compute_migpo_advantage`, as its
   ray_trainer calls them (WebShop path: `milestone_achieved`; the scripts' gamma = 0.95,
   step_advantage_w = 1, mode = mean_norm, which are beacon_official's defaults). The two
   advantage tensors are compared. The release runs at B only unless --migpo-at-c (its segment
   grouping is quadratic in the rows: about 64× B's time at C).
+
+What the release needed: its trainer reads the milestone column as
+`non_tensor_batch.get('milestone_achieved') or ...`, which raises "truth value of an array ...
+is ambiguous" for any numpy column of more than one row, so the column is passed to
+compute_migpo_advantage directly; compute_migpo_step_rewards reads `batch['responses']` (only
+for its device and row count), so the DataProto carries a zero `responses` tensor; its code
+default gamma is 0.99 where the scripts use 0.95, so gamma is passed explicitly. The release
+computes in float32 torch, the crate in float64 rounded once to float32: the advantages agree to
+about 1e-6 (a float32 ulp at |A| ≈ 9).
 """
 
 import argparse
