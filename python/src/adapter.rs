@@ -280,9 +280,10 @@ fn check_01<T: Copy + Into<i64>>(a: &ArrayView2<'_, T>, what: &str) -> Res<()> {
 
 /// Checks that a contiguous integer mask holds only 0 and 1 (else the error names the first bad
 /// value) and, when every row is a prefix mask, writes each row's length into `lengths` and
-/// returns `Some(true)` (`Some(false)`: checked, but some row is not a prefix). One read of the
-/// mask (see [`row_stats`]). Returns `None` without checking when the array is not contiguous
-/// or has no columns (the caller then runs [`check_01`]).
+/// returns `Some(true)` (`Some(false)`: checked, but some row is not a prefix). One streaming
+/// read of the mask ([`bad_bits_and_ones`]), then each row's first n values again from L1
+/// ([`or_all`]). Returns `None` without checking when the array is not contiguous or has no
+/// columns (the caller then runs [`check_01`]).
 fn prefix_lengths<T: Copy + Into<i64>>(
     a: &ArrayView2<'_, T>,
     what: &str,
