@@ -1,7 +1,7 @@
 //! `beacon_rl._native`: the PyO3 layer of the Python package.
 //!
 //! This file turns Python objects (numpy arrays, `None`) into borrowed views and calls
-//! [`adapter`], the one module that talks to the `beacon-rl` crate. Inputs are read in place
+//! `adapter`, the one module that talks to the `beacon-rl` crate. Inputs are read in place
 //! in the caller's dtype (`f32`/`f64` values, `bool`/`uint8`/`int64` masks, no conversion),
 //! outputs are written into arrays the caller allocated, and the GIL is released while the
 //! crate computes. The Python package (`beacon_rl/__init__.py`) wraps these functions for torch
