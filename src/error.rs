@@ -322,6 +322,17 @@ pub enum Error {
         /// The second input.
         second: &'static str,
     },
+
+    /// A response mask read as per-row lengths
+    /// ([`token::prefix_lengths_into`](crate::token::prefix_lengths_into)) is not a prefix
+    /// mask: token `token` of row `row` is generated after a token that is not.
+    #[error("response mask row {row} is not a prefix mask: token {token} is set after an unset token")]
+    NotPrefixMask {
+        /// The first such row.
+        row: usize,
+        /// The first generated token after the row's first non-generated one.
+        token: usize,
+    },
 }
 
 fn file_suffix(file: &Option<String>) -> String {

@@ -98,3 +98,6 @@ pub use estimator::Workspace;
 pub use ndarray;
 pub use tensor::{FloatView, FloatViewMut, MaskView};
 mod setters;
+
+// Parallel chunks of independent groups and rows (the `rayon` feature).
+mod parallel;

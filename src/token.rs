@@ -18,8 +18,10 @@
 
 use ndarray::Array2;
 
+use ndarray::ArrayView2;
+
 use crate::error::{Error, Result};
-use crate::tensor::{FloatViewMut, MaskView};
+use crate::tensor::{Float, FloatView, FloatViewMut, MaskElem, MaskView};
 
 /// Writes `step_values[r] · mask[r, j]` into `out[r, j]` (one sequence row per step), in the
 /// output's dtype under any mask dtype.
@@ -48,7 +50,7 @@ pub fn broadcast_into<'m, 'o>(
     mask: impl Into<MaskView<'m>>,
     out: impl Into<FloatViewMut<'o>>,
 ) -> Result<()> {
-    let (mask, mut out) = (mask.into(), out.into());
+    let (mask, out) = (mask.into(), out.into());
     let (rows, cols) = mask.dim();
     if rows != step_values.len() {
         return Err(Error::LengthMismatch {
@@ -59,8 +61,367 @@ pub fn broadcast_into<'m, 'o>(
     }
     mask.validate()?;
     out.check_dim("token advantages", (rows, cols))?;
-    crate::tensor::write_masked(step_values, &mask, &mut out);
+    write_rows(step_values, mask, out);
     Ok(())
+}
+
+/// Tokens per chunk below which splitting the broadcast costs more than it saves.
+const MIN_TOKENS_PER_CHUNK: usize = 1 << 16;
+
+/// `write_masked` over all rows; under the `rayon` feature, contiguous blocks of rows on the
+/// pool. Every token is written from its own row's value alone, so any split gives the same
+/// bits.
+pub(crate) fn write_rows(values: &[f64], mask: MaskView<'_>, out: FloatViewMut<'_>) {
+    let (rows, cols) = mask.dim();
+    let k = crate::parallel::chunk_count(rows.saturating_mul(cols), MIN_TOKENS_PER_CHUNK);
+    if k <= 1 {
+        write_block(values, mask, out);
+        return;
+    }
+    let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
+    let bounds = crate::parallel::balance(rows, k, |r| r, &mut bounds);
+    crate::parallel::for_chunks(
+        bounds,
+        (0usize, values, mask, out),
+        &|(base, v, m, o): (usize, &[f64], MaskView<'_>, FloatViewMut<'_>), at, _| {
+            let local = at - base;
+            let (v0, v1) = v.split_at(local);
+            let (m0, m1) = split_mask(m, local);
+            let (o0, o1) = split_out(o, local);
+            ((base, v0, m0, o0), (at, v1, m1, o1))
+        },
+        &|_, (_, v, m, o)| write_block(v, m, o),
+    );
+}
+
+/// One block of rows. Contiguous 0/1 prefix rows (verl's `response_mask`) are written as two
+/// fills (the value, then zeros) after a vectorized test of the row ([`unit_prefix_len`]), which
+/// beats a per-token select when the mask is `i64` (no 64-bit compare before SSE4.1); any other
+/// row gets the select. The same values land in the same places either way.
+fn write_block(values: &[f64], mask: MaskView<'_>, mut out: FloatViewMut<'_>) {
+    let done = match (&mask, &mut out) {
+        (MaskView::I64(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
+        (MaskView::I64(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
+        (MaskView::U8(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
+        (MaskView::U8(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
+        (MaskView::Bool(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
+        (MaskView::Bool(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
+        _ => false,
+    };
+    if !done {
+        crate::tensor::write_masked(values, &mask, &mut out);
+    }
+}
+
+/// Writes every row when mask and output are both in standard layout (returns false and writes
+/// nothing otherwise).
+fn prefix_rows<M: Bits, O: Float>(
+    values: &[f64],
+    mask: &ArrayView2<'_, M>,
+    out: &mut ndarray::ArrayViewMut2<'_, O>,
+) -> bool {
+    let cols = mask.ncols();
+    let (Some(m), Some(o)) = (mask.as_slice(), out.as_slice_mut()) else {
+        return false;
+    };
+    if cols == 0 {
+        return true;
+    }
+    for ((m, o), &v) in m.chunks_exact(cols).zip(o.chunks_exact_mut(cols)).zip(values) {
+        let v = O::from_f64(v);
+        match unit_prefix_len(m) {
+            Some(n) => {
+                o[..n].fill(v);
+                o[n..].fill(O::ZERO);
+            }
+            None => {
+                for (o, m) in o.iter_mut().zip(m) {
+                    *o = if m.is_set() { v } else { O::ZERO };
+                }
+            }
+        }
+    }
+    true
+}
+
+/// A mask entry as an integer, for [`unit_prefix_len`].
+trait Bits: MaskElem {
+    fn bits(self) -> u64;
+}
+
+impl Bits for bool {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Bits for u8 {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Bits for i64 {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        // Two's complement bits: only 0 and 1 pass the test below.
+        self as u64
+    }
+}
+
+/// `Some(n)` when the row is exactly n ones followed by zeros, else `None` (a row with other
+/// nonzero values, or a gap, takes the general path). Three branch-free folds that vectorize
+/// with plain SSE2 adds, xors and ors: the wrapping sum gives the only possible n, then the row
+/// must be `1` on `..n` and `0` on `n..` (the second and third read the row from cache).
+#[inline]
+fn unit_prefix_len<M: Bits>(row: &[M]) -> Option<usize> {
+    let sum = row.iter().fold(0u64, |a, &m| a.wrapping_add(m.bits()));
+    let n = usize::try_from(sum).ok().filter(|&n| n <= row.len())?;
+    let (ones, zeros) = row.split_at(n);
+    let off =
+        ones.iter().fold(0u64, |a, &m| a | (m.bits() ^ 1)) | zeros.iter().fold(0u64, |a, &m| a | m.bits());
+    (off == 0).then_some(n)
+}
+
+/// The mask's rows `..at` and `at..`.
+fn split_mask(mask: MaskView<'_>, at: usize) -> (MaskView<'_>, MaskView<'_>) {
+    use ndarray::Axis;
+    match mask {
+        MaskView::Bool(m) => {
+            let (a, b) = m.split_at(Axis(0), at);
+            (MaskView::Bool(a), MaskView::Bool(b))
+        }
+        MaskView::U8(m) => {
+            let (a, b) = m.split_at(Axis(0), at);
+            (MaskView::U8(a), MaskView::U8(b))
+        }
+        MaskView::I64(m) => {
+            let (a, b) = m.split_at(Axis(0), at);
+            (MaskView::I64(a), MaskView::I64(b))
+        }
+        MaskView::Lengths { lengths, cols } => {
+            let (a, b) = lengths.split_at(at);
+            (
+                MaskView::Lengths { lengths: a, cols },
+                MaskView::Lengths { lengths: b, cols },
+            )
+        }
+    }
+}
+
+/// The output's rows `..at` and `at..`.
+fn split_out(out: FloatViewMut<'_>, at: usize) -> (FloatViewMut<'_>, FloatViewMut<'_>) {
+    use ndarray::Axis;
+    match out {
+        FloatViewMut::F32(o) => {
+            let (a, b) = o.split_at(Axis(0), at);
+            (FloatViewMut::F32(a), FloatViewMut::F32(b))
+        }
+        FloatViewMut::F64(o) => {
+            let (a, b) = o.split_at(Axis(0), at);
+            (FloatViewMut::F64(a), FloatViewMut::F64(b))
+        }
+    }
+}
+
+/// verl's row score, `sums[r] = Σ_t rewards[r, t]` over all L tokens (masked or not: verl's
+/// `token_level_rewards.sum(-1)`), each row summed left to right in `f64` (`f32` values widened
+/// exactly): the very bits of `row.iter().map(|&x| f64::from(x)).sum::<f64>()`, which is what
+/// the estimators compare with the batch's episode rewards.
+///
+/// A row's sum is a chain of dependent additions; 8 rows are summed side by side so that 8
+/// chains are in flight (each row's order of additions unchanged), which makes the pass bound
+/// by memory bandwidth instead of add latency. Under the `rayon` feature, blocks of rows run on
+/// the pool.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `sums` has not one entry per row.
+///
+/// ```
+/// use beacon_rl::token::row_sums_into;
+/// use ndarray::array;
+/// let rewards = array![[0.0f32, 0.5, 0.25], [0.0, 0.0, 1.0]];
+/// let mut sums = [0.0; 2];
+/// row_sums_into(&rewards, &mut sums)?;
+/// assert_eq!(sums, [0.75, 1.0]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn row_sums_into<'r>(rewards: impl Into<FloatView<'r>>, sums: &mut [f64]) -> Result<()> {
+    let rewards = rewards.into();
+    let (rows, cols) = rewards.dim();
+    if sums.len() != rows {
+        return Err(Error::LengthMismatch {
+            what: "row sums",
+            expected: rows,
+            actual: sums.len(),
+        });
+    }
+    match rewards {
+        FloatView::F32(r) => for_row_blocks(rows, cols, (r, sums), |(r, s)| row_sums(r, s)),
+        FloatView::F64(r) => for_row_blocks(rows, cols, (r, sums), |(r, s)| row_sums(r, s)),
+    }
+    Ok(())
+}
+
+/// Per-row response lengths of a prefix mask (each row's generated tokens are its first ones,
+/// as verl's `response_mask` is): `lengths[r]` = generated tokens of row r. The lengths make a
+/// [`MaskView::Lengths`], which later passes read instead of the whole mask (one `usize` per
+/// row instead of L mask entries), so a trainer holding an `i64` mask reads it once per batch.
+///
+/// # Errors
+/// [`Error::LengthMismatch`] when `lengths` has not one entry per row; [`Error::NotPrefixMask`]
+/// naming the first row (and token) that is not a prefix; [`Error::InvalidMask`] for a
+/// `Lengths` mask with a length past L.
+///
+/// ```
+/// use beacon_rl::token::prefix_lengths_into;
+/// use beacon_rl::Error;
+/// use ndarray::array;
+/// let mut lengths = [0; 2];
+/// prefix_lengths_into(&array![[1i64, 1, 0], [0, 0, 0]], &mut lengths)?;
+/// assert_eq!(lengths, [2, 0]);
+/// assert_eq!(
+///     prefix_lengths_into(&array![[1i64, 1, 0], [1, 0, 1]], &mut lengths),
+///     Err(Error::NotPrefixMask { row: 1, token: 2 })
+/// );
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn prefix_lengths_into<'m>(mask: impl Into<MaskView<'m>>, lengths: &mut [usize]) -> Result<()> {
+    let mask = mask.into();
+    let (rows, cols) = mask.dim();
+    if lengths.len() != rows {
+        return Err(Error::LengthMismatch {
+            what: "response lengths",
+            expected: rows,
+            actual: lengths.len(),
+        });
+    }
+    let first_bad = match mask {
+        MaskView::Bool(m) => prefix_lengths(m, lengths),
+        MaskView::U8(m) => prefix_lengths(m, lengths),
+        MaskView::I64(m) => prefix_lengths(m, lengths),
+        MaskView::Lengths { lengths: l, .. } => {
+            mask.validate()?;
+            lengths.copy_from_slice(l);
+            None
+        }
+    };
+    match first_bad {
+        None => Ok(()),
+        Some(row) => {
+            let token = mask_row_first_gap(&mask, row, cols);
+            Err(Error::NotPrefixMask { row, token })
+        }
+    }
+}
+
+/// Lengths of every row (rows in parallel blocks under `rayon`); the first row that is not a
+/// prefix, if any (its length is left unspecified).
+fn prefix_lengths<M: Bits>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -> Option<usize> {
+    let (rows, cols) = mask.dim();
+    for_row_blocks(rows, cols, (mask, &mut *lengths), |(m, l)| {
+        for (row, n) in m.rows().into_iter().zip(l.iter_mut()) {
+            *n = match row.as_slice() {
+                Some(s) => prefix_len(s),
+                None => prefix_len(&row.to_vec()),
+            };
+        }
+    });
+    lengths.iter().position(|&n| n == usize::MAX)
+}
+
+/// The number of set entries if they are exactly the first ones, else `usize::MAX`: the 0/1
+/// test of [`unit_prefix_len`], then (for other nonzero values) two branch-free counts, the
+/// second over the row's prefix, in cache.
+#[inline]
+fn prefix_len<M: Bits>(row: &[M]) -> usize {
+    if let Some(n) = unit_prefix_len(row) {
+        return n;
+    }
+    let count = |s: &[M]| s.iter().map(|m| usize::from(m.is_set())).sum::<usize>();
+    let n = count(row);
+    if count(&row[..n]) == n {
+        n
+    } else {
+        usize::MAX
+    }
+}
+
+/// The first set token after row `row`'s first unset one (the error's position).
+fn mask_row_first_gap(mask: &MaskView<'_>, row: usize, cols: usize) -> usize {
+    let mut seen_gap = false;
+    for t in 0..cols {
+        let set = mask.is_set(row, t);
+        if seen_gap && set {
+            return t;
+        }
+        seen_gap |= !set;
+    }
+    cols
+}
+
+/// `row_sums_into`'s kernel over a block of rows (see there).
+// Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
+#[allow(clippy::needless_range_loop)]
+fn row_sums<R: Float>(rewards: ArrayView2<'_, R>, out: &mut [f64]) {
+    const LANES: usize = 8;
+    let cols = rewards.ncols();
+    // The start value of `Iterator::sum` for f64 (-0.0 in current std): every row, an empty
+    // one included, gets the very bits `iter().sum()` gives.
+    let start: f64 = std::iter::empty::<f64>().sum();
+    let data = match rewards.as_slice() {
+        Some(d) if cols > 0 => d,
+        _ => {
+            for (s, row) in out.iter_mut().zip(rewards.rows()) {
+                *s = row.iter().fold(start, |a, x| a + x.to_f64());
+            }
+            return;
+        }
+    };
+    let mut blocks = data.chunks_exact(LANES * cols);
+    let mut sums = out.chunks_exact_mut(LANES);
+    for (block, sums) in (&mut blocks).zip(&mut sums) {
+        let lane: [&[R]; LANES] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
+        let mut acc = [start; LANES];
+        for t in 0..cols {
+            for k in 0..LANES {
+                acc[k] += lane[k][t].to_f64();
+            }
+        }
+        sums.copy_from_slice(&acc);
+    }
+    for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
+        *s = row.iter().fold(start, |a, x| a + x.to_f64());
+    }
+}
+
+/// Runs `f` on blocks of whole rows of a rows × cols matrix and a per-row slice: one block
+/// without the `rayon` feature (or for small inputs), one per pool thread with it.
+fn for_row_blocks<T: Sync, X: Send>(
+    rows: usize,
+    cols: usize,
+    state: (ArrayView2<'_, T>, &mut [X]),
+    f: impl Fn((ArrayView2<'_, T>, &mut [X])) + Sync,
+) {
+    let k = crate::parallel::chunk_count(rows.saturating_mul(cols), MIN_TOKENS_PER_CHUNK);
+    if k <= 1 {
+        f(state);
+        return;
+    }
+    let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
+    let bounds = crate::parallel::balance(rows, k, |r| r, &mut bounds);
+    crate::parallel::for_chunks(
+        bounds,
+        (0usize, state.0, state.1),
+        &|(base, m, s): (usize, ArrayView2<'_, T>, &mut [X]), at, _| {
+            let (m0, m1) = m.split_at(ndarray::Axis(0), at - base);
+            let (s0, s1) = s.split_at_mut(at - base);
+            ((base, m0, s0), (at, m1, s1))
+        },
+        &|_, (_, m, s)| f((m, s)),
+    );
 }
 
 /// Allocating form of [`broadcast_into`], returning an `f64` array of the mask's shape.
@@ -212,6 +573,113 @@ mod tests {
         assert!(matches!(
             broadcast_into(&[1.0], mask.view(), out.view_mut()),
             Err(Error::OutputShape { .. })
+        ));
+    }
+
+    #[test]
+    fn prefix_rows_and_every_other_row_write_the_same_tokens() {
+        // Rows: a 0/1 prefix (fast path), a gap, nonzero values other than 1 (general path:
+        // nonzero = generated), all generated, none; i64 and u8 masks, f32 and f64 outputs.
+        let m = array![
+            [1i64, 1, 0, 0],
+            [1, 0, 1, 0],
+            [2, -1, 0, 0],
+            [1, 1, 1, 1],
+            [0, 0, 0, 0]
+        ];
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let want = array![
+            [1.0, 1.0, 0.0, 0.0],
+            [2.0, 0.0, 2.0, 0.0],
+            [3.0, 3.0, 0.0, 0.0],
+            [4.0, 4.0, 4.0, 4.0],
+            [0.0, 0.0, 0.0, 0.0]
+        ];
+        let mut out = Array2::<f64>::from_elem((5, 4), f64::NAN);
+        broadcast_into(&v, &m, &mut out).unwrap();
+        assert_eq!(out, want);
+        let mut out32 = Array2::<f32>::from_elem((5, 4), f32::NAN);
+        broadcast_into(&v, &m.mapv(|x| x as u8), &mut out32).unwrap();
+        assert_eq!(out32, want.mapv(|x| x as f32));
+        assert_eq!(unit_prefix_len(&[1i64, 1, 0]), Some(2));
+        assert_eq!(unit_prefix_len(&[0i64, 0]), Some(0));
+        // Sum 1 but not [1, 0]: rejected by the 0/1 test.
+        assert_eq!(unit_prefix_len(&[3i64, -2]), None);
+        assert_eq!(unit_prefix_len(&[0u8, 1]), None);
+        let mut lengths = [0; 5];
+        assert_eq!(
+            prefix_lengths_into(&m, &mut lengths),
+            Err(Error::NotPrefixMask { row: 1, token: 2 })
+        );
+    }
+
+    #[test]
+    fn row_sums_keep_each_rows_left_to_right_bits() {
+        // 11 rows (one block of 8 and a remainder of 3): [B, x, −B, x] with B = 1e20f32 and
+        // x = 0.1f32 · (r + 1). Left to right: B + x rounds to B (x is far below B's ulp of
+        // 2^14), B − B = 0, 0 + x = x. A pairwise order ((B + x) + (−B + x)) gives 0 instead.
+        let rows = 11;
+        let m = Array2::from_shape_fn((rows, 4), |(r, t)| match t {
+            0 => 1e20f32,
+            2 => -1e20,
+            _ => 0.1 * (r + 1) as f32,
+        });
+        let mut sums = vec![f64::NAN; rows];
+        row_sums_into(&m, &mut sums).unwrap();
+        for (r, &s) in sums.iter().enumerate() {
+            let x = f64::from(0.1f32 * (r + 1) as f32);
+            assert_eq!(s.to_bits(), x.to_bits(), "row {r}");
+        }
+        // A strided (column-major) view and f64 input give the same sums.
+        let t = m.t().as_standard_layout().into_owned();
+        let mut strided = vec![0.0; rows];
+        row_sums_into(t.t(), &mut strided).unwrap();
+        assert_eq!(strided, sums);
+        let mut wide = vec![0.0; rows];
+        row_sums_into(&m.mapv(f64::from), &mut wide).unwrap();
+        assert_eq!(wide, sums);
+        assert!(matches!(
+            row_sums_into(&m, &mut [0.0; 3]),
+            Err(Error::LengthMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn prefix_lengths_of_every_mask_form() {
+        let b = array![[true, true, false], [false, false, false], [true, true, true]];
+        let mut lengths = [9; 3];
+        for m in [
+            MaskView::from(&b),
+            MaskView::from(&b.mapv(u8::from)),
+            MaskView::from(b.t().t()),
+        ] {
+            prefix_lengths_into(m, &mut lengths).unwrap();
+            assert_eq!(lengths, [2, 0, 3]);
+        }
+        // Not a prefix: row 1 = [f, t, f] sets token 1 after the gap at 0.
+        let gap = array![[1i64, 0, 0], [0, 7, 0]];
+        assert_eq!(
+            prefix_lengths_into(&gap, &mut [0; 2]),
+            Err(Error::NotPrefixMask { row: 1, token: 1 })
+        );
+        let l = MaskView::Lengths {
+            lengths: &[1, 3],
+            cols: 3,
+        };
+        let mut two = [0; 2];
+        prefix_lengths_into(l, &mut two).unwrap();
+        assert_eq!(two, [1, 3]);
+        let bad = MaskView::Lengths {
+            lengths: &[4, 0],
+            cols: 3,
+        };
+        assert!(matches!(
+            prefix_lengths_into(bad, &mut two),
+            Err(Error::InvalidMask { row: 0, .. })
+        ));
+        assert!(matches!(
+            prefix_lengths_into(&gap, &mut [0; 5]),
+            Err(Error::LengthMismatch { .. })
         ));
     }
 

@@ -310,12 +310,38 @@ pub struct BeaconWorkspace {
     reward: Vec<f64>,
     traj: Vec<f64>,
     seg_adv: Vec<f64>,
+    /// Per-group scratch, one per chunk of groups (one for the serial path; under the `rayon`
+    /// feature one per pool thread, kept and reused across calls).
+    scratch: Vec<GroupScratch>,
+}
+
+/// Scratch of one group at a time.
+#[derive(Debug, Clone, Default)]
+struct GroupScratch {
     /// Paper flavour, per segment id within the current group: Σ and count of R_k/|Seg_k|.
     sum: Vec<f64>,
     count: Vec<usize>,
     /// Official flavour: statistics of each (group, segment id).
     seg_stats: Vec<GroupStats>,
 }
+
+/// The internal steps `base..base + len` of a run of whole groups (every column indexed by
+/// step − base), with the scratch of the chunk that runs them.
+struct Part<'a> {
+    base: usize,
+    table: &'a DecayTable,
+    flags: &'a [bool],
+    seg: &'a mut [usize],
+    reward: &'a mut [f64],
+    traj: &'a mut [f64],
+    seg_adv: &'a mut [f64],
+    sum: &'a mut Vec<f64>,
+    count: &'a mut Vec<usize>,
+    seg_stats: &'a mut Vec<GroupStats>,
+}
+
+/// Internal steps per chunk below which running BEACON's groups in parallel does not pay.
+const MIN_STEPS_PER_CHUNK: usize = 4096;
 
 impl Beacon {
     /// Validates `config` and builds the estimator.
@@ -473,22 +499,75 @@ impl Beacon {
         let max_len = offs.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         let c = &self.config;
         ws.table.prepare(c.milestone_reward, c.segment_decay, max_len);
+        let chunks = crate::parallel::chunk_count(n, MIN_STEPS_PER_CHUNK);
+        if ws.scratch.len() < chunks {
+            ws.scratch.resize_with(chunks, GroupScratch::default);
+        }
         // Segment ids never exceed the trajectory length.
-        ws.sum.resize(max_len + 1, 0.0);
-        ws.count.resize(max_len + 1, 0);
-        for g in 0..batch.num_groups() {
+        for sc in &mut ws.scratch[..chunks] {
+            sc.sum.resize(max_len + 1, 0.0);
+            sc.count.resize(max_len + 1, 0);
+        }
+        let (table, flags) = (&ws.table, &ws.flags[..]);
+        let (first, rest) = ws.scratch.split_at_mut(1);
+        let GroupScratch {
+            sum,
+            count,
+            seg_stats,
+        } = &mut first[0];
+        let whole = Part {
+            base: 0,
+            table,
+            flags,
+            seg: &mut ws.seg,
+            reward: &mut ws.reward,
+            traj: &mut ws.traj,
+            seg_adv: &mut ws.seg_adv,
+            sum,
+            count,
+            seg_stats,
+        };
+        let groups = 0..batch.num_groups();
+        if chunks <= 1 {
+            self.groups(batch, groups, whole);
+            return;
+        }
+        // Chunks of whole groups with about n / chunks steps each; each chunk owns its groups'
+        // steps (contiguous) and one scratch.
+        let (goffs, mut bounds) = (batch.group_offsets(), [0; crate::parallel::MAX_CHUNKS + 1]);
+        let step_of = |g: usize| offs[goffs[g]];
+        let bounds = crate::parallel::balance(groups.end, chunks, step_of, &mut bounds);
+        // A part holds its first chunk's scratch; `pool` those of its other chunks.
+        crate::parallel::for_chunks(
+            bounds,
+            (whole, rest),
+            &|(p, pool): (Part<'_>, &mut [GroupScratch]), g, left| {
+                let (pool_a, pool_b) = pool.split_at_mut(left - 1);
+                let Some((first_b, pool_b)) = pool_b.split_first_mut() else {
+                    unreachable!("one scratch per chunk")
+                };
+                let (a, b) = p.split(step_of(g), first_b);
+                ((a, pool_a), (b, pool_b))
+            },
+            &|c, (p, _)| self.groups(batch, bounds[c]..bounds[c + 1], p),
+        );
+    }
+
+    /// Runs groups `groups` (whose steps `part` covers).
+    fn groups(&self, batch: &RolloutBatch, groups: std::ops::Range<usize>, mut part: Part<'_>) {
+        for g in groups {
             let trajs = batch.group_trajectories(g);
-            match c.flavour {
-                BeaconFlavour::Paper => self.paper_group(batch, trajs, ws),
-                BeaconFlavour::Official { mode } => self.official_group(batch, trajs, mode, ws),
+            match self.config.flavour {
+                BeaconFlavour::Paper => self.paper_group(batch, trajs, &mut part),
+                BeaconFlavour::Official { mode } => self.official_group(batch, trajs, mode, &mut part),
             }
         }
     }
 
     /// Shapes rewards and assigns segment ids for one trajectory (internal steps `lo..hi`);
     /// returns K, its number of milestones.
-    fn shape_trajectory(ws: &mut BeaconWorkspace, lo: usize, hi: usize) -> usize {
-        let (seg, reward, table) = (&mut ws.seg[lo..hi], &mut ws.reward[lo..hi], &ws.table);
+    fn shape_trajectory(ws: &mut Part<'_>, lo: usize, hi: usize) -> usize {
+        let (seg, reward, table) = (&mut ws.seg[lo..hi], &mut ws.reward[lo..hi], ws.table);
         partition::for_each_step_rev(&ws.flags[lo..hi], |t, k, distance| {
             seg[t] = k;
             reward[t] = match distance {
@@ -500,9 +579,11 @@ impl Beacon {
         })
     }
 
-    fn paper_group(&self, batch: &RolloutBatch, trajs: std::ops::Range<usize>, ws: &mut BeaconWorkspace) {
+    fn paper_group(&self, batch: &RolloutBatch, trajs: std::ops::Range<usize>, ws: &mut Part<'_>) {
         let c = &self.config;
         let offs = batch.trajectory_offsets();
+        // Steps are indexed within the part.
+        let b = ws.base;
         let rewards = &batch.terminal_rewards()[trajs.clone()];
         // Trajectory level: GRPO over the group's terminal rewards.
         let (mean, std) = if rewards.len() == 1 {
@@ -516,7 +597,7 @@ impl Beacon {
         // Segment level, pass 1: per-step mean return R_k/|Seg_k| summed over G_k.
         let mut max_k = 0;
         for j in trajs.clone() {
-            let (lo, hi) = (offs[j], offs[j + 1]);
+            let (lo, hi) = (offs[j] - b, offs[j + 1] - b);
             Self::shape_trajectory(ws, lo, hi);
             for (k, len) in partition::completed_lengths(&ws.flags[lo..hi]).enumerate() {
                 if k >= max_k {
@@ -538,7 +619,7 @@ impl Beacon {
             } else {
                 (r - mean) / (std + c.std_eps)
             };
-            let (lo, hi) = (offs[j], offs[j + 1]);
+            let (lo, hi) = (offs[j] - b, offs[j + 1] - b);
             let completed = ws.seg[hi - 1] + usize::from(ws.flags[hi - 1]);
             for s in lo..hi {
                 ws.traj[s] = a_traj;
@@ -557,12 +638,14 @@ impl Beacon {
         batch: &RolloutBatch,
         trajs: std::ops::Range<usize>,
         mode: NormMode,
-        ws: &mut BeaconWorkspace,
+        ws: &mut Part<'_>,
     ) {
         let eps = self.config.std_eps;
         let offs = batch.trajectory_offsets();
         let rewards = &batch.terminal_rewards()[trajs.clone()];
         let (lo_g, hi_g) = (offs[trajs.start], offs[trajs.end]);
+        // Steps are indexed within the part.
+        let b = ws.base;
         let rows = hi_g - lo_g;
 
         // Trajectory level over rows: trajectory j contributes its reward once per step, so
@@ -598,17 +681,17 @@ impl Beacon {
         // Segment level: the group's rows (contiguous steps lo_g..hi_g) grouped by segment id.
         let mut num_ids = 0;
         for j in trajs.clone() {
-            Self::shape_trajectory(ws, offs[j], offs[j + 1]);
-            num_ids = num_ids.max(ws.seg[offs[j + 1] - 1] + 1);
+            Self::shape_trajectory(ws, offs[j] - b, offs[j + 1] - b);
+            num_ids = num_ids.max(ws.seg[offs[j + 1] - b - 1] + 1);
         }
-        let (values, labels) = (&ws.reward[lo_g..hi_g], &ws.seg[lo_g..hi_g]);
-        group_means(values, labels, num_ids, &mut ws.seg_stats);
+        let (values, labels) = (&ws.reward[lo_g - b..hi_g - b], &ws.seg[lo_g - b..hi_g - b]);
+        group_means(values, labels, num_ids, ws.seg_stats);
         if mode == NormMode::MeanStdNorm {
-            group_spreads(values, labels, &mut ws.seg_stats);
+            group_spreads(values, labels, ws.seg_stats);
         }
         for (j, &r) in trajs.zip(rewards) {
             let a_traj = mode.normalize(r, mean, std, eps);
-            for s in offs[j]..offs[j + 1] {
+            for s in offs[j] - b..offs[j + 1] - b {
                 ws.traj[s] = a_traj;
                 let k = &ws.seg_stats[ws.seg[s]];
                 // A singleton segment group has nothing to compare with: 0, as in the release.
@@ -650,6 +733,40 @@ fn scaled_row_stats(
         .sum();
     let std = scale * (ss / (rows - 1) as f64).sqrt();
     (mean, if std.is_finite() { std } else { f64::NAN })
+}
+
+impl<'a> Part<'a> {
+    /// The steps before absolute step `at` (keeping this part's scratch) and the rest (with
+    /// `scratch`).
+    fn split(self, at: usize, scratch: &'a mut GroupScratch) -> (Self, Self) {
+        let local = at - self.base;
+        let (flags_a, flags_b) = self.flags.split_at(local);
+        let (seg_a, seg_b) = self.seg.split_at_mut(local);
+        let (reward_a, reward_b) = self.reward.split_at_mut(local);
+        let (traj_a, traj_b) = self.traj.split_at_mut(local);
+        let (adv_a, adv_b) = self.seg_adv.split_at_mut(local);
+        let b = Part {
+            base: at,
+            table: self.table,
+            flags: flags_b,
+            seg: seg_b,
+            reward: reward_b,
+            traj: traj_b,
+            seg_adv: adv_b,
+            sum: &mut scratch.sum,
+            count: &mut scratch.count,
+            seg_stats: &mut scratch.seg_stats,
+        };
+        let a = Part {
+            flags: flags_a,
+            seg: seg_a,
+            reward: reward_a,
+            traj: traj_a,
+            seg_adv: adv_a,
+            ..self
+        };
+        (a, b)
+    }
 }
 
 impl Beacon {

@@ -277,6 +277,9 @@ pub struct GigpoOutput {
 }
 
 impl GigpoOutput {
+    /// Sizes every column to `rows`. Old values are not cleared: every row belongs to exactly
+    /// one group and the computation writes each column at every row, so zeroing would only
+    /// add a write pass over the outputs (40 bytes a row, the whole batch at 10⁶ trajectories).
     fn reset(&mut self, rows: usize) {
         for v in [
             &mut self.advantages,
@@ -284,10 +287,8 @@ impl GigpoOutput {
             &mut self.step_advantages,
             &mut self.step_returns,
         ] {
-            v.clear();
             v.resize(rows, 0.0);
         }
-        self.step_groups.clear();
         self.step_groups.resize(rows, 0);
         self.num_step_groups = 0;
     }
@@ -326,6 +327,11 @@ pub struct GigpoWorkspace {
     relabel: Vec<usize>,
     /// The full output behind [`Gigpo::advantages_into`].
     out: GigpoOutput,
+    /// Under the `rayon` feature, one workspace per chunk of groups (kept across calls).
+    pool: Vec<GigpoWorkspace>,
+    /// A chunk's step groups (then the labels of the chunks before it) and finiteness probe.
+    clusters: usize,
+    probe: f64,
 }
 
 impl GigpoWorkspace {
@@ -415,7 +421,7 @@ impl Gigpo {
     /// assert_eq!(out.step_advantages, [0.5, -0.5, 0.0]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute<S: AsRef<str>>(
+    pub fn compute<S: AsRef<str> + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -445,7 +451,7 @@ impl Gigpo {
     /// }
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_into<S: AsRef<str>>(
+    pub fn compute_into<S: AsRef<str> + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -480,7 +486,7 @@ impl Gigpo {
     /// assert_eq!(adv, [0.5, -0.5]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn advantages_into<S: AsRef<str>>(
+    pub fn advantages_into<S: AsRef<str> + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -522,7 +528,7 @@ impl Gigpo {
     /// assert_eq!(out.step_groups, [0, 0, 1]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_by_key<K: Hash + Eq>(
+    pub fn compute_by_key<K: Hash + Eq + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -548,7 +554,7 @@ impl Gigpo {
     /// assert_eq!(out.num_step_groups, 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_by_key_into<K: Hash + Eq>(
+    pub fn compute_by_key_into<K: Hash + Eq + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -589,91 +595,73 @@ impl Gigpo {
     ) -> Result<()>
     where
         K: Hash + Eq + ?Sized + 'k,
-        F: Fn(usize) -> &'k K,
-        T: Fn(usize) -> &'t str,
+        F: Fn(usize) -> &'k K + Sync,
+        T: Fn(usize) -> &'t str + Sync,
     {
         let rows = batch.num_steps();
         check_len("step_rewards", rows, step_rewards.len())?;
         check_finite("step_rewards", step_rewards)?;
         out.reset(rows);
 
-        let (mode, eps, w) = (
-            self.config.mode,
-            self.config.std_eps,
-            self.config.step_advantage_weight,
-        );
-        let gamma = self.config.step_decay;
-        let terminal = batch.terminal_rewards();
         let in_order = batch.rows_in_step_order();
-        let mut base = 0usize;
-        // x · 0 is 0 for finite x and NaN otherwise: one add per row tracks finiteness while
-        // the values are hot, instead of four more passes over the outputs.
-        let mut probe = 0.0f64;
-        for g in 0..batch.num_groups() {
-            // The group's rows in caller order (already ascending when rows are step-ordered).
-            ws.rows.clear();
-            ws.rows.extend_from_slice(group_rows(batch, g));
-            if !in_order {
-                ws.rows.sort_unstable();
+        let groups = 0..batch.num_groups();
+        let whole = Outs {
+            base: 0,
+            advantages: &mut out.advantages,
+            episode: &mut out.episode_advantages,
+            step: &mut out.step_advantages,
+            returns: &mut out.step_returns,
+            labels: &mut out.step_groups,
+        };
+        // Groups own disjoint rows, but only rows in step order give each run of groups one
+        // contiguous block of every output: otherwise the groups run in order on this thread.
+        let chunks = if in_order {
+            crate::parallel::chunk_count(rows, MIN_ROWS_PER_CHUNK)
+        } else {
+            1
+        };
+        let (base, probe) = if chunks <= 1 {
+            self.groups(batch, groups, step_rewards, key, similar, ws, whole)
+        } else {
+            // Chunks of whole groups, about rows / chunks rows each, one workspace per chunk;
+            // labels are chunk-local (from 0), then shifted by the clusters of earlier chunks.
+            if ws.pool.len() < chunks {
+                ws.pool.resize_with(chunks, GigpoWorkspace::default);
             }
-
-            // Step returns per trajectory, backwards; the episode score parked in the output.
-            for j in batch.group_trajectories(g) {
-                let score = terminal[j];
-                let mut ret = 0.0;
-                for &row in batch.trajectory_rows(j).iter().rev() {
-                    ret = step_rewards[row] + gamma * ret;
-                    out.step_returns[row] = ret;
-                    out.episode_advantages[row] = score;
-                }
+            let (offs, goffs) = (batch.trajectory_offsets(), batch.group_offsets());
+            let row_of = |g: usize| offs[goffs[g]];
+            let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
+            let bounds = crate::parallel::balance(groups.end, chunks, row_of, &mut bounds);
+            let pool = &mut ws.pool[..chunks];
+            let split = |state, g, left| split_chunks(state, row_of(g), left);
+            crate::parallel::for_chunks(bounds, (whole, &mut *pool), &split, &|c, (o, pool)| {
+                let w = &mut pool[0];
+                let (clusters, probe) =
+                    self.groups(batch, bounds[c]..bounds[c + 1], step_rewards, key, similar, w, o);
+                (w.clusters, w.probe) = (clusters, probe);
+            });
+            let mut total = 0;
+            for w in pool.iter_mut() {
+                (w.clusters, total) = (total, total + w.clusters);
             }
-
-            // Episode term: statistics over the group's rows. A single-row group: μ = 0, σ = 1
-            // (the peer's convention).
-            ws.values.clear();
-            ws.values
-                .extend(ws.rows.iter().map(|&r| out.episode_advantages[r]));
-            let s = GroupStats::of(&ws.values);
-            let (mean, std) = if s.count == 1 { (0.0, 1.0) } else { (s.mean, s.std) };
-            for &r in &ws.rows {
-                let a = &mut out.episode_advantages[r];
-                *a = mode.normalize(*a, mean, std, eps);
-            }
-
-            // Step groups: distinct anchors of this group, then (similarity) their clusters.
-            intern_group(ws, key);
-            let clusters = match similar {
-                None => {
-                    ws.unit_cluster.clear();
-                    ws.unit_cluster.extend(0..ws.unit_first_row.len());
-                    ws.unit_first_row.len()
-                }
-                Some((threshold, text)) => cluster_similar(ws, threshold, text),
+            let whole = Outs {
+                base: 0,
+                advantages: &mut [],
+                episode: &mut [],
+                step: &mut [],
+                returns: &mut [],
+                labels: &mut out.step_groups,
             };
-            for l in ws.labels.iter_mut() {
-                *l = ws.unit_cluster[*l];
-            }
-
-            // Step term: statistics per step group over its rows, in caller order.
-            ws.values.clear();
-            ws.values.extend(ws.rows.iter().map(|&r| out.step_returns[r]));
-            self.stats(&ws.values, &ws.labels, clusters, &mut ws.stats);
-            for (&r, &l) in ws.rows.iter().zip(&ws.labels) {
-                let s = &ws.stats[l];
-                // A singleton step group compares the row with itself: 0.
-                let a_s = if s.count == 1 {
-                    0.0
-                } else {
-                    mode.normalize(out.step_returns[r], s.mean, s.std, eps)
-                };
-                let a = out.episode_advantages[r] + w * a_s;
-                out.step_advantages[r] = a_s;
-                out.advantages[r] = a;
-                out.step_groups[r] = base + l;
-                probe += (out.step_returns[r] + out.episode_advantages[r] + a_s + a) * 0.0;
-            }
-            base += clusters;
-        }
+            let split = |state, g, left| split_chunks(state, row_of(g), left);
+            crate::parallel::for_chunks(bounds, (whole, pool), &split, &|_, (o, pool)| {
+                let shift = pool[0].clusters;
+                if shift > 0 {
+                    o.labels.iter_mut().for_each(|l| *l += shift);
+                }
+            });
+            // Each probe is ±0 or NaN: the sum is NaN iff one is, in any order.
+            (total, ws.pool[..chunks].iter().map(|w| w.probe).sum::<f64>())
+        };
 
         // Provisional ids are group-major; labels are numbered by first appearance in the
         // caller's rows (one pass, no hashing). Rows in step order are group-major already,
@@ -702,6 +690,172 @@ impl Gigpo {
             check_finite("advantages", &out.advantages)?;
         }
         Ok(())
+    }
+}
+
+/// The outputs of a run of whole groups whose rows are `base..base + len` (each indexed by
+/// row − base); the serial path's part covers every row with base 0.
+struct Outs<'a> {
+    base: usize,
+    advantages: &'a mut [f64],
+    episode: &'a mut [f64],
+    step: &'a mut [f64],
+    returns: &'a mut [f64],
+    labels: &'a mut [usize],
+}
+
+impl Outs<'_> {
+    /// Rows before absolute row `at`, and the rest. Empty columns stay empty.
+    fn split(self, at: usize) -> (Self, Self) {
+        fn cut<T>(v: &mut [T], at: usize) -> (&mut [T], &mut [T]) {
+            let at = at.min(v.len());
+            v.split_at_mut(at)
+        }
+        let local = at - self.base;
+        let (a0, a1) = cut(self.advantages, local);
+        let (e0, e1) = cut(self.episode, local);
+        let (s0, s1) = cut(self.step, local);
+        let (r0, r1) = cut(self.returns, local);
+        let (l0, l1) = cut(self.labels, local);
+        (
+            Outs {
+                base: self.base,
+                advantages: a0,
+                episode: e0,
+                step: s0,
+                returns: r0,
+                labels: l0,
+            },
+            Outs {
+                base: at,
+                advantages: a1,
+                episode: e1,
+                step: s1,
+                returns: r1,
+                labels: l1,
+            },
+        )
+    }
+}
+
+/// The outputs and workspaces of the chunks before absolute row `at` (the first `left`
+/// chunks), and the rest.
+#[allow(clippy::type_complexity)]
+fn split_chunks<'a>(
+    (o, pool): (Outs<'a>, &'a mut [GigpoWorkspace]),
+    at: usize,
+    left: usize,
+) -> (
+    (Outs<'a>, &'a mut [GigpoWorkspace]),
+    (Outs<'a>, &'a mut [GigpoWorkspace]),
+) {
+    let (a, b) = o.split(at);
+    let (pa, pb) = pool.split_at_mut(left);
+    ((a, pa), (b, pb))
+}
+
+/// Rows per chunk below which running GiGPO's groups in parallel does not pay.
+const MIN_ROWS_PER_CHUNK: usize = 4096;
+
+impl Gigpo {
+    /// Groups `groups` in order into `o` (which covers their rows), step group labels from 0
+    /// in order of the groups; returns the number of step groups and the finiteness probe
+    /// (0 when every value written is finite).
+    #[allow(clippy::too_many_arguments)]
+    fn groups<'k, 't, K, F, T>(
+        &self,
+        batch: &RolloutBatch,
+        groups: std::ops::Range<usize>,
+        step_rewards: &[f64],
+        key: &F,
+        similar: Option<(f64, &T)>,
+        ws: &mut GigpoWorkspace,
+        o: Outs<'_>,
+    ) -> (usize, f64)
+    where
+        K: Hash + Eq + ?Sized + 'k,
+        F: Fn(usize) -> &'k K,
+        T: Fn(usize) -> &'t str,
+    {
+        let (mode, eps, w) = (
+            self.config.mode,
+            self.config.std_eps,
+            self.config.step_advantage_weight,
+        );
+        let gamma = self.config.step_decay;
+        let terminal = batch.terminal_rewards();
+        let in_order = batch.rows_in_step_order();
+        let b = o.base;
+        let mut base = 0usize;
+        // x · 0 is 0 for finite x and NaN otherwise: one add per row tracks finiteness while
+        // the values are hot, instead of four more passes over the outputs.
+        let mut probe = 0.0f64;
+        for g in groups {
+            // The group's rows in caller order (already ascending when rows are step-ordered).
+            ws.rows.clear();
+            ws.rows.extend_from_slice(group_rows(batch, g));
+            if !in_order {
+                ws.rows.sort_unstable();
+            }
+
+            // Step returns per trajectory, backwards; the episode score parked in the output.
+            for j in batch.group_trajectories(g) {
+                let score = terminal[j];
+                let mut ret = 0.0;
+                for &row in batch.trajectory_rows(j).iter().rev() {
+                    ret = step_rewards[row] + gamma * ret;
+                    o.returns[row - b] = ret;
+                    o.episode[row - b] = score;
+                }
+            }
+
+            // Episode term: statistics over the group's rows. A single-row group: μ = 0, σ = 1
+            // (the peer's convention).
+            ws.values.clear();
+            ws.values.extend(ws.rows.iter().map(|&r| o.episode[r - b]));
+            let s = GroupStats::of(&ws.values);
+            let (mean, std) = if s.count == 1 { (0.0, 1.0) } else { (s.mean, s.std) };
+            for &r in &ws.rows {
+                let a = &mut o.episode[r - b];
+                *a = mode.normalize(*a, mean, std, eps);
+            }
+
+            // Step groups: distinct anchors of this group, then (similarity) their clusters.
+            intern_group(ws, key);
+            let clusters = match similar {
+                None => {
+                    ws.unit_cluster.clear();
+                    ws.unit_cluster.extend(0..ws.unit_first_row.len());
+                    ws.unit_first_row.len()
+                }
+                Some((threshold, text)) => cluster_similar(ws, threshold, text),
+            };
+            for l in ws.labels.iter_mut() {
+                *l = ws.unit_cluster[*l];
+            }
+
+            // Step term: statistics per step group over its rows, in caller order.
+            ws.values.clear();
+            ws.values.extend(ws.rows.iter().map(|&r| o.returns[r - b]));
+            self.stats(&ws.values, &ws.labels, clusters, &mut ws.stats);
+            for (&r, &l) in ws.rows.iter().zip(&ws.labels) {
+                let s = &ws.stats[l];
+                let r = r - b;
+                // A singleton step group compares the row with itself: 0.
+                let a_s = if s.count == 1 {
+                    0.0
+                } else {
+                    mode.normalize(o.returns[r], s.mean, s.std, eps)
+                };
+                let a = o.episode[r] + w * a_s;
+                o.step[r] = a_s;
+                o.advantages[r] = a;
+                o.labels[r] = base + l;
+                probe += (o.returns[r] + o.episode[r] + a_s + a) * 0.0;
+            }
+            base += clusters;
+        }
+        (base, probe)
     }
 }
 

@@ -52,7 +52,9 @@ mod layout {
     fn every_test_file_is_built() {
         let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
         let top = rust_files(&tests);
-        let declared: BTreeSet<String> = ["allocations.rs", "batch_builder.rs"].map(String::from).into();
+        let declared: BTreeSet<String> = ["allocations.rs", "batch_builder.rs", "parallel.rs"]
+            .map(String::from)
+            .into();
         assert_eq!(
             top, declared,
             "a tests/*.rs file that Cargo.toml does not declare: move it to tests/it/"

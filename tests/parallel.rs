@@ -1,0 +1,268 @@
+//! The `rayon` feature changes no bit: BEACON (both flavours), GiGPO and the token broadcast
+//! give identical results on a 1-thread pool (one chunk: the serial path) and on 2- and
+//! 4-thread pools (groups / token rows split into chunks), on random batches large enough to be
+//! split. Also counts heap allocations on every thread: after a warm-up call, a parallel call
+//! allocates nothing (per-chunk workspaces are kept in the `Workspace`).
+//!
+//! `cargo test --features rayon --test parallel`
+#![cfg(feature = "rayon")]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use beacon_rl::ablation::SplitMix64;
+use beacon_rl::estimator::gigpo::GigpoOutput;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::token::broadcast_into;
+use beacon_rl::{
+    Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace, Gigpo, GigpoConfig, MaskView,
+    NormMode, RolloutBatch,
+};
+use ndarray::Array2;
+
+/// Counts allocations on every thread while `ON` (the pool's workers included).
+struct Counting;
+static ON: AtomicBool = AtomicBool::new(false);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; counting touches two atomics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if ON.load(Ordering::Relaxed) {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if ON.load(Ordering::Relaxed) {
+            COUNT.fetch_add(1, Ordering::Relaxed);
+        }
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The counter sees every thread: tests of this binary run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("pool")
+}
+
+/// `f` on pools of 1, 2 and 4 threads: every result equals the 1-thread one, bit for bit.
+fn same_bits_on_every_pool<R: PartialEq + std::fmt::Debug + Send>(what: &str, f: impl Fn() -> R + Sync) {
+    let serial = pool(1).install(|| {
+        assert_eq!(rayon::current_num_threads(), 1);
+        f()
+    });
+    for threads in [2, 4] {
+        let parallel = pool(threads).install(|| {
+            assert_eq!(rayon::current_num_threads(), threads);
+            f()
+        });
+        assert!(parallel == serial, "{what}: {threads} threads differ from 1");
+    }
+}
+
+fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// An agent batch: `trajs` trajectories of 1..=40 steps in groups of 1..=8, rows in step order
+/// (`from_blocks`-like) or shuffled by interleaving keys; milestone flags, step rewards and
+/// anchors drawn at random.
+struct Agent {
+    batch: RolloutBatch,
+    flags: Vec<bool>,
+    step_rewards: Vec<f64>,
+    anchors: Vec<u64>,
+}
+
+fn agent(seed: u64, trajs: usize, interleaved: bool) -> Agent {
+    let mut rng = SplitMix64::new(seed);
+    let mut below = |n: u64| rng.next_u64() % n;
+    let (mut uid, mut traj, mut reward) = (vec![], vec![], vec![]);
+    let mut j = 0;
+    let mut g = 0u64;
+    while j < trajs {
+        let size = 1 + below(8) as usize;
+        for _ in 0..size.min(trajs - j) {
+            let r = below(3) as f64 * 0.5 - 0.25;
+            for _ in 0..1 + below(40) {
+                uid.push(g);
+                traj.push(j as u64);
+                reward.push(r);
+            }
+            j += 1;
+        }
+        g += 1;
+    }
+    let rows = uid.len();
+    if interleaved {
+        // Rotate rows by a third: groups stay whole but rows leave step order.
+        let k = rows / 3;
+        uid.rotate_left(k);
+        traj.rotate_left(k);
+        reward.rotate_left(k);
+    }
+    let batch = RolloutBatch::from_row_keys(&uid, &traj, &reward).expect("batch");
+    let mut rng = SplitMix64::new(seed ^ 0xABCD);
+    let flags = (0..rows).map(|_| rng.next_f64() < 0.2).collect();
+    let step_rewards = (0..rows).map(|_| (rng.next_f64() * 4.0).floor() - 1.0).collect();
+    let anchors = (0..rows).map(|r| uid[r] * 64 + rng.next_u64() % 12).collect();
+    Agent {
+        batch,
+        flags,
+        step_rewards,
+        anchors,
+    }
+}
+
+fn beacon_configs() -> Vec<BeaconConfig> {
+    let mut std_norm = BeaconConfig::official();
+    std_norm.flavour = BeaconFlavour::Official {
+        mode: NormMode::MeanStdNorm,
+    };
+    vec![BeaconConfig::paper(), BeaconConfig::official(), std_norm]
+}
+
+#[test]
+fn beacon_is_bit_identical_on_every_pool() {
+    let _serial = one_at_a_time();
+    for (seed, interleaved) in [(1, false), (2, true), (3, false)] {
+        let a = agent(seed, 1500, interleaved);
+        assert!(a.batch.num_steps() > 4 * 4096, "large enough for 4 chunks");
+        for cfg in beacon_configs() {
+            let b = Beacon::new(cfg).unwrap();
+            same_bits_on_every_pool("beacon parts", || {
+                let mut out = BeaconOutput::default();
+                b.compute_into(&a.batch, &a.flags, &mut BeaconWorkspace::default(), &mut out)
+                    .unwrap();
+                (
+                    bits(&out.advantages),
+                    bits(&out.trajectory_advantages),
+                    bits(&out.segment_advantages),
+                    bits(&out.shaped_rewards),
+                    out.segments,
+                )
+            });
+        }
+    }
+}
+
+#[test]
+fn gigpo_is_bit_identical_on_every_pool() {
+    let _serial = one_at_a_time();
+    for (seed, interleaved) in [(4, false), (5, true)] {
+        let a = agent(seed, 1500, interleaved);
+        let text: Vec<String> = a.anchors.iter().map(|s| format!("state {}", s % 64)).collect();
+        for mode in [NormMode::MeanNorm, NormMode::MeanStdNorm] {
+            let g = Gigpo::new(GigpoConfig::verl_agent().with_mode(mode)).unwrap();
+            let run = |out: GigpoOutput| {
+                (
+                    bits(&out.advantages),
+                    bits(&out.episode_advantages),
+                    bits(&out.step_advantages),
+                    bits(&out.step_returns),
+                    out.step_groups,
+                    out.num_step_groups,
+                )
+            };
+            same_bits_on_every_pool("gigpo u64", || {
+                run(g.compute_by_key(&a.batch, &a.step_rewards, &a.anchors).unwrap())
+            });
+            same_bits_on_every_pool("gigpo text", || {
+                run(g.compute(&a.batch, &a.step_rewards, &text).unwrap())
+            });
+        }
+    }
+}
+
+#[test]
+fn broadcast_is_bit_identical_on_every_pool() {
+    let _serial = one_at_a_time();
+    let (rows, cols) = (700, 512);
+    let mut rng = SplitMix64::new(9);
+    let values: Vec<f64> = (0..rows).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+    let lengths: Vec<usize> = (0..rows)
+        .map(|_| (rng.next_u64() % (cols as u64 + 1)) as usize)
+        .collect();
+    let b = Array2::from_shape_fn((rows, cols), |(r, t)| t < lengths[r] && (r + t) % 7 != 0);
+    let i = b.mapv(i64::from);
+    let masks = [
+        MaskView::from(&b),
+        MaskView::from(&i),
+        MaskView::Lengths {
+            lengths: &lengths,
+            cols,
+        },
+        MaskView::from(b.t()),
+    ];
+    for m in masks {
+        let rows = m.dim().0;
+        same_bits_on_every_pool("broadcast f32", || {
+            let mut out = Array2::<f32>::from_elem(m.dim(), f32::NAN);
+            broadcast_into(&values[..rows], m, &mut out).unwrap();
+            out.mapv(f32::to_bits)
+        });
+        same_bits_on_every_pool("broadcast f64", || {
+            let mut out = Array2::<f64>::from_elem(m.dim(), f64::NAN);
+            broadcast_into(&values[..rows], m, &mut out).unwrap();
+            out.mapv(f64::to_bits)
+        });
+    }
+}
+
+/// The trait path a trainer takes, end to end into f32 tokens, and its allocations: none on
+/// any thread after the warm-up call.
+#[test]
+fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
+    let _serial = one_at_a_time();
+    let a = agent(6, 1500, false);
+    let rows = a.batch.num_steps();
+    let lengths: Vec<usize> = (0..rows).map(|r| 1 + r % 64).collect();
+    let text: Vec<String> = a.anchors.iter().map(|s| format!("state {s}")).collect();
+    let text: Vec<&str> = text.iter().map(String::as_str).collect();
+    let input = EstimatorInput::new(&a.batch)
+        .with_milestones(&a.flags)
+        .with_step_rewards(&a.step_rewards)
+        .with_anchor_obs(&text)
+        .with_response_lengths(&lengths, 64);
+    for name in ["beacon", "beacon_official", "gigpo"] {
+        let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        same_bits_on_every_pool(name, || {
+            let mut out = Array2::<f32>::zeros((rows, 64));
+            est.estimate_into(&input, (&mut out).into(), None, &mut Workspace::new())
+                .unwrap();
+            out.mapv(f32::to_bits)
+        });
+        let two = pool(2);
+        let (mut ws, mut out) = (Workspace::new(), Array2::<f32>::zeros((rows, 64)));
+        let mut call = || {
+            two.install(|| est.estimate_into(&input, (&mut out).into(), None, &mut ws))
+                .unwrap()
+        };
+        call();
+        COUNT.store(0, Ordering::SeqCst);
+        ON.store(true, Ordering::SeqCst);
+        call();
+        ON.store(false, Ordering::SeqCst);
+        assert_eq!(
+            COUNT.load(Ordering::SeqCst),
+            0,
+            "{name}: allocations after warm-up"
+        );
+    }
+}
