@@ -1,0 +1,419 @@
+//! What an estimator reads: [`EstimatorInput`], the batch plus per-row columns in the caller's
+//! dtypes, and the checks every estimator runs on them (presence, shapes, finiteness).
+
+use super::*;
+
+use crate::batch::RolloutBatch;
+use crate::error::{check_finite, check_len, Error, Result};
+use crate::tensor::{FloatView, MaskView};
+
+/// Everything an estimator may read about one batch. All per-row columns are in the caller's
+/// row order and have one entry (or one matrix row of L tokens) per row of
+/// [`batch`](Self::batch).
+///
+/// Build it with [`EstimatorInput::new`] and the `with_*` setters; every column defaults to
+/// `None` and each estimator documents the columns it needs.
+///
+/// ```
+/// use beacon_rl::estimator::EstimatorInput;
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&["q"], &[1.0])?;
+/// let rewards = [[0.0, 1.0]];
+/// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards);
+/// assert!(input.response_mask.is_none());
+/// assert_eq!(input.token_level_rewards.unwrap().dim(), (1, 2));
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct EstimatorInput<'a> {
+    /// Group structure: which rows share a uid (verl's `index`), and for agent data which rows
+    /// form a trajectory.
+    pub batch: &'a RolloutBatch,
+    /// verl's `token_level_rewards`, rows × L.
+    pub token_level_rewards: Option<FloatView<'a>>,
+    /// verl's `response_mask` (nonzero = a token the policy generated), rows × L, as a
+    /// `bool`/`u8`/`i64` matrix or per-row lengths.
+    pub response_mask: Option<MaskView<'a>>,
+    /// Critic values per token (GAE), rows × L.
+    pub values: Option<FloatView<'a>>,
+    /// One baseline reward per row (ReMax: the reward of the greedy response).
+    pub reward_baselines: Option<&'a [f64]>,
+    /// Log-probabilities of the sampled tokens under the rollout policy, rows × L (OTB).
+    pub old_log_probs: Option<FloatView<'a>>,
+    /// Σ_v π(v)² over the vocabulary at each token, rows × L (OTB).
+    pub sum_pi_squared: Option<FloatView<'a>>,
+    /// Truncated importance-sampling weights per token, rows × L (OTB, optional).
+    pub rollout_is_weights: Option<FloatView<'a>>,
+    /// One milestone flag per row (BEACON).
+    pub milestones: Option<&'a [bool]>,
+    /// One environment reward per row / step (GiGPO).
+    pub step_rewards: Option<&'a [f64]>,
+    /// One anchor observation per row / step (GiGPO step grouping).
+    pub anchor_obs: Option<&'a [&'a str]>,
+    /// One integer anchor id per row / step (GiGPO exact step grouping: a state id or a hash
+    /// of the observation); an alternative to `anchor_obs`.
+    pub anchor_ids: Option<&'a [u64]>,
+}
+
+impl<'a> EstimatorInput<'a> {
+    /// An input with the batch's group structure and no columns.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// let batch = RolloutBatch::from_group_keys(&[7], &[0.0])?;
+    /// let input = EstimatorInput::new(&batch);
+    /// assert_eq!(input.batch.num_steps(), 1);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn new(batch: &'a RolloutBatch) -> Self {
+        Self {
+            batch,
+            token_level_rewards: None,
+            response_mask: None,
+            values: None,
+            reward_baselines: None,
+            old_log_probs: None,
+            sum_pi_squared: None,
+            rollout_is_weights: None,
+            milestones: None,
+            step_rewards: None,
+            anchor_obs: None,
+            anchor_ids: None,
+        }
+    }
+
+    /// Sets verl's `token_level_rewards` (rows × L): the reward credited to each token.
+    /// Outcome estimators sum it over all L positions (masked or not) to get a row's score.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&[[0.0, 1.0]]);
+    /// assert!(input.token_level_rewards.is_some());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_token_level_rewards(mut self, rewards: impl Into<FloatView<'a>>) -> Self {
+        self.token_level_rewards = Some(rewards.into());
+        self
+    }
+
+    /// Sets verl's `response_mask` (rows × L): true for tokens the policy generated, false for
+    /// padding and (multi-turn) observation tokens.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_response_mask(&[[true, false]]);
+    /// assert!(input.response_mask.is_some());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_response_mask(mut self, mask: impl Into<MaskView<'a>>) -> Self {
+        self.response_mask = Some(mask.into());
+        self
+    }
+
+    /// Sets the critic's value estimate V(s_t) per token (rows × L), used by GAE.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_values(&[[0.5, 0.25]]);
+    /// assert!(input.values.is_some());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_values(mut self, values: impl Into<FloatView<'a>>) -> Self {
+        self.values = Some(values.into());
+        self
+    }
+
+    /// Sets one baseline reward per row (ReMax: the reward of the greedy rollout).
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_reward_baselines(&[0.5]);
+    /// assert_eq!(input.reward_baselines, Some(&[0.5][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_reward_baselines(mut self, baselines: &'a [f64]) -> Self {
+        self.reward_baselines = Some(baselines);
+        self
+    }
+
+    /// Sets log π_old(a_t | s_t) of each sampled token (rows × L), used by the optimal token
+    /// baseline.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_old_log_probs(&[[-0.1, -2.0]]);
+    /// assert!(input.old_log_probs.is_some());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_old_log_probs(mut self, log_probs: impl Into<FloatView<'a>>) -> Self {
+        self.old_log_probs = Some(log_probs.into());
+        self
+    }
+
+    /// Sets Σ_v π(v | s_t)² over the vocabulary at each token (rows × L), used by the optimal
+    /// token baseline.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_sum_pi_squared(&[[0.8, 0.3]]);
+    /// assert!(input.sum_pi_squared.is_some());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_sum_pi_squared(mut self, sum_pi_squared: impl Into<FloatView<'a>>) -> Self {
+        self.sum_pi_squared = Some(sum_pi_squared.into());
+        self
+    }
+
+    /// Sets truncated importance-sampling weights ρ̄_t per token (rows × L); the optimal token
+    /// baseline scales its variance proxy by ρ̄_t² when present.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_rollout_is_weights(&[[1.0, 0.9]]);
+    /// assert!(input.rollout_is_weights.is_some());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_rollout_is_weights(mut self, weights: impl Into<FloatView<'a>>) -> Self {
+        self.rollout_is_weights = Some(weights.into());
+        self
+    }
+
+    /// Sets one milestone flag per row (true = the step completes a milestone), read by
+    /// BEACON estimators.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_milestones(&[true]);
+    /// assert_eq!(input.milestones, Some(&[true][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_milestones(mut self, milestones: &'a [bool]) -> Self {
+        self.milestones = Some(milestones);
+        self
+    }
+
+    /// Sets the environment's reward for each row's step, read by GiGPO.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0]);
+    /// assert_eq!(input.step_rewards, Some(&[0.0][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_step_rewards(mut self, step_rewards: &'a [f64]) -> Self {
+        self.step_rewards = Some(step_rewards);
+        self
+    }
+
+    /// Sets the anchor observation of each row's step (GiGPO groups steps of a uid whose
+    /// anchors match).
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let obs = ["You are in the kitchen."];
+    /// let input = EstimatorInput::new(&batch).with_anchor_obs(&obs);
+    /// assert_eq!(input.anchor_obs.map(|o| o.len()), Some(1));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_anchor_obs(mut self, anchor_obs: &'a [&'a str]) -> Self {
+        self.anchor_obs = Some(anchor_obs);
+        self
+    }
+
+    /// Sets an integer anchor id for each row's step (GiGPO groups steps of a uid whose ids
+    /// are equal; exact grouping only). Give either this or
+    /// [`with_anchor_obs`](Self::with_anchor_obs).
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_anchor_ids(&[42]);
+    /// assert_eq!(input.anchor_ids, Some(&[42u64][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_anchor_ids(mut self, anchor_ids: &'a [u64]) -> Self {
+        self.anchor_ids = Some(anchor_ids);
+        self
+    }
+
+    /// Sets the response mask as per-row lengths: row r's first `lengths[r]` of `cols` tokens
+    /// are generated (a prefix mask, [`MaskView::Lengths`]). Nothing rows × L is read.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_response_lengths(&[1], 2);
+    /// assert_eq!(input.response_mask.map(|m| m.dim()), Some((1, 2)));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_response_lengths(mut self, lengths: &'a [usize], cols: usize) -> Self {
+        self.response_mask = Some(MaskView::Lengths { lengths, cols });
+        self
+    }
+
+    /// The shape of the outputs [`estimate`](AdvantageEstimator::estimate) allocates: the
+    /// response mask's, else one column per row (step-level estimators without a mask; every
+    /// token-level estimator requires the mask).
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0, 1], &[1.0, 0.0])?;
+    /// assert_eq!(EstimatorInput::new(&batch).output_dim(), (2, 1));
+    /// assert_eq!(EstimatorInput::new(&batch).with_response_lengths(&[1, 3], 4).output_dim(), (2, 4));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn output_dim(&self) -> (usize, usize) {
+        match self.response_mask {
+            Some(m) => m.dim(),
+            None => (self.batch.num_steps(), 1),
+        }
+    }
+
+    /// `token_level_rewards`, checked: present, one matrix row per batch row, and (with
+    /// [`FiniteCheck::Eager`]) finite.
+    pub(crate) fn checked_rewards(&self, check: FiniteCheck, buf: &mut Vec<f64>) -> Result<Tokens<'a, f64>> {
+        let rewards = self
+            .token_level_rewards
+            .ok_or(Error::MissingInput("token_level_rewards"))?;
+        check_len(
+            "token_level_rewards rows",
+            self.batch.num_steps(),
+            rewards.dim().0,
+        )?;
+        let rewards = Tokens::floats(rewards, buf);
+        if check == FiniteCheck::Eager {
+            check_all_finite("token_level_rewards", rewards.as_slice())?;
+        }
+        Ok(rewards)
+    }
+
+    /// The response mask, checked against `dim` (rows × L) and, for lengths, against L.
+    pub(crate) fn checked_mask(&self, dim: (usize, usize)) -> Result<MaskView<'a>> {
+        let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
+        let (rows, cols) = mask.dim();
+        check_len("response_mask rows", dim.0, rows)?;
+        check_len("response_mask columns", dim.1, cols)?;
+        mask.validate()?;
+        Ok(mask)
+    }
+
+    /// `token_level_rewards` and `response_mask`, checked against each other and the batch.
+    pub(crate) fn checked_rewards_and_mask(
+        &self,
+        check: FiniteCheck,
+        bufs: &mut InputBufs,
+    ) -> Result<(Tokens<'a, f64>, Tokens<'a, bool>)> {
+        let rewards = self.checked_rewards(check, &mut bufs.rewards)?;
+        let mask = self.checked_mask(rewards.dim())?;
+        Ok((rewards, Tokens::mask(mask, &mut bufs.mask)))
+    }
+
+    /// Row scores (Σ_t token_level_rewards over all L positions, into `scores`) and the
+    /// response mask, checked. One pass over the rewards, in the caller's dtype: the
+    /// finiteness of every reward is implied by finite row sums, and only a non-finite sum
+    /// triggers the search for the offending reward.
+    pub(crate) fn checked_scores_and_mask(&self, scores: &mut Vec<f64>) -> Result<MaskView<'a>> {
+        let rewards = self
+            .token_level_rewards
+            .ok_or(Error::MissingInput("token_level_rewards"))?;
+        let dim = rewards.dim();
+        check_len("token_level_rewards rows", self.batch.num_steps(), dim.0)?;
+        match rewards {
+            FloatView::F32(r) => row_sums(r, scores),
+            FloatView::F64(r) => row_sums(r, scores),
+        }
+        if !all_finite(scores) {
+            if let Some((index, value)) = rewards.first_non_finite() {
+                return Err(Error::NonFinite {
+                    what: "token_level_rewards",
+                    index,
+                    value,
+                });
+            }
+            check_finite("row scores (overflow)", scores)?;
+        }
+        self.checked_mask(dim)
+    }
+
+    /// One score per row for the step-row entry point: the batch's terminal reward of the
+    /// row's trajectory.
+    pub(crate) fn step_scores(&self, scores: &mut Vec<f64>) {
+        let batch = self.batch;
+        scores.clear();
+        scores.resize(batch.num_steps(), 0.0);
+        for (j, &reward) in batch.terminal_rewards().iter().enumerate() {
+            for &r in batch.trajectory_rows(j) {
+                scores[r] = reward;
+            }
+        }
+    }
+
+    /// A further rows × L float column, checked for presence, shape and (with
+    /// [`FiniteCheck::Eager`]) finiteness.
+    pub(crate) fn checked_matrix(
+        &self,
+        what: &'static str,
+        column: Option<FloatView<'a>>,
+        dim: (usize, usize),
+        check: FiniteCheck,
+        buf: &mut Vec<f64>,
+    ) -> Result<Tokens<'a, f64>> {
+        let m = column.ok_or(Error::MissingInput(what))?;
+        check_matrix_shape(what, m.dim(), dim)?;
+        let m = Tokens::floats(m, buf);
+        if check == FiniteCheck::Eager {
+            check_all_finite(what, m.as_slice())?;
+        }
+        Ok(m)
+    }
+}
+
+/// When the finiteness of the float matrix inputs is checked.
+///
+/// A separate pass per input matrix costs as much as the estimator's own pass (the kernels
+/// are memory-bound), so the token-level estimators validate with `Deferred` (presence and
+/// shapes only), fold every input value into a [`FiniteAcc`](whiten::FiniteAcc) as their
+/// kernel reads it, and only when that saw a non-finite value run the `Eager` validation
+/// again, which returns exactly the error the eager checks would have returned up front.
+/// See [`validate_deferred`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FiniteCheck {
+    /// Presence, shapes and finiteness, in the documented order.
+    Eager,
+    /// Presence and shapes only; the kernel checks finiteness.
+    Deferred,
+}
+
+/// Runs the validation `build` with [`FiniteCheck::Deferred`] and the workspace's buffers. If
+/// that fails, returns the error of the eager validation instead (an earlier input may be
+/// non-finite, and the eager order reports that first).
+pub(crate) fn validate_deferred<T>(
+    bufs: &mut InputBufs,
+    build: impl Fn(FiniteCheck, &mut InputBufs) -> Result<T>,
+) -> Result<T> {
+    build(FiniteCheck::Deferred, bufs).map_err(|deferred| {
+        match build(FiniteCheck::Eager, &mut InputBufs::default()) {
+            Err(eager) => eager,
+            Ok(_) => deferred,
+        }
+    })
+}
+
+/// Called when a kernel saw a non-finite input value: the eager validation's error (error
+/// path only, so it may allocate).
+pub(crate) fn report_non_finite_input<T>(
+    build: impl Fn(FiniteCheck, &mut InputBufs) -> Result<T>,
+) -> Result<()> {
+    build(FiniteCheck::Eager, &mut InputBufs::default()).map(|_| ())
+}

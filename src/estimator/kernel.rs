@@ -1,0 +1,463 @@
+//! Plumbing shared by the kernels (crate-private): input columns as row-major slices
+//! ([`Tokens`]), the output writer ([`Out`]) that targets the caller's `f32`/`f64` buffers, the
+//! `fill_estimator!` trait implementation, row sums, finiteness checks and the step-row
+//! broadcast.
+
+use super::*;
+use std::borrow::Cow;
+
+use ndarray::ArrayView2;
+
+use crate::batch::RolloutBatch;
+use crate::error::{check_finite, check_len, Error, Result};
+use crate::tensor::{FloatView, FloatViewMut, MaskView};
+
+/// A rows × L input column in row-major order for the token-level kernels: borrowed when the
+/// caller's view is `f64`/`bool` in standard layout (the usual case for `f64` callers),
+/// otherwise widened once into a workspace buffer, which [`recycle`](Self::recycle) hands
+/// back so the next call reuses it. Hot loops then run over plain slices.
+pub(crate) struct Tokens<'a, T: Clone> {
+    data: Cow<'a, [T]>,
+    rows: usize,
+    cols: usize,
+}
+
+impl<'a> Tokens<'a, f64> {
+    pub(crate) fn floats(m: FloatView<'a>, buf: &mut Vec<f64>) -> Self {
+        let (rows, cols) = m.dim();
+        let data = match m {
+            FloatView::F64(v) => match v.to_slice() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(refill(buf, v.iter().copied())),
+            },
+            FloatView::F32(v) => Cow::Owned(refill(buf, v.iter().map(|&x| f64::from(x)))),
+        };
+        Self { data, rows, cols }
+    }
+}
+
+impl<'a> Tokens<'a, bool> {
+    pub(crate) fn mask(m: MaskView<'a>, buf: &mut Vec<bool>) -> Self {
+        let (rows, cols) = m.dim();
+        if let MaskView::Bool(v) = m {
+            if let Some(s) = v.to_slice() {
+                return Self {
+                    data: Cow::Borrowed(s),
+                    rows,
+                    cols,
+                };
+            }
+        }
+        let mut data = std::mem::take(buf);
+        data.clear();
+        data.resize(rows * cols, false);
+        if cols > 0 {
+            for (r, row) in data.chunks_exact_mut(cols).enumerate() {
+                m.row_into(r, row);
+            }
+        }
+        Self {
+            data: Cow::Owned(data),
+            rows,
+            cols,
+        }
+    }
+}
+
+/// `buf`'s allocation refilled with `values` (taken out of `buf`; see [`Tokens::recycle`]).
+fn refill<T>(buf: &mut Vec<T>, values: impl Iterator<Item = T>) -> Vec<T> {
+    let mut data = std::mem::take(buf);
+    data.clear();
+    data.extend(values);
+    data
+}
+
+impl<'a, T: Clone> Tokens<'a, T> {
+    /// Hands a converted column's buffer back to the workspace.
+    pub(crate) fn recycle(self, buf: &mut Vec<T>) {
+        if let Cow::Owned(v) = self.data {
+            *buf = v;
+        }
+    }
+
+    pub(crate) fn dim(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// All values, row-major (index = row · L + t).
+    pub(crate) fn as_slice(&self) -> &[T] {
+        &self.data
+    }
+
+    /// Row `r` (in range by construction: callers iterate `0..rows`).
+    pub(crate) fn row(&self, r: usize) -> &[T] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// Where an estimator writes its outputs: the caller's buffers (`f32` or `f64`, any layout),
+/// advantages always, returns when asked for.
+///
+/// Outcome estimators write straight into the buffers in their dtype ([`outcome`](Self::outcome)).
+/// Token-level kernels get `f64` row-major slices from [`buffers`](Self::buffers): the caller's
+/// own memory when it is `f64` in standard layout, else a workspace stand-in that
+/// [`finish`](Self::finish) rounds into the caller's buffer. Kernels must write **every**
+/// element: caller buffers hold stale values.
+pub(crate) struct Out<'o> {
+    advantages: FloatViewMut<'o>,
+    returns: Option<FloatViewMut<'o>>,
+    stage: &'o mut Stage,
+    dim: (usize, usize),
+}
+
+/// The caller's buffer as a row-major `f64` slice when it is one.
+fn direct<'b>(v: &'b mut FloatViewMut<'_>) -> Option<&'b mut [f64]> {
+    match v {
+        FloatViewMut::F64(v) => v.as_slice_mut(),
+        FloatViewMut::F32(_) => None,
+    }
+}
+
+impl<'o> Out<'o> {
+    pub(crate) fn new(
+        advantages: FloatViewMut<'o>,
+        returns: Option<FloatViewMut<'o>>,
+        stage: &'o mut Stage,
+    ) -> Self {
+        Self {
+            advantages,
+            returns,
+            stage,
+            dim: (0, 0),
+        }
+    }
+
+    fn check_dims(&mut self, dim: (usize, usize)) -> Result<()> {
+        self.advantages.check_dim("advantages", dim)?;
+        if let Some(r) = &self.returns {
+            r.check_dim("returns", dim)?;
+        }
+        self.dim = dim;
+        Ok(())
+    }
+
+    /// The (advantages, returns) `f64` slices for an output of shape `dim`, row-major. The
+    /// returns slice is a stand-in when the caller asked for no returns (kernels that need
+    /// returns as an intermediate still write them). Call once, then [`finish`](Self::finish).
+    ///
+    /// # Errors
+    /// [`Error::OutputShape`] when a caller buffer's shape is not `dim`.
+    pub(crate) fn buffers(&mut self, dim: (usize, usize)) -> Result<(&mut [f64], &mut [f64])> {
+        self.check_dims(dim)?;
+        let n = dim.0 * dim.1;
+        let Stage {
+            advantages: stage_a,
+            returns: stage_r,
+        } = &mut *self.stage;
+        let a = match direct(&mut self.advantages) {
+            Some(s) => s,
+            None => {
+                stage_a.resize(n, 0.0);
+                &mut stage_a[..n]
+            }
+        };
+        let r = match self.returns.as_mut().and_then(direct) {
+            Some(s) => s,
+            None => {
+                stage_r.resize(n, 0.0);
+                &mut stage_r[..n]
+            }
+        };
+        Ok((a, r))
+    }
+
+    /// Rounds or copies the stand-ins of `f32` / strided caller buffers into them (no-op for
+    /// buffers written in place, and after [`outcome`](Self::outcome)).
+    pub(crate) fn finish(mut self) -> Result<()> {
+        let n = self.dim.0 * self.dim.1;
+        if direct(&mut self.advantages).is_none() && self.stage.advantages.len() >= n {
+            self.advantages.assign_f64(&self.stage.advantages[..n]);
+        }
+        if let Some(ret) = &mut self.returns {
+            if direct(ret).is_none() && self.stage.returns.len() >= n {
+                ret.assign_f64(&self.stage.returns[..n]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Outcome estimators: advantages (and returns, when asked for) = `scalars[r]` on the
+    /// generated tokens of row r and +0.0 elsewhere (verl's `scores.unsqueeze(-1) *
+    /// response_mask`, returned twice), written in the caller's dtype in one pass.
+    pub(crate) fn outcome(&mut self, scalars: &[f64], mask: &MaskView<'_>) -> Result<()> {
+        self.check_dims(mask.dim())?;
+        crate::tensor::write_masked(scalars, mask, &mut self.advantages);
+        if let Some(r) = &mut self.returns {
+            crate::tensor::write_masked(scalars, mask, r);
+        }
+        // Nothing staged: `finish` must not copy stale stand-ins.
+        self.dim = (0, 0);
+        Ok(())
+    }
+}
+
+/// Implements [`AdvantageEstimator`] for a verl estimator with an inherent
+/// `fn fill(&self, &EstimatorInput, &mut Out, &mut Scratch) -> Result<()>`; `returns` says
+/// whether its returns differ from its advantages, `steps` adds the step-row entry point
+/// through an inherent `fn steps(&self, &EstimatorInput, &mut [f64], &mut Scratch)`.
+macro_rules! fill_estimator {
+    ($ty:ty, $name:literal, returns = $returns:expr) => {
+        $crate::estimator::fill_estimator!($ty, $name, returns = $returns, {});
+    };
+    ($ty:ty, $name:literal, returns = $returns:expr, steps) => {
+        $crate::estimator::fill_estimator!($ty, $name, returns = $returns, {
+            fn estimate_steps_into(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+                advantages: &mut [f64],
+                workspace: &mut $crate::estimator::Workspace,
+            ) -> $crate::error::Result<()> {
+                $crate::estimator::check_steps_out(input, advantages)?;
+                self.steps(input, advantages, &mut workspace.scratch)
+            }
+        });
+    };
+    ($ty:ty, $name:literal, returns = $returns:expr, { $($extra:tt)* }) => {
+        impl $crate::estimator::AdvantageEstimator for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn has_returns(&self) -> bool {
+                $returns
+            }
+
+            fn estimate_into(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+                advantages: $crate::tensor::FloatViewMut<'_>,
+                returns: Option<$crate::tensor::FloatViewMut<'_>>,
+                workspace: &mut $crate::estimator::Workspace,
+            ) -> $crate::error::Result<()> {
+                // The views are invariant in their lifetimes: reborrow both to a common one.
+                let (mut advantages, mut returns) = (advantages, returns);
+                let mut out = $crate::estimator::Out::new(
+                    advantages.reborrow(),
+                    returns.as_mut().map(|r| r.reborrow()),
+                    &mut workspace.stage,
+                );
+                self.fill(input, &mut out, &mut workspace.scratch)?;
+                out.finish()
+            }
+
+            $($extra)*
+        }
+    };
+}
+pub(crate) use fill_estimator;
+
+/// Checks a step-row output buffer: one entry per row.
+pub(crate) fn check_steps_out(input: &EstimatorInput<'_>, advantages: &[f64]) -> Result<()> {
+    let rows = input.batch.num_steps();
+    if advantages.len() == rows {
+        Ok(())
+    } else {
+        Err(Error::OutputShape {
+            what: "step advantages",
+            expected: rows,
+            actual: advantages.len(),
+        })
+    }
+}
+
+/// The number of generated tokens of every row, into `counts`.
+pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) {
+    fn count<M: crate::tensor::MaskElem>(m: &ndarray::ArrayView2<'_, M>, counts: &mut Vec<usize>) {
+        let cols = m.ncols();
+        match m.as_slice() {
+            Some(s) if cols > 0 => counts.extend(
+                s.chunks_exact(cols)
+                    .map(|row| row.iter().map(|x| usize::from(x.is_set())).sum::<usize>()),
+            ),
+            _ => counts.extend(
+                m.rows()
+                    .into_iter()
+                    .map(|row| row.iter().map(|x| usize::from(x.is_set())).sum::<usize>()),
+            ),
+        }
+    }
+    counts.clear();
+    match mask {
+        MaskView::Bool(m) => count(m, counts),
+        MaskView::U8(m) => count(m, counts),
+        MaskView::I64(m) => count(m, counts),
+        MaskView::Lengths { lengths, cols } => counts.extend(lengths.iter().map(|&n| n.min(*cols))),
+    }
+}
+
+/// `if m { v } else { +0.0 }` as a bit mask (exactly the select, but integer ops that
+/// vectorize without branches).
+#[inline(always)]
+pub(crate) fn select(m: bool, v: f64) -> f64 {
+    f64::from_bits(v.to_bits() & 0u64.wrapping_sub(u64::from(m)))
+}
+
+/// Checks that a matrix column of shape `actual` has the shape `dim` (rows × L).
+pub(crate) fn check_matrix_shape(
+    what: &'static str,
+    actual: (usize, usize),
+    dim: (usize, usize),
+) -> Result<()> {
+    check_len(what, dim.0, actual.0)?;
+    check_len(what, dim.1, actual.1)
+}
+
+/// Reports the first non-finite per-row scalar (finite inputs that overflowed).
+pub(crate) fn check_scalars(what: &'static str, s: &[f64]) -> Result<()> {
+    check_all_finite(what, s)
+}
+
+/// True when every value is finite. Branch-free and vectorizable: a value is NaN or ±inf
+/// iff its exponent bits are all ones, and adding one to an all-ones exponent carries into
+/// the sign bit, so OR-ing `(bits & EXP) + ONE` over the values sets bit 63 iff some value
+/// is not finite.
+pub(crate) fn all_finite(values: &[f64]) -> bool {
+    const EXP: u64 = 0x7ff0_0000_0000_0000;
+    const ONE: u64 = 0x0010_0000_0000_0000;
+    let mut acc = [0u64; 8];
+    let mut chunks = values.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a |= (x.to_bits() & EXP) + ONE;
+        }
+    }
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(0u64, |a, x| a | ((x.to_bits() & EXP) + ONE));
+    (acc.iter().fold(tail, |a, &x| a | x) >> 63) == 0
+}
+
+/// [`check_finite`] with a fast all-finite pass first: the first offender is only searched
+/// for on the error path.
+pub(crate) fn check_all_finite(what: &'static str, values: &[f64]) -> Result<()> {
+    if all_finite(values) {
+        Ok(())
+    } else {
+        check_finite(what, values)
+    }
+}
+
+/// The caller rows of group `g` (all steps of all its trajectories, trajectory-major).
+pub(crate) fn group_rows(batch: &RolloutBatch, g: usize) -> &[usize] {
+    let trajs = batch.group_trajectories(g);
+    let offsets = batch.trajectory_offsets();
+    &batch.step_rows()[offsets[trajs.start]..offsets[trajs.end]]
+}
+
+/// The group id of every caller row, into `out` (one pass over the batch, no hashing).
+pub(crate) fn row_groups_into(batch: &RolloutBatch, out: &mut Vec<usize>) {
+    out.clear();
+    out.resize(batch.num_steps(), 0);
+    for g in 0..batch.num_groups() {
+        for &r in group_rows(batch, g) {
+            out[r] = g;
+        }
+    }
+}
+
+/// The group id of every caller row.
+#[cfg(test)]
+pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
+    let mut out = Vec::new();
+    row_groups_into(batch, &mut out);
+    out
+}
+
+/// verl's row score: the sum of `token_level_rewards` over all L positions (not masked),
+/// each row summed left to right exactly as `row.iter().sum::<f64>()` does over the values
+/// widened to `f64` (exact for `f32`), into `out`.
+///
+/// A row's sum is a chain of dependent additions (latency-bound); summing 8 rows at once
+/// keeps 8 independent chains in flight without changing any row's order of additions.
+// Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn row_sums<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut Vec<f64>) {
+    const LANES: usize = 8;
+    let (rows, cols) = rewards.dim();
+    // The start value of `Iterator::sum` for f64 (-0.0 in current std), so that every row
+    // (including an empty one) gets the very bits `iter().sum()` gives.
+    let start: f64 = std::iter::empty::<f64>().sum();
+    out.clear();
+    out.resize(rows, start);
+    if cols == 0 {
+        return;
+    }
+    let Some(data) = rewards.as_slice() else {
+        for (s, row) in out.iter_mut().zip(rewards.rows()) {
+            *s = row.iter().map(|x| x.to_f64()).sum();
+        }
+        return;
+    };
+    let mut blocks = data.chunks_exact(LANES * cols);
+    let mut sums = out.chunks_exact_mut(LANES);
+    for (block, sums) in (&mut blocks).zip(&mut sums) {
+        let lane: [&[R]; LANES] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
+        let mut acc = [start; LANES];
+        for t in 0..cols {
+            for k in 0..LANES {
+                acc[k] += lane[k][t].to_f64();
+            }
+        }
+        sums.copy_from_slice(&acc);
+    }
+    for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
+        *s = row.iter().map(|x| x.to_f64()).sum();
+    }
+}
+
+/// The step-level estimators' `estimate_into` (BEACON, GiGPO): the per-row advantages in
+/// `step` broadcast under the input's response mask when there is one (rows × L), else into
+/// one column (rows × 1); returns, when asked for, equal the advantages.
+pub(crate) fn steps_into(
+    step: &[f64],
+    mask: Option<MaskView<'_>>,
+    advantages: FloatViewMut<'_>,
+    returns: Option<FloatViewMut<'_>>,
+) -> Result<()> {
+    let dim = mask.map_or((step.len(), 1), |m| m.dim());
+    advantages.check_dim("advantages", dim)?;
+    if let Some(r) = &returns {
+        r.check_dim("returns", dim)?;
+    }
+    steps_one(step, mask, advantages)?;
+    match returns {
+        Some(r) => steps_one(step, mask, r),
+        None => Ok(()),
+    }
+}
+
+fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>) -> Result<()> {
+    match (mask, &mut out) {
+        (Some(mask), _) => crate::token::broadcast_into(step, mask, out),
+        (None, FloatViewMut::F32(o)) => {
+            o.column_mut(0)
+                .iter_mut()
+                .zip(step)
+                .for_each(|(a, &s)| *a = s as f32);
+            Ok(())
+        }
+        (None, FloatViewMut::F64(o)) => {
+            o.column_mut(0).iter_mut().zip(step).for_each(|(a, &s)| *a = s);
+            Ok(())
+        }
+    }
+}
