@@ -347,6 +347,24 @@ impl ExtraBuilder {
         Ok(())
     }
 
+    /// [`push`](Self::push) for a key the caller knows is not there yet (the fast reader
+    /// compares a record's first unknown keys itself, without re-reading the text).
+    pub(crate) fn push_new(&mut self, key: &str, value: &str) {
+        match &mut self.seen {
+            Some(seen) => {
+                seen.insert(key.to_string());
+                self.append(key, value);
+            }
+            None => {
+                self.append(key, value);
+                if self.count > LINEAR_SCAN_MAX {
+                    let keys = self.extra.iter().map(|(k, _)| k.into_owned()).collect();
+                    self.seen = Some(keys);
+                }
+            }
+        }
+    }
+
     fn append(&mut self, key: &str, value: &str) {
         let text = &mut self.extra.text;
         if text.is_empty() {

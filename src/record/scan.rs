@@ -63,6 +63,13 @@ fn string_stop(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// An object's first unknown keys, to refuse a repeat without reading `Extra`'s text back.
+#[derive(Default)]
+struct Keys<'a> {
+    keys: [&'a str; 8],
+    n: usize,
+}
+
 struct Cursor<'a> {
     s: &'a str,
     b: &'a [u8],
@@ -115,6 +122,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A key without escapes (an escaped key could spell a named field: serde decides).
+    #[inline]
     fn key(&mut self) -> Option<&'a str> {
         if self.peek()? != b'"' {
             return None;
@@ -409,10 +417,23 @@ impl<'a> Cursor<'a> {
     }
 
     /// An unknown field's value into `extra` as its text (repeated key: give up).
-    fn unknown(&mut self, key: &str, extra: &mut ExtraBuilder) -> Option<()> {
+    fn unknown(&mut self, key: &'a str, extra: &mut ExtraBuilder, seen: &mut Keys<'a>) -> Option<()> {
         let start = self.i;
         self.skip_value(0)?;
-        extra.push(key, self.s.get(start..self.i)?).ok()
+        let value = self.s.get(start..self.i)?;
+        if seen.n < seen.keys.len() {
+            // Compared here, as borrowed keys (escaped keys gave up): cheaper than the
+            // builder's check, which reads its text back.
+            if seen.keys[..seen.n].contains(&key) {
+                return None;
+            }
+            seen.keys[seen.n] = key;
+            seen.n += 1;
+            extra.push_new(key, value);
+            Some(())
+        } else {
+            extra.push(key, value).ok()
+        }
     }
 
     /// Reads a trajectory object into `rec`, reusing its allocations.
@@ -425,6 +446,7 @@ impl<'a> Cursor<'a> {
         rec.initial_score = None;
         let mut observation = rec.initial_observation.take();
         let mut extra = ExtraBuilder::reusing(std::mem::take(&mut rec.extra));
+        let mut keys = Keys::default();
         let mut n = 0;
         self.object(|c, key| {
             match key {
@@ -461,7 +483,7 @@ impl<'a> Cursor<'a> {
                         Some(())
                     })?;
                 }
-                other => c.unknown(other, &mut extra)?,
+                other => c.unknown(other, &mut extra, &mut keys)?,
             }
             Some(())
         })?;
@@ -487,6 +509,7 @@ impl<'a> Cursor<'a> {
         step.info = None;
         let mut subgoals = step.new_subgoals.take();
         let mut extra = ExtraBuilder::reusing(std::mem::take(&mut step.extra));
+        let mut keys = Keys::default();
         self.object(|c, key| {
             match key {
                 "action" => c.string_once(&mut action, &mut step.action)?,
@@ -531,7 +554,7 @@ impl<'a> Cursor<'a> {
                         Some(serde_json::from_str::<Value>(c.s.get(start..c.i)?).ok()?)
                     };
                 }
-                other => c.unknown(other, &mut extra)?,
+                other => c.unknown(other, &mut extra, &mut keys)?,
             }
             Some(())
         })?;
