@@ -179,6 +179,20 @@ impl<'o> Out<'o> {
         Ok((a, r))
     }
 
+    /// The caller's buffers as they are (any dtype and layout), for kernels that write rows
+    /// in the caller's dtype themselves; [`finish`](Self::finish) then copies nothing.
+    ///
+    /// # Errors
+    /// [`Error::OutputShape`] when a caller buffer's shape is not `dim`.
+    pub(crate) fn direct(
+        &mut self,
+        dim: (usize, usize),
+    ) -> Result<(&mut FloatViewMut<'o>, Option<&mut FloatViewMut<'o>>)> {
+        self.check_dims(dim)?;
+        self.dim = (0, 0);
+        Ok((&mut self.advantages, self.returns.as_mut()))
+    }
+
     /// Rounds or copies the stand-ins of `f32` / strided caller buffers into them (no-op for
     /// buffers written in place, and after [`outcome`](Self::outcome)).
     pub(crate) fn finish(mut self) -> Result<()> {
@@ -459,5 +473,84 @@ fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>
             o.column_mut(0).iter_mut().zip(step).for_each(|(a, &s)| *a = s);
             Ok(())
         }
+    }
+}
+
+/// Rows per block of the token scans (GAE, REINFORCE++): each lane is one row's backward
+/// recurrence, and running several independent rows in lockstep hides the latency of each
+/// row's chain of dependent operations without changing any row's order of operations.
+pub(crate) const LANES: usize = 4;
+
+/// Rows `r0 .. r0 + k` of `v` widened (exactly) to `f64` and interleaved into `buf`: token t
+/// of lane l at `t · LANES + l`, so a scan over the block walks one stream, not `LANES`.
+/// Lanes ≥ `k` read zeros.
+pub(crate) fn float_rows(v: &FloatView<'_>, r0: usize, k: usize, buf: &mut [f64]) {
+    fn put<T: crate::tensor::Float>(m: &ArrayView2<'_, T>, r0: usize, k: usize, buf: &mut [f64]) {
+        for lane in 0..LANES {
+            let slots = buf.chunks_exact_mut(LANES);
+            if lane < k {
+                let row = m.row(r0 + lane);
+                match row.as_slice() {
+                    Some(s) => slots.zip(s).for_each(|(o, &x)| o[lane] = x.to_f64()),
+                    None => slots.zip(row).for_each(|(o, &x)| o[lane] = x.to_f64()),
+                }
+            } else {
+                slots.for_each(|o| o[lane] = 0.0);
+            }
+        }
+    }
+    match v {
+        FloatView::F32(m) => put(m, r0, k, buf),
+        FloatView::F64(m) => put(m, r0, k, buf),
+    }
+}
+
+/// The response mask of rows `r0 .. r0 + k`, interleaved into `buf` as [`float_rows`] does;
+/// lanes ≥ `k` all false (a row with no generated token contributes nothing).
+pub(crate) fn mask_rows(mask: &MaskView<'_>, r0: usize, k: usize, buf: &mut [bool]) {
+    fn put<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, r0: usize, k: usize, buf: &mut [bool]) {
+        for lane in 0..LANES {
+            let slots = buf.chunks_exact_mut(LANES);
+            if lane < k {
+                let row = m.row(r0 + lane);
+                match row.as_slice() {
+                    Some(s) => slots.zip(s).for_each(|(o, x)| o[lane] = x.is_set()),
+                    None => slots.zip(row).for_each(|(o, x)| o[lane] = x.is_set()),
+                }
+            } else {
+                slots.for_each(|o| o[lane] = false);
+            }
+        }
+    }
+    match mask {
+        MaskView::Bool(m) => put(m, r0, k, buf),
+        MaskView::U8(m) => put(m, r0, k, buf),
+        MaskView::I64(m) => put(m, r0, k, buf),
+        MaskView::Lengths { lengths, .. } => {
+            for lane in 0..LANES {
+                let len = if lane < k { lengths[r0 + lane] } else { 0 };
+                for (t, o) in buf.chunks_exact_mut(LANES).enumerate() {
+                    o[lane] = t < len;
+                }
+            }
+        }
+    }
+}
+
+/// Writes `f(t)` for t in 0..L, rounded once to the buffer's type, into row `r` of `out`.
+#[inline]
+pub(crate) fn put_row(out: &mut FloatViewMut<'_>, r: usize, f: impl Fn(usize) -> f64) {
+    fn put<O: crate::tensor::Float>(mut row: ndarray::ArrayViewMut1<'_, O>, f: impl Fn(usize) -> f64) {
+        match row.as_slice_mut() {
+            Some(s) => s.iter_mut().enumerate().for_each(|(t, o)| *o = O::from_f64(f(t))),
+            None => row
+                .iter_mut()
+                .enumerate()
+                .for_each(|(t, o)| *o = O::from_f64(f(t))),
+        }
+    }
+    match out {
+        FloatViewMut::F32(o) => put(o.row_mut(r), f),
+        FloatViewMut::F64(o) => put(o.row_mut(r), f),
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct Scratch {
     /// Inputs that are not `f64`/`bool` in standard layout, widened for the token-level
     /// kernels (GAE, REINFORCE++, ReMax, OTB).
     pub(crate) inputs: InputBufs,
+    /// Row blocks of the token scans that whiten (GAE, REINFORCE++).
+    pub(crate) rows: whiten::RowSlabs,
 }
 
 /// Conversion buffers of the token-level kernels' inputs (see [`Tokens`]).
