@@ -38,7 +38,7 @@ fn step_level(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("16x8x30", name), |b| {
             b.iter(|| {
                 beacon
-                    .compute_into(black_box(&batch), black_box(&flags), &mut ws, &mut adv)
+                    .advantages_into(black_box(&batch), black_box(&flags), &mut ws, &mut adv)
                     .unwrap();
                 black_box(&adv);
             })
@@ -70,7 +70,9 @@ fn token_level(c: &mut Criterion) {
     let mut step = vec![0.0; batch.num_steps()];
     group.bench_function("step_plus_broadcast_f32_512", |b| {
         b.iter(|| {
-            beacon.compute_into(&batch, &flags, &mut ws, &mut step).unwrap();
+            beacon
+                .advantages_into(&batch, &flags, &mut ws, &mut step)
+                .unwrap();
             broadcast_into(&step, mask.view(), out.view_mut()).unwrap()
         })
     });

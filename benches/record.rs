@@ -84,9 +84,25 @@ fn read(c: &mut Criterion) {
     group.finish();
 }
 
+/// One trajectory line (30 steps): the hand-written reader the JSON Lines reader uses
+/// (`from_json_line`) against the serde `Deserialize` impl it falls back to.
+fn parse(c: &mut Criterion) {
+    let mut group = c.benchmark_group("record_parse");
+    let text = trajectories(1);
+    let line = text.lines().next().unwrap_or_default();
+    group.throughput(Throughput::Elements(30));
+    group.bench_function("from_json_line_30_steps", |b| {
+        b.iter(|| TrajectoryRecord::from_json_line(black_box(line), 1).unwrap())
+    });
+    group.bench_function("serde_30_steps", |b| {
+        b.iter(|| serde_json::from_str::<TrajectoryRecord>(black_box(line)).unwrap())
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10).measurement_time(Duration::from_secs(2));
-    targets = error_path, read
+    targets = error_path, read, parse
 }
 criterion_main!(benches);

@@ -176,7 +176,7 @@ fn run(args: Args) -> Result<(), BoxError> {
     } else {
         args.files.clone()
     };
-    let groups = read_in_background(files, args.max_line_bytes, whole);
+    let (groups, done) = read_in_background(files, args.max_line_bytes, whole);
 
     let stdout = io::stdout();
     let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -191,9 +191,12 @@ fn run(args: Args) -> Result<(), BoxError> {
         run.chunk(&records, &mut detector, &mut out, &mut table)?;
     } else {
         for group in groups {
-            let mut records = group?.records;
-            detector.prepare(&mut records);
-            run.chunk(&records, &mut detector, &mut out, &mut table)?;
+            let mut group = group?;
+            detector.prepare(&mut group.records);
+            run.chunk(&group.records, &mut detector, &mut out, &mut table)?;
+            // Back to the reader, which reads the next lines into its allocations. (The
+            // reader may have stopped already: nothing to hand back to then.)
+            let _ = done.send(group);
         }
     }
     if format == Format::Table {
@@ -205,13 +208,20 @@ fn run(args: Args) -> Result<(), BoxError> {
 
 /// Groups read and parsed on a second thread while this one computes and writes: parsing
 /// is most of the work. A few groups are in flight at most (bounded channel), so memory stays
-/// that of a few groups. `interleaved`: yield runs without the contiguity rule.
+/// that of a few groups; groups sent back on the second channel once written are recycled
+/// (`TrajectoryGroups::recycle`), so that reading allocates almost nothing per line and this
+/// thread frees nothing the other allocated. `interleaved`: yield runs without the
+/// contiguity rule.
 fn read_in_background(
     files: Vec<String>,
     max_line_bytes: usize,
     interleaved: bool,
-) -> mpsc::Receiver<beacon_rl::Result<RecordGroup>> {
+) -> (
+    mpsc::Receiver<beacon_rl::Result<RecordGroup>>,
+    mpsc::Sender<RecordGroup>,
+) {
     let (tx, rx) = mpsc::sync_channel(4);
+    let (done, back) = mpsc::channel::<RecordGroup>();
     std::thread::spawn(move || {
         let mut readers = Vec::with_capacity(files.len());
         // Every file is opened before any is read, so a missing file fails before output.
@@ -230,18 +240,22 @@ fn read_in_background(
             }
         }
         let groups = TrajectoryGroups::new(readers);
-        let groups = if interleaved {
+        let mut groups = if interleaved {
             groups.allow_interleaved()
         } else {
             groups
         };
-        for group in groups {
+        loop {
+            while let Ok(used) = back.try_recv() {
+                groups.recycle(used);
+            }
+            let Some(group) = groups.next() else { return };
             if tx.send(group).is_err() {
                 return;
             }
         }
     });
-    rx
+    (rx, done)
 }
 
 /// What the run computes and prints, for each chunk of the input (a group, or everything).

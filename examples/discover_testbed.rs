@@ -64,12 +64,10 @@ fn main() -> BoxResult<()> {
         for which in 0..3 {
             let (mut aucs, mut finals) = (Vec::new(), Vec::new());
             for seed in 0..seeds {
-                let config = TrainerConfig {
-                    iterations: 300,
-                    learning_rate: 100.0,
-                    seed,
-                    ..TrainerConfig::default()
-                };
+                let config = TrainerConfig::default()
+                    .with_iterations(300)
+                    .with_learning_rate(100.0)
+                    .with_seed(seed);
                 let run = match which {
                     0 => train(&env, Method::Grpo, &mut MilestoneSource::Env, &config)?,
                     1 => train(&env, Method::Beacon, &mut discovered()?, &config)?,

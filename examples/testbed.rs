@@ -154,13 +154,11 @@ fn curves(
     };
     seeds
         .map(|seed| {
-            let config = TrainerConfig {
-                iterations: args.iterations,
-                learning_rate: lr,
-                scale,
-                seed,
-                ..TrainerConfig::default()
-            };
+            let config = TrainerConfig::default()
+                .with_iterations(args.iterations)
+                .with_learning_rate(lr)
+                .with_scale(scale)
+                .with_seed(seed);
             Ok(train(env, method, &mut MilestoneSource::Env, &config)?.success)
         })
         .collect()

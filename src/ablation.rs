@@ -540,6 +540,7 @@ impl FromStr for Ablation {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct BeaconAblationConfig {
     /// The BEACON configuration the ablation modifies (either flavour).
     pub base: BeaconConfig,
@@ -579,6 +580,7 @@ impl BeaconAblationConfig {
     /// # use beacon_rl::ablation::BeaconAblationConfig;
     /// assert_eq!(BeaconAblationConfig::default().with_seed(9).seed, 9);
     /// ```
+    #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self

@@ -60,7 +60,8 @@ use crate::hash::FxHasher;
 pub struct RolloutBatch {
     group_offsets: Vec<usize>,
     traj_offsets: Vec<usize>,
-    step_rows: Vec<usize>,
+    /// Built on first use for batches from offsets (see `StepRows`).
+    step_rows: StepRows,
     /// True when `step_rows` is the identity (rows already trajectory-major).
     identity_rows: bool,
     terminal_rewards: Vec<f64>,
@@ -70,12 +71,20 @@ impl RolloutBatch {
     /// The largest number of steps a batch may hold: 2³² − 1 (a 34 GB row index alone).
     /// [`from_offsets`](Self::from_offsets) and [`from_blocks`](Self::from_blocks) take the
     /// step count from caller-supplied offsets or lengths, not from data already in memory, so
-    /// they check it against this limit before allocating.
+    /// they check it against this limit and allocate nothing per claimed step: their memory is
+    /// that of the arrays passed. The row index of such a batch (the identity) is built on the
+    /// first call of [`step_rows`](Self::step_rows) or
+    /// [`trajectory_rows`](Self::trajectory_rows), 8 bytes a step; estimators call them after
+    /// checking that the caller's per-step columns have that many rows.
     ///
     /// ```
     /// use beacon_rl::{Error, RolloutBatch};
     /// let err = RolloutBatch::from_offsets(vec![0, 1], vec![0, 1 << 40], vec![0.0]).unwrap_err();
     /// assert!(matches!(err, Error::CapacityExceeded { requested, .. } if requested == 1 << 40));
+    /// // A claim under the limit costs the arrays passed, not 8 bytes a step.
+    /// let max = RolloutBatch::from_offsets(vec![0, 1], vec![0, RolloutBatch::MAX_STEPS], vec![0.0])?;
+    /// assert_eq!(max.num_steps(), RolloutBatch::MAX_STEPS);
+    /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub const MAX_STEPS: usize = u32::MAX as usize;
 
@@ -170,9 +179,9 @@ impl RolloutBatch {
             return Err(Error::EmptyTrajectory { trajectory });
         }
         check_finite("terminal_rewards", &terminal_rewards)?;
-        // `steps` is a claim of the offsets, not backed by data the caller allocated: check it
-        // against the documented limit and reserve fallibly, so that a huge claim is an error
-        // instead of an abort or a `capacity overflow` panic.
+        // `steps` is a claim of the offsets, not backed by data the caller passed: nothing is
+        // allocated for it here (the identity row index is built on first use), so memory is
+        // that of the arrays passed; the documented limit still holds.
         if steps > Self::MAX_STEPS {
             return Err(Error::CapacityExceeded {
                 what: "traj_offsets (number of steps)",
@@ -180,19 +189,10 @@ impl RolloutBatch {
                 limit: Self::MAX_STEPS,
             });
         }
-        let mut step_rows = Vec::new();
-        step_rows
-            .try_reserve_exact(steps)
-            .map_err(|_| Error::CapacityExceeded {
-                what: "traj_offsets (number of steps: allocation failed)",
-                requested: steps,
-                limit: Self::MAX_STEPS,
-            })?;
-        step_rows.extend(0..steps);
         Ok(Self {
             group_offsets,
             traj_offsets,
-            step_rows,
+            step_rows: StepRows::identity(steps),
             identity_rows: true,
             terminal_rewards,
         })
@@ -475,7 +475,7 @@ impl RolloutBatch {
         if self.identity_rows {
             out.copy_from_slice(column);
         } else {
-            for (o, &r) in out.iter_mut().zip(&self.step_rows) {
+            for (o, &r) in out.iter_mut().zip(self.step_rows.iter()) {
                 *o = column[r];
             }
         }
@@ -542,7 +542,7 @@ impl Default for BatchBuilder {
             spare: RolloutBatch {
                 group_offsets: Vec::new(),
                 traj_offsets: Vec::new(),
-                step_rows: Vec::new(),
+                step_rows: StepRows::default(),
                 identity_rows: true,
                 terminal_rewards: Vec::new(),
             },
@@ -752,7 +752,8 @@ impl BatchBuilder {
         self.cursor.clear();
         self.cursor
             .extend(self.slot_of_traj.iter().map(|&s| b.traj_offsets[s]));
-        fill(&mut b.step_rows, rows, 0);
+        // Overwritten: a lazy identity index of an earlier batch is not built first.
+        fill(b.step_rows.cleared(), rows, 0);
         for (row, &t) in self.row_traj.iter().enumerate() {
             b.step_rows[self.cursor[t]] = row;
             self.cursor[t] += 1;
@@ -833,6 +834,95 @@ fn validate_offsets(what: &'static str, offsets: &[usize], end: usize) -> Result
         });
     }
     Ok(())
+}
+
+/// A batch's row index (`RolloutBatch::step_rows`). Batches from offsets or blocks are
+/// already in step order: their index is the identity `0..len`, built on first use (8 bytes a
+/// step) instead of by the constructor, so that a constructor's memory is bounded by the
+/// arrays the caller passed, whatever number of steps the offsets claim (issue 11).
+#[derive(Clone, Default)]
+struct StepRows {
+    rows: std::sync::OnceLock<Vec<usize>>,
+    /// The length while `rows` is not built (then the index is `0..len`).
+    len: usize,
+}
+
+impl StepRows {
+    /// `0..len`, not built yet.
+    fn identity(len: usize) -> Self {
+        Self {
+            rows: std::sync::OnceLock::new(),
+            len,
+        }
+    }
+
+    /// Number of rows, without building the index.
+    fn len(&self) -> usize {
+        self.rows.get().map_or(self.len, Vec::len)
+    }
+
+    /// The index as an empty vector, to be filled (a lazy identity is dropped, not built).
+    fn cleared(&mut self) -> &mut Vec<usize> {
+        self.len = 0;
+        match self.rows.get_mut() {
+            // Keeps its allocation (a builder rebuilding in place allocates nothing).
+            Some(rows) => rows.clear(),
+            None => drop(self.rows.set(Vec::new())),
+        }
+        self.as_vec_mut()
+    }
+
+    fn as_vec_mut(&mut self) -> &mut Vec<usize> {
+        if self.rows.get().is_none() {
+            let len = self.len;
+            self.rows.get_or_init(|| (0..len).collect());
+        }
+        match self.rows.get_mut() {
+            Some(rows) => rows,
+            None => unreachable!("initialised above"),
+        }
+    }
+}
+
+impl std::ops::Deref for StepRows {
+    type Target = Vec<usize>;
+    fn deref(&self) -> &Vec<usize> {
+        self.rows.get_or_init(|| (0..self.len).collect())
+    }
+}
+
+impl std::ops::DerefMut for StepRows {
+    fn deref_mut(&mut self) -> &mut Vec<usize> {
+        self.as_vec_mut()
+    }
+}
+
+impl PartialEq for StepRows {
+    /// As the row lists: built or not, without building either.
+    fn eq(&self, other: &Self) -> bool {
+        match (self.rows.get(), other.rows.get()) {
+            (Some(a), Some(b)) => a == b,
+            (Some(v), None) | (None, Some(v)) => {
+                let len = if self.rows.get().is_none() {
+                    self.len
+                } else {
+                    other.len
+                };
+                v.len() == len && v.iter().copied().eq(0..len)
+            }
+            (None, None) => self.len == other.len,
+        }
+    }
+}
+
+impl std::fmt::Debug for StepRows {
+    /// As the row list (`[0, 1, 2]`), without building it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.rows.get() {
+            Some(rows) => rows.fmt(f),
+            None => f.debug_list().entries(0..self.len).finish(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -934,5 +1024,50 @@ mod tests {
                 len: 2
             })
         );
+    }
+
+    /// Issue 11 (C1): a claimed step count is not allocated by the constructors. Before, these
+    /// claims allocated and wrote 8 bytes a step (34 GB for the first).
+    #[test]
+    fn claimed_steps_cost_nothing_until_the_row_index_is_used() {
+        let max = RolloutBatch::MAX_STEPS;
+        let a = RolloutBatch::from_offsets(vec![0, 1], vec![0, max], vec![0.0]).unwrap();
+        assert_eq!((a.num_steps(), a.trajectory_steps(0)), (max, 0..max));
+        assert!(a.rows_in_step_order());
+        // Clone, equality and Debug do not build the index either.
+        assert_eq!(a.clone(), a);
+        let b = RolloutBatch::from_blocks(2, &[max - 1, 1], vec![0.0, 1.0]).unwrap();
+        assert_eq!(b.num_steps(), max);
+        assert_ne!(a, b);
+        let c = RolloutBatch::from_blocks(1, &[max / 2, max / 2 + 1], vec![0.0; 2]).unwrap();
+        assert_eq!(c.trajectory_offsets(), &[0, max / 2, max]);
+        // One more step than the limit is an error, as before.
+        assert!(RolloutBatch::from_blocks(1, &[max, 1], vec![0.0; 2]).is_err());
+    }
+
+    #[test]
+    fn lazy_row_index_equals_the_built_one() {
+        let lazy = RolloutBatch::from_offsets(vec![0, 2], vec![0, 3, 5], vec![1.0, 0.0]).unwrap();
+        assert_eq!(format!("{lazy:?}"), format!("{:?}", lazy.clone()));
+        let keyed =
+            RolloutBatch::from_row_keys(&[0; 5], &[0, 0, 0, 1, 1], &[1.0, 1.0, 1.0, 0.0, 0.0]).unwrap();
+        // Built (keyed) against not built (lazy), both orders; then both built.
+        assert_eq!(keyed, lazy);
+        assert_eq!(lazy, keyed);
+        assert!(format!("{lazy:?}").contains("step_rows: [0, 1, 2, 3, 4]"));
+        assert_eq!(lazy.step_rows(), &[0, 1, 2, 3, 4]);
+        assert_eq!(lazy.trajectory_rows(1), &[3, 4]);
+        assert_eq!(lazy, keyed);
+        // Rebuilding a lazy batch in place gives the fresh batch.
+        let mut rebuilt = RolloutBatch::from_offsets(vec![0, 1], vec![0, 1 << 20], vec![0.0]).unwrap();
+        let mut builder = BatchBuilder::new();
+        builder
+            .rebuild_from_row_keys(&mut rebuilt, &[0, 0], &["x", "y"], &[1.0, 0.0])
+            .unwrap();
+        assert_eq!(
+            rebuilt,
+            RolloutBatch::from_row_keys(&[0, 0], &["x", "y"], &[1.0, 0.0]).unwrap()
+        );
+        assert_eq!(rebuilt.step_rows(), &[0, 1]);
     }
 }

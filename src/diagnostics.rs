@@ -103,7 +103,7 @@ use crate::estimator::{AdvantageEstimator, EstimatorInput};
 use crate::milestone::check_flags;
 use crate::tensor::MaskView;
 
-/// Thresholds of the diagnostics. Build with [`Default`] and adjust fields;
+/// Thresholds of the diagnostics. Build with [`Default`] and the `with_*` setters;
 /// [`Diagnostics::new`] validates.
 ///
 /// ```
@@ -116,6 +116,7 @@ use crate::tensor::MaskView;
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct DiagnosticsConfig {
     /// τ > 0: a step with |A| < τ counts as zero advantage in every metric. Default 1e-6.
     pub zero_threshold: f64,
@@ -134,6 +135,14 @@ impl Default for DiagnosticsConfig {
     }
 }
 
+crate::setters::with_setters! {
+    DiagnosticsConfig, "use beacon_rl::DiagnosticsConfig;", DiagnosticsConfig::default();
+    /// Sets τ: |A| < τ counts as zero advantage (default 1e-6; finite, > 0).
+    with_zero_threshold(zero_threshold: f64) = 1e-3;
+    /// Sets the success threshold on the terminal reward (default 0.0; finite).
+    with_success_threshold(success_threshold: f64) = 0.5;
+}
+
 const FINITE: Range = Range {
     expected: "finite",
     ok: f64::is_finite,
@@ -149,7 +158,7 @@ impl DiagnosticsConfig {
     /// ```
     /// use beacon_rl::diagnostics::DiagnosticsConfig;
     /// use beacon_rl::Error;
-    /// let cfg = DiagnosticsConfig { success_threshold: f64::NAN, ..Default::default() };
+    /// let cfg = DiagnosticsConfig::default().with_success_threshold(f64::NAN);
     /// assert!(matches!(cfg.validate(), Err(Error::InvalidConfig { name: "success_threshold", .. })));
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -203,6 +212,7 @@ impl SampleCategory {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct CarReport {
     /// Numerator: shared pairs with A⁺ > 0 and A⁻ > 0.
     pub contradictory_pairs: usize,
@@ -228,6 +238,7 @@ pub struct CarReport {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct EgrReport {
     /// Numerator: Σ |g⁺ − g⁻| over shared pairs.
     pub surviving: f64,
@@ -247,6 +258,7 @@ pub struct EgrReport {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct ZarReport {
     /// Numerator: steps with |A| < τ.
     pub zero_steps: usize,
@@ -269,6 +281,7 @@ pub struct ZarReport {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct CcrReport {
     /// Milestone steps.
     pub milestone_steps: usize,
@@ -297,6 +310,7 @@ pub struct CcrReport {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct SampleSplit {
     /// Trajectories that completed the task.
     pub full_success: usize,
@@ -336,6 +350,7 @@ impl SampleSplit {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct UtilisationReport {
     /// Numerator: trajectories with at least one step with |A| ≥ τ.
     pub effective: usize,
@@ -365,6 +380,7 @@ pub struct UtilisationReport {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct DiagnosticsReport {
     /// Contradictory Action Ratio.
     pub car: CarReport,
@@ -1115,11 +1131,12 @@ where
 ///
 /// ```
 /// use beacon_rl::diagnostics::{DiagnosticsReport, NamedReport};
-/// let row = NamedReport { name: "GRPO".into(), report: DiagnosticsReport::default() };
-/// assert_eq!(row.name, "GRPO");
+/// let row = NamedReport::default(); // rows come from `Diagnostics::compare`
+/// assert_eq!((row.name.as_str(), row.report), ("", DiagnosticsReport::default()));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct NamedReport {
     /// The estimator's display name.
     pub name: String,
@@ -1141,6 +1158,7 @@ pub struct NamedReport {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Comparison {
     /// Distinct state–action pairs in the batch.
     pub distinct_pairs: usize,

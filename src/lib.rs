@@ -55,13 +55,12 @@
 //!
 //! - [`batch`]: [`RolloutBatch`], groups → trajectories → steps in contiguous columns.
 //! - [`milestone`]: the detector trait Φ(s, a, s′) and built-in detectors.
-//! - [`partition`], [`shaping`]: segments and temporal reward shaping.
 //! - [`estimator`]: BEACON ([`Beacon`]) and the baselines.
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
 //! - [`token`]: step advantages → token advantages under a response mask.
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
 //! - [`ablation`]: the paper's Table 3 variants as named configurations.
-//! - [`stats`]: the group normalisation shared by the estimators.
+//! - [`NormMode`], [`SingletonRule`]: the group normalisation shared by the estimators.
 //! - [`error`]: the one error type.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -73,11 +72,11 @@ pub mod difflib;
 pub mod error;
 pub mod estimator;
 pub mod milestone;
-pub mod partition;
+mod partition;
 #[cfg(feature = "serde")]
 pub mod record;
-pub mod shaping;
-pub mod stats;
+mod shaping;
+mod stats;
 pub mod token;
 
 mod hash;
@@ -98,3 +97,4 @@ pub use estimator::Workspace;
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;
 pub use tensor::{FloatView, FloatViewMut, MaskView};
+mod setters;

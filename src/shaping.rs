@@ -13,31 +13,14 @@
 //! `pow`) as the paper's release (`10 * gamma ** d` in Python).
 
 /// Shaped reward R_ms·γ^d for one step at distance `d` from its segment's milestone.
-///
-/// ```
-/// use beacon_rl::shaping::shaped_reward;
-/// assert_eq!(shaped_reward(1.0, 0.5, 2), 0.25);
-/// assert_eq!(shaped_reward(10.0, 0.0, 0), 10.0); // 0^0 = 1: the milestone step itself
-/// assert_eq!(shaped_reward(10.0, 0.0, 1), 0.0);
-/// ```
 #[inline]
-pub fn shaped_reward(milestone_reward: f64, segment_decay: f64, distance: usize) -> f64 {
+pub(crate) fn shaped_reward(milestone_reward: f64, segment_decay: f64, distance: usize) -> f64 {
     milestone_reward * segment_decay.powf(distance as f64)
 }
 
 /// Look-up tables of shaped rewards and per-step segment returns for one (R_ms, γ).
-///
-/// ```
-/// use beacon_rl::shaping::DecayTable;
-/// let mut t = DecayTable::default();
-/// t.prepare(1.0, 0.5, 3);
-/// assert_eq!(t.reward(2), Some(0.25));
-/// // segment of 3 steps: (0.25 + 0.5 + 1) / 3
-/// assert_eq!(t.mean_return(3), Some(1.75 / 3.0));
-/// assert_eq!(t.reward(3), None); // past the prepared length, as `slice::get`
-/// ```
 #[derive(Debug, Clone, Default)]
-pub struct DecayTable {
+pub(crate) struct DecayTable {
     reward: Vec<f64>,
     mean_return: Vec<f64>,
     key: Option<(u64, u64)>,
@@ -46,14 +29,7 @@ pub struct DecayTable {
 impl DecayTable {
     /// Makes the table cover distances `0..max_len` and segment lengths `1..=max_len`.
     /// Reuses its buffers (no allocation once large enough) and recomputes only what changed.
-    ///
-    /// ```
-    /// use beacon_rl::shaping::DecayTable;
-    /// let mut t = DecayTable::default();
-    /// t.prepare(10.0, 0.9, 2);
-    /// assert_eq!(t.reward(1), Some(9.0));
-    /// ```
-    pub fn prepare(&mut self, milestone_reward: f64, segment_decay: f64, max_len: usize) {
+    pub(crate) fn prepare(&mut self, milestone_reward: f64, segment_decay: f64, max_len: usize) {
         let key = (milestone_reward.to_bits(), segment_decay.to_bits());
         if self.key != Some(key) {
             self.reward.clear();
@@ -72,32 +48,15 @@ impl DecayTable {
 
     /// R_ms·γ^d, or `None` when `d` is not below the prepared length (like `slice::get`;
     /// [`shaped_reward`] computes any distance).
-    ///
-    /// ```
-    /// use beacon_rl::shaping::DecayTable;
-    /// let mut t = DecayTable::default();
-    /// t.prepare(2.0, 1.0, 4);
-    /// assert_eq!(t.reward(3), Some(2.0));
-    /// assert_eq!(t.reward(4), None);
-    /// assert_eq!(DecayTable::default().reward(3), None);
-    /// ```
     #[inline]
-    pub fn reward(&self, d: usize) -> Option<f64> {
+    pub(crate) fn reward(&self, d: usize) -> Option<f64> {
         self.reward.get(d).copied()
     }
 
     /// R_k / |Seg_k| for a completed segment of `len` steps: (1/len)·Σ_{d<len} R_ms·γ^d, or
     /// `None` when `len` exceeds the prepared length (like `slice::get`). `len = 0` gives 0.
-    ///
-    /// ```
-    /// use beacon_rl::shaping::DecayTable;
-    /// let mut t = DecayTable::default();
-    /// t.prepare(1.0, 0.0, 4);
-    /// assert_eq!(t.mean_return(4), Some(0.25)); // only the milestone step is rewarded
-    /// assert_eq!(t.mean_return(5), None);
-    /// ```
     #[inline]
-    pub fn mean_return(&self, len: usize) -> Option<f64> {
+    pub(crate) fn mean_return(&self, len: usize) -> Option<f64> {
         self.mean_return.get(len).copied()
     }
 }
@@ -125,6 +84,22 @@ mod tests {
         t.prepare(1.0, 0.5, 2);
         assert_eq!((t.reward(1), t.reward(2)), (Some(0.5), None));
         assert_eq!((t.mean_return(2), t.mean_return(3)), (Some(0.75), None));
+    }
+
+    #[test]
+    fn hand_computed_values() {
+        assert_eq!(shaped_reward(1.0, 0.5, 2), 0.25); // 1 · 0.5²
+        assert_eq!(shaped_reward(10.0, 0.0, 0), 10.0); // 0^0 = 1: the milestone step itself
+        assert_eq!(shaped_reward(10.0, 0.0, 1), 0.0);
+        let mut t = DecayTable::default();
+        t.prepare(1.0, 0.5, 3);
+        assert_eq!(t.reward(2), Some(0.25));
+        assert_eq!(t.mean_return(3), Some(1.75 / 3.0)); // (0.25 + 0.5 + 1) / 3
+        t.prepare(10.0, 0.9, 2);
+        assert_eq!(t.reward(1), Some(9.0));
+        t.prepare(1.0, 0.0, 4);
+        assert_eq!(t.mean_return(4), Some(0.25)); // only the milestone step is rewarded
+        assert_eq!(t.mean_return(5), None);
     }
 
     #[test]

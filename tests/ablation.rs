@@ -42,33 +42,12 @@ fn configs_override_exactly_one_parameter() {
     assert_eq!(with(Ablation::Full), base);
     assert_eq!(with(Ablation::MilestoneDropout { p: 0.5 }), base);
     assert_eq!(with(Ablation::RandomPartition { positions: 5 }), base);
-    assert_eq!(
-        with(Ablation::NoTemporalDecay),
-        BeaconConfig {
-            segment_decay: 0.0,
-            ..base
-        }
-    );
-    assert_eq!(
-        with(Ablation::UniformShaping),
-        BeaconConfig {
-            segment_decay: 1.0,
-            ..base
-        }
-    );
-    assert_eq!(
-        with(Ablation::NoSegmentAdvantage),
-        BeaconConfig {
-            segment_weight: 0.0,
-            ..base
-        }
-    );
+    assert_eq!(with(Ablation::NoTemporalDecay), base.with_segment_decay(0.0));
+    assert_eq!(with(Ablation::UniformShaping), base.with_segment_decay(1.0));
+    assert_eq!(with(Ablation::NoSegmentAdvantage), base.with_segment_weight(0.0));
     assert_eq!(
         with(Ablation::NoTrajectoryAdvantage),
-        BeaconConfig {
-            trajectory_weight: 0.0,
-            ..base
-        }
+        base.with_trajectory_weight(0.0)
     );
     // The official preset keeps its own R_ms under every variant.
     for a in Ablation::paper_table3() {

@@ -126,10 +126,7 @@ fn hand_computed_case_default_threshold() {
 fn hand_computed_case_larger_threshold() {
     let c = case();
     let batch = case_batch(&c);
-    let cfg = DiagnosticsConfig {
-        zero_threshold: 0.6,
-        ..Default::default()
-    };
+    let cfg = DiagnosticsConfig::default().with_zero_threshold(0.6);
     let r = diagnose(&batch, &c.state, &c.action, &c.ms, &c.adv, cfg).unwrap();
     // With τ = 0.6, r6 (+0.5) and r7 (−0.5) become zero as well.
     // (s0,x): +2, 0, +1 -> consistent, 3 of 3. (s1,y): +1, 0, −3 -> contradictory, 2 of 4.
@@ -152,13 +149,10 @@ fn grpo_on_a_group_contradicts_every_shared_pair() {
     // GRPO: R = [1, 0], μ = 0.5, σ = 0.7071, A = ±0.5/0.7071 = ±0.70711 on every step.
     let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0]).unwrap();
     let flags = [true, false, true, true, false, false];
-    let grpo = Beacon::new(BeaconConfig {
-        segment_weight: 0.0,
-        ..BeaconConfig::paper()
-    })
-    .unwrap()
-    .compute(&batch, &flags)
-    .unwrap();
+    let grpo = Beacon::new(BeaconConfig::paper().with_segment_weight(0.0))
+        .unwrap()
+        .compute(&batch, &flags)
+        .unwrap();
     let state = ["s0", "s1", "s2", "s0", "s1", "s9"];
     let action = ["a", "b", "c", "a", "b", "d"];
     let r = diagnose(
@@ -311,10 +305,7 @@ fn non_finite_advantages_are_rejected() {
 fn invalid_thresholds_are_rejected() {
     let batch = RolloutBatch::from_blocks(1, &[1], vec![1.0]).unwrap();
     for tau in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
-        let cfg = DiagnosticsConfig {
-            zero_threshold: tau,
-            ..Default::default()
-        };
+        let cfg = DiagnosticsConfig::default().with_zero_threshold(tau);
         assert!(matches!(
             Diagnostics::new(&batch, &[0], &[0], &[false], cfg),
             Err(Error::InvalidConfig {
@@ -325,10 +316,7 @@ fn invalid_thresholds_are_rejected() {
         assert!(zero_advantage_ratio(&[1.0], tau).is_err());
     }
     for s in [f64::NAN, f64::NEG_INFINITY] {
-        let cfg = DiagnosticsConfig {
-            success_threshold: s,
-            ..Default::default()
-        };
+        let cfg = DiagnosticsConfig::default().with_success_threshold(s);
         assert!(matches!(
             Diagnostics::new(&batch, &[0], &[0], &[false], cfg),
             Err(Error::InvalidConfig {
@@ -344,10 +332,7 @@ fn success_is_strictly_above_the_threshold_or_given_by_flags() {
     // Rewards 0.5, 1.0, −100 (a ScienceWorld failure), 0.0; no milestones.
     let batch = RolloutBatch::from_blocks(4, &[1, 1, 1, 1], vec![0.5, 1.0, -100.0, 0.0]).unwrap();
     let split = |threshold: f64| {
-        let cfg = DiagnosticsConfig {
-            success_threshold: threshold,
-            ..Default::default()
-        };
+        let cfg = DiagnosticsConfig::default().with_success_threshold(threshold);
         Diagnostics::new(&batch, &[0; 4], &[0; 4], &[false; 4], cfg)
             .unwrap()
             .sample_split()

@@ -79,10 +79,7 @@ fn events_common_to_all_successes_are_flagged_at_first_occurrence_in_every_rollo
 
 #[test]
 fn min_support_below_one_admits_events_of_some_successes() {
-    let cfg = DiscoveryConfig {
-        min_support: 0.5,
-        ..DiscoveryConfig::default()
-    };
+    let cfg = DiscoveryConfig::default().with_min_support(0.5);
     let mut d = MilestoneDiscovery::new(cfg).unwrap();
     let a = vec![("a", "A."), ("b", "B.")];
     let b = vec![("a", "A."), ("c", "C.")];
@@ -160,11 +157,7 @@ fn a_feedback_sentence_is_found_and_replaces_the_support_rule() {
     assert_eq!(d.num_learned(), (0, 1));
 
     // Off: the support rule (wave, take, fill are common to both successes).
-    let mut off = MilestoneDiscovery::new(DiscoveryConfig {
-        feedback: false,
-        ..DiscoveryConfig::default()
-    })
-    .unwrap();
+    let mut off = MilestoneDiscovery::new(DiscoveryConfig::default().with_feedback(false)).unwrap();
     let win1 = vec![
         ("wave", "You wave."),
         ("take cup", "Taken. Well done."),
@@ -216,11 +209,7 @@ fn groups_without_success_use_the_memory_of_their_task() {
 
 #[test]
 fn memory_is_bounded_and_forgets_the_least_recently_updated_task() {
-    let cfg = DiscoveryConfig {
-        max_tasks: 2,
-        max_successes: 1,
-        ..DiscoveryConfig::default()
-    };
+    let cfg = DiscoveryConfig::default().with_max_tasks(2).with_max_successes(1);
     let mut d = MilestoneDiscovery::new(cfg).unwrap();
     let win = |a| (1.0, vec![(a, "Done.")]);
     run(&mut d, &["a"], &[vec![win("x")]]);
@@ -278,46 +267,16 @@ fn bad_input_is_a_typed_error_and_leaves_memory_unchanged() {
     ));
     assert_eq!(d.num_tasks(), 0);
     for cfg in [
-        DiscoveryConfig {
-            success_threshold: f64::NAN,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            min_support: 1.5,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            max_tasks: 0,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            max_successes: 0,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            max_events: 0,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            max_noops: 0,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            max_feedback: 0,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            feedback_min_verbs: 1,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            feedback_min_verbs: 9,
-            ..Default::default()
-        },
-        DiscoveryConfig {
-            feedback_max_step_fraction: 0.0,
-            ..Default::default()
-        },
+        DiscoveryConfig::default().with_success_threshold(f64::NAN),
+        DiscoveryConfig::default().with_min_support(1.5),
+        DiscoveryConfig::default().with_max_tasks(0),
+        DiscoveryConfig::default().with_max_successes(0),
+        DiscoveryConfig::default().with_max_events(0),
+        DiscoveryConfig::default().with_max_noops(0),
+        DiscoveryConfig::default().with_max_feedback(0),
+        DiscoveryConfig::default().with_feedback_min_verbs(1),
+        DiscoveryConfig::default().with_feedback_min_verbs(9),
+        DiscoveryConfig::default().with_feedback_max_step_fraction(0.0),
     ] {
         assert!(
             matches!(MilestoneDiscovery::new(cfg), Err(Error::InvalidConfig { .. })),

@@ -888,25 +888,20 @@ fn configs() -> Vec<EstimatorConfig> {
         EstimatorConfig::Grpo(GrpoConfig::dr_grpo()),
         EstimatorConfig::GrpoVectorized(GrpoConfig::dr_grpo()),
         EstimatorConfig::GrpoPassk(GrpoConfig::dr_grpo()),
-        EstimatorConfig::Gdpo(GrpoConfig {
-            std_eps: 1e-3,
-            norm: GrpoNorm::MeanStd,
-            ..GrpoConfig::verl()
-        }),
-        EstimatorConfig::Gpg(GpgConfig { f_norm: 0.7 }),
-        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig { discount: 0.9 }),
-        EstimatorConfig::Gae(GaeConfig {
-            discount: 0.99,
-            gae_lambda: 0.95,
-        }),
-        EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig {
-            zero_tail: ZeroTail::KeepBaseline,
-            denominator_eps: 1e-6,
-        }),
-        EstimatorConfig::TirOptimalTokenBaseline(OptimalTokenBaselineConfig {
-            zero_tail: ZeroTail::KeepBaseline,
-            denominator_eps: 1e-6,
-        }),
+        EstimatorConfig::Gdpo(GrpoConfig::verl().with_std_eps(1e-3).with_norm(GrpoNorm::MeanStd)),
+        EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.7)),
+        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(0.9)),
+        EstimatorConfig::Gae(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95)),
+        EstimatorConfig::OptimalTokenBaseline(
+            OptimalTokenBaselineConfig::verl()
+                .with_zero_tail(ZeroTail::KeepBaseline)
+                .with_denominator_eps(1e-6),
+        ),
+        EstimatorConfig::TirOptimalTokenBaseline(
+            OptimalTokenBaselineConfig::verl()
+                .with_zero_tail(ZeroTail::KeepBaseline)
+                .with_denominator_eps(1e-6),
+        ),
     ]);
     v
 }

@@ -11,7 +11,6 @@ use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfi
 use beacon_rl::estimator::{
     AdvantageEstimator, EstimatorInput, Gdpo, Grpo, GrpoConfig, GrpoVectorized, Workspace,
 };
-use beacon_rl::shaping::DecayTable;
 use beacon_rl::{
     Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace, Error, Gigpo, GigpoConfig, NormMode, RolloutBatch,
 };
@@ -52,7 +51,7 @@ fn c2_from_blocks_sums_lengths_with_checked_arithmetic() {
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
-/// Every BEACON entry point on one batch: `compute`, `compute_into`, `compute_parts_into`,
+/// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
 /// the trait's `estimate` and `estimate_into`. Returns the per-row advantages of each (or
 /// its error).
 fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> Vec<Result<Vec<f64>, Error>> {
@@ -62,12 +61,12 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
     out.push(b.compute(batch, flags).map(|o| o.advantages));
     let mut adv = vec![0.0; n];
     out.push(
-        b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
+        b.advantages_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
             .map(|()| adv.clone()),
     );
     let mut parts = beacon_rl::BeaconOutput::default();
     out.push(
-        b.compute_parts_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
+        b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
             .map(|()| parts.advantages.clone()),
     );
     let input = EstimatorInput::new(batch).with_milestones(flags);
@@ -262,10 +261,7 @@ fn w_gigpo_overflowing_episode_variance_gives_the_exact_answer() {
     // task group, mean_std_norm, distinct anchors (singleton step groups: A^S = 0), so
     // A = A^E = ±1/√2 (was ±0).
     let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1e155, -1e155]).unwrap();
-    let cfg = GigpoConfig {
-        mode: NormMode::MeanStdNorm,
-        ..GigpoConfig::default()
-    };
+    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
     let est = Gigpo::new(cfg).unwrap();
     let input = EstimatorInput::new(&batch)
         .with_step_rewards(&[0.0, 0.0])
@@ -312,17 +308,6 @@ fn d1_egr_overflowing_sums_are_a_typed_error() {
     assert_eq!((r.egr.surviving, r.egr.total, r.egr.value), (0.0, 2.0, Some(0.0)));
 }
 
-// ---------------------------------------------------------------- P1: decay table
-
-#[test]
-fn p1_decay_table_lookups_past_the_prepared_length_do_not_panic() {
-    // `DecayTable::default().reward(3)` indexed an empty Vec (panic). Now `None`, like
-    // `slice::get`. (Compared through Debug so the test also builds against the old API.)
-    let t = DecayTable::default();
-    assert_eq!(format!("{:?}", t.reward(3)), "None");
-    assert_eq!(format!("{:?}", t.mean_return(3)), "None");
-}
-
 #[test]
 fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // REINFORCE++ whitens the returns over the batch's masked tokens: two one-token rows with
@@ -330,7 +315,7 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // μ = 0, σ² = 2/f32(2 + 1e-8) · f32(2/1) = 2, so the advantages are ±1/√2 (the old code
     // returned Error::NonFinite, verl zeros).
     let est = beacon_rl::estimator::EstimatorConfig::ReinforcePlusPlus(
-        beacon_rl::estimator::ReinforcePlusPlusConfig { discount: 1.0 },
+        beacon_rl::estimator::ReinforcePlusPlusConfig::verl().with_discount(1.0),
     )
     .build()
     .unwrap();

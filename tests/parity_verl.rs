@@ -54,34 +54,38 @@ fn flag(case: &Value, name: &str, default: bool) -> bool {
 /// The crate's config for a case: verl's name plus the case's parameters.
 fn config_for(case: &Value) -> EstimatorConfig {
     let name = case["verl_name"].as_str().expect("verl_name");
-    let grpo = || GrpoConfig {
-        std_eps: param(case, "epsilon").unwrap_or(1e-6),
-        norm: GrpoNorm::from_norm_adv_by_std_in_grpo(flag(case, "norm_adv_by_std_in_grpo", true)),
-        ..GrpoConfig::verl()
+    let grpo = || {
+        GrpoConfig::verl()
+            .with_std_eps(param(case, "epsilon").unwrap_or(1e-6))
+            .with_norm(GrpoNorm::from_norm_adv_by_std_in_grpo(flag(
+                case,
+                "norm_adv_by_std_in_grpo",
+                true,
+            )))
     };
-    let otb = || OptimalTokenBaselineConfig {
-        zero_tail: if flag(case, "handle_zero_tail", true) {
-            ZeroTail::ZeroBaseline
-        } else {
-            ZeroTail::KeepBaseline
-        },
-        denominator_eps: param(case, "epsilon").unwrap_or(1e-8),
+    let otb = || {
+        OptimalTokenBaselineConfig::verl()
+            .with_zero_tail(if flag(case, "handle_zero_tail", true) {
+                ZeroTail::ZeroBaseline
+            } else {
+                ZeroTail::KeepBaseline
+            })
+            .with_denominator_eps(param(case, "epsilon").unwrap_or(1e-8))
     };
     match name {
         "grpo" => EstimatorConfig::Grpo(grpo()),
         "grpo_vectorized" => EstimatorConfig::GrpoVectorized(grpo()),
         "grpo_passk" => EstimatorConfig::GrpoPassk(grpo()),
         "gdpo" => EstimatorConfig::Gdpo(grpo()),
-        "gae" => EstimatorConfig::Gae(GaeConfig {
-            discount: param(case, "gamma").expect("gamma"),
-            gae_lambda: param(case, "lam").expect("lam"),
-        }),
-        "reinforce_plus_plus" => EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig {
-            discount: param(case, "gamma").expect("gamma"),
-        }),
-        "gpg" => EstimatorConfig::Gpg(GpgConfig {
-            f_norm: param(case, "f_norm").unwrap_or(1.0),
-        }),
+        "gae" => EstimatorConfig::Gae(
+            GaeConfig::verl()
+                .with_discount(param(case, "gamma").expect("gamma"))
+                .with_gae_lambda(param(case, "lam").expect("lam")),
+        ),
+        "reinforce_plus_plus" => EstimatorConfig::ReinforcePlusPlus(
+            ReinforcePlusPlusConfig::verl().with_discount(param(case, "gamma").expect("gamma")),
+        ),
+        "gpg" => EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(param(case, "f_norm").unwrap_or(1.0))),
         "optimal_token_baseline" => EstimatorConfig::OptimalTokenBaseline(otb()),
         "tir_optimal_token_baseline" => EstimatorConfig::TirOptimalTokenBaseline(otb()),
         other => other.parse().unwrap_or_else(|e| panic!("{}: {e}", case["id"])),

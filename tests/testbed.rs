@@ -8,12 +8,10 @@ use beacon_rl::testbed::{auc, train, EpisodeText, KeyChain, Method, MilestoneSou
 
 /// Small and fast: K = 4 rooms (H = 16), 8 seeds, 60 iterations, the sweep's shared rate.
 fn config(seed: u64) -> TrainerConfig {
-    TrainerConfig {
-        iterations: 60,
-        learning_rate: 100.0,
-        seed,
-        ..TrainerConfig::default()
-    }
+    TrainerConfig::default()
+        .with_iterations(60)
+        .with_learning_rate(100.0)
+        .with_seed(seed)
 }
 
 #[test]
@@ -67,10 +65,7 @@ fn first_entry(group: &[EpisodeText<'_>]) -> Vec<Vec<bool>> {
 #[test]
 fn a_text_detector_that_finds_the_true_milestones_trains_identically() {
     let env = KeyChain::new(3, 4).unwrap();
-    let c = TrainerConfig {
-        iterations: 15,
-        ..config(3)
-    };
+    let c = config(3).with_iterations(15);
     let by_env = train(&env, Method::Beacon, &mut MilestoneSource::Env, &c).unwrap();
     let by_text = train(
         &env,
@@ -90,15 +85,9 @@ fn a_text_detector_that_finds_the_true_milestones_trains_identically() {
 #[test]
 fn a_labeler_with_the_wrong_shape_is_an_error() {
     let env = KeyChain::new(2, 4).unwrap();
-    let c = TrainerConfig {
-        iterations: 1,
-        ..config(0)
-    };
+    let c = config(0).with_iterations(1);
     let mut short = MilestoneSource::custom(|_: &[EpisodeText<'_>]| vec![vec![true]]);
     assert!(train(&env, Method::Beacon, &mut short, &c).is_err());
-    let bad_lr = TrainerConfig {
-        learning_rate: f64::NAN,
-        ..c
-    };
+    let bad_lr = c.with_learning_rate(f64::NAN);
     assert!(train(&env, Method::Grpo, &mut MilestoneSource::Env, &bad_lr).is_err());
 }

@@ -194,7 +194,8 @@ fn build_batch(u: &mut Bytes<'_>) -> Option<RolloutBatch> {
             RolloutBatch::from_group_keys(&groups, &rewards).ok()
         }
         2 => {
-            // Offsets: usually a running sum of small gaps, sometimes any claimed size.
+            // Offsets: usually a running sum of small gaps, sometimes any claimed size (the
+            // constructors allocate nothing per claimed step: no claim is skipped).
             let group_offsets = offsets(u, 6);
             let traj_offsets = offsets(u, 12);
             let n = if u.bool() {
@@ -203,9 +204,6 @@ fn build_batch(u: &mut Bytes<'_>) -> Option<RolloutBatch> {
                 u.range(0, 12)
             };
             let rewards: Vec<f64> = (0..n).map(|_| u.f64()).collect();
-            if allocates_claim(traj_offsets.last().copied().unwrap_or(0)) {
-                return None;
-            }
             RolloutBatch::from_offsets(group_offsets, traj_offsets, rewards).ok()
         }
         _ => {
@@ -214,22 +212,9 @@ fn build_batch(u: &mut Bytes<'_>) -> Option<RolloutBatch> {
             let lens: Vec<usize> = (0..n).map(|_| u.size()).collect();
             let m = if u.bool() { n } else { u.range(0, 24) };
             let rewards: Vec<f64> = (0..m).map(|_| u.f64()).collect();
-            if allocates_claim(lens.iter().fold(0usize, |a, &l| a.saturating_add(l))) {
-                return None;
-            }
             RolloutBatch::from_blocks(group_size, &lens, rewards).ok()
         }
     }
-}
-
-/// Whether `steps` claimed steps are accepted and allocated (8 bytes each) by `from_offsets`
-/// / `from_blocks`: more than 2^22 and at most `RolloutBatch::MAX_STEPS` (2^32 − 1). The
-/// constructors document that limit and allocate up to 34 GB for a claim under it, which the
-/// fuzzer's memory limit reports as a crash: such claims are skipped (see the README's
-/// "Fuzzing" section). Claims above the limit, and sums that overflow, are still run: they
-/// must be typed errors.
-fn allocates_claim(steps: usize) -> bool {
-    steps > 1 << 22 && steps <= RolloutBatch::MAX_STEPS
 }
 
 fn offsets(u: &mut Bytes<'_>, max: usize) -> Vec<usize> {
@@ -317,18 +302,19 @@ impl Columns {
 
 /// `name`'s configuration with fuzzed parameters (valid or not: `build` must decide).
 fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
-    let grpo = |u: &mut Bytes<'_>| GrpoConfig {
-        std_eps: u.f64(),
-        norm: if u.bool() {
-            GrpoNorm::MeanStd
-        } else {
-            GrpoNorm::MeanOnly
-        },
-        statistics: if u.bool() {
-            GrpoStatistics::Rows
-        } else {
-            GrpoStatistics::Trajectories
-        },
+    let grpo = |u: &mut Bytes<'_>| {
+        GrpoConfig::verl()
+            .with_std_eps(u.f64())
+            .with_norm(if u.bool() {
+                GrpoNorm::MeanStd
+            } else {
+                GrpoNorm::MeanOnly
+            })
+            .with_statistics(if u.bool() {
+                GrpoStatistics::Rows
+            } else {
+                GrpoStatistics::Trajectories
+            })
     };
     let mode = |u: &mut Bytes<'_>| {
         if u.bool() {
@@ -337,53 +323,53 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
             NormMode::MeanStdNorm
         }
     };
-    let otb = |u: &mut Bytes<'_>| OptimalTokenBaselineConfig {
-        zero_tail: if u.bool() {
-            ZeroTail::ZeroBaseline
-        } else {
-            ZeroTail::KeepBaseline
-        },
-        denominator_eps: u.f64(),
+    let otb = |u: &mut Bytes<'_>| {
+        OptimalTokenBaselineConfig::verl()
+            .with_zero_tail(if u.bool() {
+                ZeroTail::ZeroBaseline
+            } else {
+                ZeroTail::KeepBaseline
+            })
+            .with_denominator_eps(u.f64())
     };
-    let beacon = |u: &mut Bytes<'_>, flavour: BeaconFlavour| BeaconConfig {
-        flavour,
-        milestone_reward: u.f64(),
-        segment_decay: u.f64(),
-        segment_weight: u.f64(),
-        trajectory_weight: u.f64(),
-        std_eps: u.f64(),
-        singleton: if u.bool() {
-            SingletonRule::PassThrough
-        } else {
-            SingletonRule::Zero
-        },
+    let beacon = |u: &mut Bytes<'_>, flavour: BeaconFlavour| {
+        BeaconConfig::paper()
+            .with_flavour(flavour)
+            .with_milestone_reward(u.f64())
+            .with_segment_decay(u.f64())
+            .with_segment_weight(u.f64())
+            .with_trajectory_weight(u.f64())
+            .with_std_eps(u.f64())
+            .with_singleton(if u.bool() {
+                SingletonRule::PassThrough
+            } else {
+                SingletonRule::Zero
+            })
     };
     match name {
-        "gae" => EstimatorConfig::Gae(GaeConfig {
-            discount: u.f64(),
-            gae_lambda: u.f64(),
-        }),
+        "gae" => EstimatorConfig::Gae(GaeConfig::verl().with_discount(u.f64()).with_gae_lambda(u.f64())),
         "grpo" => EstimatorConfig::Grpo(grpo(u)),
         "grpo_vectorized" => EstimatorConfig::GrpoVectorized(grpo(u)),
         "grpo_passk" => EstimatorConfig::GrpoPassk(grpo(u)),
         "gdpo" => EstimatorConfig::Gdpo(grpo(u)),
-        "gpg" => EstimatorConfig::Gpg(GpgConfig { f_norm: u.f64() }),
+        "gpg" => EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(u.f64())),
         "reinforce_plus_plus" => {
-            EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig { discount: u.f64() })
+            EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(u.f64()))
         }
         "optimal_token_baseline" => EstimatorConfig::OptimalTokenBaseline(otb(u)),
         "tir_optimal_token_baseline" => EstimatorConfig::TirOptimalTokenBaseline(otb(u)),
-        "gigpo" => EstimatorConfig::Gigpo(GigpoConfig {
-            step_decay: u.f64(),
-            step_advantage_weight: u.f64(),
-            mode: mode(u),
-            std_eps: u.f64(),
-            grouping: if u.bool() {
-                StepGrouping::Exact
-            } else {
-                StepGrouping::Similarity { threshold: u.f64() }
-            },
-        }),
+        "gigpo" => EstimatorConfig::Gigpo(
+            GigpoConfig::verl_agent()
+                .with_step_decay(u.f64())
+                .with_step_advantage_weight(u.f64())
+                .with_mode(mode(u))
+                .with_std_eps(u.f64())
+                .with_grouping(if u.bool() {
+                    StepGrouping::Exact
+                } else {
+                    StepGrouping::Similarity { threshold: u.f64() }
+                }),
+        ),
         "beacon" => EstimatorConfig::Beacon(beacon(u, BeaconFlavour::Paper)),
         "beacon_official" => {
             let mode = mode(u);

@@ -1,8 +1,9 @@
 //! BEACON: milestone-anchored dual-scale advantages (paper §3, Algorithm 1).
 //!
-//! Given milestone flags, each trajectory is partitioned into segments
-//! ([`partition`](crate::partition)), rewards are shaped within completed segments
-//! ([`shaping`](crate::shaping)), and two advantages are combined per step:
+//! Given milestone flags, each trajectory is partitioned into segments (a milestone step
+//! closes its segment; the steps after the last milestone form the unfinished segment; see
+//! [`BeaconOutput::segments`]), rewards are shaped within completed segments (temporal decay
+//! from each segment's milestone), and two advantages are combined per step:
 //!
 //! Â_{i,t} = w_traj · A^traj_i + λ · A^seg_{i,t}
 //!
@@ -48,6 +49,7 @@ use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
 use crate::estimator::{check_all_finite, steps_into, AdvantageEstimator, EstimatorInput, Workspace};
 use crate::milestone::check_flags;
+use crate::partition;
 use crate::shaping::DecayTable;
 use crate::stats::{group_means, group_spreads, GroupStats, NormMode, SingletonRule};
 use crate::tensor::FloatViewMut;
@@ -90,6 +92,7 @@ pub enum BeaconFlavour {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[non_exhaustive]
 pub struct BeaconConfig {
     /// Paper equations or the release's behaviour.
     pub flavour: BeaconFlavour,
@@ -224,6 +227,25 @@ impl Default for BeaconConfig {
     }
 }
 
+crate::setters::with_setters! {
+    BeaconConfig, "use beacon_rl::{BeaconConfig, BeaconFlavour, NormMode, SingletonRule};", BeaconConfig::paper();
+    /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
+    with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
+    /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
+    with_milestone_reward(milestone_reward: f64) = 10.0;
+    /// Sets γ, the temporal decay within a segment (default 0.95; in [0, 1]).
+    with_segment_decay(segment_decay: f64) = 0.9;
+    /// Sets λ, the weight of the segment-level advantage (default 1.0; ≥ 0).
+    with_segment_weight(segment_weight: f64) = 10.0;
+    /// Sets the weight of the trajectory-level advantage (default 1.0; ≥ 0).
+    with_trajectory_weight(trajectory_weight: f64) = 0.0;
+    /// Sets ε added to σ (default 1e-6; > 0).
+    with_std_eps(std_eps: f64) = 1e-8;
+    /// Sets the trajectory term of a single-trajectory group (default
+    /// [`SingletonRule::PassThrough`]).
+    with_singleton(singleton: SingletonRule) = SingletonRule::Zero;
+}
+
 /// The BEACON estimator with a validated configuration.
 ///
 /// ```
@@ -255,6 +277,7 @@ pub struct Beacon {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct BeaconOutput {
     /// Â = w_traj·A^traj + λ·A^seg.
     pub advantages: Vec<f64>,
@@ -270,7 +293,7 @@ pub struct BeaconOutput {
     pub milestones: Vec<bool>,
 }
 
-/// Reusable scratch space for [`Beacon::compute_into`]; buffers grow to the largest batch seen
+/// Reusable scratch space for [`Beacon::advantages_into`]; buffers grow to the largest batch seen
 /// and are then reused without allocating.
 ///
 /// ```
@@ -335,7 +358,7 @@ impl Beacon {
     /// ```
     pub fn compute(&self, batch: &RolloutBatch, milestones: &[bool]) -> Result<BeaconOutput> {
         let mut out = BeaconOutput::default();
-        self.compute_parts_into(batch, milestones, &mut BeaconWorkspace::default(), &mut out)?;
+        self.compute_into(batch, milestones, &mut BeaconWorkspace::default(), &mut out)?;
         Ok(out)
     }
 
@@ -350,11 +373,11 @@ impl Beacon {
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let (mut ws, mut out) = (BeaconWorkspace::default(), BeaconOutput::default());
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
-    /// beacon.compute_parts_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
+    /// beacon.compute_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
     /// assert_eq!(out.segments, vec![0, 0, 1, 0, 0, 0]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_parts_into(
+    pub fn compute_into(
         &self,
         batch: &RolloutBatch,
         milestones: &[bool],
@@ -405,11 +428,11 @@ impl Beacon {
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let mut adv = [0.0; 2];
-    /// beacon.compute_into(&batch, &[false, false], &mut BeaconWorkspace::default(), &mut adv)?;
+    /// beacon.advantages_into(&batch, &[false, false], &mut BeaconWorkspace::default(), &mut adv)?;
     /// assert!(adv[0] > 0.0 && adv[1] < 0.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn compute_into(
+    pub fn advantages_into(
         &self,
         batch: &RolloutBatch,
         milestones: &[bool],
@@ -428,7 +451,7 @@ impl Beacon {
         for (s, &r) in batch.step_rows().iter().enumerate() {
             advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);
         }
-        // As in `compute_parts_into`: an overflow is an error, never an `Ok` output.
+        // As in `compute_into`: an overflow is an error, never an `Ok` output.
         check_all_finite("beacon advantages (overflow)", advantages)
     }
 
@@ -465,24 +488,16 @@ impl Beacon {
     /// Shapes rewards and assigns segment ids for one trajectory (internal steps `lo..hi`);
     /// returns K, its number of milestones.
     fn shape_trajectory(ws: &mut BeaconWorkspace, lo: usize, hi: usize) -> usize {
-        let k_total = ws.flags[lo..hi].iter().filter(|&&f| f).count();
-        // Backward: distance to the closing milestone; none seen yet = unfinished segment.
-        let mut next_ms: Option<usize> = None;
-        let mut k = k_total;
-        for s in (lo..hi).rev() {
-            if ws.flags[s] {
-                next_ms = Some(s);
-                k -= 1;
-            }
-            ws.seg[s] = k;
-            ws.reward[s] = match next_ms {
+        let (seg, reward, table) = (&mut ws.seg[lo..hi], &mut ws.reward[lo..hi], &ws.table);
+        partition::for_each_step_rev(&ws.flags[lo..hi], |t, k, distance| {
+            seg[t] = k;
+            reward[t] = match distance {
                 // The table covers the longest trajectory; NaN (caught by the output check)
                 // rather than a panic if that invariant ever broke.
-                Some(m) => ws.table.reward(m - s).unwrap_or(f64::NAN),
+                Some(d) => table.reward(d).unwrap_or(f64::NAN),
                 None => 0.0,
             };
-        }
-        k_total
+        })
     }
 
     fn paper_group(&self, batch: &RolloutBatch, trajs: std::ops::Range<usize>, ws: &mut BeaconWorkspace) {
@@ -502,23 +517,16 @@ impl Beacon {
         let mut max_k = 0;
         for j in trajs.clone() {
             let (lo, hi) = (offs[j], offs[j + 1]);
-            let k_total = Self::shape_trajectory(ws, lo, hi);
-            let mut start = lo;
-            let mut k = 0;
-            for s in lo..hi {
-                if ws.flags[s] {
-                    if k >= max_k {
-                        ws.sum[k] = 0.0;
-                        ws.count[k] = 0;
-                        max_k = k + 1;
-                    }
-                    ws.sum[k] += ws.table.mean_return(s + 1 - start).unwrap_or(f64::NAN);
-                    ws.count[k] += 1;
-                    k += 1;
-                    start = s + 1;
+            Self::shape_trajectory(ws, lo, hi);
+            for (k, len) in partition::completed_lengths(&ws.flags[lo..hi]).enumerate() {
+                if k >= max_k {
+                    ws.sum[k] = 0.0;
+                    ws.count[k] = 0;
+                    max_k = k + 1;
                 }
+                ws.sum[k] += ws.table.mean_return(len).unwrap_or(f64::NAN);
+                ws.count[k] += 1;
             }
-            debug_assert_eq!(k, k_total);
         }
         // Pass 2: b_k and the advantages.
         for k in 0..max_k {
@@ -656,7 +664,7 @@ impl Beacon {
         let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
         // Two sources of the episode reward must agree (see the `batch` module docs).
         input.batch.check_token_scores(input.token_level_rewards)?;
-        self.compute_into(input.batch, flags, &mut ws.beacon, advantages)
+        self.advantages_into(input.batch, flags, &mut ws.beacon, advantages)
     }
 }
 
@@ -853,11 +861,11 @@ mod tests {
             let b = beacon(c);
             let full = b.compute(&batch, &flags).unwrap();
             let mut adv = vec![0.0; 5];
-            b.compute_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut adv)
+            b.advantages_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut adv)
                 .unwrap();
             assert_eq!(adv, full.advantages);
             assert!(matches!(
-                b.compute_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut [0.0; 4]),
+                b.advantages_into(&batch, &flags, &mut BeaconWorkspace::default(), &mut [0.0; 4]),
                 Err(Error::OutputShape { .. })
             ));
             assert!(matches!(

@@ -7,86 +7,158 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
-/// An estimator by verl's `adv_estimator` name, with its parameters.
-///
-/// Each variant's name (serde tag `adv_estimator`, [`name`](Self::name), [`FromStr`]) is
-/// verl's string; parameter structs default to verl's values. [`build`](Self::build)
-/// validates the parameters and returns a boxed estimator. The enum is `#[non_exhaustive]`:
-/// more estimators (BEACON, GiGPO) join it.
-///
-/// ```
-/// use beacon_rl::estimator::{EstimatorConfig, GaeConfig, GrpoConfig, GrpoNorm};
-///
-/// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig { norm: GrpoNorm::MeanOnly, ..GrpoConfig::verl() });
-/// assert_eq!(dr_grpo.name(), "grpo");
-/// let est = dr_grpo.build()?;
-/// assert_eq!(est.name(), "grpo");
-///
-/// let gae: EstimatorConfig = "gae".parse()?;
-/// assert_eq!(gae, EstimatorConfig::Gae(GaeConfig::verl()));
-///
-/// // Invalid parameters are rejected when building.
-/// let bad = EstimatorConfig::Gae(GaeConfig { discount: 1.5, ..GaeConfig::verl() });
-/// assert!(bad.build().is_err());
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(tag = "adv_estimator", rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum EstimatorConfig {
-    /// `gae`: generalized advantage estimation with a critic ([`Gae`]).
-    Gae(GaeConfig),
-    /// `grpo`: group-normalized outcome reward ([`Grpo`]).
-    Grpo(GrpoConfig),
-    /// `grpo_vectorized`: verl's vectorized GRPO with float32 group statistics
-    /// ([`GrpoVectorized`]).
-    GrpoVectorized(GrpoConfig),
-    /// `grpo_passk`: only the best response of a group gets r_max − r_second
-    /// ([`GrpoPassk`]).
-    GrpoPassk(GrpoConfig),
-    /// `gdpo`: GRPO then batch whitening (single reward) ([`Gdpo`]).
-    Gdpo(GrpoConfig),
-    /// `rloo`: leave-one-out baseline ([`Rloo`]).
-    Rloo,
-    /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0) ([`RlooVectorized`]).
-    RlooVectorized,
-    /// `opo`: length-weighted group baseline ([`Opo`]).
-    Opo,
-    /// `gpg`: group mean baseline scaled by the batch's nonzero-score ratio ([`Gpg`]).
-    Gpg(GpgConfig),
-    /// `reinforce_plus_plus`: discounted token returns, batch-whitened
-    /// ([`ReinforcePlusPlus`]).
-    ReinforcePlusPlus(ReinforcePlusPlusConfig),
-    /// `reinforce_plus_plus_baseline`: group mean baseline, batch-whitened
-    /// ([`ReinforcePlusPlusBaseline`]).
-    ReinforcePlusPlusBaseline,
-    /// `remax`: reward-to-go minus a per-row (greedy) baseline ([`Remax`]).
-    Remax,
-    /// `optimal_token_baseline`: per-position variance-weighted group baseline
-    /// ([`OptimalTokenBaseline`]).
-    OptimalTokenBaseline(OptimalTokenBaselineConfig),
-    /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
-    /// ([`TirOptimalTokenBaseline`]).
-    TirOptimalTokenBaseline(OptimalTokenBaselineConfig),
-    /// `gigpo`: episode plus anchor-state step advantages, verl-agent's GiGPO
-    /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
-    Gigpo(gigpo::GigpoConfig),
-    /// `beacon`: BEACON, the paper's equations ([`Beacon`](beacon::Beacon)). Omitted fields take
-    /// [`BeaconConfig::paper`](beacon::BeaconConfig::paper); the flavour must be `paper`.
-    #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_paper"))]
-    Beacon(beacon::BeaconConfig),
-    /// `beacon_official`: BEACON as the paper's code release computes it. Omitted fields take
-    /// [`BeaconConfig::official`](beacon::BeaconConfig::official); the flavour must be
-    /// `official`.
-    #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_official"))]
-    BeaconOfficial(beacon::BeaconConfig),
-    /// `beacon_ablation`: a row of the paper's Table 3 (BEACON under an
-    /// [`Ablation`](crate::Ablation)), built as
-    /// [`BeaconAblation`](crate::ablation::BeaconAblation). Parses from
-    /// `beacon:ABLATION[,seed=N]` or `beacon_official:ABLATION[,seed=N]` (e.g.
-    /// `beacon:milestone_dropout=0.5`); bare `beacon_ablation` is the paper's BEACON unablated.
-    BeaconAblation(crate::ablation::BeaconAblationConfig),
+/// The one table of estimator names. Each entry lists a variant, its parameters with the
+/// default [`FromStr`] gives them, and its name; the enum (with its serde tags), `NAMES`,
+/// `VERL_NAMES`, [`EstimatorConfig::name`] and [`FromStr`] are all generated from it, so they
+/// cannot disagree.
+macro_rules! registry {
+    (
+        $(#[$enum_attr:meta])*
+        verl { $( $(#[$va:meta])* $v:ident $(($vt:ty = $vd:expr))? => $vn:literal; )* }
+        crate_only { $( $(#[$ca:meta])* $c:ident $(($ct:ty = $cd:expr))? => $cn:literal; )* }
+    ) => {
+        $(#[$enum_attr])*
+        #[derive(Debug, Clone, PartialEq)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+        #[cfg_attr(feature = "serde", serde(tag = "adv_estimator"))]
+        #[non_exhaustive]
+        pub enum EstimatorConfig {
+            $( $(#[$va])* #[cfg_attr(feature = "serde", serde(rename = $vn))] $v $(($vt))?, )*
+            $( $(#[$ca])* #[cfg_attr(feature = "serde", serde(rename = $cn))] $c $(($ct))?, )*
+        }
+
+        impl EstimatorConfig {
+            /// verl's `adv_estimator` strings of every variant verl has, in declaration order.
+            ///
+            /// ```
+            /// use beacon_rl::estimator::EstimatorConfig;
+            /// for name in EstimatorConfig::VERL_NAMES {
+            ///     assert_eq!(name.parse::<EstimatorConfig>()?.name(), *name);
+            /// }
+            /// # Ok::<(), beacon_rl::Error>(())
+            /// ```
+            pub const VERL_NAMES: &'static [&'static str] = &[$($vn),*];
+
+            /// Every bare name [`FromStr`] accepts, in declaration order:
+            /// [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`, `beacon_official` and
+            /// `beacon_ablation` (which also parses with an ablation,
+            /// `beacon:milestone_dropout=0.5`).
+            ///
+            /// ```
+            /// use beacon_rl::estimator::EstimatorConfig;
+            /// for name in EstimatorConfig::NAMES {
+            ///     assert_eq!(name.parse::<EstimatorConfig>()?.build()?.name(), *name);
+            /// }
+            /// # Ok::<(), beacon_rl::Error>(())
+            /// ```
+            pub const NAMES: &'static [&'static str] = &[$($vn,)* $($cn),*];
+
+            /// verl's `adv_estimator` string (the serde tag, and what [`FromStr`] parses).
+            ///
+            /// ```
+            /// use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
+            /// let c = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl());
+            /// assert_eq!(c.name(), "reinforce_plus_plus");
+            /// ```
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( Self::$v { .. } => $vn, )*
+                    $( Self::$c { .. } => $cn, )*
+                }
+            }
+
+            /// The bare name's variant with its default parameters.
+            fn from_name(name: &str) -> Option<Self> {
+                Some(match name {
+                    $( $vn => Self::$v $(({ let d: $vt = $vd; d }))?, )*
+                    $( $cn => Self::$c $(({ let d: $ct = $cd; d }))?, )*
+                    _ => return None,
+                })
+            }
+        }
+    };
+}
+
+registry! {
+    /// An estimator by verl's `adv_estimator` name, with its parameters.
+    ///
+    /// Each variant's name (serde tag `adv_estimator`, [`name`](Self::name), [`FromStr`]) is
+    /// verl's string; parameter structs default to verl's values. [`build`](Self::build)
+    /// validates the parameters and returns a boxed estimator. The enum is `#[non_exhaustive]`:
+    /// more estimators (BEACON, GiGPO) join it.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{EstimatorConfig, GaeConfig, GrpoConfig, GrpoNorm};
+    ///
+    /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_norm(GrpoNorm::MeanOnly));
+    /// assert_eq!(dr_grpo.name(), "grpo");
+    /// let est = dr_grpo.build()?;
+    /// assert_eq!(est.name(), "grpo");
+    ///
+    /// let gae: EstimatorConfig = "gae".parse()?;
+    /// assert_eq!(gae, EstimatorConfig::Gae(GaeConfig::verl()));
+    ///
+    /// // Invalid parameters are rejected when building.
+    /// let bad = EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.5));
+    /// assert!(bad.build().is_err());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    verl {
+        /// `gae`: generalized advantage estimation with a critic ([`Gae`]).
+        Gae(GaeConfig = GaeConfig::verl()) => "gae";
+        /// `grpo`: group-normalized outcome reward ([`Grpo`]).
+        Grpo(GrpoConfig = GrpoConfig::verl()) => "grpo";
+        /// `grpo_vectorized`: verl's vectorized GRPO with float32 group statistics
+        /// ([`GrpoVectorized`]).
+        GrpoVectorized(GrpoConfig = GrpoConfig::verl()) => "grpo_vectorized";
+        /// `grpo_passk`: only the best response of a group gets r_max − r_second
+        /// ([`GrpoPassk`]).
+        GrpoPassk(GrpoConfig = GrpoConfig::verl()) => "grpo_passk";
+        /// `gdpo`: GRPO then batch whitening (single reward) ([`Gdpo`]).
+        Gdpo(GrpoConfig = GrpoConfig::verl()) => "gdpo";
+        /// `rloo`: leave-one-out baseline ([`Rloo`]).
+        Rloo => "rloo";
+        /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0) ([`RlooVectorized`]).
+        RlooVectorized => "rloo_vectorized";
+        /// `opo`: length-weighted group baseline ([`Opo`]).
+        Opo => "opo";
+        /// `gpg`: group mean baseline scaled by the batch's nonzero-score ratio ([`Gpg`]).
+        Gpg(GpgConfig = GpgConfig::verl()) => "gpg";
+        /// `reinforce_plus_plus`: discounted token returns, batch-whitened
+        /// ([`ReinforcePlusPlus`]).
+        ReinforcePlusPlus(ReinforcePlusPlusConfig = ReinforcePlusPlusConfig::verl()) => "reinforce_plus_plus";
+        /// `reinforce_plus_plus_baseline`: group mean baseline, batch-whitened
+        /// ([`ReinforcePlusPlusBaseline`]).
+        ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline";
+        /// `remax`: reward-to-go minus a per-row (greedy) baseline ([`Remax`]).
+        Remax => "remax";
+        /// `optimal_token_baseline`: per-position variance-weighted group baseline
+        /// ([`OptimalTokenBaseline`]).
+        OptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "optimal_token_baseline";
+        /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
+        /// ([`TirOptimalTokenBaseline`]).
+        TirOptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "tir_optimal_token_baseline";
+    }
+    crate_only {
+        /// `gigpo`: episode plus anchor-state step advantages, verl-agent's GiGPO
+        /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
+        Gigpo(gigpo::GigpoConfig = gigpo::GigpoConfig::verl_agent()) => "gigpo";
+        /// `beacon`: BEACON, the paper's equations ([`Beacon`](beacon::Beacon)). Omitted fields take
+        /// [`BeaconConfig::paper`](beacon::BeaconConfig::paper); the flavour must be `paper`.
+        #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_paper"))]
+        Beacon(beacon::BeaconConfig = beacon::BeaconConfig::paper()) => "beacon";
+        /// `beacon_official`: BEACON as the paper's code release computes it. Omitted fields take
+        /// [`BeaconConfig::official`](beacon::BeaconConfig::official); the flavour must be
+        /// `official`.
+        #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_official"))]
+        BeaconOfficial(beacon::BeaconConfig = beacon::BeaconConfig::official()) => "beacon_official";
+        /// `beacon_ablation`: a row of the paper's Table 3 (BEACON under an
+        /// [`Ablation`](crate::Ablation)), built as
+        /// [`BeaconAblation`](crate::ablation::BeaconAblation). Parses from
+        /// `beacon:ABLATION[,seed=N]` or `beacon_official:ABLATION[,seed=N]` (e.g.
+        /// `beacon:milestone_dropout=0.5`); bare `beacon_ablation` is the paper's BEACON unablated.
+        BeaconAblation(crate::ablation::BeaconAblationConfig = crate::ablation::BeaconAblationConfig::default()) => "beacon_ablation";
+    }
 }
 
 #[cfg(feature = "serde")]
@@ -104,94 +176,6 @@ fn deserialize_beacon_official<'de, D: serde::Deserializer<'de>>(
 }
 
 impl EstimatorConfig {
-    /// verl's `adv_estimator` strings of every variant, in declaration order.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::EstimatorConfig;
-    /// for name in EstimatorConfig::VERL_NAMES {
-    ///     assert_eq!(name.parse::<EstimatorConfig>()?.name(), *name);
-    /// }
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub const VERL_NAMES: &'static [&'static str] = &[
-        "gae",
-        "grpo",
-        "grpo_vectorized",
-        "grpo_passk",
-        "gdpo",
-        "rloo",
-        "rloo_vectorized",
-        "opo",
-        "gpg",
-        "reinforce_plus_plus",
-        "reinforce_plus_plus_baseline",
-        "remax",
-        "optimal_token_baseline",
-        "tir_optimal_token_baseline",
-    ];
-
-    /// Every bare name [`FromStr`] accepts: [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`,
-    /// `beacon`, `beacon_official` and `beacon_ablation` (which also parses with an ablation,
-    /// `beacon:milestone_dropout=0.5`).
-    ///
-    /// ```
-    /// use beacon_rl::estimator::EstimatorConfig;
-    /// for name in EstimatorConfig::NAMES {
-    ///     assert_eq!(name.parse::<EstimatorConfig>()?.build()?.name(), *name);
-    /// }
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub const NAMES: &'static [&'static str] = &[
-        "gae",
-        "grpo",
-        "grpo_vectorized",
-        "grpo_passk",
-        "gdpo",
-        "rloo",
-        "rloo_vectorized",
-        "opo",
-        "gpg",
-        "reinforce_plus_plus",
-        "reinforce_plus_plus_baseline",
-        "remax",
-        "optimal_token_baseline",
-        "tir_optimal_token_baseline",
-        "gigpo",
-        "beacon",
-        "beacon_official",
-        "beacon_ablation",
-    ];
-
-    /// verl's `adv_estimator` string.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
-    /// let c = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl());
-    /// assert_eq!(c.name(), "reinforce_plus_plus");
-    /// ```
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Gae(_) => "gae",
-            Self::Grpo(_) => "grpo",
-            Self::GrpoVectorized(_) => "grpo_vectorized",
-            Self::GrpoPassk(_) => "grpo_passk",
-            Self::Gdpo(_) => "gdpo",
-            Self::Rloo => "rloo",
-            Self::RlooVectorized => "rloo_vectorized",
-            Self::Opo => "opo",
-            Self::Gpg(_) => "gpg",
-            Self::ReinforcePlusPlus(_) => "reinforce_plus_plus",
-            Self::ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline",
-            Self::Remax => "remax",
-            Self::OptimalTokenBaseline(_) => "optimal_token_baseline",
-            Self::TirOptimalTokenBaseline(_) => "tir_optimal_token_baseline",
-            Self::Gigpo(_) => "gigpo",
-            Self::Beacon(_) => "beacon",
-            Self::BeaconOfficial(_) => "beacon_official",
-            Self::BeaconAblation(_) => "beacon_ablation",
-        }
-    }
-
     /// Checks the parameters without building.
     ///
     /// # Errors
@@ -199,7 +183,7 @@ impl EstimatorConfig {
     ///
     /// ```
     /// use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
-    /// assert!(EstimatorConfig::Gpg(GpgConfig { f_norm: 0.0 }).validate().is_err());
+    /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.0)).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
         match self {
@@ -271,30 +255,13 @@ impl FromStr for EstimatorConfig {
     /// # Errors
     /// [`Error::UnknownEstimator`] for a name that is not in [`EstimatorConfig::NAMES`].
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "gae" => Self::Gae(GaeConfig::verl()),
-            "grpo" => Self::Grpo(GrpoConfig::verl()),
-            "grpo_vectorized" => Self::GrpoVectorized(GrpoConfig::verl()),
-            "grpo_passk" => Self::GrpoPassk(GrpoConfig::verl()),
-            "gdpo" => Self::Gdpo(GrpoConfig::verl()),
-            "rloo" => Self::Rloo,
-            "rloo_vectorized" => Self::RlooVectorized,
-            "opo" => Self::Opo,
-            "gpg" => Self::Gpg(GpgConfig::verl()),
-            "reinforce_plus_plus" => Self::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl()),
-            "reinforce_plus_plus_baseline" => Self::ReinforcePlusPlusBaseline,
-            "remax" => Self::Remax,
-            "optimal_token_baseline" => Self::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()),
-            "tir_optimal_token_baseline" => Self::TirOptimalTokenBaseline(OptimalTokenBaselineConfig::verl()),
-            "gigpo" => Self::Gigpo(gigpo::GigpoConfig::verl_agent()),
-            "beacon" => Self::Beacon(beacon::BeaconConfig::paper()),
-            "beacon_official" => Self::BeaconOfficial(beacon::BeaconConfig::official()),
-            "beacon_ablation" => Self::BeaconAblation(Default::default()),
-            ablation if ablation.starts_with("beacon:") || ablation.starts_with("beacon_official:") => {
-                Self::BeaconAblation(ablation.parse()?)
-            }
-            other => return Err(Error::UnknownEstimator(other.to_string())),
-        })
+        if let Some(c) = Self::from_name(s) {
+            return Ok(c);
+        }
+        if s.starts_with("beacon:") || s.starts_with("beacon_official:") {
+            return Ok(Self::BeaconAblation(s.parse()?));
+        }
+        Err(Error::UnknownEstimator(s.to_string()))
     }
 }
 
@@ -321,6 +288,37 @@ mod tests {
             "ppo".parse::<EstimatorConfig>(),
             Err(Error::UnknownEstimator("ppo".into()))
         );
+    }
+
+    #[test]
+    fn the_registry_tables_agree() {
+        // NAMES = VERL_NAMES followed by the crate's own, no duplicates.
+        assert_eq!(
+            &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
+            EstimatorConfig::VERL_NAMES
+        );
+        assert_eq!(EstimatorConfig::NAMES.len(), 18);
+        let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
+        assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
+        // Every name parses to the variant whose name(), Display and built estimator say it.
+        for name in EstimatorConfig::NAMES {
+            let c: EstimatorConfig = name.parse().unwrap();
+            assert_eq!((c.name(), c.to_string().as_str()), (*name, *name));
+            assert_eq!(c.build().unwrap().name(), *name);
+        }
+        // verl's names are verl's (spot checks written out, not read from the table).
+        for name in [
+            "gae",
+            "grpo",
+            "rloo_vectorized",
+            "reinforce_plus_plus_baseline",
+            "tir_optimal_token_baseline",
+        ] {
+            assert!(EstimatorConfig::VERL_NAMES.contains(&name), "{name}");
+        }
+        for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+            assert!(!EstimatorConfig::VERL_NAMES.contains(&name), "{name}");
+        }
     }
 
     #[test]

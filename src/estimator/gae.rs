@@ -13,7 +13,7 @@
 //! ```
 //!
 //! γ = `discount`, λ = `gae_lambda`. The whitening is one mean/variance over all masked tokens
-//! of the batch ([`whiten`](super::whiten)).
+//! of the batch ([batch whitening](super#batch-whitening)).
 //!
 //! # Peer behaviour reproduced
 //! - Advantages are not multiplied by the mask after whitening: trailing padding (where Â is
@@ -39,11 +39,12 @@ use crate::tensor::{FloatView, MaskView};
 /// use beacon_rl::estimator::GaeConfig;
 /// let c = GaeConfig::verl();
 /// assert_eq!((c.discount, c.gae_lambda), (1.0, 1.0));
-/// assert!(GaeConfig { gae_lambda: 2.0, ..c }.validate().is_err());
+/// assert!(c.with_gae_lambda(2.0).validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct GaeConfig {
     /// Per-token discount γ (verl `algorithm.gamma`, default 1.0), in [0, 1].
     pub discount: f64,
@@ -72,8 +73,8 @@ impl GaeConfig {
     ///
     /// ```
     /// # use beacon_rl::estimator::GaeConfig;
-    /// assert!(GaeConfig { discount: -0.5, gae_lambda: 0.95 }.validate().is_err());
-    /// assert!(GaeConfig { discount: 0.99, gae_lambda: 0.95 }.validate().is_ok());
+    /// assert!(GaeConfig::verl().with_discount(-0.5).with_gae_lambda(0.95).validate().is_err());
+    /// assert!(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95).validate().is_ok());
     /// ```
     pub fn validate(&self) -> Result<()> {
         Range::UNIT.check("discount", self.discount)?;
@@ -85,6 +86,14 @@ impl Default for GaeConfig {
     fn default() -> Self {
         Self::verl()
     }
+}
+
+crate::setters::with_setters! {
+    GaeConfig, "use beacon_rl::estimator::GaeConfig;", GaeConfig::verl();
+    /// Sets the per-token discount γ (default 1.0; in [0, 1]).
+    with_discount(discount: f64) = 0.99;
+    /// Sets the GAE trace decay λ (default 1.0; in [0, 1]).
+    with_gae_lambda(gae_lambda: f64) = 0.95;
 }
 
 /// verl's `gae` (see the [module docs](self)). Needs `token_level_rewards`, `response_mask`
@@ -101,7 +110,7 @@ impl Default for GaeConfig {
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_values(&values);
-/// let out = Gae::new(GaeConfig { discount: 1.0, gae_lambda: 1.0 })?.estimate(&input)?;
+/// let out = Gae::new(GaeConfig::verl().with_discount(1.0).with_gae_lambda(1.0))?.estimate(&input)?;
 /// // t=1: δ = 1 − 0.5 = 0.5; t=0: δ = 0 + 0.5 − 0.5 = 0, Â = 0.5. Padding t=2: Â = 0.
 /// assert_eq!(out.returns().row(0).to_vec(), vec![1.0, 1.0, 0.3]);
 /// # Ok::<(), beacon_rl::Error>(())
@@ -119,7 +128,7 @@ impl Gae {
     ///
     /// ```
     /// # use beacon_rl::estimator::{Gae, GaeConfig};
-    /// assert!(Gae::new(GaeConfig { discount: 1.01, gae_lambda: 1.0 }).is_err());
+    /// assert!(Gae::new(GaeConfig::verl().with_discount(1.01).with_gae_lambda(1.0)).is_err());
     /// ```
     pub fn new(config: GaeConfig) -> Result<Self> {
         config.validate()?;

@@ -67,7 +67,7 @@ use crate::hash::FxHasher;
 use crate::stats::{group_means, group_spreads, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.
-pub use crate::stats::NormMode;
+use crate::stats::NormMode;
 
 /// How rows of a task group are gathered into step groups (anchor states).
 ///
@@ -96,7 +96,8 @@ pub enum StepGrouping {
 /// validate through [`Gigpo::new`] (or [`GigpoConfig::validate`]).
 ///
 /// ```
-/// use beacon_rl::estimator::gigpo::{GigpoConfig, NormMode, StepGrouping};
+/// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
+/// use beacon_rl::NormMode;
 /// let cfg = GigpoConfig::verl_agent()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
@@ -106,6 +107,7 @@ pub enum StepGrouping {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct GigpoConfig {
     /// γ of the step returns `R_t = r_t + γ R_{t+1}`, in [0, 1] (verl's `algorithm.gamma`).
     pub step_decay: f64,
@@ -131,7 +133,8 @@ impl GigpoConfig {
     /// w = 1.0, `mean_norm`, ε = 1e-6, exact anchor grouping.
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{GigpoConfig, NormMode, StepGrouping};
+    /// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
+    /// use beacon_rl::NormMode;
     /// let cfg = GigpoConfig::verl_agent();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);
@@ -155,6 +158,7 @@ impl GigpoConfig {
     /// # use beacon_rl::estimator::gigpo::GigpoConfig;
     /// assert_eq!(GigpoConfig::verl_agent().with_step_decay(1.0).step_decay, 1.0);
     /// ```
+    #[must_use]
     pub fn with_step_decay(mut self, step_decay: f64) -> Self {
         self.step_decay = step_decay;
         self
@@ -166,6 +170,7 @@ impl GigpoConfig {
     /// # use beacon_rl::estimator::gigpo::GigpoConfig;
     /// assert_eq!(GigpoConfig::verl_agent().with_step_advantage_weight(0.5).step_advantage_weight, 0.5);
     /// ```
+    #[must_use]
     pub fn with_step_advantage_weight(mut self, weight: f64) -> Self {
         self.step_advantage_weight = weight;
         self
@@ -174,10 +179,11 @@ impl GigpoConfig {
     /// Sets the normalization (default [`NormMode::MeanNorm`]).
     ///
     /// ```
-    /// # use beacon_rl::estimator::gigpo::{GigpoConfig, NormMode};
+    /// # use beacon_rl::{estimator::gigpo::GigpoConfig, NormMode};
     /// let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
     /// assert_eq!(cfg.mode, NormMode::MeanStdNorm);
     /// ```
+    #[must_use]
     pub fn with_mode(mut self, mode: NormMode) -> Self {
         self.mode = mode;
         self
@@ -189,6 +195,7 @@ impl GigpoConfig {
     /// # use beacon_rl::estimator::gigpo::GigpoConfig;
     /// assert_eq!(GigpoConfig::verl_agent().with_std_eps(1e-8).std_eps, 1e-8);
     /// ```
+    #[must_use]
     pub fn with_std_eps(mut self, std_eps: f64) -> Self {
         self.std_eps = std_eps;
         self
@@ -201,6 +208,7 @@ impl GigpoConfig {
     /// let cfg = GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.95 });
     /// assert!(matches!(cfg.grouping, StepGrouping::Similarity { .. }));
     /// ```
+    #[must_use]
     pub fn with_grouping(mut self, grouping: StepGrouping) -> Self {
         self.grouping = grouping;
         self
@@ -252,6 +260,7 @@ impl GigpoConfig {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct GigpoOutput {
     /// `A = A_E + w · A_S` (the token-level advantage is this times the response mask).
     pub advantages: Vec<f64>,
@@ -315,6 +324,8 @@ pub struct GigpoWorkspace {
     stats: Vec<GroupStats>,
     /// Provisional (group-major) step group id -> first-appearance label.
     relabel: Vec<usize>,
+    /// The full output behind [`Gigpo::advantages_into`].
+    out: GigpoOutput,
 }
 
 impl GigpoWorkspace {
@@ -449,6 +460,49 @@ impl Gigpo {
             StepGrouping::Similarity { threshold } => Some((threshold, &text)),
         };
         self.run(batch, step_rewards, &text, similar, workspace, out)
+    }
+
+    /// Writes only the combined per-row advantages of [`Gigpo::compute`] into `advantages`
+    /// (length = rows). Allocation-free once `workspace` has seen a batch this large.
+    ///
+    /// # Errors
+    /// As [`Gigpo::compute`]; [`Error::OutputShape`] when `advantages` does not have one
+    /// entry per row.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoWorkspace};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[1.0, 0.0])?;
+    /// let mut adv = [0.0; 2];
+    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+    /// gigpo.advantages_into(&batch, &[0.0, 0.0], &["s", "s"], &mut GigpoWorkspace::new(), &mut adv)?;
+    /// // Row mean 0.5: A_E = ±0.5; equal returns in the shared anchor group: A_S = 0.
+    /// assert_eq!(adv, [0.5, -0.5]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn advantages_into<S: AsRef<str>>(
+        &self,
+        batch: &RolloutBatch,
+        step_rewards: &[f64],
+        anchors: &[S],
+        workspace: &mut GigpoWorkspace,
+        advantages: &mut [f64],
+    ) -> Result<()> {
+        if advantages.len() != batch.num_steps() {
+            return Err(Error::OutputShape {
+                what: "advantages",
+                expected: batch.num_steps(),
+                actual: advantages.len(),
+            });
+        }
+        // The output lives in the workspace; taken out for the call (no allocation: a move).
+        let mut out = std::mem::take(&mut workspace.out);
+        let result = self.compute_into(batch, step_rewards, anchors, workspace, &mut out);
+        if result.is_ok() {
+            advantages.copy_from_slice(&out.advantages);
+        }
+        workspace.out = out;
+        result
     }
 
     /// Computes GiGPO advantages with arbitrary anchor keys (`Hash + Eq`: token ids, state
@@ -874,5 +928,38 @@ mod tests {
         sim.compute_into(&small, &[1.0], &["x"], &mut ws, &mut out)
             .unwrap();
         assert_eq!(out.advantages, [1.0]);
+    }
+
+    #[test]
+    fn advantages_into_is_compute_s_advantages() {
+        // Two trajectories of one task, three steps each; rows interleave.
+        let batch = RolloutBatch::from_row_keys(
+            &["g"; 6],
+            &["a", "b", "a", "b", "a", "b"],
+            &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0],
+        )
+        .unwrap();
+        let rewards = [0.0, 0.5, 1.0, 0.0, 0.0, 2.0];
+        let anchors = ["s0", "s0", "s1", "s2", "s1", "s1"];
+        let g = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
+        let full = g.compute(&batch, &rewards, &anchors).unwrap();
+        let mut ws = GigpoWorkspace::new();
+        let mut adv = [f64::NAN; 6];
+        g.advantages_into(&batch, &rewards, &anchors, &mut ws, &mut adv)
+            .unwrap();
+        assert_eq!(
+            adv.map(f64::to_bits),
+            <[f64; 6]>::try_from(full.advantages.as_slice())
+                .unwrap()
+                .map(f64::to_bits)
+        );
+        assert!(matches!(
+            g.advantages_into(&batch, &rewards, &anchors, &mut ws, &mut [0.0; 5]),
+            Err(Error::OutputShape {
+                expected: 6,
+                actual: 5,
+                ..
+            })
+        ));
     }
 }

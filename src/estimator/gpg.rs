@@ -29,11 +29,12 @@ use crate::error::{Range, Result};
 /// ```
 /// use beacon_rl::estimator::GpgConfig;
 /// assert_eq!(GpgConfig::verl().f_norm, 1.0);
-/// assert!(GpgConfig { f_norm: -1.0 }.validate().is_err());
+/// assert!(GpgConfig::verl().with_f_norm(-1.0).validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct GpgConfig {
     /// Divisor of every advantage (verl `f_norm`, default 1.0). Must be finite and > 0.
     pub f_norm: f64,
@@ -57,7 +58,7 @@ impl GpgConfig {
     ///
     /// ```
     /// # use beacon_rl::estimator::GpgConfig;
-    /// assert!(GpgConfig { f_norm: 0.0 }.validate().is_err());
+    /// assert!(GpgConfig::verl().with_f_norm(0.0).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("f_norm", self.f_norm)
@@ -68,6 +69,12 @@ impl Default for GpgConfig {
     fn default() -> Self {
         Self::verl()
     }
+}
+
+crate::setters::with_setters! {
+    GpgConfig, "use beacon_rl::estimator::GpgConfig;", GpgConfig::verl();
+    /// Sets the divisor of every advantage (default 1.0; finite, > 0).
+    with_f_norm(f_norm: f64) = 2.0;
 }
 
 /// verl's `gpg` (see the [module docs](self)). Needs `token_level_rewards` and
@@ -98,7 +105,7 @@ impl Gpg {
     ///
     /// ```
     /// # use beacon_rl::estimator::{Gpg, GpgConfig};
-    /// assert!(Gpg::new(GpgConfig { f_norm: f64::NAN }).is_err());
+    /// assert!(Gpg::new(GpgConfig::verl().with_f_norm(f64::NAN)).is_err());
     /// ```
     pub fn new(config: GpgConfig) -> Result<Self> {
         config.validate()?;

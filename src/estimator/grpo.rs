@@ -44,7 +44,7 @@
 //!
 //! # `gdpo` ([`Gdpo`], verl `compute_gdpo_outcome_advantage`, single reward)
 //! With one reward component (verl's `config=None` fallback) GDPO is the `grpo` advantage
-//! broadcast under the mask, then [batch-whitened](super::whiten) and re-masked.
+//! broadcast under the mask, then [batch-whitened](super#batch-whitening) and re-masked.
 //! Multi-component GDPO (`gdpo_reward_keys`) is not implemented.
 //!
 //! # Peer behaviour reproduced
@@ -56,7 +56,7 @@
 //!   nonzero advantages: three scores f32(0.9) give 0.0555495 each (the float32 residual
 //!   2^-24 divided by σ + ε ≈ 1.07e-6), as verl 0.9.1 does.
 //! - verl's `gdpo` weight is a float32 1.0 (exact) and its whitening counts tokens in float32
-//!   (see [`whiten`](super::whiten)).
+//!   (see [batch whitening](super#batch-whitening)).
 //!
 //! No deliberate difference from verl.
 
@@ -127,11 +127,12 @@ pub enum GrpoStatistics {
 /// let c = GrpoConfig::verl();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
 /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
-/// assert!(GrpoConfig { std_eps: -1.0, ..c }.validate().is_err());
+/// assert!(c.with_std_eps(-1.0).validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct GrpoConfig {
     /// ε added to the group standard deviation (verl `epsilon`, default 1e-6). Must be finite
     /// and > 0 (an all-equal group would otherwise divide 0 by 0).
@@ -179,7 +180,7 @@ impl GrpoConfig {
     ///
     /// ```
     /// # use beacon_rl::estimator::GrpoConfig;
-    /// assert!(GrpoConfig { std_eps: f64::NAN, ..GrpoConfig::verl() }.validate().is_err());
+    /// assert!(GrpoConfig::verl().with_std_eps(f64::NAN).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("std_eps", self.std_eps)
@@ -192,6 +193,7 @@ impl GrpoConfig {
     /// let c = GrpoConfig::dr_grpo().with_statistics(GrpoStatistics::Trajectories);
     /// assert_eq!(c.statistics, GrpoStatistics::Trajectories);
     /// ```
+    #[must_use]
     pub fn with_statistics(mut self, statistics: GrpoStatistics) -> Self {
         self.statistics = statistics;
         self
@@ -216,6 +218,14 @@ impl Default for GrpoConfig {
     fn default() -> Self {
         Self::verl()
     }
+}
+
+crate::setters::with_setters! {
+    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoNorm};", GrpoConfig::verl();
+    /// Sets ε added to the group standard deviation (default 1e-6; finite, > 0).
+    with_std_eps(std_eps: f64) = 1e-3;
+    /// Sets the normalization mode (default [`GrpoNorm::MeanStd`]).
+    with_norm(norm: GrpoNorm) = GrpoNorm::MeanOnly;
 }
 
 macro_rules! grpo_family_type {

@@ -23,6 +23,28 @@
 //! | `gae` | [`Gae`] | [`gae`] |
 //! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`optimal_baseline`] |
 //!
+//! # One method set
+//! Every estimator is called the same way, through [`AdvantageEstimator`]:
+//! [`estimate`](AdvantageEstimator::estimate) (fresh `f64` arrays),
+//! [`estimate_into`](AdvantageEstimator::estimate_into) (caller buffers, token level) and, for
+//! the step-level ones, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) (one
+//! value per row). The estimators whose advantage has parts worth reading (BEACON, GiGPO)
+//! also have, with the same names and argument order (batch, per-row inputs, workspace,
+//! output):
+//!
+//! | method | writes |
+//! |---|---|
+//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`](crate::BeaconOutput), [`GigpoOutput`](crate::GigpoOutput)) |
+//! | `compute_into(batch, .., workspace, &mut output)` | the full output, reusing its buffers |
+//! | `advantages_into(batch, .., workspace, &mut [f64])` | the combined per-row advantages only |
+//!
+//! ([`Beacon::compute`](crate::Beacon::compute), [`Beacon::compute_into`](crate::Beacon::compute_into),
+//! [`Beacon::advantages_into`](crate::Beacon::advantages_into),
+//! [`Gigpo::compute`](crate::Gigpo::compute), [`Gigpo::compute_into`](crate::Gigpo::compute_into),
+//! [`Gigpo::advantages_into`](crate::Gigpo::advantages_into); GiGPO's non-text anchors:
+//! [`Gigpo::compute_by_key`](crate::Gigpo::compute_by_key) and
+//! [`compute_by_key_into`](crate::Gigpo::compute_by_key_into).)
+//!
 //! # The trainer's path
 //! [`estimate_into`](AdvantageEstimator::estimate_into) writes into buffers the caller keeps
 //! across batches, in the caller's dtype, with scratch space in a [`Workspace`] the caller
@@ -104,6 +126,39 @@
 //! - `masked_whiten` (used by gae, reinforce_plus_plus(_baseline), gdpo): masked sums ignore
 //!   values outside the mask (0.9.1's `torch.where` in `masked_sum`), μ = Σ/(n + 1e-8) and the
 //!   Bessel factor n/(n − 1) in f32, `rsqrt(σ² + 1e-8)` (ε inside the root). Matches.
+//!
+//! # Batch whitening
+//!
+//! verl's `masked_whiten` (`verl.utils.torch_functional.masked_whiten`), used by `gae`,
+//! `reinforce_plus_plus`, `reinforce_plus_plus_baseline` and `gdpo`.
+//!
+//! One mean and one variance over **all** masked tokens of the batch (not per row, not per
+//! group), then every position (masked or not) is shifted and scaled:
+//!
+//! ```text
+//! n    = Σ mask
+//! μ    = Σ_{mask} x / (n + 1e-8)
+//! σ²   = Σ_{mask} (x − μ)² / (n + 1e-8) · n / (n − 1)        (unbiased)
+//! x'   = (x − μ) · 1 / √(σ² + 1e-8)
+//! ```
+//!
+//! Used by GAE, REINFORCE++, REINFORCE++-baseline and GDPO.
+//!
+//! # Peer behaviour reproduced
+//! - verl's masks are int64 tensors, so `n + 1e-8` and the Bessel factor `n / (n − 1)` are
+//!   computed in **float32** even when the values are float64: `n + 1e-8` rounds to `f32(n)`
+//!   (exactly `n` below 2²⁴) and the factor is `f32(n) / f32(n − 1)` rounded to float32
+//!   (e.g. 5/4 = 1.25 exactly, 4/3 = 1.3333334326744 instead of 1.3333333333333).
+//! - verl raises `ValueError` when the mask holds 0 or 1 valid tokens; we return
+//!   [`Error::Undefined`].
+//! - Positions outside the mask are transformed too (GAE keeps them; other callers re-mask).
+//!
+//! # Deliberate difference
+//! When finite inputs overflow Σx or Σ(x − μ)², verl silently returns zeros or NaN; we
+//! recompute μ and σ in units of the masked values' max |x| (only then, so every finite result
+//! keeps verl's bits), which gives the exact whitened values. When a whitened value itself
+//! is ±inf (or the rescaled statistics are not representable) we return
+//! [`Error::NonFinite`].
 
 use std::sync::Arc;
 
@@ -122,7 +177,7 @@ pub mod optimal_baseline;
 pub mod reinforce;
 pub mod remax;
 pub mod rloo;
-pub mod whiten;
+mod whiten;
 
 mod config;
 mod input;

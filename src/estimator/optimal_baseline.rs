@@ -66,11 +66,12 @@ pub enum ZeroTail {
 /// use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};
 /// let c = OptimalTokenBaselineConfig::verl();
 /// assert_eq!((c.zero_tail, c.denominator_eps), (ZeroTail::ZeroBaseline, 1e-8));
-/// assert!(OptimalTokenBaselineConfig { denominator_eps: 0.0, ..c }.validate().is_err());
+/// assert!(c.with_denominator_eps(0.0).validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct OptimalTokenBaselineConfig {
     /// Tail handling of the unique longest row (default [`ZeroTail::ZeroBaseline`]).
     pub zero_tail: ZeroTail,
@@ -100,7 +101,7 @@ impl OptimalTokenBaselineConfig {
     ///
     /// ```
     /// # use beacon_rl::estimator::OptimalTokenBaselineConfig;
-    /// let c = OptimalTokenBaselineConfig { denominator_eps: f64::INFINITY, ..Default::default() };
+    /// let c = OptimalTokenBaselineConfig::verl().with_denominator_eps(f64::INFINITY);
     /// assert!(c.validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -112,6 +113,14 @@ impl Default for OptimalTokenBaselineConfig {
     fn default() -> Self {
         Self::verl()
     }
+}
+
+crate::setters::with_setters! {
+    OptimalTokenBaselineConfig, "use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::verl();
+    /// Sets the tail handling of the unique longest row (default [`ZeroTail::ZeroBaseline`]).
+    with_zero_tail(zero_tail: ZeroTail) = ZeroTail::KeepBaseline;
+    /// Sets ε added to the baseline's denominator (default 1e-8; finite, > 0).
+    with_denominator_eps(denominator_eps: f64) = 1e-6;
 }
 
 macro_rules! otb_type {

@@ -12,7 +12,7 @@
 //! γ = `discount`. Interior mask-0 spans (multi-turn observation tokens) neither discount nor
 //! reset the running return, so a reward after an observation reaches the earlier turns;
 //! trailing padding gets 0 because the scan starts at 0. The whitening is one mean/variance
-//! over all masked tokens of the batch ([`whiten`](super::whiten)).
+//! over all masked tokens of the batch ([batch whitening](super#batch-whitening)).
 //!
 //! # `reinforce_plus_plus_baseline` ([`ReinforcePlusPlusBaseline`], verl `compute_reinforce_plus_plus_baseline_outcome_advantage`)
 //! ```text
@@ -25,7 +25,7 @@
 //!   spans (verl PR #7300, "carry running_return through observation spans"); the earlier
 //!   verl code reset it at every mask-0 token. No vector exercises a nonzero reward on a
 //!   mask-0 token; we ignore such rewards (they are not the policy's tokens).
-//! - The whitening's token count and Bessel factor are float32 (see [`whiten`](super::whiten)),
+//! - The whitening's token count and Bessel factor are float32 (see [batch whitening](super#batch-whitening)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
 use super::whiten::{whiten_outcome, whiten_rows, Lanes};
@@ -41,11 +41,12 @@ use crate::tensor::{FloatView, MaskView};
 /// ```
 /// use beacon_rl::estimator::ReinforcePlusPlusConfig;
 /// assert_eq!(ReinforcePlusPlusConfig::verl().discount, 1.0);
-/// assert!(ReinforcePlusPlusConfig { discount: 1.1 }.validate().is_err());
+/// assert!(ReinforcePlusPlusConfig::verl().with_discount(1.1).validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct ReinforcePlusPlusConfig {
     /// Per-token discount γ of the reward-to-go (verl `algorithm.gamma`, default 1.0), in [0, 1].
     pub discount: f64,
@@ -69,7 +70,7 @@ impl ReinforcePlusPlusConfig {
     ///
     /// ```
     /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
-    /// assert!(ReinforcePlusPlusConfig { discount: f64::NAN }.validate().is_err());
+    /// assert!(ReinforcePlusPlusConfig::verl().with_discount(f64::NAN).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
         Range::UNIT.check("discount", self.discount)
@@ -80,6 +81,12 @@ impl Default for ReinforcePlusPlusConfig {
     fn default() -> Self {
         Self::verl()
     }
+}
+
+crate::setters::with_setters! {
+    ReinforcePlusPlusConfig, "use beacon_rl::estimator::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::verl();
+    /// Sets the per-token discount γ of the reward-to-go (default 1.0; in [0, 1]).
+    with_discount(discount: f64) = 0.99;
 }
 
 /// verl's `reinforce_plus_plus` (see the [module docs](self)). Needs `token_level_rewards`
@@ -93,7 +100,7 @@ impl Default for ReinforcePlusPlusConfig {
 /// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
 /// let mask = [[true, false, true], [true, true, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig { discount: 0.5 })?;
+/// let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(0.5))?;
 /// let out = est.estimate(&input)?;
 /// // The return crosses the observation token without decaying there: 0.5 · 1.
 /// assert_eq!(out.returns().row(0).to_vec(), vec![0.5, 0.0, 1.0]);
@@ -113,7 +120,7 @@ impl ReinforcePlusPlus {
     ///
     /// ```
     /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-    /// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig { discount: -0.1 }).is_err());
+    /// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(-0.1)).is_err());
     /// ```
     pub fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
         config.validate()?;

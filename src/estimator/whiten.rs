@@ -1,4 +1,5 @@
-//! verl's batch whitening over masked tokens (`verl.utils.torch_functional.masked_whiten`).
+//! verl's batch whitening over masked tokens (`verl.utils.torch_functional.masked_whiten`);
+//! the public description is the [estimator module's](super#batch-whitening).
 //!
 //! One mean and one variance over **all** masked tokens of the batch (not per row, not per
 //! group), then every position (masked or not) is shifted and scaled:
@@ -28,9 +29,12 @@
 //! is ±inf (or the rescaled statistics are not representable) we return
 //! [`Error::NonFinite`].
 
+#[cfg(test)]
 use ndarray::{Array2, ArrayView2};
 
-use super::{masked_counts, put_row, select, Out, Tokens, LANES};
+#[cfg(test)]
+use super::Tokens;
+use super::{masked_counts, put_row, select, Out, LANES};
 use crate::error::{check_finite, Error, Result};
 use crate::tensor::FloatViewMut;
 use crate::tensor::MaskView;
@@ -44,22 +48,8 @@ use crate::tensor::MaskView;
 /// [`Error::LengthMismatch`] when the shapes differ; [`Error::Undefined`] when fewer than two
 /// tokens are masked (verl raises); [`Error::NonFinite`] when the statistics or a whitened
 /// value overflow (index = row-major position).
-///
-/// ```
-/// use beacon_rl::estimator::whiten::masked_whiten;
-/// use ndarray::array;
-///
-/// let mut x = array![[1.0, 2.0, 3.0, 100.0]];
-/// let mask = array![[true, true, true, false]];
-/// masked_whiten(&mut x, mask.view())?;
-/// // mean 2, unbiased variance 1 over the three masked tokens.
-/// let s = 1.0 / (1.0f64 + 1e-8).sqrt();
-/// assert!((x[[0, 0]] + s).abs() < 1e-12);
-/// assert!(x[[0, 1]].abs() < 1e-12);
-/// assert!((x[[0, 3]] - 98.0 * s).abs() < 1e-9); // unmasked: shifted and scaled too
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Result<()> {
+#[cfg(test)]
+pub(crate) fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Result<()> {
     super::check_matrix_shape("response_mask", mask.dim(), values.dim())?;
     let mask = Tokens::mask(MaskView::Bool(mask), &mut Vec::new());
     match values.as_slice_mut() {
@@ -77,6 +67,7 @@ pub fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Re
 }
 
 /// [`masked_whiten`] over row-major slices of equal length (checked by the callers).
+#[cfg(test)]
 pub(crate) fn whiten_in_place(values: &mut [f64], mask: &[bool]) -> Result<()> {
     let mut acc = MaskedSum::default();
     acc.add(values, mask);
@@ -476,6 +467,48 @@ impl FiniteAcc {
 mod tests {
     use super::*;
     use ndarray::array;
+
+    #[test]
+    fn hand_computed_example() {
+        let mut x = array![[1.0, 2.0, 3.0, 100.0]];
+        let mask = array![[true, true, true, false]];
+        masked_whiten(&mut x, mask.view()).unwrap();
+        // mean 2, unbiased variance 1 over the three masked tokens.
+        let s = 1.0 / (1.0f64 + 1e-8).sqrt();
+        assert!((x[[0, 0]] + s).abs() < 1e-12);
+        assert!(x[[0, 1]].abs() < 1e-12);
+        assert!((x[[0, 3]] - 98.0 * s).abs() < 1e-9); // unmasked: shifted and scaled too
+    }
+
+    proptest::proptest! {
+        /// masked_whiten on values whose raw unbiased variance s² is computed here: the
+        /// whitened masked values have variance s²/(s² + 1e-8), up to verl's float32 token
+        /// count and Bessel factor (relative 1e-6). (Moved from tests/properties_baselines.rs
+        /// when `whiten` became crate-private.)
+        #[test]
+        fn masked_whiten_follows_its_variance_law(
+            x in proptest::collection::vec(-1.0..1.0f64, 2..40),
+            scale in proptest::prop_oneof![
+                proptest::strategy::Just(1e-5),
+                proptest::strategy::Just(1e-3),
+                proptest::strategy::Just(1.0),
+                proptest::strategy::Just(1e3)
+            ],
+        ) {
+            let n = x.len();
+            let raw: Vec<f64> = x.iter().map(|v| v * scale).collect();
+            let mean = raw.iter().sum::<f64>() / n as f64;
+            let s2 = raw.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1) as f64;
+            let mut m = Array2::from_shape_vec((1, n), raw).unwrap();
+            let mask = Array2::from_elem((1, n), true);
+            masked_whiten(&mut m, mask.view()).unwrap();
+            let w_mean = m.iter().sum::<f64>() / n as f64;
+            let w_var = m.iter().map(|v| (v - w_mean) * (v - w_mean)).sum::<f64>() / (n - 1) as f64;
+            let expected = s2 / (s2 + 1e-8);
+            proptest::prop_assert!((w_var - expected).abs() <= 1e-6 * expected.max(1e-12) + 1e-12,
+                "n {}: var {} vs s2/(s2+1e-8) = {}", n, w_var, expected);
+        }
+    }
 
     #[test]
     fn bessel_factor_is_float32() {

@@ -103,6 +103,7 @@ use crate::error::{check_len, Error, Range, Result};
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct DiscoveryConfig {
     /// A rollout succeeded when its terminal reward R(τ) is above this. Default 0.
     pub success_threshold: f64,
@@ -145,6 +146,31 @@ impl Default for DiscoveryConfig {
     }
 }
 
+crate::setters::with_setters! {
+    DiscoveryConfig, "use beacon_rl::milestone::discover::DiscoveryConfig;", DiscoveryConfig::default();
+    /// Sets the success threshold on R(τ) (default 0; finite).
+    with_success_threshold(success_threshold: f64) = 0.5;
+    /// Sets the share of remembered successes an event needs (default 1; in (0, 1]).
+    with_min_support(min_support: f64) = 0.5;
+    /// Sets the tasks remembered (default 1024; ≥ 1).
+    with_max_tasks(max_tasks: usize) = 16;
+    /// Sets the successful rollouts remembered per task (default 16; ≥ 1).
+    with_max_successes(max_successes: usize) = 4;
+    /// Sets the events kept per remembered rollout (default 256; ≥ 1).
+    with_max_events(max_events: usize) = 64;
+    /// Sets the no-op actions remembered (default 4096; ≥ 1).
+    with_max_noops(max_noops: usize) = 128;
+    /// Sets the feedback sentences remembered (default 64; ≥ 1).
+    with_max_feedback(max_feedback: usize) = 8;
+    /// Sets whether to look for a feedback channel (default true).
+    with_feedback(feedback: bool) = false;
+    /// Sets the distinct verbs a feedback sentence must follow (default 3; in 2..=8).
+    with_feedback_min_verbs(feedback_min_verbs: usize) = 4;
+    /// Sets the largest share of a group's steps a feedback sentence may appear in (default
+    /// 0.75; in (0, 1]).
+    with_feedback_max_step_fraction(feedback_max_step_fraction: f64) = 0.5;
+}
+
 const FINITE: Range = Range {
     expected: "finite",
     ok: f64::is_finite,
@@ -171,7 +197,7 @@ impl DiscoveryConfig {
     /// ```
     /// use beacon_rl::milestone::discover::DiscoveryConfig;
     /// use beacon_rl::Error;
-    /// let cfg = DiscoveryConfig { min_support: 0.0, ..Default::default() };
+    /// let cfg = DiscoveryConfig::default().with_min_support(0.0);
     /// assert!(matches!(cfg.validate(), Err(Error::InvalidConfig { name: "min_support", .. })));
     /// ```
     pub fn validate(&self) -> Result<()> {

@@ -56,11 +56,23 @@ pub(crate) fn from_str_borrowing<T: Borrowing>(text: &str) -> serde_json::Result
 /// Record types with a borrowing read path.
 pub trait Borrowing: Sized {
     fn deserialize_borrowing<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
+
+    /// The record read by a hand-written parser (into `reuse`'s allocations when given), or
+    /// `None` to read it through serde (which then gives the record or the error). Must give
+    /// what serde gives whenever it is `Some`.
+    fn parse_fast(_text: &str, _reuse: Option<Self>) -> Option<Self> {
+        None
+    }
 }
 
 impl Borrowing for TrajectoryRecord {
     fn deserialize_borrowing<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(TrajectoryVisitor { borrow: true })
+    }
+
+    fn parse_fast(text: &str, reuse: Option<Self>) -> Option<Self> {
+        let mut rec = reuse.unwrap_or_default();
+        super::scan::trajectory_into(text, &mut rec).map(|()| rec)
     }
 }
 

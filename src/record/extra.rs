@@ -369,6 +369,16 @@ impl ExtraBuilder {
         self.count += 1;
     }
 
+    /// A builder that writes into `extra`'s allocation (its fields are dropped).
+    pub(crate) fn reusing(mut extra: Extra) -> Self {
+        extra.text.clear();
+        Self {
+            extra,
+            seen: None,
+            count: 0,
+        }
+    }
+
     pub(crate) fn finish(self) -> Extra {
         self.extra
     }

@@ -1,8 +1,8 @@
 //! Reading trajectory files group by group, so that memory is bounded by the largest group.
 
-use std::collections::HashMap;
 use std::io::BufRead;
 
+use super::ids::{IdSet, Location};
 use super::jsonl::{in_file, JsonlReader};
 use super::{record_error, RecordBatch, TrajectoryRecord};
 use crate::error::{Error, Result};
@@ -58,13 +58,6 @@ impl RecordGroup {
     }
 }
 
-/// Where a record was read: input index and 1-based line.
-#[derive(Debug, Clone, Copy)]
-struct Location {
-    source: usize,
-    line: usize,
-}
-
 /// Reads trajectory JSON Lines inputs (one or several, in order) and yields one
 /// [`RecordGroup`] at a time: memory holds one group, not the file.
 ///
@@ -77,8 +70,8 @@ struct Location {
 ///
 /// `traj_id`s must be unique over all inputs: a repeat is an [`Error::Record`] (field
 /// `traj_id`) naming the input and line of both occurrences. Memory beyond the largest group:
-/// the ids seen (one `traj_id` and `group_id` string per trajectory and group, about 60 bytes
-/// each plus the id's length), the kind of check that needs them.
+/// the ids seen, which an exact check has to keep (every `traj_id`, and the `group_id` of each
+/// closed group), stored compactly: about 40 bytes plus the id's length per id.
 ///
 /// The first error ends the iteration (a group cannot be trusted past a bad line).
 ///
@@ -110,11 +103,16 @@ pub struct TrajectoryGroups<R> {
     /// The first record of the next group, read while closing the previous one.
     lookahead: Option<(Location, TrajectoryRecord)>,
     /// Closed groups: where the line after each one's run was.
-    closed: HashMap<String, Location>,
-    traj_ids: HashMap<String, Location>,
+    closed: IdSet,
+    traj_ids: IdSet,
     contiguous: bool,
     finished: bool,
+    /// Records handed back by [`recycle`](Self::recycle), read into again.
+    spare: Vec<TrajectoryRecord>,
 }
+
+/// At most this many recycled records are kept (a few groups' worth).
+const MAX_SPARE: usize = 1024;
 
 /// Groups of one trajectory JSON Lines input (see [`TrajectoryGroups`]).
 ///
@@ -149,10 +147,11 @@ impl<R: BufRead> TrajectoryGroups<R> {
             sources,
             current: 0,
             lookahead: None,
-            closed: HashMap::new(),
-            traj_ids: HashMap::new(),
+            closed: IdSet::default(),
+            traj_ids: IdSet::default(),
             contiguous: true,
             finished: false,
+            spare: Vec::new(),
         }
     }
 
@@ -185,10 +184,31 @@ impl<R: BufRead> TrajectoryGroups<R> {
         &self.sources
     }
 
+    /// Hands a group's records back for reuse: the next lines are read into their
+    /// allocations (strings, step lists), so a reader whose caller recycles each group it is
+    /// done with allocates almost nothing per line. Optional; at most 1,024 records are kept.
+    ///
+    /// ```
+    /// use beacon_rl::record::read_groups;
+    /// let line = |g: &str, t: &str| format!(
+    ///     r#"{{"group_id": "{g}", "traj_id": "{t}", "terminal_reward": 1, "steps": [{{"action": "a", "observation": "o", "reward": 0, "done": true}}]}}"#
+    /// );
+    /// let text = [line("g1", "a"), line("g2", "b")].join("\n");
+    /// let mut groups = read_groups(text.as_bytes());
+    /// let first = groups.next().unwrap()?;
+    /// groups.recycle(first);
+    /// assert_eq!(groups.next().unwrap()?.records[0].traj_id, "b");
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn recycle(&mut self, group: RecordGroup) {
+        let room = MAX_SPARE.saturating_sub(self.spare.len());
+        self.spare.extend(group.records.into_iter().take(room));
+    }
+
     /// The next record over all inputs with its location.
     fn next_record(&mut self) -> Option<Result<(Location, TrajectoryRecord)>> {
         while let Some(reader) = self.readers.get_mut(self.current) {
-            match reader.next_numbered() {
+            match reader.next_reusing(self.spare.pop()) {
                 Some(Ok((line, rec))) => {
                     let at = Location {
                         source: self.current,
@@ -209,7 +229,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
 
     /// Records the record's `traj_id`, refusing a repeat.
     fn check_unique(&mut self, at: Location, rec: &TrajectoryRecord) -> Result<()> {
-        if let Some(first) = self.traj_ids.get(rec.traj_id.as_str()) {
+        if let Some(first) = self.traj_ids.insert(&rec.traj_id, at) {
             let first_at = match self.name(first.source) {
                 Some(f) => format!("line {} of {f}", first.line),
                 None => format!("line {}", first.line),
@@ -221,7 +241,6 @@ impl<R: BufRead> TrajectoryGroups<R> {
             );
             return Err(in_file(e, &self.name(at.source)));
         }
-        self.traj_ids.insert(rec.traj_id.clone(), at);
         Ok(())
     }
 
@@ -268,7 +287,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
                 group.sources.push(at.source);
             } else {
                 if self.contiguous {
-                    self.closed.insert(group.group_id().to_string(), at);
+                    self.closed.insert(group.group_id(), at);
                 }
                 self.lookahead = Some((at, rec));
                 break;

@@ -137,6 +137,12 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn next_numbered(&mut self) -> Option<Result<(usize, T)>> {
+        self.next_reusing(None)
+    }
+
+    /// [`next_numbered`](Self::next_numbered), reading the record into `reuse`'s allocations
+    /// (its strings and lists) when it can.
+    pub(crate) fn next_reusing(&mut self, mut reuse: Option<T>) -> Option<Result<(usize, T)>> {
         while !self.finished {
             self.buf.clear();
             // At most max + 1 bytes: a line break within them ends the line, else it is too long.
@@ -159,7 +165,8 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
                         text = text.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(text);
                     }
                     if !text.is_empty() {
-                        let parsed = parse_line(text, self.line).map_err(|e| in_file(e, &self.source));
+                        let parsed = parse_line_reusing(text, self.line, reuse.take())
+                            .map_err(|e| in_file(e, &self.source));
                         return Some(parsed.map(|r| (self.line, r)));
                     }
                 }
@@ -334,6 +341,11 @@ pub(crate) fn encode<T: JsonlRecord>(record: &T, line: usize, buf: &mut Vec<u8>)
 
 /// Parses one line (trimmed, non-empty) into a validated record.
 pub(crate) fn parse_line<T: JsonlRecord>(text: &[u8], line: usize) -> Result<T> {
+    parse_line_reusing(text, line, None)
+}
+
+/// [`parse_line`], reading into `reuse`'s allocations when it can.
+fn parse_line_reusing<T: JsonlRecord>(text: &[u8], line: usize, reuse: Option<T>) -> Result<T> {
     // One UTF-8 check of the whole line, then serde_json's `str` reader (which checks no
     // string again), borrowing the unknown fields' text.
     let checked = match std::str::from_utf8(text) {
@@ -347,6 +359,11 @@ pub(crate) fn parse_line<T: JsonlRecord>(text: &[u8], line: usize) -> Result<T> 
             ));
         }
     };
+    // The hand-written reader first (trajectory lines); serde for anything it leaves.
+    if let Some(record) = T::parse_fast(checked, reuse) {
+        record.validate_values(line)?;
+        return Ok(record);
+    }
     match super::de::from_str_borrowing::<T>(checked) {
         Ok(record) => {
             // Read records cannot hold a named key in `extra`: only the values are checked.

@@ -106,9 +106,11 @@ mod convert;
 mod de;
 mod extra;
 mod groups;
+mod ids;
 mod jsonl;
 mod num;
 mod rows;
+mod scan;
 
 pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;

@@ -41,7 +41,7 @@
 //! ```
 //! use beacon_rl::testbed::{auc, train, KeyChain, Method, MilestoneSource, TrainerConfig};
 //! let env = KeyChain::new(3, 4)?;
-//! let config = TrainerConfig { iterations: 40, ..TrainerConfig::default() };
+//! let config = TrainerConfig::default().with_iterations(40);
 //! let beacon = train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?;
 //! let grpo = train(&env, Method::Grpo, &mut MilestoneSource::Env, &config)?;
 //! println!("AUC beacon {:.2} grpo {:.2}", auc(&beacon.success), auc(&grpo.success));

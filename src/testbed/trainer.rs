@@ -38,6 +38,7 @@ pub enum AdvantageScale {
 /// Trainer settings. [`TrainerConfig::default`]: G = 8, 4 tasks per iteration, 200
 /// iterations, η = 1, batch-RMS scaling, seed 0.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct TrainerConfig {
     /// G, episodes per task.
     pub group_size: usize,
@@ -66,8 +67,25 @@ impl Default for TrainerConfig {
     }
 }
 
+crate::setters::with_setters! {
+    TrainerConfig, "use beacon_rl::testbed::trainer::{AdvantageScale, TrainerConfig};", TrainerConfig::default();
+    /// Sets G, episodes per task (default 8).
+    with_group_size(group_size: usize) = 4;
+    /// Sets the tasks (groups) per iteration (default 4).
+    with_tasks_per_iteration(tasks_per_iteration: usize) = 2;
+    /// Sets the policy updates (default 200).
+    with_iterations(iterations: usize) = 10;
+    /// Sets η of the REINFORCE step (default 1.0).
+    with_learning_rate(learning_rate: f64) = 0.5;
+    /// Sets the advantage scaling (default [`AdvantageScale::BatchRms`]).
+    with_scale(scale: AdvantageScale) = AdvantageScale::None;
+    /// Sets the seed of every random draw (default 0).
+    with_seed(seed: u64) = 7;
+}
+
 /// What one training run measured, per iteration (before that iteration's update).
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct TrainingRun {
     /// Fraction of the iteration's episodes that reached the goal.
     pub success: Vec<f64>,
@@ -115,7 +133,7 @@ impl Rollouts {
 /// ```
 /// use beacon_rl::testbed::{train, KeyChain, Method, MilestoneSource, TrainerConfig};
 /// let env = KeyChain::new(2, 4)?;
-/// let config = TrainerConfig { iterations: 30, ..TrainerConfig::default() };
+/// let config = TrainerConfig::default().with_iterations(30);
 /// let run = train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?;
 /// assert_eq!(run.success.len(), 30);
 /// // Deterministic: the same seed gives the same curve.
