@@ -246,9 +246,52 @@ fn bench_size(c: &mut Criterion, label: &str, rows: usize) {
     group.finish();
 }
 
+/// `--features rayon`: the outcome estimators at C (f32 rewards → f32 advantages) on a
+/// 1-thread pool (the serial path) and a 2-thread pool, in one group.
+#[cfg(feature = "rayon")]
+fn bench_parallel(c: &mut Criterion) {
+    let rows = 30720;
+    let d = data(rows);
+    let mut group = c.benchmark_group("trainer_C_rayon");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements((rows * TOKENS) as u64));
+    let mut adv = Array2::<f32>::zeros((rows, TOKENS));
+    let mut ws = Workspace::new();
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        for (name, m) in [
+            ("grpo", "i64"),
+            ("grpo", "lengths"),
+            ("rloo", "i64"),
+            ("rloo", "lengths"),
+        ] {
+            let est = build(name);
+            let input = EstimatorInput::new(&d.batch).with_token_level_rewards(&d.rewards);
+            let input = match m {
+                "i64" => input.with_response_mask(&d.mask),
+                _ => input.with_response_lengths(&d.lens, TOKENS),
+            };
+            group.bench_function(format!("{name}/{m}/threads_{threads}"), |b| {
+                pool.install(|| {
+                    b.iter(|| {
+                        est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
+                            .expect("estimate_into")
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn bench_trainer(c: &mut Criterion) {
     bench_size(c, "B", 3840);
     bench_size(c, "C", 30720);
+    #[cfg(feature = "rayon")]
+    bench_parallel(c);
 }
 
 criterion_group!(benches, bench_trainer);
