@@ -21,7 +21,7 @@
 //!   carried from the next generated token.
 //! - Returns at padding are the values V_t (Â = 0 there).
 //! - The whitening's token count and Bessel factor are float32, and verl raises when fewer than
-//!   2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
+//!   2 tokens are masked: [`Error::Undefined`].
 //!
 //! No deliberate difference from verl.
 
@@ -69,7 +69,7 @@ impl GaeConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless both are in [0, 1].
+    /// [`Error::InvalidConfig`] unless both are in [0, 1].
     ///
     /// ```
     /// # use beacon_rl::estimator::GaeConfig;
@@ -124,7 +124,7 @@ impl Gae {
     /// Validates the parameters and builds the estimator.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
+    /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
     /// # use beacon_rl::estimator::{Gae, GaeConfig};
