@@ -14,9 +14,15 @@
 //! - `online`: per task, a batch of the failures first (no success: nothing to learn), then the
 //!   successes, then the failures again (flagged from memory); scores the last batch.
 //!
-//! Then an ablation: TextWorld's observations carry the sentence "Your score has just gone up
-//! by one point." (the environment's progress feedback). Discovery may find it as a feedback
-//! sentence; the `no score text` rows remove it from every observation first.
+//! Every protocol runs twice: on the observations as recorded, and with the **score sentences
+//! stripped**. TextWorld prints "Your score has just gone up by one point." at each of its
+//! milestones and "You scored 11 out of a possible 11, in 22 turns." at the end: a score
+//! channel in the text, which discovery can find as a feedback sentence. The stripped variant
+//! is the honest one for "no environment signal". The rule, applied here by the harness (the
+//! detector is the same in both variants): split each observation into sentences at `.`, `!`,
+//! `?` and line breaks (each sentence keeps its end mark) and drop every sentence containing
+//! `score` in any case (ScienceWorld's observations have none; in TextWorld's it removes 79 sentences
+//! from 71 observations).
 //!
 //! `cargo run --release --example discover_eval` (add `--failures` to list the disagreements).
 
@@ -27,7 +33,24 @@ use beacon_rl::milestone::{DiscoveryConfig, MilestoneAgreement, MilestoneDiscove
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Result, RolloutBatch};
 
-const SCORE_TEXT: &str = "Your score has just gone up by one point.";
+/// `text` without its sentences that mention a score (module docs: the stripping rule).
+fn strip_score_sentences(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut keep = |sentence: &str| {
+        if !sentence.to_ascii_lowercase().contains("score") {
+            out.push_str(sentence);
+        }
+    };
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        if matches!(c, '.' | '!' | '?' | '\n' | '\r') {
+            keep(&text[start..i + c.len_utf8()]);
+            start = i + c.len_utf8();
+        }
+    }
+    keep(&text[start..]);
+    out
+}
 
 fn env_of(r: &TrajectoryRecord) -> String {
     r.extra
@@ -204,48 +227,46 @@ fn main() -> Result<()> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
     let records = read_trajectories(open_jsonl(path)?).collect::<Result<Vec<_>>>()?;
     let mut stripped = records.clone();
+    let mut removed = 0;
     for r in &mut stripped {
         for s in &mut r.steps {
-            s.observation = s.observation.replace(SCORE_TEXT, "");
+            let kept = strip_score_sentences(&s.observation);
+            removed += usize::from(kept != s.observation);
+            s.observation = kept;
         }
     }
+    println!("score sentences stripped from {removed} observations\n");
 
     println!(
         "{:<28} {:<13} {:>4} {:>4} {:>4}  {:<5}  {:<5}  {:<5}  {:>5}",
         "protocol", "env", "TP", "FP", "FN", "P", "R", "F1", "pos"
     );
-    let rb = RecordBatch::new(&records)?;
-    print_rows("baseline (frequency)", &agreement(&rb, &baseline(&records)?)?);
-    print_rows("discovery: batch", &agreement(&rb, &batch_protocol(&records)?)?);
-    print_rows(
-        "discovery: per-group",
-        &agreement(&rb, &per_group_protocol(&records)?)?,
-    );
-    print_rows(
-        "discovery: leave-one-out",
-        &agreement(&rb, &leave_one_out_protocol(&records)?)?,
-    );
-    let (fails, first, last) = online_protocol(&records)?;
-    let rf = RecordBatch::new(&fails)?;
-    print_rows("online: failures, no memory", &agreement(&rf, &first)?);
-    print_rows("online: failures, memory", &agreement(&rf, &last)?);
-
-    let rs = RecordBatch::new(&stripped)?;
-    print_rows("no score text: baseline", &agreement(&rs, &baseline(&stripped)?)?);
-    print_rows(
-        "no score text: batch",
-        &agreement(&rs, &batch_protocol(&stripped)?)?,
-    );
-    print_rows(
-        "no score text: leave-one-out",
-        &agreement(&rs, &leave_one_out_protocol(&stripped)?)?,
-    );
+    for (variant, data) in [("score text", &records), ("stripped", &stripped)] {
+        println!("--- {variant}");
+        let rb = RecordBatch::new(data)?;
+        print_rows("baseline (frequency)", &agreement(&rb, &baseline(data)?)?);
+        print_rows("discovery: batch", &agreement(&rb, &batch_protocol(data)?)?);
+        print_rows(
+            "discovery: per-group",
+            &agreement(&rb, &per_group_protocol(data)?)?,
+        );
+        print_rows(
+            "discovery: leave-one-out",
+            &agreement(&rb, &leave_one_out_protocol(data)?)?,
+        );
+        let (fails, first, last) = online_protocol(data)?;
+        let rf = RecordBatch::new(&fails)?;
+        print_rows("online: failures, no memory", &agreement(&rf, &first)?);
+        print_rows("online: failures, memory", &agreement(&rf, &last)?);
+    }
 
     if std::env::args().any(|a| a == "--failures") {
         println!("\n[batch protocol]");
         print_failures(&records, &batch_protocol(&records)?)?;
-        println!("\n[batch protocol, no score text]");
+        println!("\n[batch protocol, score sentences stripped]");
         print_failures(&stripped, &batch_protocol(&stripped)?)?;
+        println!("\n[leave-one-out, score sentences stripped]");
+        print_failures(&stripped, &leave_one_out_protocol(&stripped)?)?;
     }
     Ok(())
 }

@@ -7,8 +7,11 @@
 //! the memory carries across iterations. Same settings as the testbed's sweep: G = 8, 4 tasks
 //! per iteration, η = 100 with batch-RMS scaling, budget 4 steps a room, seeds 0..N.
 //!
+//! The last column turns off the success-free signal (`novelty: false`): discovery then learns
+//! only from successes, and finds nothing while no rollout succeeds.
+//!
 //! `cargo run --release --example discover_testbed [-- K… ]` (default K = 2 4 6 8; 10 seeds,
-//! 300 iterations).
+//! 300 iterations; `DISCOVER_SEEDS=n` for fewer seeds).
 
 use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery, Transition};
 use beacon_rl::testbed::{
@@ -19,8 +22,8 @@ use beacon_rl::RolloutBatch;
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// A testbed labeler backed by one `MilestoneDiscovery` (its memory lives as long as the run).
-fn discovered() -> BoxResult<MilestoneSource> {
-    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+fn discovered(novelty: bool) -> BoxResult<MilestoneSource> {
+    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default().with_novelty(novelty))?;
     Ok(MilestoneSource::custom(
         move |group: &[EpisodeText<'_>]| -> Vec<Vec<bool>> {
             let lens: Vec<usize> = group.iter().map(|e| e.steps.len()).collect();
@@ -33,6 +36,7 @@ fn discovered() -> BoxResult<MilestoneSource> {
             let flags = RolloutBatch::from_blocks(group.len(), &lens, rewards).and_then(|batch| {
                 discovery.discover(&batch, &[task], |row, _| Transition {
                     action: steps[row].action,
+                    observation: steps[row].observation,
                     next_observation: steps[row].next_observation,
                     ..Transition::default()
                 })
@@ -56,12 +60,18 @@ fn main() -> BoxResult<()> {
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
     let ks = if ks.is_empty() { vec![2, 4, 6, 8] } else { ks };
-    let seeds = 10u64;
-    println!("K  | grpo AUC (final) | beacon, discovered AUC (final) | beacon, env AUC (final) | gap closed");
+    // DISCOVER_SEEDS=n for a quicker look while iterating.
+    let seeds: u64 = std::env::var("DISCOVER_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    println!(
+        "K  | grpo AUC (final) | beacon, discovered AUC (final) | beacon, env AUC (final) | gap closed | without novelty: AUC (final), gap closed"
+    );
     for k in ks {
         let env = KeyChain::new(k, 4)?;
         let mut row = Vec::new();
-        for which in 0..3 {
+        for which in 0..4 {
             let (mut aucs, mut finals) = (Vec::new(), Vec::new());
             for seed in 0..seeds {
                 let config = TrainerConfig::default()
@@ -70,8 +80,9 @@ fn main() -> BoxResult<()> {
                     .with_seed(seed);
                 let run = match which {
                     0 => train(&env, Method::Grpo, &mut MilestoneSource::Env, &config)?,
-                    1 => train(&env, Method::Beacon, &mut discovered()?, &config)?,
-                    _ => train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?,
+                    1 => train(&env, Method::Beacon, &mut discovered(true)?, &config)?,
+                    2 => train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?,
+                    _ => train(&env, Method::Beacon, &mut discovered(false)?, &config)?,
                 };
                 aucs.push(auc(&run.success));
                 finals.push(final_success(&run.success));
@@ -79,14 +90,25 @@ fn main() -> BoxResult<()> {
             row.push((mean(&aucs), mean(&finals)));
         }
         let gap = row[2].0 - row[0].0;
-        let closed = if gap > 1e-9 {
-            format!("{:.0}%", 100.0 * (row[1].0 - row[0].0) / gap)
-        } else {
-            "no gap".into()
+        let closed = |auc: f64| {
+            if gap > 1e-9 {
+                format!("{:.0}%", 100.0 * (auc - row[0].0) / gap)
+            } else {
+                "no gap".into()
+            }
         };
         println!(
-            "{k}  | {:.3} ({:.3})    | {:.3} ({:.3})                  | {:.3} ({:.3})           | {closed}",
-            row[0].0, row[0].1, row[1].0, row[1].1, row[2].0, row[2].1
+            "{k}  | {:.3} ({:.3})    | {:.3} ({:.3})                  | {:.3} ({:.3})           | {:<10} | {:.3} ({:.3}), {}",
+            row[0].0,
+            row[0].1,
+            row[1].0,
+            row[1].1,
+            row[2].0,
+            row[2].1,
+            closed(row[1].0),
+            row[3].0,
+            row[3].1,
+            closed(row[3].0)
         );
     }
     Ok(())

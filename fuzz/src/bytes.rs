@@ -1,5 +1,5 @@
 //! A tiny decoder from fuzz bytes to structured values, shared by the fuzz targets and the
-//! regression replay (`tests/fuzz_regressions.rs`).
+//! regression replay (`tests/it/fuzz_regressions.rs`).
 //!
 //! It plays the role of `arbitrary::Unstructured`, but it is a plain module with no
 //! dependency, so that the root crate's tests can include it (`#[path]`) without a new

@@ -1,7 +1,7 @@
 //! Oracles of beacon-rl's fuzz targets (`fuzz_targets/*.rs`), one module per target.
 //!
 //! Each module's `run(data)` decodes the fuzz input with [`bytes::Bytes`] and panics when an
-//! oracle is violated. The root crate's `tests/fuzz_regressions.rs` includes these same files
+//! oracle is violated. The root crate's `tests/it/fuzz_regressions.rs` includes these same files
 //! with `#[path]` and replays every input under `fuzz/regressions/<target>/` through them on
 //! stable Rust, so a crash found here stays a test of `cargo test`.
 

@@ -21,7 +21,9 @@ the crate computes. Bad input raises ``ValueError`` or ``TypeError`` with the cr
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -69,9 +71,16 @@ def _config_json(config: Optional[Mapping[str, Any]]) -> Optional[str]:
     return json.dumps(dict(config))
 
 
+@functools.lru_cache(maxsize=256)
+def _has_returns(name: str, config_json: Optional[str]) -> bool:
+    """Whether ``name`` computes returns of its own (else they equal its advantages)."""
+    return bool(_native.has_returns(name, config_json))
+
+
 def _is_torch(x: Any) -> bool:
-    """True for a torch.Tensor, without importing torch."""
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+    """True for a torch.Tensor, without importing torch (no tensor exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 class _Caller:
@@ -85,6 +94,8 @@ class _Caller:
         """A numpy view of ``x`` (no copy for numpy arrays and CPU tensors)."""
         if x is None:
             return None
+        if type(x) is np.ndarray:
+            return x
         if _is_torch(x):
             if self.torch_device is None:
                 self.torch_device = x.device
@@ -138,32 +149,67 @@ def _finish(caller: _Caller, out: Array) -> Array:
     return out
 
 
+def _finish_pair(caller: _Caller, adv: Array, ret: Array) -> Tuple[Array, Array]:
+    """Both results on the caller's device; one array returned twice stays one array."""
+    a = _finish(caller, adv)
+    return a, (a if ret is adv else _finish(caller, ret))
+
+
 def _outputs(
     caller: _Caller,
     out: Optional[Sequence[Array]],
     shape: Tuple[int, int],
     dtype: np.dtype,
-) -> Tuple[Array, Array, np.ndarray, np.ndarray]:
-    """The two outputs: the caller's ``out`` pair (written in place) or fresh arrays."""
+    returns: bool,
+) -> Tuple[Array, Array, np.ndarray, Optional[np.ndarray]]:
+    """The two outputs: the caller's ``out`` pair (written in place) or fresh arrays.
+
+    ``returns``: the estimator computes returns of its own. When it does not, a fresh result
+    is one array returned twice (as verl's own estimators return ``scores, scores``), and an
+    ``out`` pair may be one array twice; the returned returns view is then ``None`` (nothing
+    to write besides the advantages)."""
     if out is not None:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError("out: expected a pair (advantages, returns)")
         views = []
         for name, o in zip(("out[0] (advantages)", "out[1] (returns)"), out):
-            if _is_torch(o) and o.device.type != "cpu":
-                raise ValueError(f"{name}: must be a CPU tensor to be written in place")
-            if not (_is_torch(o) or isinstance(o, np.ndarray)):
+            if _is_torch(o):
+                if o.device.type != "cpu":
+                    raise ValueError(f"{name}: must be a CPU tensor to be written in place")
+                if o.requires_grad:
+                    raise ValueError(f"{name}: requires grad; pass a tensor without autograd history")
+                v = o.numpy()
+            elif isinstance(o, np.ndarray):
+                v = o
+            else:
                 raise TypeError(f"{name}: expected a numpy array or CPU torch tensor")
-            if _is_torch(o) and o.requires_grad:
-                raise ValueError(f"{name}: requires grad; pass a tensor without autograd history")
-            v = o.numpy() if _is_torch(o) else o
             if tuple(v.shape) != tuple(shape):
                 raise ValueError(f"{name}: has shape {tuple(v.shape)}, expected {tuple(shape)}")
             views.append(v)
+            if out[1] is out[0]:
+                break
+        if len(views) == 1:
+            views.append(views[0])
+        if not returns and _same_array(views[0], views[1]):
+            return out[0], out[1], views[0], None
         return out[0], out[1], views[0], views[1]
     a, av = _empty(caller, shape, dtype)
+    if not returns:
+        return a, a, av, None
     r, rv = _empty(caller, shape, dtype)
     return a, r, av, rv
+
+
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same elements in the same layout (one buffer passed as both outputs)."""
+    if a is b:
+        return True
+    return (
+        a.shape == b.shape
+        and a.strides == b.strides
+        and a.dtype == b.dtype
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
 
 
 def _float_dtype(*arrays: Optional[np.ndarray]) -> np.dtype:
@@ -211,11 +257,16 @@ def estimate(
     - ``config``: parameters in the crate's serde field names (e.g. ``{"norm": "mean_only"}``
       for grpo, ``{"segment_weight": 0.5}`` for beacon); omitted ones take verl's defaults.
     - ``out``: a pair ``(advantages, returns)`` of float32/float64 numpy arrays or CPU tensors
-      of the output shape, written in place and returned.
+      of the output shape, written in place and returned. For estimators whose returns equal
+      their advantages (all but ``gae``, ``reinforce_plus_plus`` and the other estimators
+      with returns of their own), the pair may be one array twice: only the advantages are
+      written.
 
     Returns ``(advantages, returns)`` of shape ``response_mask.shape`` (else
     ``token_level_rewards.shape``, else rows × 1), as torch tensors when
-    ``token_level_rewards`` (or the first array given) is one, in its float dtype.
+    ``token_level_rewards`` (or the first array given) is one, in its float dtype. When the
+    estimator's returns equal its advantages and no ``out`` is given, both are the **same**
+    array, as verl's own estimators return ``scores, scores`` (one allocation and no copy).
 
     Raises ``TypeError`` for an unsupported array type or dtype and ``ValueError`` with the
     crate's message (which field, which row) for bad values or shapes.
@@ -238,10 +289,11 @@ def estimate(
         anchors = anchors.astype(object)
     shape = _native.output_shape(index=idx, token_level_rewards=rewards, response_mask=mask)
     dtype = _float_dtype(rewards, episode, step, vals)
-    adv, ret, adv_view, ret_view = _outputs(caller, out, shape, dtype)
+    config_json = _config_json(config)
+    adv, ret, adv_view, ret_view = _outputs(caller, out, shape, dtype, _has_returns(name, config_json))
     _native.estimate(
         name,
-        _config_json(config),
+        config_json,
         adv_view,
         ret_view,
         token_level_rewards=rewards,
@@ -258,7 +310,7 @@ def estimate(
         step_rewards=step,
         anchor_obs=anchors,
     )
-    return _finish(caller, adv), _finish(caller, ret)
+    return _finish_pair(caller, adv, ret)
 
 
 def estimate_turns(
@@ -287,8 +339,9 @@ def estimate_turns(
     ``name`` is ``beacon``, ``beacon_official``, ``beacon_ablation`` or ``gigpo`` (for GiGPO a turn's anchor state
     is its position in the dialogue and its step reward the sum of the turn-end rewards from
     it on, since verl passes no observations). Each turn's advantage is written over its
-    tokens; every other token gets 0. Returns ``(advantages, returns)`` (equal), shaped and
-    typed like ``token_level_rewards``; ``out`` as in :func:`estimate`.
+    tokens; every other token gets 0. Returns ``(advantages, returns)``, one array twice
+    (returns equal the advantages), shaped and typed like ``token_level_rewards``; ``out`` as
+    in :func:`estimate` (a pair, possibly one array twice).
     """
     caller = _Caller()
     rewards = caller.numpy(token_level_rewards, "token_level_rewards")
@@ -299,7 +352,7 @@ def estimate_turns(
     shape = tuple(mask.shape)
     if len(shape) != 2:
         raise ValueError(f"response_mask: expected rows × L, got shape {shape}")
-    adv, ret, adv_view, ret_view = _outputs(caller, out, shape, _float_dtype(rewards))  # type: ignore[arg-type]
+    adv, ret, adv_view, ret_view = _outputs(caller, out, shape, _float_dtype(rewards), False)  # type: ignore[arg-type]
     _native.estimate_turns(
         name,
         _config_json(config),
@@ -309,4 +362,4 @@ def estimate_turns(
         response_mask=mask,
         index=idx,
     )
-    return _finish(caller, adv), _finish(caller, ret)
+    return _finish_pair(caller, adv, ret)

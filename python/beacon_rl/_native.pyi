@@ -9,7 +9,7 @@ def estimate(
     name: str,
     config_json: Optional[str],
     out_advantages: npt.NDArray[np.floating],
-    out_returns: npt.NDArray[np.floating],
+    out_returns: Optional[npt.NDArray[np.floating]],
     *,
     token_level_rewards: Optional[npt.NDArray[np.floating]] = None,
     response_mask: Optional[np.ndarray] = None,
@@ -26,7 +26,8 @@ def estimate(
     anchor_obs: Optional[npt.NDArray[np.object_]] = None,
 ) -> None:
     """Computes advantages and returns of estimator ``name`` into the two output arrays
-    (float32 or float64, allocated by the caller). Inputs: float32/float64 values,
+    (float32 or float64, allocated by the caller; ``out_returns`` may be ``None`` when
+    ``has_returns(name)`` is false, and only the advantages are written). Inputs: float32/float64 values,
     bool/uint8/int64 masks, int64 or object keys. Releases the GIL while computing.
     Raises TypeError for unsupported dtypes, ValueError with the crate's message otherwise."""
 
@@ -34,7 +35,7 @@ def estimate_turns(
     name: str,
     config_json: Optional[str],
     out_advantages: npt.NDArray[np.floating],
-    out_returns: npt.NDArray[np.floating],
+    out_returns: Optional[npt.NDArray[np.floating]],
     *,
     token_level_rewards: npt.NDArray[np.floating],
     response_mask: np.ndarray,
@@ -59,3 +60,20 @@ def verl_names() -> list[str]:
 
 def validate(name: str, config_json: Optional[str] = None) -> None:
     """Raises ValueError unless ``name`` with ``config_json`` builds."""
+
+def has_returns(name: str, config_json: Optional[str] = None) -> bool:
+    """True when ``name`` computes returns of its own (else they equal its advantages)."""
+
+def _time_crate_call(
+    name: str,
+    out_advantages: npt.NDArray[np.floating],
+    *,
+    token_level_rewards: npt.NDArray[np.floating],
+    response_mask: np.ndarray,
+    index: npt.NDArray[np.int64],
+    reps: int,
+    lengths: Optional[npt.NDArray[np.int64]] = None,
+) -> Tuple[list[float], list[float]]:
+    """Benchmark helper, not API: wall-clock and CPU (``time.process_time``) seconds of each
+    of ``reps`` runs of the crate's own call (kept batch builder and workspace, int64 group
+    ids, the mask as given or as ``lengths``), with no binding around it."""

@@ -13,7 +13,10 @@
 //! No Python type appears here: the functions run with the GIL released.
 
 use std::cell::RefCell;
+use std::hash::Hash;
+use std::time::Instant;
 
+use beacon_rl::batch::BatchBuilder;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::{FloatView, FloatViewMut, MaskView};
 use beacon_rl::token::{spans_into, TokenSpan};
@@ -30,21 +33,90 @@ impl From<beacon_rl::Error> for Failure {
     }
 }
 
-type Res<T> = std::result::Result<T, Failure>;
+pub type Res<T> = std::result::Result<T, Failure>;
 
-thread_local! {
-    /// The crate's scratch space, kept per thread so that repeated calls of the same size
-    /// allocate nothing in the crate. Calls run on the caller's thread (the GIL is released,
-    /// not handed to another thread), and nothing in a call re-enters the binding.
-    static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::new());
+/// What the binding keeps between calls on one thread: the crate's scratch space, the batch
+/// builder's key tables and the last batch, rebuilt in place by the next call. Once they have
+/// grown to the batch size, a call allocates nothing in the crate.
+#[derive(Default)]
+struct State {
+    ws: Workspace,
+    builder: BatchBuilder,
+    batch: Option<RolloutBatch>,
 }
 
-/// Runs `f` with this thread's workspace (a fresh one if it is somehow already in use).
-fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> T) -> T {
-    WORKSPACE.with(|ws| match ws.try_borrow_mut() {
-        Ok(mut ws) => f(&mut ws),
-        Err(_) => f(&mut Workspace::new()),
+impl State {
+    /// Rebuilds the kept batch from this call's keys (a new batch on the thread's first call).
+    /// On error the kept batch is left as it was and nothing of it is read.
+    fn rebuild<G: Hash + Eq, T: Hash + Eq>(
+        &mut self,
+        groups: &[G],
+        trajs: Option<&[T]>,
+        episode: &[f64],
+    ) -> Res<()> {
+        let b = &mut self.builder;
+        match (&mut self.batch, trajs) {
+            (Some(batch), Some(t)) => b.rebuild_from_row_keys(batch, groups, t, episode)?,
+            (Some(batch), None) => b.rebuild_from_group_keys(batch, groups, episode)?,
+            (slot @ None, Some(t)) => *slot = Some(b.from_row_keys(groups, t, episode)?),
+            (slot @ None, None) => *slot = Some(RolloutBatch::from_group_keys(groups, episode)?),
+        }
+        Ok(())
+    }
+
+    /// The batch the last successful rebuild left, and the workspace (disjoint borrows).
+    fn parts(&mut self) -> Res<(&RolloutBatch, &mut Workspace)> {
+        let batch = self
+            .batch
+            .as_ref()
+            .ok_or_else(|| Failure("internal: no batch after a successful build".into()))?;
+        Ok((batch, &mut self.ws))
+    }
+
+    /// [`rebuild`](Self::rebuild) for any combination of key columns.
+    fn rebuild_keys(&mut self, groups: &Keys<'_>, trajs: Option<&Keys<'_>>, episode: &[f64]) -> Res<()> {
+        const NO_TRAJ: Option<&[i64]> = None;
+        match (groups, trajs) {
+            (Keys::Ints(g), None) => self.rebuild(g, NO_TRAJ, episode),
+            (Keys::Strs(g), None) => self.rebuild(g, NO_TRAJ, episode),
+            (Keys::Ints(g), Some(Keys::Ints(t))) => self.rebuild(g, Some(t), episode),
+            (Keys::Ints(g), Some(Keys::Strs(t))) => self.rebuild(g, Some(t), episode),
+            (Keys::Strs(g), Some(Keys::Ints(t))) => self.rebuild(g, Some(t), episode),
+            (Keys::Strs(g), Some(Keys::Strs(t))) => self.rebuild(g, Some(t), episode),
+        }
+    }
+}
+
+thread_local! {
+    /// Kept per thread: calls run on the caller's thread (the GIL is released, not handed to
+    /// another thread), and nothing in a call re-enters the binding.
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+/// Runs `f` with this thread's kept state (a fresh one if it is somehow already in use).
+fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
+    STATE.with(|st| match st.try_borrow_mut() {
+        Ok(mut st) => f(&mut st),
+        Err(_) => f(&mut State::default()),
     })
+}
+
+/// Group or trajectory keys: integer ids read in place, or strings (verl's uuids) compared by
+/// value. The crate's batch builder interns either; rows whose key equals the previous row's
+/// are not even hashed.
+#[derive(Clone, Copy)]
+pub enum Keys<'a> {
+    Ints(&'a [i64]),
+    Strs(&'a [&'a str]),
+}
+
+impl Keys<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Keys::Ints(k) => k.len(),
+            Keys::Strs(k) => k.len(),
+        }
+    }
 }
 
 /// A rows × L matrix of values in the caller's float dtype.
@@ -120,20 +192,44 @@ impl Floats2<'_> {
     }
 
     /// Each row's sum in `f64` (non-finite sums become 0 so that the estimator's own check
-    /// names the offending token).
-    fn row_sums(&self) -> Vec<f64> {
-        fn sums<T: Copy + Into<f64>>(a: &ArrayView2<'_, T>) -> Vec<f64> {
-            a.rows()
-                .into_iter()
-                .map(|row| {
-                    let s: f64 = row.iter().map(|&x| x.into()).sum();
-                    if s.is_finite() {
-                        s
-                    } else {
-                        0.0
+    /// names the offending token). A row's sum is a chain of dependent additions: eight rows
+    /// are summed at once (eight chains in flight, as the crate's own row sums), each in
+    /// column order, so every sum has the bits a plain `iter().sum()` gives.
+    /// Also returns whether every sum was finite.
+    fn row_sums(&self) -> (Vec<f64>, bool) {
+        fn sums<T: Copy + Into<f64>>(a: &ArrayView2<'_, T>) -> (Vec<f64>, bool) {
+            const LANES: usize = 8;
+            let (rows, cols) = a.dim();
+            let plain = |row: ndarray::ArrayView1<'_, T>| -> f64 { row.iter().map(|&x| x.into()).sum() };
+            let mut out: Vec<f64> = Vec::with_capacity(rows);
+            match a.as_slice() {
+                Some(data) if cols > 0 => {
+                    let start: f64 = std::iter::empty::<f64>().sum();
+                    let blocks = data.chunks_exact(LANES * cols);
+                    let tail = blocks.remainder();
+                    for block in blocks {
+                        let mut acc = [start; LANES];
+                        for t in 0..cols {
+                            for (k, acc) in acc.iter_mut().enumerate() {
+                                *acc += block[k * cols + t].into();
+                            }
+                        }
+                        out.extend_from_slice(&acc);
                     }
-                })
-                .collect()
+                    for row in tail.chunks_exact(cols) {
+                        out.push(row.iter().map(|&x| x.into()).sum());
+                    }
+                }
+                _ => out.extend(a.rows().into_iter().map(plain)),
+            }
+            let mut all_finite = true;
+            for s in &mut out {
+                if !s.is_finite() {
+                    *s = 0.0;
+                    all_finite = false;
+                }
+            }
+            (out, all_finite)
         }
         match self {
             Floats2::F32(a) => sums(a),
@@ -182,6 +278,86 @@ fn check_01<T: Copy + Into<i64>>(a: &ArrayView2<'_, T>, what: &str) -> Res<()> {
     Ok(())
 }
 
+/// Checks that a contiguous integer mask holds only 0 and 1 (else the error names the first bad
+/// value) and, when every row is a prefix mask, writes each row's length into `lengths` and
+/// returns `Some(true)` (`Some(false)`: checked, but some row is not a prefix). One streaming
+/// read of the mask ([`bad_bits_and_ones`]), then each row's first n values again from L1
+/// ([`or_all`]). Returns `None` without checking when the array is not contiguous or has no
+/// columns (the caller then runs [`check_01`]).
+fn prefix_lengths<T: Copy + Into<i64>>(
+    a: &ArrayView2<'_, T>,
+    what: &str,
+    lengths: &mut Vec<usize>,
+) -> Res<Option<bool>> {
+    let cols = a.ncols();
+    let Some(s) = a.as_slice() else { return Ok(None) };
+    if cols == 0 {
+        return Ok(None);
+    }
+    lengths.clear();
+    let mut prefix = true;
+    for row in s.chunks_exact(cols) {
+        // A streaming pass (the hardware prefetches it), then the row's first n values again
+        // from L1: a 0/1 row with n ones is a prefix mask iff its first n values are all 1.
+        let (bad, ones) = bad_bits_and_ones(row);
+        if bad != 0 {
+            // Names the first offending value.
+            return check_01(a, what).map(|()| Some(false));
+        }
+        let n = ones as usize;
+        prefix = prefix && or_all(&row[..n], 1) == 0;
+        lengths.push(n);
+    }
+    Ok(Some(prefix))
+}
+
+/// One branch-free pass over a mask row, in eight independent lanes (vector code): the OR of
+/// every value's bits other than bit 0 (nonzero iff some value is not 0 or 1) and the count of
+/// ones (meaningful when the first is 0).
+#[inline]
+fn bad_bits_and_ones<T: Copy + Into<i64>>(row: &[T]) -> (u64, u64) {
+    const LANES: usize = 8;
+    let (mut bad, mut ones) = ([0u64; LANES], [0u64; LANES]);
+    let chunks = row.chunks_exact(LANES);
+    let (mut b, mut o) = (0u64, 0u64);
+    for &v in chunks.remainder() {
+        let v = v.into() as u64;
+        b |= v & !1;
+        o = o.wrapping_add(v & 1);
+    }
+    for chunk in chunks {
+        for k in 0..LANES {
+            let v = chunk[k].into() as u64;
+            bad[k] |= v & !1;
+            ones[k] = ones[k].wrapping_add(v & 1);
+        }
+    }
+    for k in 0..LANES {
+        b |= bad[k];
+        o = o.wrapping_add(ones[k]);
+    }
+    (b, o)
+}
+
+/// The OR of `value XOR flip` over `row` (0 iff every value equals `flip`), in eight
+/// independent lanes so that the compiler emits vector code.
+#[inline]
+fn or_all<T: Copy + Into<i64>>(row: &[T], flip: u64) -> u64 {
+    const LANES: usize = 8;
+    let mut acc = [0u64; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let mut tail = 0u64;
+    for &v in chunks.remainder() {
+        tail |= (v.into() as u64) ^ flip;
+    }
+    for chunk in chunks {
+        for k in 0..LANES {
+            acc[k] |= (chunk[k].into() as u64) ^ flip;
+        }
+    }
+    acc.iter().fold(tail, |a, &b| a | b)
+}
+
 impl Mask2<'_> {
     /// The crate's view of this mask (no copy), after the 0/1 check of integer dtypes.
     fn view(&self, what: &str) -> Res<MaskView<'_>> {
@@ -196,6 +372,37 @@ impl Mask2<'_> {
                 MaskView::I64(a.view())
             }
         })
+    }
+
+    /// The crate's view of this mask after the 0/1 check of integer dtypes, as per-row lengths
+    /// ([`MaskView::Lengths`], written into `lengths`) when every row is a prefix mask
+    /// (1…1 0…0, verl's single-turn `response_mask`). The check reads the mask anyway, so
+    /// finding the lengths costs nothing more, and the crate then writes each row as one fill
+    /// instead of reading the mask a second time. Other masks (multi-turn rows, bool masks,
+    /// non-contiguous arrays) are handed over as they are.
+    fn prepared<'s>(&'s self, what: &str, lengths: &'s mut Vec<usize>) -> Res<MaskView<'s>> {
+        let checked = match self {
+            Mask2::Bool(_) => Some(false),
+            Mask2::U8(a) => prefix_lengths(a, what, lengths)?,
+            Mask2::I64(a) => prefix_lengths(a, what, lengths)?,
+        };
+        Ok(match checked {
+            Some(true) => MaskView::Lengths {
+                lengths,
+                cols: self.dim().1,
+            },
+            Some(false) => self.unchecked(),
+            None => self.view(what)?,
+        })
+    }
+
+    /// The crate's view, for a mask already checked.
+    fn unchecked(&self) -> MaskView<'_> {
+        match self {
+            Mask2::Bool(a) => MaskView::Bool(a.view()),
+            Mask2::U8(a) => MaskView::U8(a.view()),
+            Mask2::I64(a) => MaskView::I64(a.view()),
+        }
     }
 
     /// Row `r` as flags into `out` (length L).
@@ -255,8 +462,8 @@ impl Mask1<'_> {
 pub struct Request<'a> {
     pub token_level_rewards: Option<Floats2<'a>>,
     pub response_mask: Option<Mask2<'a>>,
-    pub index: &'a [i64],
-    pub traj_index: Option<&'a [i64]>,
+    pub index: Keys<'a>,
+    pub traj_index: Option<Keys<'a>>,
     pub episode_rewards: Option<Floats1<'a>>,
     pub values: Option<Floats2<'a>>,
     pub old_log_probs: Option<Floats2<'a>>,
@@ -300,6 +507,16 @@ impl Estimator {
     pub fn name(&self) -> &'static str {
         self.inner.name()
     }
+
+    /// True when the estimator computes returns of its own (else they equal the advantages).
+    pub fn has_returns(&self) -> bool {
+        self.inner.has_returns()
+    }
+}
+
+/// The estimators that credit steps (rows of trajectories): BEACON's flavours and GiGPO.
+fn is_step_estimator(name: &str) -> bool {
+    matches!(name, "beacon" | "beacon_official" | "beacon_ablation" | "gigpo")
 }
 
 /// Every estimator name the crate knows.
@@ -326,26 +543,34 @@ pub fn output_dim(req: &Request<'_>) -> (usize, usize) {
 /// Runs `est` on the request and writes advantages and returns into the caller's outputs.
 ///
 /// Advantages are written in place by the crate in the caller's dtype. Returns are computed
-/// only by the estimators that define them (`has_returns`); for the others they equal the
-/// advantages and are copied over, since the Python API hands back two arrays.
-pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, mut ret: Out2<'_>) -> Res<()> {
-    let mask = req
-        .response_mask
-        .as_ref()
-        .map(|m| m.view("response_mask"))
-        .transpose()?;
+/// only by the estimators that define them (`has_returns`), which need `ret`; for the others
+/// they equal the advantages: copied into `ret` when the caller passes one, else not written
+/// (the Python layer then hands back the advantages array twice, as verl's own functions do).
+pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Option<Out2<'_>>) -> Res<()> {
+    if est.has_returns() && ret.is_none() {
+        return Err(Failure(format!(
+            "{}: computes returns of its own; pass a separate returns array",
+            est.name()
+        )));
+    }
+    let mut lengths = Vec::new();
     // A row's reward for the batch: the caller's episode reward, else (verl-agent) the sum of
     // the row's token rewards, else 0. verl's own estimators read token_level_rewards and
     // never the batch's rewards through `estimate_into`, so they skip the pass over rows × L.
     let reads_batch_rewards = !verl_names().contains(&est.name());
+    // The step estimators read token_level_rewards only to check that each row's sum is its
+    // trajectory's reward. When the binding derived those rewards from the very same sums (all
+    // finite; the batch builder has checked that rows of a trajectory agree), the check cannot
+    // fail, and skipping it saves a pass over rows × L.
+    let mut check_token_rewards = true;
     let episode: std::borrow::Cow<'_, [f64]> = match (&req.episode_rewards, &req.token_level_rewards) {
         (Some(e), _) => e.to_f64(),
-        (None, Some(r)) if reads_batch_rewards => std::borrow::Cow::Owned(r.row_sums()),
+        (None, Some(r)) if reads_batch_rewards => {
+            let (sums, all_finite) = r.row_sums();
+            check_token_rewards = !(all_finite && is_step_estimator(est.name()));
+            std::borrow::Cow::Owned(sums)
+        }
         _ => std::borrow::Cow::Owned(vec![0.0; req.index.len()]),
-    };
-    let batch = match req.traj_index {
-        Some(traj) => RolloutBatch::from_row_keys(req.index, traj, &episode)?,
-        None => RolloutBatch::from_group_keys(req.index, &episode)?,
     };
     let baselines = req.reward_baselines.as_ref().map(Floats1::to_f64);
     let milestones = req
@@ -355,44 +580,105 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, mut ret: 
         .transpose()?;
     let step_rewards = req.step_rewards.as_ref().map(Floats1::to_f64);
 
-    let mut input = EstimatorInput::new(&batch);
-    if let Some(r) = &req.token_level_rewards {
-        input = input.with_token_level_rewards(r.view());
+    with_state(|st| {
+        // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
+        let mask = req
+            .response_mask
+            .as_ref()
+            .map(|m| m.prepared("response_mask", &mut lengths))
+            .transpose()?;
+        st.rebuild_keys(&req.index, req.traj_index.as_ref(), &episode)?;
+        let (batch, ws) = st.parts()?;
+        let mut input = EstimatorInput::new(batch);
+        if let Some(r) = req.token_level_rewards.as_ref().filter(|_| check_token_rewards) {
+            input = input.with_token_level_rewards(r.view());
+        }
+        if let Some(m) = mask {
+            input = input.with_response_mask(m);
+        }
+        if let Some(v) = &req.values {
+            input = input.with_values(v.view());
+        }
+        if let Some(v) = &req.old_log_probs {
+            input = input.with_old_log_probs(v.view());
+        }
+        if let Some(v) = &req.sum_pi_squared {
+            input = input.with_sum_pi_squared(v.view());
+        }
+        if let Some(v) = &req.rollout_is_weights {
+            input = input.with_rollout_is_weights(v.view());
+        }
+        if let Some(b) = &baselines {
+            input = input.with_reward_baselines(b);
+        }
+        if let Some(m) = &milestones {
+            input = input.with_milestones(m);
+        }
+        if let Some(s) = &step_rewards {
+            input = input.with_step_rewards(s);
+        }
+        if let Some(a) = req.anchor_obs {
+            input = input.with_anchor_obs(a);
+        }
+        match ret {
+            Some(mut ret) if est.has_returns() => {
+                est.inner
+                    .estimate_into(&input, adv.view(), Some(ret.view()), ws)?;
+            }
+            ret => {
+                est.inner.estimate_into(&input, adv.view(), None, ws)?;
+                if let Some(ret) = ret {
+                    copy_out(&adv, ret)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Times the crate's own call, with no binding around it, for the benchmark of the binding's
+/// overhead: `reps` runs of what a Rust trainer holding the same arrays does (integer group ids,
+/// the mask as its `i64`/`u8`/`bool` matrix or, with `lengths`, as [`MaskView::Lengths`]):
+/// rebuild a kept batch with a kept [`BatchBuilder`], then `estimate_into` the advantages with a
+/// kept [`Workspace`]. Returns each run's wall-clock seconds and, read from `cpu_clock` (the
+/// process's CPU time in seconds), its CPU seconds, after one untimed warm-up run.
+#[allow(clippy::too_many_arguments)]
+pub fn time_crate_call(
+    est: &Estimator,
+    rewards: &Floats2<'_>,
+    mask: &Mask2<'_>,
+    ids: &[i64],
+    mut adv: Out2<'_>,
+    reps: usize,
+    lengths: Option<&[usize]>,
+    mut cpu_clock: impl FnMut() -> Res<f64>,
+) -> Res<(Vec<f64>, Vec<f64>)> {
+    let mut builder = BatchBuilder::new();
+    let zeros = vec![0.0; ids.len()];
+    let mut batch = RolloutBatch::from_group_keys(ids, &zeros)?;
+    let mut ws = Workspace::new();
+    let cols = mask.dim().1;
+    let (mut wall, mut cpu) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for rep in 0..=reps {
+        let c0 = cpu_clock()?;
+        let t0 = Instant::now();
+        builder.rebuild_from_group_keys(&mut batch, ids, &zeros)?;
+        let m = match lengths {
+            Some(lengths) => MaskView::Lengths { lengths, cols },
+            None => mask.unchecked(),
+        };
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(rewards.view())
+            .with_response_mask(m);
+        est.inner.estimate_into(&input, adv.view(), None, &mut ws)?;
+        let t = t0.elapsed().as_secs_f64();
+        let c = cpu_clock()? - c0;
+        if rep > 0 {
+            wall.push(t);
+            cpu.push(c);
+        }
     }
-    if let Some(m) = mask {
-        input = input.with_response_mask(m);
-    }
-    if let Some(v) = &req.values {
-        input = input.with_values(v.view());
-    }
-    if let Some(v) = &req.old_log_probs {
-        input = input.with_old_log_probs(v.view());
-    }
-    if let Some(v) = &req.sum_pi_squared {
-        input = input.with_sum_pi_squared(v.view());
-    }
-    if let Some(v) = &req.rollout_is_weights {
-        input = input.with_rollout_is_weights(v.view());
-    }
-    if let Some(b) = &baselines {
-        input = input.with_reward_baselines(b);
-    }
-    if let Some(m) = &milestones {
-        input = input.with_milestones(m);
-    }
-    if let Some(s) = &step_rewards {
-        input = input.with_step_rewards(s);
-    }
-    if let Some(a) = req.anchor_obs {
-        input = input.with_anchor_obs(a);
-    }
-    if est.inner.has_returns() {
-        with_workspace(|ws| est.inner.estimate_into(&input, adv.view(), Some(ret.view()), ws))?;
-    } else {
-        with_workspace(|ws| est.inner.estimate_into(&input, adv.view(), None, ws))?;
-        copy_out(&adv, ret)?;
-    }
-    Ok(())
+    Ok((wall, cpu))
 }
 
 /// What [`estimate_turns`] found in the batch (for logging and tests).
@@ -420,9 +706,9 @@ pub fn estimate_turns(
     est: &Estimator,
     rewards: &Floats2<'_>,
     mask: &Mask2<'_>,
-    index: &[i64],
+    index: Keys<'_>,
     mut adv: Out2<'_>,
-    ret: Out2<'_>,
+    ret: Option<Out2<'_>>,
 ) -> Res<TurnStats> {
     let mask_view = mask.view("response_mask")?;
     let (rows, cols) = mask.dim();
@@ -443,9 +729,11 @@ pub fn estimate_turns(
     let mut spans = Vec::new();
     // One row of the mask as flags at a time (L long), not a copy of the whole mask.
     let mut m = vec![false; cols];
-    let (mut groups, mut trajs, mut outcome, mut flags, mut turn_reward, mut turn_pos) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for (r, &group) in index.iter().enumerate() {
+    // Per turn: the row it came from (its group key is the row's), outcome, milestone flag,
+    // reward on its last token and position in the dialogue.
+    let (mut trajs, mut outcome, mut flags, mut turn_reward, mut turn_pos) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for r in 0..rows {
         let first = spans.len();
         mask.row_into(r, &mut m);
         let mut j = 0;
@@ -482,8 +770,7 @@ pub fn estimate_turns(
             let end_reward = rewards.get(r, s.end - 1);
             let milestone = k + 1 < turns && end_reward > 0.0;
             stats.milestones += usize::from(milestone);
-            groups.push(group);
-            trajs.push(r as i64);
+            trajs.push(r);
             outcome.push(r_out);
             flags.push(milestone);
             turn_reward.push(end_reward);
@@ -497,7 +784,9 @@ pub fn estimate_turns(
             Out2::F64(mut a) => a.fill(0.0),
         };
         zero(adv);
-        zero(ret);
+        if let Some(ret) = ret {
+            zero(ret);
+        }
         return Ok(stats);
     }
     // Reward-to-go over turn ends, per trajectory (GiGPO's step reward under this convention).
@@ -507,18 +796,30 @@ pub fn estimate_turns(
             to_go[s] += to_go[s + 1];
         }
     }
-    let anchors: Vec<String> = turn_pos.iter().map(|k| format!("turn {k}")).collect();
+    // Only GiGPO reads anchors: the others skip the strings.
+    let anchors: Vec<String> = if est.name() == "gigpo" {
+        turn_pos.iter().map(|k| format!("turn {k}")).collect()
+    } else {
+        Vec::new()
+    };
     let anchors: Vec<&str> = anchors.iter().map(String::as_str).collect();
-    let batch = RolloutBatch::from_row_keys(&groups, &trajs, &outcome)?;
-    let input = EstimatorInput::new(&batch)
-        .with_milestones(&flags)
-        .with_step_rewards(&to_go)
-        .with_anchor_obs(&anchors);
     // Step estimators' returns equal their advantages: none are asked for.
     let mut step_adv = ndarray::Array2::<f64>::zeros((spans.len(), 1));
-    with_workspace(|ws| {
+    with_state(|st| {
+        match index {
+            Keys::Ints(k) => st.rebuild(&gather(k, &trajs), Some(&trajs), &outcome)?,
+            Keys::Strs(k) => st.rebuild(&gather(k, &trajs), Some(&trajs), &outcome)?,
+        }
+        let (batch, ws) = st.parts()?;
+        let mut input = EstimatorInput::new(batch)
+            .with_milestones(&flags)
+            .with_step_rewards(&to_go);
+        if !anchors.is_empty() {
+            input = input.with_anchor_obs(&anchors);
+        }
         est.inner
             .estimate_into(&input, FloatViewMut::F64(step_adv.view_mut()), None, ws)
+            .map_err(Failure::from)
     })?;
     let step_adv = step_adv
         .as_slice()
@@ -531,8 +832,15 @@ pub fn estimate_turns(
         )));
     }
     spans_into(step_adv, &spans, mask_view, adv.view())?;
-    copy_out(&adv, ret)?;
+    if let Some(ret) = ret {
+        copy_out(&adv, ret)?;
+    }
     Ok(stats)
+}
+
+/// `keys[rows[i]]` for each i: a turn's group key is its row's.
+fn gather<K: Copy>(keys: &[K], rows: &[usize]) -> Vec<K> {
+    rows.iter().map(|&r| keys[r]).collect()
 }
 
 fn copy_out(src: &Out2<'_>, dst: Out2<'_>) -> Res<()> {

@@ -1,7 +1,7 @@
 //! `beacon_rl._native`: the PyO3 layer of the Python package.
 //!
 //! This file turns Python objects (numpy arrays, `None`) into borrowed views and calls
-//! [`adapter`], the one module that talks to the `beacon-rl` crate. Inputs are read in place
+//! `adapter`, the one module that talks to the `beacon-rl` crate. Inputs are read in place
 //! in the caller's dtype (`f32`/`f64` values, `bool`/`uint8`/`int64` masks, no conversion),
 //! outputs are written into arrays the caller allocated, and the GIL is released while the
 //! crate computes. The Python package (`beacon_rl/__init__.py`) wraps these functions for torch
@@ -189,34 +189,85 @@ fn borrow_err(what: &str) -> impl Fn(numpy::BorrowError) -> PyErr + '_ {
     move |_| PyValueError::new_err(format!("{what}: the same memory as an output"))
 }
 
-/// Group or trajectory keys as interned ids: int64 arrays are read in place; object arrays
-/// (verl's uuid strings, or any hashable) are mapped to ids with a dict, so keys that compare
-/// equal in Python get one id.
-enum Keys<'py> {
+/// Group or trajectory keys as the caller holds them: int64 arrays are read in place; object
+/// arrays of `str` (verl's uuids) are read as the strings' UTF-8 (no copy: CPython caches it
+/// in the object) and compared by value in the crate's batch builder; any other object array
+/// is interned with a dict, so keys that compare equal in Python get one id.
+enum KeyCol<'py> {
     Ints(PyReadonlyArray1<'py, i64>),
+    /// One strong reference per row (keeps each string alive while the GIL is released).
+    Strs(Vec<Bound<'py, PyString>>),
     Interned(Vec<i64>),
 }
 
-impl Keys<'_> {
-    fn slice(&self) -> PyResult<std::borrow::Cow<'_, [i64]>> {
-        match self {
-            Keys::Ints(a) => Ok(match a.as_slice() {
-                Ok(s) => std::borrow::Cow::Borrowed(s),
-                Err(_) => std::borrow::Cow::Owned(a.as_array().to_vec()),
-            }),
-            Keys::Interned(v) => Ok(std::borrow::Cow::Borrowed(v)),
-        }
+impl KeyCol<'_> {
+    /// Borrowed keys; `strs` holds the `&str`s of a `Strs` column.
+    fn keys<'s>(&'s self, strs: &'s mut Vec<&'s str>) -> PyResult<adapter::Keys<'s>> {
+        Ok(match self {
+            // `keys` interns non-contiguous int64 columns, so this one is contiguous.
+            KeyCol::Ints(a) => adapter::Keys::Ints(
+                a.as_slice()
+                    .map_err(|_| PyValueError::new_err("internal: non-contiguous key column"))?,
+            ),
+            KeyCol::Interned(v) => adapter::Keys::Ints(v),
+            KeyCol::Strs(objs) => {
+                strs.clear();
+                strs.reserve(objs.len());
+                // verl repeats one uuid object over a group's rows (np.repeat copies
+                // references): the same object as the previous row reuses its &str.
+                let mut prev: Option<(*mut pyo3::ffi::PyObject, &str)> = None;
+                for o in objs {
+                    let ptr = o.as_ptr();
+                    let s = match prev {
+                        Some((p, s)) if p == ptr => s,
+                        _ => o.to_str()?,
+                    };
+                    prev = Some((ptr, s));
+                    strs.push(s);
+                }
+                adapter::Keys::Strs(strs)
+            }
+        })
     }
 }
 
-fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<Keys<'py>> {
+fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
     if let Ok(a) = obj.cast::<PyArray1<i64>>() {
-        return Ok(Keys::Ints(a.try_readonly().map_err(borrow_err(what))?));
+        let a = a.try_readonly().map_err(borrow_err(what))?;
+        if a.as_slice().is_ok() {
+            return Ok(KeyCol::Ints(a));
+        }
+        return Ok(KeyCol::Interned(a.as_array().to_vec()));
     }
     if let Ok(a) = obj.cast::<PyArray1<Py<PyAny>>>() {
         let py = obj.py();
-        let ids = PyDict::new(py);
         let a = a.try_readonly().map_err(borrow_err(what))?;
+        // Strings first: one type check per distinct consecutive object.
+        let mut strs: Vec<Bound<'py, PyString>> = Vec::with_capacity(a.len());
+        let mut all_str = true;
+        for key in a.as_array().iter() {
+            let key = key.bind(py);
+            match strs.last() {
+                Some(last) if last.as_ptr() == key.as_ptr() => {
+                    let same = last.clone();
+                    strs.push(same);
+                }
+                // Exact str only (a subclass may redefine equality), with a UTF-8 form (no
+                // lone surrogates); anything else goes through the dict.
+                _ => match key.cast_exact::<PyString>() {
+                    Ok(s) if s.to_str().is_ok() => strs.push(s.clone()),
+                    _ => {
+                        all_str = false;
+                        break;
+                    }
+                },
+            }
+        }
+        if all_str {
+            return Ok(KeyCol::Strs(strs));
+        }
+        drop(strs);
+        let ids = PyDict::new(py);
         let mut out = Vec::with_capacity(a.len());
         for (row, key) in a.as_array().iter().enumerate() {
             let key = key.bind(py);
@@ -233,7 +284,7 @@ fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<Keys<'py>> {
             };
             out.push(id);
         }
-        return Ok(Keys::Interned(out));
+        return Ok(KeyCol::Interned(out));
     }
     Err(type_error(what, "a 1-D int64 or object array", obj))
 }
@@ -258,7 +309,8 @@ fn anchors<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> 
 }
 
 /// Computes advantages and returns of estimator `name` into `out_advantages` and
-/// `out_returns` (numpy arrays the caller allocated, float32 or float64). See
+/// `out_returns` (numpy arrays the caller allocated, float32 or float64). `out_returns` may be
+/// `None` for estimators whose returns equal their advantages (see `has_returns`). See
 /// `beacon_rl.estimate` for the arguments.
 #[pyfunction]
 #[pyo3(signature = (
@@ -273,7 +325,7 @@ fn estimate<'py>(
     name: &str,
     config_json: Option<&str>,
     out_advantages: &Bound<'py, PyAny>,
-    out_returns: &Bound<'py, PyAny>,
+    out_returns: Option<&Bound<'py, PyAny>>,
     token_level_rewards: Option<&Bound<'py, PyAny>>,
     response_mask: Option<&Bound<'py, PyAny>>,
     index: &Bound<'py, PyAny>,
@@ -293,6 +345,7 @@ fn estimate<'py>(
     let mask = m2("response_mask", response_mask)?;
     let index = keys("index", index)?;
     let traj = traj_index.map(|t| keys("traj_index", t)).transpose()?;
+    let (mut index_strs, mut traj_strs) = (Vec::new(), Vec::new());
     let episode = f1("episode_rewards", episode_rewards)?;
     let values = f2("values", values)?;
     let olp = f2("old_log_probs", old_log_probs)?;
@@ -307,14 +360,14 @@ fn estimate<'py>(
         .map(|v| v.iter().map(|s| s.to_str()).collect::<PyResult<_>>())
         .transpose()?;
     let mut adv = o2("out_advantages", out_advantages)?;
-    let mut ret = o2("out_returns", out_returns)?;
-    let index = index.slice()?;
-    let traj = traj.as_ref().map(Keys::slice).transpose()?;
+    let mut ret = out_returns.map(|r| o2("out_returns", r)).transpose()?;
+    let index = index.keys(&mut index_strs)?;
+    let traj = traj.as_ref().map(|t| t.keys(&mut traj_strs)).transpose()?;
     let req = Request {
         token_level_rewards: rewards.as_ref().map(F2::view),
         response_mask: mask.as_ref().map(M2::view),
-        index: &index,
-        traj_index: traj.as_deref(),
+        index,
+        traj_index: traj,
         episode_rewards: episode.as_ref().map(F1::view),
         values: values.as_ref().map(F2::view),
         old_log_probs: olp.as_ref().map(F2::view),
@@ -325,7 +378,7 @@ fn estimate<'py>(
         step_rewards: step.as_ref().map(F1::view),
         anchor_obs: anchor_strs.as_deref(),
     };
-    let (a, r) = (adv.view(), ret.view());
+    let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
     py.detach(|| adapter::estimate(&est, &req, a, r))?;
     Ok(())
 }
@@ -349,7 +402,7 @@ fn output_shape<'py>(
     let req = Request {
         token_level_rewards: rewards.as_ref().map(F2::view),
         response_mask: mask.as_ref().map(M2::view),
-        index: &dummy,
+        index: adapter::Keys::Ints(&dummy),
         traj_index: None,
         episode_rewards: None,
         values: None,
@@ -374,7 +427,7 @@ fn estimate_turns<'py>(
     name: &str,
     config_json: Option<&str>,
     out_advantages: &Bound<'py, PyAny>,
-    out_returns: &Bound<'py, PyAny>,
+    out_returns: Option<&Bound<'py, PyAny>>,
     token_level_rewards: &Bound<'py, PyAny>,
     response_mask: &Bound<'py, PyAny>,
     index: &Bound<'py, PyAny>,
@@ -394,11 +447,12 @@ fn estimate_turns<'py>(
         .ok_or_else(|| PyTypeError::new_err("response_mask: required"))?;
     let index = keys("index", index)?;
     let mut adv = o2("out_advantages", out_advantages)?;
-    let mut ret = o2("out_returns", out_returns)?;
-    let index = index.slice()?;
+    let mut ret = out_returns.map(|r| o2("out_returns", r)).transpose()?;
+    let mut strs = Vec::new();
+    let index = index.keys(&mut strs)?;
     let (rv, mv) = (rewards.view(), mask.view());
-    let (a, r) = (adv.view(), ret.view());
-    let stats = py.detach(|| adapter::estimate_turns(&est, &rv, &mv, &index, a, r))?;
+    let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
+    let stats = py.detach(|| adapter::estimate_turns(&est, &rv, &mv, index, a, r))?;
     Ok((stats.turns, stats.milestones, stats.empty_rows))
 }
 
@@ -423,6 +477,64 @@ fn validate(name: &str, config_json: Option<&str>) -> PyResult<()> {
     Ok(())
 }
 
+/// True when estimator `name` computes returns of its own (`gae`, `reinforce_plus_plus`, …);
+/// for the others the returns equal the advantages.
+#[pyfunction]
+#[pyo3(signature = (name, config_json=None))]
+fn has_returns(name: &str, config_json: Option<&str>) -> PyResult<bool> {
+    Ok(Estimator::new(name, config_json)?.has_returns())
+}
+
+/// Benchmark helper (not API): times `reps` runs of the crate's own call on these arrays, with
+/// no binding around it (see `adapter::time_crate_call`), and returns each run's wall-clock
+/// and CPU seconds (`time.process_time`, read around each run; the GIL is held throughout, so
+/// no other Python thread runs meanwhile).
+/// `index` must be int64 group ids; `lengths` (int64, one per row) passes the mask as per-row
+/// lengths instead of the matrix.
+#[pyfunction]
+#[pyo3(signature = (name, out_advantages, *, token_level_rewards, response_mask, index, reps, lengths=None))]
+#[allow(clippy::too_many_arguments)]
+fn _time_crate_call<'py>(
+    py: Python<'py>,
+    name: &str,
+    out_advantages: &Bound<'py, PyAny>,
+    token_level_rewards: &Bound<'py, PyAny>,
+    response_mask: &Bound<'py, PyAny>,
+    index: PyReadonlyArray1<'py, i64>,
+    reps: usize,
+    lengths: Option<PyReadonlyArray1<'py, i64>>,
+) -> PyResult<(Vec<f64>, Vec<f64>)> {
+    let est = Estimator::new(name, None)?;
+    let rewards = f2("token_level_rewards", Some(token_level_rewards))?
+        .ok_or_else(|| PyTypeError::new_err("token_level_rewards: required"))?;
+    let mask = m2("response_mask", Some(response_mask))?
+        .ok_or_else(|| PyTypeError::new_err("response_mask: required"))?;
+    let ids = index
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("index: not contiguous"))?;
+    let lengths: Option<Vec<usize>> =
+        lengths.map(|l| l.as_array().iter().map(|&n| n.max(0) as usize).collect());
+    let mut adv = o2("out_advantages", out_advantages)?;
+    let (rv, mv, a) = (rewards.view(), mask.view(), adv.view());
+    let process_time = py.import("time")?.getattr("process_time")?;
+    let clock = || -> adapter::Res<f64> {
+        process_time
+            .call0()
+            .and_then(|t| t.extract::<f64>())
+            .map_err(|e| adapter::Failure(e.to_string()))
+    };
+    Ok(adapter::time_crate_call(
+        &est,
+        &rv,
+        &mv,
+        ids,
+        a,
+        reps,
+        lengths.as_deref(),
+        clock,
+    )?)
+}
+
 /// The compiled part of `beacon_rl`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -432,5 +544,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(names, m)?)?;
     m.add_function(wrap_pyfunction!(verl_names, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
+    m.add_function(wrap_pyfunction!(has_returns, m)?)?;
+    m.add_function(wrap_pyfunction!(_time_crate_call, m)?)?;
     Ok(())
 }

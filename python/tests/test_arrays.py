@@ -68,13 +68,34 @@ def test_out_errors():
         beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, out=(np.zeros((4, 2)), np.zeros((4, 3))))
     with pytest.raises(TypeError):
         beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, out=(np.zeros((4, 3), dtype=np.int64), np.zeros((4, 3))))
+    # Overlapping but different outputs are refused.
+    big = np.zeros((5, 3))
+    with pytest.raises(ValueError, match="same memory"):
+        beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, out=(big[:4], big[1:]))
+    # One array twice is refused where the returns differ from the advantages.
     shared = np.zeros((4, 3))
     with pytest.raises(ValueError, match="same memory"):
-        beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, out=(shared, shared))
+        beacon_rl.estimate("reinforce_plus_plus", REWARDS, MASK, UIDS, out=(shared, shared))
     ro = np.zeros((4, 3))
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="writeable"):
         beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, out=(ro, np.zeros((4, 3))))
+
+
+def test_one_array_for_both_outputs_where_returns_equal_advantages():
+    # verl's own estimators return `scores, scores`; so does the binding when nothing
+    # separates the two, and an out pair may be one array twice (nothing is copied).
+    adv, ret = beacon_rl.estimate("grpo", REWARDS, MASK, UIDS)
+    assert adv is ret
+    np.testing.assert_allclose(adv, EXPECTED, rtol=1e-6)
+    shared = np.full((4, 3), np.nan)
+    adv, ret = beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, out=(shared, shared))
+    assert adv is shared and ret is shared
+    np.testing.assert_allclose(shared, EXPECTED, rtol=1e-6)
+    # Estimators with returns of their own still get two arrays.
+    adv, ret = beacon_rl.estimate("reinforce_plus_plus", REWARDS, MASK, UIDS)
+    assert adv is not ret and not np.shares_memory(adv, ret)
+    assert beacon_rl._native.has_returns("reinforce_plus_plus") and not beacon_rl._native.has_returns("grpo")
 
 
 def test_strided_inputs():

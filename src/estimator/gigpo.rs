@@ -574,7 +574,7 @@ impl Gigpo {
     /// and the only batch-sized state is the output. Within a group the rows are visited in
     /// the caller's order, so every sum (episode and step statistics) adds the same values in
     /// the same order as a single pass over the batch would: the outputs are bit-identical to
-    /// the row-loop formulation (`tests/gigpo_reference.rs`).
+    /// the row-loop formulation (`tests/it/gigpo_reference.rs`).
     ///
     /// `key(r)` is row r's anchor for exact interning; `similar`, when set, is the threshold and
     /// row r's text for the greedy clustering of the group's distinct anchors.

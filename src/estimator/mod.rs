@@ -63,7 +63,7 @@
 //! kernels, and the eager checks only re-run to name the offending value) and write each
 //! output element once. Every sum keeps verl's (and the previous release's) order of
 //! additions, so outputs are bit-identical to the straightforward implementation
-//! (`tests/fast_path_equivalence.rs`).
+//! (`tests/it/fast_path_equivalence.rs`).
 //!
 //! # Rows and groups
 //! verl's estimators see one row per response (`index` = the row's uid). For single-turn data

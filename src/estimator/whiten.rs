@@ -483,7 +483,7 @@ mod tests {
     proptest::proptest! {
         /// masked_whiten on values whose raw unbiased variance s² is computed here: the
         /// whitened masked values have variance s²/(s² + 1e-8), up to verl's float32 token
-        /// count and Bessel factor (relative 1e-6). (Moved from tests/properties_baselines.rs
+        /// count and Bessel factor (relative 1e-6). (Moved from tests/it/properties_baselines.rs
         /// when `whiten` became crate-private.)
         #[test]
         fn masked_whiten_follows_its_variance_law(

@@ -32,8 +32,26 @@
 //! ```
 //!
 //! and step t of any trajectory of the task (success or failure) is flagged when it is an
-//! event with key in M. A group without success uses the memory; a task never seen
-//! succeeding gets no milestone.
+//! event with key in M. A group without success uses the memory.
+//!
+//! # Before the first success
+//!
+//! A task never seen succeeding has no M. Its milestones then come from a signal that needs
+//! no success (`novelty`, on by default): **irreversible first visits**. Read each rollout as
+//! a walk through states s_0, s_1, …, s_T (s_0 = the first step's `observation`, s_{t+1} =
+//! step t's response, compared whole, sentence by sentence). A transition (a → b) is
+//! *reversed* when some rollout, after reaching b from a, later shows a again; reversed
+//! transitions are remembered over all tasks and batches. Step t is flagged when
+//!
+//! ```text
+//! s_{t+1} ∉ {s_0, …, s_t}   and   s_t ≠ s_{t+1}   and   (s_t → s_{t+1}) never seen reversed
+//! ```
+//!
+//! that is, the rollout reached a state it had not been in by a move nobody has been seen to
+//! undo (a door passed, not a key picked up and dropped again). It fits environments whose
+//! responses describe the state; where responses only echo the action (most text games)
+//! little is ever seen reversed and it over-flags, so it is used only until the task's first
+//! success.
 //!
 //! **Feedback channel.** Some environments print progress feedback ("Your score has just gone
 //! up by one point."). Discovery finds such sentences without knowing their words: a sentence
@@ -50,8 +68,9 @@
 //! Per task: at most `max_successes` event lists of at most `max_events` keys (8 bytes each);
 //! at most `max_tasks` tasks (the least recently updated is forgotten first); at most
 //! `max_noops` no-op actions and `max_feedback` feedback sentences over all tasks (later ones
-//! are ignored once full). With the defaults that is at most 1024 × 16 × 256 × 8 B = 32 MiB,
-//! in practice far less (one list per success, as long as its events).
+//! are ignored once full), and `max_edges` reversed transitions (512 KiB by default). With the
+//! defaults the task memory is at most 1024 × 16 × 256 × 8 B = 32 MiB, in practice far less
+//! (one list per success, as long as its events).
 //!
 //! # Determinism
 //!
@@ -94,7 +113,7 @@ pub use baseline::frequency_baseline;
 use std::collections::VecDeque;
 
 use self::feedback::{SentenceStats, MAX_VERBS};
-use self::text::{action_keys, pair, response_keys, text_key, KeyMap, KeySet};
+use self::text::{action_keys, pair, response_keys, KeyMap, KeySet};
 use super::Transition;
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Range, Result};
@@ -127,6 +146,12 @@ pub struct DiscoveryConfig {
     /// Largest share of a group's steps a feedback sentence may appear in, in (0, 1].
     /// Default 0.75.
     pub feedback_max_step_fraction: f64,
+    /// Flag irreversible first visits in tasks never seen succeeding (module docs,
+    /// "Before the first success"). Default true.
+    pub novelty: bool,
+    /// Reversed transitions remembered over all tasks (later ones are ignored once full).
+    /// Default 65536.
+    pub max_edges: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -142,6 +167,8 @@ impl Default for DiscoveryConfig {
             feedback: true,
             feedback_min_verbs: 3,
             feedback_max_step_fraction: 0.75,
+            novelty: true,
+            max_edges: 1 << 16,
         }
     }
 }
@@ -169,6 +196,10 @@ crate::setters::with_setters! {
     /// Sets the largest share of a group's steps a feedback sentence may appear in (default
     /// 0.75; in (0, 1]).
     with_feedback_max_step_fraction(feedback_max_step_fraction: f64) = 0.5;
+    /// Sets whether tasks never seen succeeding get irreversible first visits (default true).
+    with_novelty(novelty: bool) = false;
+    /// Sets the reversed transitions remembered (default 65536; ≥ 1).
+    with_max_edges(max_edges: usize) = 1024;
 }
 
 const FINITE: Range = Range {
@@ -209,6 +240,7 @@ impl DiscoveryConfig {
             ("max_events", self.max_events),
             ("max_noops", self.max_noops),
             ("max_feedback", self.max_feedback),
+            ("max_edges", self.max_edges),
         ] {
             AT_LEAST_ONE.check(name, v as f64)?;
         }
@@ -236,6 +268,9 @@ struct StepKeys {
     verb: u64,
     whole: u64,
     gist: u64,
+    /// Key of the state before the step: the previous response's `whole`, or the
+    /// observation's for a trajectory's first step.
+    from: u64,
     /// Range of this step's sentence keys in `Workspace::sentences`.
     sentences: (usize, usize),
 }
@@ -254,6 +289,22 @@ struct Workspace {
     /// End of each success's events in `events`.
     ends: Vec<usize>,
     found: Vec<u64>,
+    /// Last position of each state in the current trajectory (reversal search).
+    last: KeyMap<usize>,
+    /// An action (or task name) normalised before it is hashed.
+    normalised: Vec<u8>,
+    /// Per internal step, the event found there by `for_each_event` (read back when flagging).
+    events_of: Vec<Event>,
+}
+
+/// What `for_each_event` found at one step.
+#[derive(Debug, Clone, Copy, Default)]
+struct Event {
+    key: u64,
+    /// The step is an event (a first, non-no-op action).
+    event: bool,
+    novel: bool,
+    feedback: bool,
 }
 
 /// Online milestone discovery with a bounded per-task memory (module docs).
@@ -265,6 +316,8 @@ pub struct MilestoneDiscovery {
     tasks: KeyMap<TaskMemory>,
     noops: KeySet,
     feedback: KeySet,
+    /// Transitions (state before, state after) seen undone: the state before came back.
+    reversed: KeySet,
     calls: u64,
     ws: Workspace,
 }
@@ -288,6 +341,7 @@ impl MilestoneDiscovery {
             tasks: KeyMap::default(),
             noops: KeySet::default(),
             feedback: KeySet::default(),
+            reversed: KeySet::default(),
             calls: 0,
             ws: Workspace::default(),
         })
@@ -315,11 +369,12 @@ impl MilestoneDiscovery {
         (self.noops.len(), self.feedback.len())
     }
 
-    /// Forgets everything learned (tasks, no-ops, feedback sentences).
+    /// Forgets everything learned (tasks, no-ops, feedback sentences, reversed transitions).
     pub fn clear(&mut self) {
         self.tasks.clear();
         self.noops.clear();
         self.feedback.clear();
+        self.reversed.clear();
     }
 
     /// Discovers the milestones of one batch, updates the memory, and returns one flag per
@@ -347,7 +402,8 @@ impl MilestoneDiscovery {
     /// let fail = RolloutBatch::from_blocks(1, &[1], vec![0.0])?;
     /// let t = |_, _| Transition { action: "open door", next_observation: "open door", ..Transition::default() };
     /// assert_eq!(d.discover(&fail, &["door"], t)?, [true]);
-    /// assert!(d.discover(&fail, &["window"], t)?.iter().all(|f| !f)); // unknown task
+    /// // A task never seen succeeding: a first visit nobody was seen to undo (module docs).
+    /// assert_eq!(d.discover(&fail, &["window"], t)?, [true]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn discover<'a, T, F>(&mut self, batch: &RolloutBatch, tasks: &[T], step: F) -> Result<Vec<bool>>
@@ -401,13 +457,17 @@ impl MilestoneDiscovery {
         self.calls += 1;
         self.read_keys(batch, &mut step);
         self.learn_noops(batch);
+        if self.config.novelty {
+            self.learn_reversals(batch);
+        }
         if self.config.feedback {
             for g in 0..batch.num_groups() {
                 self.learn_feedback(batch, g);
             }
         }
         for (g, task) in tasks.iter().enumerate() {
-            self.discover_group(batch, g, text_key(task.as_ref()), flags);
+            let task = action_keys(task.as_ref(), &mut self.ws.normalised).0;
+            self.discover_group(batch, g, task, flags);
         }
         self.forget();
         Ok(())
@@ -456,10 +516,18 @@ impl MilestoneDiscovery {
         let ws = &mut self.ws;
         ws.steps.clear();
         ws.sentences.clear();
+        let novelty = self.config.novelty;
         for j in 0..batch.num_trajectories() {
+            let mut from = 0;
             for (t, &row) in batch.trajectory_rows(j).iter().enumerate() {
                 let tr = step(row, t);
-                let (action, verb) = action_keys(tr.action);
+                if t == 0 && novelty {
+                    // The start state, hashed like a response (so a return to it is seen).
+                    let start = ws.sentences.len();
+                    from = response_keys(tr.observation, &mut ws.sentences).0;
+                    ws.sentences.truncate(start);
+                }
+                let (action, verb) = action_keys(tr.action, &mut ws.normalised);
                 let start = ws.sentences.len();
                 let (whole, gist) = response_keys(tr.next_observation, &mut ws.sentences);
                 if !self.config.feedback {
@@ -470,10 +538,14 @@ impl MilestoneDiscovery {
                     verb,
                     whole,
                     gist,
+                    from,
                     sentences: (start, ws.sentences.len()),
                 });
+                from = whole;
             }
         }
+        ws.events_of.clear();
+        ws.events_of.resize(ws.steps.len(), Event::default());
     }
 
     /// An action done twice in a row with the identical response twice is a no-op.
@@ -486,6 +558,46 @@ impl MilestoneDiscovery {
                     self.noops.insert(w[1].action);
                 }
             }
+        }
+    }
+
+    /// A transition (a → b) is *reversed* when a comes back after b later in the same
+    /// rollout; reversed transitions are remembered over all tasks.
+    fn learn_reversals(&mut self, batch: &RolloutBatch) {
+        let ws = &mut self.ws;
+        for j in 0..batch.num_trajectories() {
+            let range = batch.trajectory_steps(j);
+            let steps = &ws.steps[range];
+            let Some(first) = steps.first() else { continue };
+            // Position 0 is the start state, position t + 1 the state after step t.
+            ws.last.clear();
+            ws.last.insert(first.from, 0);
+            for (t, s) in steps.iter().enumerate() {
+                ws.last.insert(s.whole, t + 1);
+            }
+            for (t, s) in steps.iter().enumerate() {
+                let back = s.from != s.whole && ws.last.get(&s.from).is_some_and(|&p| p > t + 1);
+                if back && self.reversed.len() < self.config.max_edges {
+                    self.reversed.insert(pair(s.from, s.whole));
+                }
+            }
+        }
+    }
+
+    /// Flags the irreversible first visits of trajectory `j` (a task without success).
+    fn flag_novelty(&mut self, batch: &RolloutBatch, j: usize, flags: &mut [bool]) {
+        let ws = &mut self.ws;
+        let rows = batch.trajectory_rows(j);
+        let range = batch.trajectory_steps(j);
+        ws.seen_gists.clear();
+        if let Some(first) = ws.steps.get(range.start) {
+            ws.seen_gists.insert(first.from);
+        }
+        for (t, i) in range.enumerate() {
+            let s = ws.steps[i];
+            let first_visit = ws.seen_gists.insert(s.whole);
+            flags[rows[t]] =
+                first_visit && s.from != s.whole && !self.reversed.contains(&pair(s.from, s.whole));
         }
     }
 
@@ -517,17 +629,43 @@ impl MilestoneDiscovery {
         let ws = &mut self.ws;
         ws.seen_actions.clear();
         ws.seen_gists.clear();
+        let any_feedback = !self.feedback.is_empty();
         for (t, i) in batch.trajectory_steps(j).enumerate() {
             let s = ws.steps[i];
             let novel = ws.seen_gists.insert(s.gist);
             let first = ws.seen_actions.insert(s.action);
             if !first || self.noops.contains(&s.action) {
+                ws.events_of[i] = Event::default();
                 continue;
             }
-            let feedback = ws.sentences[s.sentences.0..s.sentences.1]
-                .iter()
-                .any(|k| self.feedback.contains(k));
-            f(t, pair(s.action, s.gist), novel, feedback);
+            let feedback = any_feedback
+                && ws.sentences[s.sentences.0..s.sentences.1]
+                    .iter()
+                    .any(|k| self.feedback.contains(k));
+            let key = pair(s.action, s.gist);
+            ws.events_of[i] = Event {
+                key,
+                event: true,
+                novel,
+                feedback,
+            };
+            f(t, key, novel, feedback);
+        }
+    }
+
+    /// [`for_each_event`](Self::for_each_event) again for trajectory `j`, from what its
+    /// first call recorded (no hashing).
+    fn for_each_recorded_event(
+        &self,
+        batch: &RolloutBatch,
+        j: usize,
+        mut f: impl FnMut(usize, u64, bool, bool),
+    ) {
+        for (t, i) in batch.trajectory_steps(j).enumerate() {
+            let e = self.ws.events_of[i];
+            if e.event {
+                f(t, e.key, e.novel, e.feedback);
+            }
         }
     }
 
@@ -576,10 +714,14 @@ impl MilestoneDiscovery {
         self.ws.events = events;
         self.ws.ends = ends;
         let Some(memory) = self.tasks.get_mut(&task) else {
-            // Never seen succeeding: no milestone.
+            // Never seen succeeding: irreversible first visits, or no milestone.
             for j in batch.group_trajectories(g) {
-                for &row in batch.trajectory_rows(j) {
-                    flags[row] = false;
+                if self.config.novelty {
+                    self.flag_novelty(batch, j, flags);
+                } else {
+                    for &row in batch.trajectory_rows(j) {
+                        flags[row] = false;
+                    }
                 }
             }
             return;
@@ -602,7 +744,7 @@ impl MilestoneDiscovery {
             for &row in rows {
                 flags[row] = false;
             }
-            self.for_each_event(batch, j, |t, key, novel, fb| {
+            self.for_each_recorded_event(batch, j, |t, key, novel, fb| {
                 flags[rows[t]] = if use_feedback {
                     fb
                 } else {

@@ -108,7 +108,7 @@ where
 /// the change across the step counts. For the first step pass the environment's initial score
 /// as `score` (ScienceWorld's `initial_score`), not 0: a task that starts at 17 would otherwise
 /// show a false milestone at step 0. On the bundled ScienceWorld and TextWorld sample this
-/// reproduces the recorded milestone flags on every step (`tests/detectors_real_data.rs`).
+/// reproduces the recorded milestone flags on every step (`tests/it/detectors_real_data.rs`).
 ///
 /// ```
 /// use beacon_rl::milestone::{MilestoneDetector, ScoreIncrease, Transition};

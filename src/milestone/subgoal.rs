@@ -9,7 +9,7 @@
 //! every score increase comes with a newly completed subgoal. On the bundled sample
 //! (`data/sample_trajectories.jsonl`, 196 ScienceWorld steps, 62 milestones) [`NewSubgoals`]
 //! and [`ScoreIncrease`](super::ScoreIncrease) flag exactly the same steps, the recorded
-//! `milestone` flags (`tests/detectors_real_data.rs` checks it). The two differ only where the
+//! `milestone` flags (`tests/it/detectors_real_data.rs` checks it). The two differ only where the
 //! environment reports no subgoals (older ScienceWorld builds) or where a failure drops the
 //! score to −100: neither detector fires there.
 

@@ -4,7 +4,7 @@
 //! The paper's claims are about training: BEACON beats GRPO and GiGPO on long-horizon tasks, the
 //! gap grows with the horizon, and its Table 3 ranks the ablations. This module trains a tabular
 //! softmax policy with each estimator on environments built to the paper's assumptions, fast
-//! enough to run in the crate's own tests (`tests/testbed.rs`) and in a sweep
+//! enough to run in the crate's own tests (`tests/it/testbed.rs`) and in a sweep
 //! (`cargo run --release --example testbed`).
 //!
 //! - [`env`](mod@env): [`KeyChain`], K locked rooms with ordered keys and doors, distractors, undo

@@ -29,6 +29,7 @@ where
     let mut counts: KeyMap<usize> = KeyMap::default();
     let mut seen = KeySet::default();
     let mut keys = Vec::new();
+    let mut normalised = Vec::new();
     for g in 0..batch.num_groups() {
         counts.clear();
         let mut successes = 0;
@@ -37,7 +38,7 @@ where
             let success = batch.terminal_rewards()[j] > success_threshold;
             successes += usize::from(success);
             for (t, &row) in batch.trajectory_rows(j).iter().enumerate() {
-                let key = action_keys(step(row, t).action).0;
+                let key = action_keys(step(row, t).action, &mut normalised).0;
                 keys.push(key);
                 if success && seen.insert(key) {
                     *counts.entry(key).or_insert(0) += 1;

@@ -8,7 +8,7 @@ use beacon_rl::{Beacon, BeaconConfig, BeaconFlavour, NormMode, RolloutBatch};
 use ndarray::Array2;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::parity_ok as tol_ok;
 
 fn f64s(v: &Value) -> Vec<f64> {
@@ -29,7 +29,7 @@ fn strs(v: &Value) -> Vec<String> {
 
 #[test]
 fn every_migpo_case_matches_the_release() {
-    let data: Value = serde_json::from_str(include_str!("data/official_migpo.json")).unwrap();
+    let data: Value = serde_json::from_str(include_str!("../data/official_migpo.json")).unwrap();
     let cases = data["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 64, "all 64 migpo cases are present");
     let (mut worst, mut rows_checked) = (0.0f64, 0usize);

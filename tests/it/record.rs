@@ -10,7 +10,7 @@ use beacon_rl::record::{
 use beacon_rl::Error;
 use proptest::prelude::*;
 
-const SAMPLE: &str = include_str!("../data/sample_trajectories.jsonl");
+const SAMPLE: &str = include_str!("../../data/sample_trajectories.jsonl");
 
 fn read_all(text: &str) -> Vec<TrajectoryRecord> {
     read_trajectories(text.as_bytes())

@@ -12,7 +12,7 @@ use beacon_rl::NormMode;
 use beacon_rl::RolloutBatch;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{parity_err as rel_err, PARITY_TOL as TOL};
 
 fn strings(v: &Value) -> Vec<String> {

@@ -12,7 +12,7 @@ use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{parity_err, PARITY_TOL as TOL};
 
 fn cases() -> Vec<Value> {

@@ -10,16 +10,16 @@ use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-#[path = "../fuzz/src/bytes.rs"]
+#[path = "../../fuzz/src/bytes.rs"]
 mod bytes;
-#[path = "../fuzz/src/detectors.rs"]
+#[path = "../../fuzz/src/detectors.rs"]
 mod detectors;
-#[path = "../fuzz/src/estimators.rs"]
+#[path = "../../fuzz/src/estimators.rs"]
 mod estimators;
 #[cfg(feature = "serde")]
-#[path = "../fuzz/src/records.rs"]
+#[path = "../../fuzz/src/records.rs"]
 mod records;
-#[path = "../fuzz/src/token.rs"]
+#[path = "../../fuzz/src/token.rs"]
 mod token;
 
 /// The regression inputs of `target`, sorted by name (none yet is fine).
@@ -84,7 +84,7 @@ fn token() {
 #[test]
 fn oracles_accept_well_formed_inputs() {
     #[cfg(feature = "serde")]
-    records::run(include_bytes!("../data/sample_trajectories.jsonl"));
+    records::run(include_bytes!("../../data/sample_trajectories.jsonl"));
     for seed in 0u8..=255 {
         let data: Vec<u8> = (0..64u8)
             .map(|i| i.wrapping_mul(seed).wrapping_add(seed))

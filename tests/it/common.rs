@@ -1,11 +1,8 @@
-//! Helpers shared by the integration tests (`mod common;` in each test file).
+//! Helpers shared by the integration tests (`use crate::common;` in each test module).
 //!
 //! The parity tolerance against the peers' vectors (verl, verl-agent, the BEACON release) is
 //! written here once: `|ours − expected| ≤ 1e-5 · max(1, |expected|)`, relative above 1 and
 //! absolute below (peer values near 0 carry float32 noise of their own).
-
-// Each test binary uses a subset.
-#![allow(dead_code)]
 
 /// The parity tolerance (see the module docs).
 pub const PARITY_TOL: f64 = 1e-5;

@@ -357,7 +357,7 @@ mod bundled {
     use beacon_rl::milestone::ScoreIncrease;
     use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryRecord};
 
-    const SAMPLE: &str = include_str!("../data/sample_trajectories.jsonl");
+    const SAMPLE: &str = include_str!("../../data/sample_trajectories.jsonl");
 
     fn records(failures_only: bool) -> Vec<TrajectoryRecord> {
         read_trajectories(SAMPLE.as_bytes())

@@ -50,6 +50,38 @@ fn fresh() -> MilestoneDiscovery {
     MilestoneDiscovery::new(DiscoveryConfig::default()).unwrap()
 }
 
+/// Learning from successes only (no success-free signal).
+fn success_only() -> MilestoneDiscovery {
+    MilestoneDiscovery::new(DiscoveryConfig::default().with_novelty(false)).unwrap()
+}
+
+/// One group of one task whose rollouts all start in `start`; flags per rollout.
+fn run_from(d: &mut MilestoneDiscovery, start: &str, group: &[Rollout<'_>]) -> Vec<Vec<bool>> {
+    let lens: Vec<usize> = group.iter().map(|(_, s)| s.len()).collect();
+    let rewards: Vec<f64> = group.iter().map(|(r, _)| *r).collect();
+    let texts: Vec<(&str, &str)> = group.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+    let batch = RolloutBatch::from_blocks(group.len(), &lens, rewards).unwrap();
+    let flags = d
+        .discover(&batch, &["k"], |row, t| Transition {
+            observation: if t == 0 {
+                start
+            } else {
+                "ignored after the first step"
+            },
+            action: texts[row].0,
+            next_observation: texts[row].1,
+            ..Transition::default()
+        })
+        .unwrap();
+    let mut at = 0;
+    lens.iter()
+        .map(|&n| {
+            at += n;
+            flags[at - n..at].to_vec()
+        })
+        .collect()
+}
+
 #[test]
 fn events_common_to_all_successes_are_flagged_at_first_occurrence_in_every_rollout() {
     let win1 = vec![
@@ -186,7 +218,7 @@ fn a_one_off_line_at_one_step_of_each_success_is_not_feedback() {
 
 #[test]
 fn groups_without_success_use_the_memory_of_their_task() {
-    let mut d = fresh();
+    let mut d = success_only();
     let fail = vec![("take key", "Taken."), ("sing", "La.")];
     // Batch 1: no success anywhere: nothing to learn, no milestone.
     let f = run(&mut d, &["t"], &[vec![(0.0, fail.clone())]]);
@@ -209,7 +241,10 @@ fn groups_without_success_use_the_memory_of_their_task() {
 
 #[test]
 fn memory_is_bounded_and_forgets_the_least_recently_updated_task() {
-    let cfg = DiscoveryConfig::default().with_max_tasks(2).with_max_successes(1);
+    let cfg = DiscoveryConfig::default()
+        .with_max_tasks(2)
+        .with_max_successes(1)
+        .with_novelty(false);
     let mut d = MilestoneDiscovery::new(cfg).unwrap();
     let win = |a| (1.0, vec![(a, "Done.")]);
     run(&mut d, &["a"], &[vec![win("x")]]);
@@ -277,6 +312,7 @@ fn bad_input_is_a_typed_error_and_leaves_memory_unchanged() {
         DiscoveryConfig::default().with_feedback_min_verbs(1),
         DiscoveryConfig::default().with_feedback_min_verbs(9),
         DiscoveryConfig::default().with_feedback_max_step_fraction(0.0),
+        DiscoveryConfig::default().with_max_edges(0),
     ] {
         assert!(
             matches!(MilestoneDiscovery::new(cfg), Err(Error::InvalidConfig { .. })),
@@ -433,4 +469,57 @@ fn cli_discover_ignores_scores_rewards_flags_and_subgoals() {
     let expected: Vec<Value> = flags[..n].iter().map(|&f| Value::from(f)).collect();
     assert_eq!(first["milestones"].as_array().unwrap(), &expected);
     assert!(flags[..n].iter().any(|&f| f));
+}
+
+#[test]
+fn before_any_success_irreversible_first_visits_are_flagged() {
+    let (e0, k0, e1, o0) = (
+        "Room 0, empty hands.",
+        "Room 0, holding key.",
+        "Room 1, empty hands.",
+        "Room 0, door open.",
+    );
+    // r1 walks e0 k0 e0 k0 e1: (e0 -> k0) and (k0 -> e0) are undone (the earlier state
+    // comes back later); (k0 -> e1) is not. r2 walks e0 e0 k0 e1 o0.
+    let r1 = vec![
+        ("take key", k0),
+        ("drop key", e0),
+        ("take key", k0),
+        ("open door", e1),
+    ];
+    let r2 = vec![
+        ("wander", e0),
+        ("take key", k0),
+        ("open door", e1),
+        ("go back", o0),
+    ];
+    let mut d = fresh();
+    let f = run_from(&mut d, e0, &[(0.0, r1), (0.0, r2.clone())]);
+    // r1: k0 first visited by an undone move; e0 and k0 again are not first visits; e1 is.
+    // r2: e0 again (no move); k0 by the undone move; e1 and o0 first visits never undone.
+    assert_eq!(
+        f,
+        [vec![false, false, false, true], vec![false, false, true, true]]
+    );
+    assert_eq!(d.num_tasks(), 0);
+    // r3 goes back and through the door again: (e1 -> o0) is now seen undone, everywhere.
+    let r3 = vec![
+        ("take key", k0),
+        ("open door", e1),
+        ("go back", o0),
+        ("open door", e1),
+    ];
+    let f = run_from(&mut d, e0, &[(0.0, r2.clone()), (0.0, r3)]);
+    assert_eq!(
+        f,
+        [vec![false, false, true, false], vec![false, true, false, false]]
+    );
+    // Without the signal, nothing is flagged before a success.
+    let f = run_from(&mut success_only(), e0, &[(0.0, r2.clone())]);
+    assert_eq!(f, [vec![false; 4]]);
+    // Once the task has succeeded, its milestones come from the successes only: the
+    // success's events are (take key, k0) and (open door, e1).
+    let win = vec![("take key", k0), ("open door", e1)];
+    let f = run_from(&mut d, e0, &[(1.0, win), (0.0, r2)]);
+    assert_eq!(f, [vec![true, true], vec![false, true, true, false]]);
 }

@@ -1,0 +1,199 @@
+//! The metrics that need no shared-pair index: ZAR and CCR as free functions, and
+//! [`row_advantages`], an estimator's token output reduced to one advantage per row.
+
+use ndarray::ArrayView2;
+
+use super::report::CcrReport;
+use super::report::ZarReport;
+use crate::error::check_finite;
+use crate::error::check_len;
+use crate::error::Error;
+use crate::error::Range;
+use crate::error::Result;
+use crate::tensor::MaskView;
+
+/// One advantage per row from an estimator's rows × L output: the value on the row's first
+/// masked token when `response_mask` is given (0 for a row with no masked token: it receives
+/// no gradient), else column 0. See [`Diagnostics::compare_estimators`](super::Diagnostics::compare_estimators) for why the first
+/// masked token is the row's advantage for step-level and outcome estimators.
+///
+/// # Errors
+/// [`Error::OutputShape`](crate::Error::OutputShape) when the output has no column, or a number of rows (`advantages
+/// rows`) or columns (`advantages columns`) that differs from the mask's.
+///
+/// ```
+/// use beacon_rl::diagnostics::row_advantages;
+/// use ndarray::array;
+///
+/// // Row 0 starts with a prompt token (masked out, 0.0), then carries 0.5 on its response.
+/// let adv = array![[0.0, 0.5, 0.5], [-1.0, -1.0, 0.0], [0.0, 0.0, 0.0]];
+/// let mask = array![[false, true, true], [true, true, false], [false, false, false]];
+/// assert_eq!(row_advantages(adv.view(), Some((&mask).into()))?, [0.5, -1.0, 0.0]);
+/// assert_eq!(row_advantages(adv.view(), None)?, [0.0, -1.0, 0.0]); // column 0
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn row_advantages(adv: ArrayView2<'_, f64>, response_mask: Option<MaskView<'_>>) -> Result<Vec<f64>> {
+    if adv.ncols() == 0 {
+        return Err(Error::OutputShape {
+            what: "advantages columns",
+            expected: 1,
+            actual: 0,
+        });
+    }
+    let Some(mask) = response_mask else {
+        return Ok(adv.column(0).to_vec());
+    };
+    let (rows, cols) = mask.dim();
+    for (what, expected, actual) in [
+        ("advantages rows", rows, adv.nrows()),
+        ("advantages columns", cols, adv.ncols()),
+    ] {
+        if expected != actual {
+            return Err(Error::OutputShape {
+                what,
+                expected,
+                actual,
+            });
+        }
+    }
+    Ok(adv
+        .outer_iter()
+        .enumerate()
+        .map(|(r, a)| {
+            a.iter()
+                .enumerate()
+                .find(|&(t, _)| mask.is_set(r, t))
+                .map_or(0.0, |(_, &a)| a)
+        })
+        .collect())
+}
+
+/// The advantage with the zero convention applied: |A| < τ becomes 0.
+#[inline]
+pub(super) fn effective(a: f64, tau: f64) -> f64 {
+    if a.abs() < tau {
+        0.0
+    } else {
+        a
+    }
+}
+
+/// `num / den`, or `None` when `den` is 0.
+#[inline]
+pub(super) fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0).then(|| num / den)
+}
+
+pub(super) fn zar_unchecked(advantages: &[f64], tau: f64) -> ZarReport {
+    let zero_steps = advantages.iter().filter(|a| a.abs() < tau).count();
+    ZarReport {
+        zero_steps,
+        steps: advantages.len(),
+        threshold: tau,
+        value: zero_steps as f64 / advantages.len() as f64,
+    }
+}
+
+/// `Ok(v)` for a finite `v`, else [`Error::NonFinite`](crate::Error::NonFinite) naming `what` (a sum or ratio of the
+/// report, index 0).
+pub(super) fn finite(what: &'static str, v: f64) -> Result<f64> {
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(Error::NonFinite {
+            what,
+            index: 0,
+            value: v,
+        })
+    }
+}
+
+pub(super) fn ccr_unchecked(advantages: &[f64], milestones: &[bool], tau: f64) -> Result<CcrReport> {
+    let mut r = CcrReport::default();
+    for (&a, &m) in advantages.iter().zip(milestones) {
+        let mag = effective(a, tau).abs();
+        if m {
+            r.milestone_steps += 1;
+            r.milestone_abs_sum += mag;
+        } else {
+            r.non_milestone_steps += 1;
+            r.non_milestone_abs_sum += mag;
+        }
+    }
+    r.milestone_mean = ratio(r.milestone_abs_sum, r.milestone_steps as f64);
+    r.non_milestone_mean = ratio(r.non_milestone_abs_sum, r.non_milestone_steps as f64);
+    r.value = match (r.milestone_mean, r.non_milestone_mean) {
+        (Some(num), Some(den)) => ratio(num, den),
+        _ => None,
+    };
+    // As for EGR: overflowing sums, or a ratio beyond f64::MAX (a huge milestone mean over a
+    // tiny other mean), are errors rather than ∞ in the report.
+    finite("CCR milestone Σ|A| (overflows)", r.milestone_abs_sum)?;
+    finite("CCR non-milestone Σ|A| (overflows)", r.non_milestone_abs_sum)?;
+    finite("CCR ratio (overflows)", r.value.unwrap_or(0.0))?;
+    Ok(r)
+}
+
+/// ZAR over a plain slice of advantages: the fraction with |A| < `zero_threshold`.
+///
+/// # Errors
+/// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no advantages, [`Error::NonFinite`](crate::Error::NonFinite) for NaN/inf,
+/// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `zero_threshold` is finite and > 0.
+///
+/// ```
+/// use beacon_rl::diagnostics::zero_advantage_ratio;
+/// use beacon_rl::Error;
+/// assert_eq!(zero_advantage_ratio(&[], 1e-6), Err(Error::EmptyBatch));
+/// assert_eq!(zero_advantage_ratio(&[0.0, 1.0], 1e-6)?.value, 0.5);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn zero_advantage_ratio(advantages: &[f64], zero_threshold: f64) -> Result<ZarReport> {
+    Range::POSITIVE.check("zero_threshold", zero_threshold)?;
+    if advantages.is_empty() {
+        return Err(Error::EmptyBatch);
+    }
+    check_finite("advantages", advantages)?;
+    Ok(zar_unchecked(advantages, zero_threshold))
+}
+
+/// CCR over plain slices: mean |A| over flagged steps / mean |A| over the others, with
+/// |A| < `zero_threshold` counted as 0.
+///
+/// # Errors
+/// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no advantages, [`Error::LengthMismatch`](crate::Error::LengthMismatch) when `milestones`
+/// differs in length, [`Error::NonFinite`](crate::Error::NonFinite) for NaN/inf or for a sum or ratio that overflows
+/// (`credit_concentration(&[1e308, 1e-6], &[true, false], 1e-6)`), [`Error::InvalidConfig`](crate::Error::InvalidConfig)
+/// for the threshold.
+///
+/// ```
+/// use beacon_rl::diagnostics::credit_concentration;
+/// // No non-milestone step: CCR undefined.
+/// assert_eq!(credit_concentration(&[1.0], &[true], 1e-6)?.value, None);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+pub fn credit_concentration(
+    advantages: &[f64],
+    milestones: &[bool],
+    zero_threshold: f64,
+) -> Result<CcrReport> {
+    Range::POSITIVE.check("zero_threshold", zero_threshold)?;
+    if advantages.is_empty() {
+        return Err(Error::EmptyBatch);
+    }
+    check_len("milestones", advantages.len(), milestones.len())?;
+    check_finite("advantages", advantages)?;
+    ccr_unchecked(advantages, milestones, zero_threshold)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_and_ratio_helpers() {
+        assert_eq!(effective(5e-7, 1e-6), 0.0);
+        assert_eq!(effective(-1e-6, 1e-6), -1e-6); // |A| = τ is not below τ
+        assert_eq!(ratio(1.0, 0.0), None);
+        assert_eq!(ratio(1.0, 4.0), Some(0.25));
+    }
+}

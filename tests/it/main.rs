@@ -1,0 +1,71 @@
+//! The integration tests, one binary (`cargo test --test it`; a module per former
+//! `tests/<name>.rs`). One binary links the crate once instead of once per file, and the
+//! helpers in [`common`] (the parity tolerance among them) are written once.
+//!
+//! Two test files stay separate binaries, because each installs a counting
+//! `#[global_allocator]` that must see only its own test's allocations:
+//! `tests/allocations.rs` and `tests/batch_builder.rs`. A new integration test goes here as a
+//! module (Cargo.toml has `autotests = false`, so a stray `tests/*.rs` would not be built:
+//! `layout::every_test_file_is_built` fails on one).
+
+mod common;
+
+mod ablation;
+mod ablation_estimators;
+mod cli;
+mod detectors;
+mod detectors_real_data;
+mod diagnostics;
+mod diagnostics_estimators;
+mod discover;
+mod fast_path_equivalence;
+mod fuzz_regressions;
+mod gigpo_properties;
+mod gigpo_reference;
+mod numeric_edges;
+mod parity_beacon_official;
+mod parity_difflib;
+mod parity_gigpo;
+mod parity_verl;
+mod properties_baselines;
+mod properties_beacon;
+mod record;
+mod testbed;
+mod trainer_dtypes;
+
+mod layout {
+    use std::collections::BTreeSet;
+    use std::fs;
+    use std::path::Path;
+
+    fn rust_files(dir: &Path) -> BTreeSet<String> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".rs"))
+            .collect()
+    }
+
+    /// With `autotests = false`, Cargo builds only the declared targets: every `tests/*.rs`
+    /// must be one of the two declared binaries, and every `tests/it/*.rs` a declared module.
+    #[test]
+    fn every_test_file_is_built() {
+        let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+        let top = rust_files(&tests);
+        let declared: BTreeSet<String> = ["allocations.rs", "batch_builder.rs"].map(String::from).into();
+        assert_eq!(
+            top, declared,
+            "a tests/*.rs file that Cargo.toml does not declare: move it to tests/it/"
+        );
+        let main = fs::read_to_string(tests.join("it/main.rs")).unwrap();
+        for file in rust_files(&tests.join("it")) {
+            let module = file.trim_end_matches(".rs");
+            if module != "main" {
+                assert!(
+                    main.contains(&format!("\nmod {module};\n")),
+                    "tests/it/{file} is not a module of tests/it/main.rs"
+                );
+            }
+        }
+    }
+}
