@@ -69,3 +69,4 @@ mod layout {
         }
     }
 }
+mod parallel_outcome;

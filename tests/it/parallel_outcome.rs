@@ -1,4 +1,4 @@
-//! The `rayon` feature's outcome estimators (`cargo test --features rayon --test
+//! The `rayon` feature's outcome estimators (`cargo test --features rayon --test it
 //! parallel_outcome`): the row sums and the masked writes run in chunks of rows on the pool,
 //! and every value must have the bits of the serial path. A 1-thread pool takes the serial
 //! path (one chunk); 2- and 4-thread pools split the rows (the batch holds 3,000 rows × 64
