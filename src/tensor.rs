@@ -505,12 +505,52 @@ pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatV
     }
 }
 
+/// [`write_masked`] into a fresh row-major `f64` buffer: `out` cleared, then extended row by
+/// row (each element written once, so fresh memory is not zero-filled first).
+pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f64>) {
+    fn rows<M: MaskElem>(values: &[f64], m: &ArrayView2<'_, M>, out: &mut Vec<f64>) {
+        for (row, &v) in m.rows().into_iter().zip(values) {
+            match row.as_slice() {
+                Some(s) => out.extend(s.iter().map(|x| if x.is_set() { v } else { 0.0 })),
+                None => out.extend(row.iter().map(|x| if x.is_set() { v } else { 0.0 })),
+            }
+        }
+    }
+    let (r, cols) = mask.dim();
+    out.clear();
+    out.reserve_exact(r * cols);
+    match mask {
+        MaskView::Bool(m) => rows(values, m, out),
+        MaskView::U8(m) => rows(values, m, out),
+        MaskView::I64(m) => rows(values, m, out),
+        MaskView::Lengths { lengths, cols } => {
+            for (&v, &n) in values.iter().zip(*lengths) {
+                let start = out.len();
+                out.resize(start + n.min(*cols), v);
+                out.resize(start + cols, 0.0);
+            }
+        }
+    }
+}
+
 fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut ArrayViewMut2<'_, O>) {
     match mask {
         MaskView::Bool(m) => write_masked_elems(values, m, out),
         MaskView::U8(m) => write_masked_elems(values, m, out),
         MaskView::I64(m) => write_masked_elems(values, m, out),
         MaskView::Lengths { lengths, .. } => {
+            let cols = out.ncols();
+            if let (Some(o), true) = (out.as_slice_mut(), cols > 0) {
+                crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
+                    let rows = o.chunks_exact_mut(cols).zip(&values[r0..]).zip(&lengths[r0..]);
+                    for ((o, &v), &n) in rows {
+                        let n = n.min(cols);
+                        o[..n].fill(O::from_f64(v));
+                        o[n..].fill(O::ZERO);
+                    }
+                });
+                return;
+            }
             for (mut orow, (&v, &n)) in out.rows_mut().into_iter().zip(values.iter().zip(*lengths)) {
                 let v = O::from_f64(v);
                 let n = n.min(orow.len());
@@ -540,9 +580,17 @@ fn write_masked_elems<M: MaskElem, O: Float>(
         return;
     }
     if let (Some(m), Some(o)) = (mask.as_slice(), out.as_slice_mut()) {
-        for ((m, o), &v) in m.chunks_exact(cols).zip(o.chunks_exact_mut(cols)).zip(values) {
-            fill_row(m, o, O::from_f64(v));
-        }
+        // Row-parallel under the `rayon` feature (each row written alone: same values).
+        crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
+            let m = &m[r0 * cols..];
+            for ((m, o), &v) in m
+                .chunks_exact(cols)
+                .zip(o.chunks_exact_mut(cols))
+                .zip(&values[r0..])
+            {
+                fill_row(m, o, O::from_f64(v));
+            }
+        });
         return;
     }
     for ((mrow, mut orow), &v) in mask.rows().into_iter().zip(out.rows_mut()).zip(values) {

@@ -21,16 +21,17 @@
 //!   carried from the next generated token.
 //! - Returns at padding are the values V_t (Â = 0 there).
 //! - The whitening's token count and Bessel factor are float32, and verl raises when fewer than
-//!   2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
+//!   2 tokens are masked: [`Error::Undefined`].
 //!
 //! No deliberate difference from verl.
 
-use super::whiten::{apply_in_place, FiniteAcc, MaskedSum};
+use super::whiten::{whiten_rows, Lanes};
 use super::{
-    fill_estimator, report_non_finite_input, validate_deferred, EstimatorInput, FiniteCheck, InputBufs, Out,
-    Scratch, Tokens,
+    check_matrix_shape, fill_estimator, float_rows, mask_rows, report_non_finite_input, select,
+    EstimatorInput, FiniteCheck, InputBufs, Out, Scratch, Tokens, LANES,
 };
-use crate::error::{check_finite, Range, Result};
+use crate::error::{Error, Range, Result};
+use crate::tensor::{FloatView, MaskView};
 
 /// Parameters of `gae`.
 ///
@@ -68,7 +69,7 @@ impl GaeConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless both are in [0, 1].
+    /// [`Error::InvalidConfig`] unless both are in [0, 1].
     ///
     /// ```
     /// # use beacon_rl::estimator::GaeConfig;
@@ -123,7 +124,7 @@ impl Gae {
     /// Validates the parameters and builds the estimator.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
+    /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
     /// # use beacon_rl::estimator::{Gae, GaeConfig};
@@ -161,65 +162,89 @@ impl Gae {
     }
 
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        // Input finiteness is checked inside the scan (see FiniteCheck).
-        let (rewards, mask, values) =
-            validate_deferred(&mut ws.inputs, |check, bufs| Self::inputs(input, check, bufs))?;
-        let result = self.scan(input, &rewards, &mask, &values, out);
-        rewards.recycle(&mut ws.inputs.rewards);
-        mask.recycle(&mut ws.inputs.mask);
-        values.recycle(&mut ws.inputs.values);
-        result
-    }
-
-    fn scan(
-        &self,
-        input: &EstimatorInput<'_>,
-        rewards: &Tokens<'_, f64>,
-        mask: &Tokens<'_, bool>,
-        values: &Tokens<'_, f64>,
-        out: &mut Out<'_>,
-    ) -> Result<()> {
-        let gamma = self.config.discount;
-        let gamma_lambda = gamma * self.config.gae_lambda;
-        let (gae, returns) = out.buffers(rewards.dim())?;
-        // The whitening's masked sum rides along, row by row while the row is hot in cache,
-        // in the row-major order of a separate pass.
-        let mut sum = MaskedSum::default();
-        // One flag for inputs and returns: a non-finite reward at a masked token or value
-        // anywhere makes that token's return non-finite, so only the returns and the unread
-        // (unmasked) rewards are folded in. Any hit re-runs the eager input checks first.
-        let mut finite = FiniteAcc::default();
-        for r in 0..rewards.rows() {
-            let rrow = rewards.row(r);
-            let n = rrow.len();
-            // Re-slicing to one length lets the compiler drop the bounds checks below.
-            let (mrow, vrow) = (&mask.row(r)[..n], &values.row(r)[..n]);
-            let (arow, retrow) = (&mut gae[r * n..(r + 1) * n], &mut returns[r * n..(r + 1) * n]);
-            let mut next_value = 0.0f64;
-            let mut last = 0.0f64;
-            for t in (0..n).rev() {
-                let v = vrow[t];
-                if mrow[t] {
-                    let delta = rrow[t] + gamma * next_value - v;
-                    last = delta + gamma_lambda * last;
-                    next_value = v;
-                } else {
-                    finite.push(rrow[t]);
-                }
-                arow[t] = last;
-                let g = last + v;
-                retrow[t] = g;
-                finite.push(g);
+        // Shapes only: input finiteness is checked inside the scan (see FiniteCheck), and the
+        // eager checks run only to report an error.
+        let checked = input.checked_views().and_then(|(rewards, mask)| {
+            let values = input.values.ok_or(Error::MissingInput("values"))?;
+            check_matrix_shape("values", values.dim(), rewards.dim())?;
+            Ok((rewards, mask, values))
+        });
+        let (rewards, mask, values) = match checked {
+            Ok(v) => v,
+            Err(deferred) => {
+                report_non_finite_input(|check, bufs| Self::inputs(input, check, bufs))?;
+                return Err(deferred);
             }
-            sum.add(arow, mrow);
-        }
-        if !finite.all() {
-            report_non_finite_input(|check, bufs| Self::inputs(input, check, bufs))?;
-            check_finite("returns", returns)?;
-        }
-        let (mean, scale) = sum.stats(gae, mask.as_slice())?;
-        apply_in_place(gae, mean, scale)
+        };
+        let dim = rewards.dim();
+        let (gamma, gamma_lambda) = (
+            self.config.discount,
+            self.config.discount * self.config.gae_lambda,
+        );
+        let (advantages, returns) = out.direct(dim)?;
+        whiten_rows(
+            dim,
+            false,
+            &mut ws.rows,
+            advantages,
+            returns,
+            |r0, k, lanes| gae_block(gamma, gamma_lambda, &rewards, &values, &mask, r0, k, lanes),
+            || report_non_finite_input(|check, bufs| Self::inputs(input, check, bufs)),
+        )
     }
+}
+
+/// The GAE scan of rows `r0 .. r0 + k` ([`LANES`] rows in lockstep, each row's operations in
+/// the order of the one-row recurrence): Â into `lanes.pre`, Â + V into `lanes.ret`.
+#[allow(clippy::too_many_arguments)]
+fn gae_block(
+    gamma: f64,
+    gamma_lambda: f64,
+    rewards: &FloatView<'_>,
+    values: &FloatView<'_>,
+    mask: &MaskView<'_>,
+    r0: usize,
+    k: usize,
+    lanes: &mut Lanes<'_>,
+) {
+    let n = rewards.dim().1;
+    if n == 0 {
+        return;
+    }
+    mask_rows(mask, r0, k, lanes.mask);
+    float_rows(rewards, r0, k, lanes.a);
+    float_rows(values, r0, k, lanes.b);
+    let mut finite = lanes.finite;
+    let mut next_value = [0.0f64; LANES];
+    let mut last = [0.0f64; LANES];
+    let tokens = lanes
+        .a
+        .chunks_exact(LANES)
+        .zip(lanes.b.chunks_exact(LANES))
+        .zip(lanes.mask.chunks_exact(LANES))
+        .zip(
+            lanes
+                .pre
+                .chunks_exact_mut(LANES)
+                .zip(lanes.ret.chunks_exact_mut(LANES)),
+        );
+    for (((rr, vv), mm), (pre, ret)) in tokens.rev() {
+        for l in 0..LANES {
+            let (r, v, m) = (rr[l], vv[l], mm[l]);
+            let delta = r + gamma * next_value[l] - v;
+            let cand = delta + gamma_lambda * last[l];
+            // Generated tokens advance the trace; the others keep it and have their
+            // (unread) reward folded into the finiteness check.
+            last[l] = if m { cand } else { last[l] };
+            next_value[l] = if m { v } else { next_value[l] };
+            finite.push(select(!m, r));
+            pre[l] = last[l];
+            let g = last[l] + v;
+            ret[l] = g;
+            finite.push(g);
+        }
+    }
+    lanes.finite = finite;
 }
 
 fill_estimator!(Gae, "gae", returns = true);

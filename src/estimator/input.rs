@@ -308,6 +308,21 @@ impl<'a> EstimatorInput<'a> {
         Ok(mask)
     }
 
+    /// `token_level_rewards` and `response_mask` as the caller's views, shapes checked against
+    /// each other and the batch (not their finiteness: the kernels that read them check it,
+    /// see [`FiniteCheck`]).
+    pub(crate) fn checked_views(&self) -> Result<(FloatView<'a>, MaskView<'a>)> {
+        let rewards = self
+            .token_level_rewards
+            .ok_or(Error::MissingInput("token_level_rewards"))?;
+        check_len(
+            "token_level_rewards rows",
+            self.batch.num_steps(),
+            rewards.dim().0,
+        )?;
+        Ok((rewards, self.checked_mask(rewards.dim())?))
+    }
+
     /// `token_level_rewards` and `response_mask`, checked against each other and the batch.
     pub(crate) fn checked_rewards_and_mask(
         &self,

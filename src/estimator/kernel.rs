@@ -116,6 +116,10 @@ pub(crate) struct Out<'o> {
     returns: Option<FloatViewMut<'o>>,
     stage: &'o mut Stage,
     dim: (usize, usize),
+    /// [`estimate`](AdvantageEstimator::estimate)'s fresh advantages, filled on first use:
+    /// by [`outcome`](Self::outcome) element by element (no zero-fill pass first), else
+    /// zeroed and then viewed as the advantages buffer.
+    fresh: Option<&'o mut Vec<f64>>,
 }
 
 /// The caller's buffer as a row-major `f64` slice when it is one.
@@ -137,7 +141,43 @@ impl<'o> Out<'o> {
             returns,
             stage,
             dim: (0, 0),
+            fresh: None,
         }
+    }
+
+    /// Outputs for [`estimate`](AdvantageEstimator::estimate): advantages into `fresh` (`f64`,
+    /// row-major, the output's shape), returns into `returns`.
+    pub(crate) fn fresh(
+        fresh: &'o mut Vec<f64>,
+        returns: Option<FloatViewMut<'o>>,
+        stage: &'o mut Stage,
+    ) -> Self {
+        let empty: &'o mut [[f64; 0]] = &mut [];
+        let mut out = Self::new(
+            FloatViewMut::F64(ndarray::ArrayViewMut2::from(empty)),
+            returns,
+            stage,
+        );
+        out.fresh = Some(fresh);
+        out
+    }
+
+    /// In [`fresh`](Self::fresh) mode, the fresh buffer zeroed to `dim` and used as the
+    /// advantages buffer.
+    fn materialize(&mut self, dim: (usize, usize)) -> Result<()> {
+        if let Some(v) = self.fresh.take() {
+            v.clear();
+            v.resize(dim.0 * dim.1, 0.0);
+            let n = v.len();
+            let view =
+                ndarray::ArrayViewMut2::from_shape(dim, &mut v[..]).map_err(|_| Error::OutputShape {
+                    what: "advantages",
+                    expected: n,
+                    actual: n,
+                })?;
+            self.advantages = FloatViewMut::F64(view);
+        }
+        Ok(())
     }
 
     fn check_dims(&mut self, dim: (usize, usize)) -> Result<()> {
@@ -156,6 +196,7 @@ impl<'o> Out<'o> {
     /// # Errors
     /// [`Error::OutputShape`] when a caller buffer's shape is not `dim`.
     pub(crate) fn buffers(&mut self, dim: (usize, usize)) -> Result<(&mut [f64], &mut [f64])> {
+        self.materialize(dim)?;
         self.check_dims(dim)?;
         let n = dim.0 * dim.1;
         let Stage {
@@ -179,6 +220,21 @@ impl<'o> Out<'o> {
         Ok((a, r))
     }
 
+    /// The caller's buffers as they are (any dtype and layout), for kernels that write rows
+    /// in the caller's dtype themselves; [`finish`](Self::finish) then copies nothing.
+    ///
+    /// # Errors
+    /// [`Error::OutputShape`] when a caller buffer's shape is not `dim`.
+    pub(crate) fn direct(
+        &mut self,
+        dim: (usize, usize),
+    ) -> Result<(&mut FloatViewMut<'o>, Option<&mut FloatViewMut<'o>>)> {
+        self.materialize(dim)?;
+        self.check_dims(dim)?;
+        self.dim = (0, 0);
+        Ok((&mut self.advantages, self.returns.as_mut()))
+    }
+
     /// Rounds or copies the stand-ins of `f32` / strided caller buffers into them (no-op for
     /// buffers written in place, and after [`outcome`](Self::outcome)).
     pub(crate) fn finish(mut self) -> Result<()> {
@@ -198,6 +254,15 @@ impl<'o> Out<'o> {
     /// generated tokens of row r and +0.0 elsewhere (verl's `scores.unsqueeze(-1) *
     /// response_mask`, returned twice), written in the caller's dtype in one pass.
     pub(crate) fn outcome(&mut self, scalars: &[f64], mask: &MaskView<'_>) -> Result<()> {
+        if let Some(v) = self.fresh.take() {
+            // Each element written once, in order: no zero-fill pass over fresh memory.
+            if let Some(r) = &mut self.returns {
+                r.check_dim("returns", mask.dim())?;
+                crate::tensor::write_masked(scalars, mask, r);
+            }
+            crate::tensor::extend_masked(scalars, mask, v);
+            return Ok(());
+        }
         self.check_dims(mask.dim())?;
         crate::tensor::write_masked(scalars, mask, &mut self.advantages);
         if let Some(r) = &mut self.returns {
@@ -256,6 +321,35 @@ macro_rules! fill_estimator {
                 );
                 self.fill(input, &mut out, &mut workspace.scratch)?;
                 out.finish()
+            }
+
+            fn estimate(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+            ) -> $crate::error::Result<$crate::estimator::Advantages> {
+                // As the trait's default, but the outcome estimators write each fresh element
+                // once (no zero-fill pass; see `Out::fresh`).
+                let dim = input.output_dim();
+                let mut workspace = $crate::estimator::Workspace::new();
+                let mut advantages = Vec::new();
+                let mut returns = $crate::estimator::AdvantageEstimator::has_returns(self)
+                    .then(|| ndarray::Array2::<f64>::zeros(dim));
+                let mut out = $crate::estimator::Out::fresh(
+                    &mut advantages,
+                    returns.as_mut().map(|r| $crate::tensor::FloatViewMut::F64(r.view_mut())),
+                    &mut workspace.stage,
+                );
+                self.fill(input, &mut out, &mut workspace.scratch)?;
+                out.finish()?;
+                let n = advantages.len();
+                let advantages = ndarray::Array2::from_shape_vec(dim, advantages).map_err(|_| {
+                    $crate::error::Error::OutputShape {
+                        what: "advantages",
+                        expected: dim.0 * dim.1,
+                        actual: n,
+                    }
+                })?;
+                Ok($crate::estimator::Advantages::new(advantages, returns))
             }
 
             $($extra)*
@@ -391,7 +485,6 @@ pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
 // Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
 #[allow(clippy::needless_range_loop)]
 pub(crate) fn row_sums<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut Vec<f64>) {
-    const LANES: usize = 8;
     let (rows, cols) = rewards.dim();
     // The start value of `Iterator::sum` for f64 (-0.0 in current std), so that every row
     // (including an empty one) gets the very bits `iter().sum()` gives.
@@ -407,6 +500,15 @@ pub(crate) fn row_sums<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out:
         }
         return;
     };
+    for_row_chunks(out, 1, cols, |r0, sums| {
+        row_sums_block(&data[r0 * cols..(r0 + sums.len()) * cols], cols, start, sums);
+    });
+}
+
+/// [`row_sums`] of the row-major rows `data` (`cols` > 0 each) into `out`.
+#[allow(clippy::needless_range_loop)]
+fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, out: &mut [f64]) {
+    const LANES: usize = 8;
     let mut blocks = data.chunks_exact(LANES * cols);
     let mut sums = out.chunks_exact_mut(LANES);
     for (block, sums) in (&mut blocks).zip(&mut sums) {
@@ -420,8 +522,41 @@ pub(crate) fn row_sums<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out:
         sums.copy_from_slice(&acc);
     }
     for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
-        *s = row.iter().map(|x| x.to_f64()).sum();
+        *s = row.iter().fold(start, |a, x| a + x.to_f64());
     }
+}
+
+/// Tokens per task of the row-parallel loops (`rayon` feature): large enough that a task's
+/// memory traffic dwarfs its scheduling.
+#[cfg(feature = "rayon")]
+const PAR_TOKENS: usize = 1 << 16;
+
+/// Runs `f(first_row, rows)` over `out` (`per_row` elements per row, `tokens_per_row` tokens
+/// of work per row). With the `rayon` feature, a pool of several threads and at least two
+/// tasks' worth of tokens, `out` is cut into chunks of whole rows run on the pool; otherwise
+/// `f(0, out)` runs once. Callers do per-row work only (no value depends on another row), so
+/// every result has the same bits however the rows are split.
+pub(crate) fn for_row_chunks<T: Send>(
+    out: &mut [T],
+    per_row: usize,
+    tokens_per_row: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    #[cfg(feature = "rayon")]
+    if per_row > 0 && rayon::current_num_threads() > 1 {
+        use rayon::prelude::*;
+        let rows = out.len() / per_row;
+        if rows.saturating_mul(tokens_per_row) >= 2 * PAR_TOKENS {
+            // Whole blocks of 8 rows per task (row_sums' lanes), about PAR_TOKENS tokens each.
+            let rows_per_task = (PAR_TOKENS / tokens_per_row.max(1)).max(1).div_ceil(8) * 8;
+            out.par_chunks_mut(rows_per_task * per_row)
+                .enumerate()
+                .for_each(|(i, chunk)| f(i * rows_per_task, chunk));
+            return;
+        }
+    }
+    let _ = (per_row, tokens_per_row);
+    f(0, out)
 }
 
 /// The step-level estimators' `estimate_into` (BEACON, GiGPO): the per-row advantages in
@@ -459,5 +594,84 @@ fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>
             o.column_mut(0).iter_mut().zip(step).for_each(|(a, &s)| *a = s);
             Ok(())
         }
+    }
+}
+
+/// Rows per block of the token scans (GAE, REINFORCE++): each lane is one row's backward
+/// recurrence, and running several independent rows in lockstep hides the latency of each
+/// row's chain of dependent operations without changing any row's order of operations.
+pub(crate) const LANES: usize = 4;
+
+/// Rows `r0 .. r0 + k` of `v` widened (exactly) to `f64` and interleaved into `buf`: token t
+/// of lane l at `t · LANES + l`, so a scan over the block walks one stream, not `LANES`.
+/// Lanes ≥ `k` read zeros.
+pub(crate) fn float_rows(v: &FloatView<'_>, r0: usize, k: usize, buf: &mut [f64]) {
+    fn put<T: crate::tensor::Float>(m: &ArrayView2<'_, T>, r0: usize, k: usize, buf: &mut [f64]) {
+        for lane in 0..LANES {
+            let slots = buf.chunks_exact_mut(LANES);
+            if lane < k {
+                let row = m.row(r0 + lane);
+                match row.as_slice() {
+                    Some(s) => slots.zip(s).for_each(|(o, &x)| o[lane] = x.to_f64()),
+                    None => slots.zip(row).for_each(|(o, &x)| o[lane] = x.to_f64()),
+                }
+            } else {
+                slots.for_each(|o| o[lane] = 0.0);
+            }
+        }
+    }
+    match v {
+        FloatView::F32(m) => put(m, r0, k, buf),
+        FloatView::F64(m) => put(m, r0, k, buf),
+    }
+}
+
+/// The response mask of rows `r0 .. r0 + k`, interleaved into `buf` as [`float_rows`] does;
+/// lanes ≥ `k` all false (a row with no generated token contributes nothing).
+pub(crate) fn mask_rows(mask: &MaskView<'_>, r0: usize, k: usize, buf: &mut [bool]) {
+    fn put<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, r0: usize, k: usize, buf: &mut [bool]) {
+        for lane in 0..LANES {
+            let slots = buf.chunks_exact_mut(LANES);
+            if lane < k {
+                let row = m.row(r0 + lane);
+                match row.as_slice() {
+                    Some(s) => slots.zip(s).for_each(|(o, x)| o[lane] = x.is_set()),
+                    None => slots.zip(row).for_each(|(o, x)| o[lane] = x.is_set()),
+                }
+            } else {
+                slots.for_each(|o| o[lane] = false);
+            }
+        }
+    }
+    match mask {
+        MaskView::Bool(m) => put(m, r0, k, buf),
+        MaskView::U8(m) => put(m, r0, k, buf),
+        MaskView::I64(m) => put(m, r0, k, buf),
+        MaskView::Lengths { lengths, .. } => {
+            for lane in 0..LANES {
+                let len = if lane < k { lengths[r0 + lane] } else { 0 };
+                for (t, o) in buf.chunks_exact_mut(LANES).enumerate() {
+                    o[lane] = t < len;
+                }
+            }
+        }
+    }
+}
+
+/// Writes `f(t)` for t in 0..L, rounded once to the buffer's type, into row `r` of `out`.
+#[inline]
+pub(crate) fn put_row(out: &mut FloatViewMut<'_>, r: usize, f: impl Fn(usize) -> f64) {
+    fn put<O: crate::tensor::Float>(mut row: ndarray::ArrayViewMut1<'_, O>, f: impl Fn(usize) -> f64) {
+        match row.as_slice_mut() {
+            Some(s) => s.iter_mut().enumerate().for_each(|(t, o)| *o = O::from_f64(f(t))),
+            None => row
+                .iter_mut()
+                .enumerate()
+                .for_each(|(t, o)| *o = O::from_f64(f(t))),
+        }
+    }
+    match out {
+        FloatViewMut::F32(o) => put(o.row_mut(r), f),
+        FloatViewMut::F64(o) => put(o.row_mut(r), f),
     }
 }

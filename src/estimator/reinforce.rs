@@ -28,12 +28,13 @@
 //! - The whitening's token count and Bessel factor are float32 (see [batch whitening](super#batch-whitening)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
-use super::whiten::{apply_remasked, whiten_outcome, FiniteAcc, MaskedSum};
+use super::whiten::{whiten_outcome, whiten_rows, Lanes};
 use super::{
-    check_scalars, fill_estimator, group_rows, report_non_finite_input, validate_deferred, EstimatorInput,
-    Out, Scratch, Tokens,
+    check_scalars, fill_estimator, float_rows, group_rows, mask_rows, report_non_finite_input, select,
+    EstimatorInput, Out, Scratch, LANES,
 };
-use crate::error::{check_finite, Range, Result};
+use crate::error::{Range, Result};
+use crate::tensor::{FloatView, MaskView};
 
 /// Parameters of `reinforce_plus_plus`.
 ///
@@ -140,57 +141,67 @@ impl ReinforcePlusPlus {
 
 impl ReinforcePlusPlus {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        // Reward finiteness is checked inside the scan (see FiniteCheck).
-        let (rewards, mask) = validate_deferred(&mut ws.inputs, |check, bufs| {
-            input.checked_rewards_and_mask(check, bufs)
-        })?;
-        let result = self.scan(input, &rewards, &mask, out);
-        rewards.recycle(&mut ws.inputs.rewards);
-        mask.recycle(&mut ws.inputs.mask);
-        result
-    }
-
-    fn scan(
-        &self,
-        input: &EstimatorInput<'_>,
-        rewards: &Tokens<'_, f64>,
-        mask: &Tokens<'_, bool>,
-        out: &mut Out<'_>,
-    ) -> Result<()> {
-        let discount = self.config.discount;
-        let (advantages, returns) = out.buffers(rewards.dim())?;
-        // The whitening's masked sum rides along, row by row while the row is hot in cache,
-        // in the row-major order of a separate pass.
-        let mut sum = MaskedSum::default();
-        // One flag for rewards and returns: a non-finite reward at a masked token makes its
-        // return non-finite, so only the returns and the unread (unmasked) rewards are folded
-        // in. Any hit re-runs the eager input checks first.
-        let mut finite = FiniteAcc::default();
-        for r in 0..rewards.rows() {
-            let rrow = rewards.row(r);
-            let n = rrow.len();
-            let mrow = &mask.row(r)[..n];
-            let out = &mut returns[r * n..(r + 1) * n];
-            let mut running = 0.0f64;
-            for t in (0..n).rev() {
-                out[t] = if mrow[t] {
-                    running = rrow[t] + discount * running;
-                    finite.push(running);
-                    running
-                } else {
-                    finite.push(rrow[t]);
-                    0.0
-                };
+        // Shapes only: reward finiteness is checked inside the scan (see FiniteCheck), and the
+        // eager checks run only to report an error.
+        let eager = || report_non_finite_input(|check, bufs| input.checked_rewards_and_mask(check, bufs));
+        let (rewards, mask) = match input.checked_views() {
+            Ok(v) => v,
+            Err(deferred) => {
+                eager()?;
+                return Err(deferred);
             }
-            sum.add(out, mrow);
-        }
-        if !finite.all() {
-            report_non_finite_input(|check, bufs| input.checked_rewards_and_mask(check, bufs))?;
-            check_finite("returns", returns)?;
-        }
-        let (mean, scale) = sum.stats(returns, mask.as_slice())?;
-        apply_remasked(returns, mask.as_slice(), advantages, mean, scale)
+        };
+        let dim = rewards.dim();
+        let discount = self.config.discount;
+        let (advantages, returns) = out.direct(dim)?;
+        whiten_rows(
+            dim,
+            true,
+            &mut ws.rows,
+            advantages,
+            returns,
+            |r0, k, lanes| returns_block(discount, &rewards, &mask, r0, k, lanes),
+            eager,
+        )
     }
+}
+
+/// The discounted reward-to-go of rows `r0 .. r0 + k` ([`LANES`] rows in lockstep, each row's
+/// operations in the order of the one-row recurrence) into `lanes.pre` and `lanes.ret`.
+fn returns_block(
+    discount: f64,
+    rewards: &FloatView<'_>,
+    mask: &MaskView<'_>,
+    r0: usize,
+    k: usize,
+    lanes: &mut Lanes<'_>,
+) {
+    let n = rewards.dim().1;
+    if n == 0 {
+        return;
+    }
+    mask_rows(mask, r0, k, lanes.mask);
+    float_rows(rewards, r0, k, lanes.a);
+    let mut finite = lanes.finite;
+    let mut running = [0.0f64; LANES];
+    let tokens = lanes
+        .a
+        .chunks_exact(LANES)
+        .zip(lanes.mask.chunks_exact(LANES))
+        .zip(lanes.ret.chunks_exact_mut(LANES));
+    for ((rr, mm), ret) in tokens.rev() {
+        for l in 0..LANES {
+            let (r, m) = (rr[l], mm[l]);
+            let cand = r + discount * running[l];
+            // Generated tokens advance the running return; the others get 0 and keep it,
+            // and have their (unread) reward folded into the finiteness check.
+            running[l] = if m { cand } else { running[l] };
+            finite.push(if m { running[l] } else { r });
+            ret[l] = select(m, running[l]);
+        }
+    }
+    lanes.pre.copy_from_slice(lanes.ret);
+    lanes.finite = finite;
 }
 
 fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);

@@ -34,8 +34,9 @@ use ndarray::{Array2, ArrayView2};
 
 #[cfg(test)]
 use super::Tokens;
-use super::{masked_counts, select, Out};
+use super::{masked_counts, put_row, select, Out, LANES};
 use crate::error::{check_finite, Error, Result};
+use crate::tensor::FloatViewMut;
 use crate::tensor::MaskView;
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
@@ -176,6 +177,145 @@ pub(crate) fn whiten_outcome(
         }
     }
     out.outcome(whitened, mask)
+}
+
+/// Buffers of [`whiten_rows`], reused across calls: one block of [`LANES`] rows for the scan,
+/// and the values to whiten and the mask, rows × L.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowSlabs {
+    pre: Vec<f64>,
+    ret: Vec<f64>,
+    mask: Vec<bool>,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    stage: Vec<f64>,
+    stage_mask: Vec<bool>,
+}
+
+/// One block of up to [`LANES`] rows as a scan fills it (each slice L × `LANES`, token t of
+/// lane l at `t · LANES + l`, see [`float_rows`](super::float_rows)): `pre` the values to
+/// whiten, `ret` the returns, `mask` the rows' response mask; `a` and `b` are free for the
+/// scan's widened input rows. The scan folds its inputs and returns into `finite` (see
+/// [`FiniteCheck`](super::FiniteCheck)).
+pub(crate) struct Lanes<'s> {
+    pub(crate) pre: &'s mut [f64],
+    pub(crate) ret: &'s mut [f64],
+    pub(crate) mask: &'s mut [bool],
+    pub(crate) a: &'s mut [f64],
+    pub(crate) b: &'s mut [f64],
+    pub(crate) finite: FiniteAcc,
+}
+
+/// Token t of lane `lane` of an interleaved block, for t in 0..L.
+fn lane<T: Copy>(block: &[T], lane: usize) -> impl Iterator<Item = T> + '_ {
+    block.chunks_exact(LANES).map(move |c| c[lane])
+}
+
+/// A token scan followed by verl's batch whitening, writing straight into the caller's
+/// buffers (any dtype): returns `ret` rounded once, advantages `(pre − μ)·scale` rounded once
+/// (times the mask when `remask`), μ and scale from [`MaskedSum::stats`] over the whole `pre`
+/// matrix: the bits of the whole-matrix computation.
+///
+/// `fill(r0, k, lanes)` computes rows `r0 .. r0 + k` (k ≤ [`LANES`], in lockstep) from the
+/// caller's inputs in their dtype, one block at a time while it is in cache; only `pre`
+/// (`f64`, which the whitening's two further passes need) and the mask (`bool`) are kept
+/// rows × L. `inputs_error` gives the eager input check's error when the scan saw a
+/// non-finite value.
+pub(crate) fn whiten_rows(
+    dim: (usize, usize),
+    remask: bool,
+    slabs: &mut RowSlabs,
+    advantages: &mut FloatViewMut<'_>,
+    mut returns: Option<&mut FloatViewMut<'_>>,
+    mut fill: impl FnMut(usize, usize, &mut Lanes<'_>),
+    inputs_error: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let (rows, cols) = dim;
+    let n = LANES * cols;
+    let RowSlabs {
+        pre,
+        ret,
+        mask,
+        a,
+        b,
+        stage,
+        stage_mask,
+    } = slabs;
+    for v in [&mut *pre, &mut *ret, &mut *a, &mut *b] {
+        v.resize(n, 0.0);
+    }
+    mask.resize(n, false);
+    stage.resize(rows * cols, 0.0);
+    stage_mask.resize(rows * cols, false);
+    let (stage, stage_mask) = (&mut stage[..rows * cols], &mut stage_mask[..rows * cols]);
+    let mut lanes = Lanes {
+        pre: &mut pre[..n],
+        ret: &mut ret[..n],
+        mask: &mut mask[..n],
+        a: &mut a[..n],
+        b: &mut b[..n],
+        finite: FiniteAcc::default(),
+    };
+    let mut sum = MaskedSum::default();
+    if let Some(k_of) = std::num::NonZeroUsize::new(cols) {
+        let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
+        for (i, (pre_rows, mask_rows)) in blocks.enumerate() {
+            let (r0, k) = (i * LANES, pre_rows.len() / k_of);
+            fill(r0, k, &mut lanes);
+            let rows = pre_rows
+                .chunks_exact_mut(cols)
+                .zip(mask_rows.chunks_exact_mut(cols));
+            for (l, (p, m)) in rows.enumerate() {
+                p.iter_mut().zip(lane(lanes.pre, l)).for_each(|(o, x)| *o = x);
+                m.iter_mut().zip(lane(lanes.mask, l)).for_each(|(o, x)| *o = x);
+                if let Some(out) = returns.as_deref_mut() {
+                    let ret = &lanes.ret;
+                    put_row(out, r0 + l, |t| ret[t * LANES + l]);
+                }
+                sum.add(p, m);
+            }
+        }
+    }
+    if !lanes.finite.all() {
+        inputs_error()?;
+        // The first non-finite return, in row-major order (error path: allocates).
+        let mut all = Vec::with_capacity(rows * cols);
+        for r0 in (0..rows).step_by(LANES) {
+            let k = LANES.min(rows - r0);
+            fill(r0, k, &mut lanes);
+            for l in 0..k {
+                all.extend(lane(lanes.ret, l));
+            }
+        }
+        check_finite("returns", &all)?;
+    }
+    let (mean, scale) = sum.stats(stage, stage_mask)?;
+    let mut finite = FiniteAcc::default();
+    if cols > 0 {
+        for (r, (p, m)) in stage
+            .chunks_exact(cols)
+            .zip(stage_mask.chunks_exact(cols))
+            .enumerate()
+        {
+            for &x in p {
+                finite.push((x - mean) * scale);
+            }
+            if remask {
+                put_row(advantages, r, |t| select(m[t], (p[t] - mean) * scale));
+            } else {
+                put_row(advantages, r, |t| (p[t] - mean) * scale);
+            }
+        }
+    }
+    if finite.all() {
+        return Ok(());
+    }
+    // Overflow: the whole-matrix computation's error (first position in row-major order).
+    if remask {
+        apply_remasked(stage, stage_mask, &mut vec![0.0; stage.len()], mean, scale)
+    } else {
+        apply_in_place(&mut stage.to_vec(), mean, scale)
+    }
 }
 
 /// The count and sum of the masked values, accumulated in row-major order (the order of the

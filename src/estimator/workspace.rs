@@ -64,8 +64,10 @@ pub(crate) struct Scratch {
     pub(crate) f32_b: Vec<f32>,
     pub(crate) f32_c: Vec<f32>,
     /// Inputs that are not `f64`/`bool` in standard layout, widened for the token-level
-    /// kernels (GAE, REINFORCE++, ReMax, OTB).
+    /// kernels that need whole matrices (ReMax, OTB).
     pub(crate) inputs: InputBufs,
+    /// Row blocks of the token scans that whiten (GAE, REINFORCE++).
+    pub(crate) rows: whiten::RowSlabs,
 }
 
 /// Conversion buffers of the token-level kernels' inputs (see [`Tokens`]).

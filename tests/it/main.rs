@@ -71,3 +71,4 @@ mod layout {
         }
     }
 }
+mod parallel_outcome;
