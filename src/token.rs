@@ -250,7 +250,7 @@ fn split_out(out: FloatViewMut<'_>, at: usize) -> (FloatViewMut<'_>, FloatViewMu
 /// ```
 pub fn row_sums_into<'r>(rewards: impl Into<FloatView<'r>>, sums: &mut [f64]) -> Result<()> {
     let rewards = rewards.into();
-    let (rows, cols) = rewards.dim();
+    let rows = rewards.dim().0;
     if sums.len() != rows {
         return Err(Error::LengthMismatch {
             what: "row sums",
@@ -259,8 +259,8 @@ pub fn row_sums_into<'r>(rewards: impl Into<FloatView<'r>>, sums: &mut [f64]) ->
         });
     }
     match rewards {
-        FloatView::F32(r) => for_row_blocks(rows, cols, (r, sums), |(r, s)| row_sums(r, s)),
-        FloatView::F64(r) => for_row_blocks(rows, cols, (r, sums), |(r, s)| row_sums(r, s)),
+        FloatView::F32(r) => crate::estimator::row_sums_to(r, sums),
+        FloatView::F64(r) => crate::estimator::row_sums_to(r, sums),
     }
     Ok(())
 }
@@ -360,41 +360,6 @@ fn mask_row_first_gap(mask: &MaskView<'_>, row: usize, cols: usize) -> usize {
         seen_gap |= !set;
     }
     cols
-}
-
-/// `row_sums_into`'s kernel over a block of rows (see there).
-// Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
-#[allow(clippy::needless_range_loop)]
-fn row_sums<R: Float>(rewards: ArrayView2<'_, R>, out: &mut [f64]) {
-    const LANES: usize = 8;
-    let cols = rewards.ncols();
-    // The start value of `Iterator::sum` for f64 (-0.0 in current std): every row, an empty
-    // one included, gets the very bits `iter().sum()` gives.
-    let start: f64 = std::iter::empty::<f64>().sum();
-    let data = match rewards.as_slice() {
-        Some(d) if cols > 0 => d,
-        _ => {
-            for (s, row) in out.iter_mut().zip(rewards.rows()) {
-                *s = row.iter().fold(start, |a, x| a + x.to_f64());
-            }
-            return;
-        }
-    };
-    let mut blocks = data.chunks_exact(LANES * cols);
-    let mut sums = out.chunks_exact_mut(LANES);
-    for (block, sums) in (&mut blocks).zip(&mut sums) {
-        let lane: [&[R]; LANES] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
-        let mut acc = [start; LANES];
-        for t in 0..cols {
-            for k in 0..LANES {
-                acc[k] += lane[k][t].to_f64();
-            }
-        }
-        sums.copy_from_slice(&acc);
-    }
-    for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
-        *s = row.iter().fold(start, |a, x| a + x.to_f64());
-    }
 }
 
 /// Runs `f` on blocks of whole rows of a rows × cols matrix and a per-row slice: one block

@@ -485,13 +485,20 @@ pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
 // Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
 #[allow(clippy::needless_range_loop)]
 pub(crate) fn row_sums<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut Vec<f64>) {
-    let (rows, cols) = rewards.dim();
+    out.clear();
+    out.resize(rewards.nrows(), 0.0);
+    row_sums_to(rewards, out);
+}
+
+/// [`row_sums`] into a slice of one entry per row (the public `token::row_sums_into` and the
+/// estimators share this one implementation).
+pub(crate) fn row_sums_to<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut [f64]) {
+    let cols = rewards.ncols();
     // The start value of `Iterator::sum` for f64 (-0.0 in current std), so that every row
     // (including an empty one) gets the very bits `iter().sum()` gives.
     let start: f64 = std::iter::empty::<f64>().sum();
-    out.clear();
-    out.resize(rows, start);
     if cols == 0 {
+        out.fill(start);
         return;
     }
     let Some(data) = rewards.as_slice() else {
