@@ -533,37 +533,37 @@ fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, 
     }
 }
 
-/// Tokens per task of the row-parallel loops (`rayon` feature): large enough that a task's
-/// memory traffic dwarfs its scheduling.
-#[cfg(feature = "rayon")]
+/// Tokens per chunk below which splitting a row-parallel loop costs more than it saves.
 const PAR_TOKENS: usize = 1 << 16;
 
 /// Runs `f(first_row, rows)` over `out` (`per_row` elements per row, `tokens_per_row` tokens
-/// of work per row). With the `rayon` feature, a pool of several threads and at least two
-/// tasks' worth of tokens, `out` is cut into chunks of whole rows run on the pool; otherwise
-/// `f(0, out)` runs once. Callers do per-row work only (no value depends on another row), so
-/// every result has the same bits however the rows are split.
+/// of work per row), on the crate's one chunking mechanism ([`crate::parallel`]): with the
+/// `rayon` feature and enough tokens, contiguous chunks of whole rows, one per pool thread;
+/// otherwise `f(0, out)` once. Callers do per-row work only (no value depends on another row),
+/// so every result has the same bits however the rows are split.
 pub(crate) fn for_row_chunks<T: Send>(
     out: &mut [T],
     per_row: usize,
     tokens_per_row: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
-    #[cfg(feature = "rayon")]
-    if per_row > 0 && rayon::current_num_threads() > 1 {
-        use rayon::prelude::*;
-        let rows = out.len() / per_row;
-        if rows.saturating_mul(tokens_per_row) >= 2 * PAR_TOKENS {
-            // Whole blocks of 8 rows per task (row_sums' lanes), about PAR_TOKENS tokens each.
-            let rows_per_task = (PAR_TOKENS / tokens_per_row.max(1)).max(1).div_ceil(8) * 8;
-            out.par_chunks_mut(rows_per_task * per_row)
-                .enumerate()
-                .for_each(|(i, chunk)| f(i * rows_per_task, chunk));
-            return;
-        }
+    let rows = out.len().checked_div(per_row).unwrap_or(0);
+    let k = crate::parallel::chunk_count(rows.saturating_mul(tokens_per_row), PAR_TOKENS);
+    if k <= 1 {
+        f(0, out);
+        return;
     }
-    let _ = (per_row, tokens_per_row);
-    f(0, out)
+    let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
+    let bounds = crate::parallel::balance(rows, k, |r| r, &mut bounds);
+    crate::parallel::for_chunks(
+        bounds,
+        (0usize, out),
+        &|(base, o): (usize, &mut [T]), at, _| {
+            let (first, rest) = o.split_at_mut((at - base) * per_row);
+            ((base, first), (at, rest))
+        },
+        &|_, (first_row, o)| f(first_row, o),
+    );
 }
 
 /// The step-level estimators' `estimate_into` (BEACON, GiGPO): the per-row advantages in
