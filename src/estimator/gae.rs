@@ -25,10 +25,10 @@
 //!
 //! No deliberate difference from verl.
 
-use super::whiten::{whiten_rows, Lanes};
+use super::whiten::{rows_of, rows_of_mut, whiten_rows, Lanes};
 use super::{
-    check_matrix_shape, fill_estimator, float_rows, mask_rows, report_non_finite_input, select,
-    EstimatorInput, FiniteCheck, InputBufs, Out, Scratch, Tokens, LANES,
+    check_matrix_shape, fill_estimator, float_row, mask_row, report_non_finite_input, EstimatorInput,
+    FiniteCheck, InputBufs, Out, Scratch, Tokens, LANES,
 };
 use crate::error::{Error, Range, Result};
 use crate::tensor::{FloatView, MaskView};
@@ -188,15 +188,16 @@ impl Gae {
             &mut ws.rows,
             advantages,
             returns,
-            |r0, k, lanes| gae_block(gamma, gamma_lambda, &rewards, &values, &mask, r0, k, lanes),
+            |r0, lanes| gae_block(gamma, gamma_lambda, &rewards, &values, &mask, r0, lanes),
             || report_non_finite_input(|check, bufs| Self::inputs(input, check, bufs)),
         )
     }
 }
 
-/// The GAE scan of rows `r0 .. r0 + k` ([`LANES`] rows in lockstep, each row's operations in
-/// the order of the one-row recurrence): Â into `lanes.pre`, Â + V into `lanes.ret`.
-#[allow(clippy::too_many_arguments)]
+/// The GAE scan of the block's rows `r0 ..` (k ≤ [`LANES`], see [`Lanes`]): the rows'
+/// inputs widened into `lanes.a` (rewards), `lanes.b` (values) and their mask into
+/// `lanes.mask`, then Â into `lanes.pre` and Â + V into `lanes.ret`, and the rewards and
+/// returns folded into the finiteness check (a non-finite value is a non-finite return).
 fn gae_block(
     gamma: f64,
     gamma_lambda: f64,
@@ -204,47 +205,67 @@ fn gae_block(
     values: &FloatView<'_>,
     mask: &MaskView<'_>,
     r0: usize,
-    k: usize,
     lanes: &mut Lanes<'_>,
 ) {
     let n = rewards.dim().1;
     if n == 0 {
         return;
     }
-    mask_rows(mask, r0, k, lanes.mask);
-    float_rows(rewards, r0, k, lanes.a);
-    float_rows(values, r0, k, lanes.b);
-    let mut finite = lanes.finite;
-    let mut next_value = [0.0f64; LANES];
-    let mut last = [0.0f64; LANES];
-    let tokens = lanes
-        .a
-        .chunks_exact(LANES)
-        .zip(lanes.b.chunks_exact(LANES))
-        .zip(lanes.mask.chunks_exact(LANES))
-        .zip(
-            lanes
-                .pre
-                .chunks_exact_mut(LANES)
-                .zip(lanes.ret.chunks_exact_mut(LANES)),
-        );
-    for (((rr, vv), mm), (pre, ret)) in tokens.rev() {
-        for l in 0..LANES {
-            let (r, v, m) = (rr[l], vv[l], mm[l]);
-            let delta = r + gamma * next_value[l] - v;
-            let cand = delta + gamma_lambda * last[l];
-            // Generated tokens advance the trace; the others keep it and have their
-            // (unread) reward folded into the finiteness check.
-            last[l] = if m { cand } else { last[l] };
-            next_value[l] = if m { v } else { next_value[l] };
-            finite.push(select(!m, r));
-            pre[l] = last[l];
-            let g = last[l] + v;
-            ret[l] = g;
-            finite.push(g);
+    let rows = lanes.a.chunks_exact_mut(n).zip(lanes.b.chunks_exact_mut(n));
+    for (l, ((a, b), m)) in rows.zip(lanes.mask.chunks_exact_mut(n)).enumerate() {
+        float_row(rewards, r0 + l, a);
+        float_row(values, r0 + l, b);
+        mask_row(mask, r0 + l, m);
+    }
+    let (a, b, m) = (&*lanes.a, &*lanes.b, &*lanes.mask);
+    if lanes.pre.len() == LANES * n {
+        gae_scan::<LANES>(gamma, gamma_lambda, n, a, b, m, lanes.pre, lanes.ret);
+    } else {
+        let rows = a.chunks_exact(n).zip(b.chunks_exact(n)).zip(m.chunks_exact(n));
+        let out = lanes.pre.chunks_exact_mut(n).zip(lanes.ret.chunks_exact_mut(n));
+        for (((a, b), m), (pre, ret)) in rows.zip(out) {
+            gae_scan::<1>(gamma, gamma_lambda, n, a, b, m, pre, ret);
         }
     }
-    lanes.finite = finite;
+    lanes.finite.extend(lanes.a);
+    lanes.finite.extend(lanes.ret);
+}
+
+/// The GAE recurrence over `K` rows of `n` tokens in lockstep (each row's operations in the
+/// order of the one-row recurrence; the rows are independent chains, so running them side by
+/// side hides each chain's latency).
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[inline(always)]
+fn gae_scan<const K: usize>(
+    gamma: f64,
+    gamma_lambda: f64,
+    n: usize,
+    rewards: &[f64],
+    values: &[f64],
+    mask: &[u8],
+    pre: &mut [f64],
+    ret: &mut [f64],
+) {
+    let (r, v, m) = (
+        rows_of::<_, K>(rewards, n),
+        rows_of::<_, K>(values, n),
+        rows_of::<_, K>(mask, n),
+    );
+    let (pre, ret) = (rows_of_mut::<_, K>(pre, n), rows_of_mut::<_, K>(ret, n));
+    let mut next_value = [0.0f64; K];
+    let mut last = [0.0f64; K];
+    for t in (0..n).rev() {
+        for l in 0..K {
+            let (r, v, m) = (r[l][t], v[l][t], m[l][t] != 0);
+            let delta = r + gamma * next_value[l] - v;
+            let cand = delta + gamma_lambda * last[l];
+            // Generated tokens advance the trace; the others keep it.
+            last[l] = if m { cand } else { last[l] };
+            next_value[l] = if m { v } else { next_value[l] };
+            pre[l][t] = last[l];
+            ret[l][t] = last[l] + v;
+        }
+    }
 }
 
 fill_estimator!(Gae, "gae", returns = true);

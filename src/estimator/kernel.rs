@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use ndarray::ArrayView2;
 
+use super::whiten::SUM_LANES;
 use crate::batch::RolloutBatch;
 use crate::error::{check_finite, check_len, Error, Result};
 use crate::tensor::{FloatView, FloatViewMut, MaskView};
@@ -609,76 +610,142 @@ fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>
 /// row's chain of dependent operations without changing any row's order of operations.
 pub(crate) const LANES: usize = 4;
 
-/// Rows `r0 .. r0 + k` of `v` widened (exactly) to `f64` and interleaved into `buf`: token t
-/// of lane l at `t · LANES + l`, so a scan over the block walks one stream, not `LANES`.
-/// Lanes ≥ `k` read zeros.
-pub(crate) fn float_rows(v: &FloatView<'_>, r0: usize, k: usize, buf: &mut [f64]) {
-    fn put<T: crate::tensor::Float>(m: &ArrayView2<'_, T>, r0: usize, k: usize, buf: &mut [f64]) {
-        for lane in 0..LANES {
-            let slots = buf.chunks_exact_mut(LANES);
-            if lane < k {
-                let row = m.row(r0 + lane);
-                match row.as_slice() {
-                    Some(s) => slots.zip(s).for_each(|(o, &x)| o[lane] = x.to_f64()),
-                    None => slots.zip(row).for_each(|(o, &x)| o[lane] = x.to_f64()),
-                }
-            } else {
-                slots.for_each(|o| o[lane] = 0.0);
-            }
+/// Row `r` of `v` widened (exactly) to `f64` into `buf` (length L).
+pub(crate) fn float_row(v: &FloatView<'_>, r: usize, buf: &mut [f64]) {
+    fn put<T: crate::tensor::Float>(m: &ArrayView2<'_, T>, r: usize, buf: &mut [f64]) {
+        let row = m.row(r);
+        match row.as_slice() {
+            Some(s) => buf.iter_mut().zip(s).for_each(|(o, &x)| *o = x.to_f64()),
+            None => buf.iter_mut().zip(row).for_each(|(o, &x)| *o = x.to_f64()),
         }
     }
     match v {
-        FloatView::F32(m) => put(m, r0, k, buf),
-        FloatView::F64(m) => put(m, r0, k, buf),
+        FloatView::F32(m) => put(m, r, buf),
+        FloatView::F64(m) => put(m, r, buf),
     }
 }
 
-/// The response mask of rows `r0 .. r0 + k`, interleaved into `buf` as [`float_rows`] does;
-/// lanes ≥ `k` all false (a row with no generated token contributes nothing).
-pub(crate) fn mask_rows(mask: &MaskView<'_>, r0: usize, k: usize, buf: &mut [bool]) {
-    fn put<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, r0: usize, k: usize, buf: &mut [bool]) {
-        for lane in 0..LANES {
-            let slots = buf.chunks_exact_mut(LANES);
-            if lane < k {
-                let row = m.row(r0 + lane);
-                match row.as_slice() {
-                    Some(s) => slots.zip(s).for_each(|(o, x)| o[lane] = x.is_set()),
-                    None => slots.zip(row).for_each(|(o, x)| o[lane] = x.is_set()),
-                }
-            } else {
-                slots.for_each(|o| o[lane] = false);
-            }
+/// The response mask of row `r` into `buf` (length L) as 0/1 bytes.
+pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) {
+    fn put<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, r: usize, buf: &mut [u8]) {
+        let row = m.row(r);
+        match row.as_slice() {
+            Some(s) => buf.iter_mut().zip(s).for_each(|(o, x)| *o = u8::from(x.is_set())),
+            None => buf
+                .iter_mut()
+                .zip(row)
+                .for_each(|(o, x)| *o = u8::from(x.is_set())),
         }
     }
     match mask {
-        MaskView::Bool(m) => put(m, r0, k, buf),
-        MaskView::U8(m) => put(m, r0, k, buf),
-        MaskView::I64(m) => put(m, r0, k, buf),
+        MaskView::Bool(m) => put(m, r, buf),
+        MaskView::U8(m) => put(m, r, buf),
+        MaskView::I64(m) => put(m, r, buf),
         MaskView::Lengths { lengths, .. } => {
-            for lane in 0..LANES {
-                let len = if lane < k { lengths[r0 + lane] } else { 0 };
-                for (t, o) in buf.chunks_exact_mut(LANES).enumerate() {
-                    o[lane] = t < len;
+            let len = lengths[r].min(buf.len());
+            let (on, off) = buf.split_at_mut(len);
+            on.fill(1);
+            off.fill(0);
+        }
+    }
+}
+
+/// Per row, how many generated tokens fall in each class t mod [`SUM_LANES`] (the partial
+/// sums of [`row_sum`](super::whiten::row_sum)): `counts[r · SUM_LANES + j]`.
+pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) {
+    fn row_counts<'x, M: crate::tensor::MaskElem + 'x>(row: impl Iterator<Item = &'x M>, out: &mut [usize]) {
+        let mut c = [0usize; SUM_LANES];
+        for (t, x) in row.enumerate() {
+            c[t % SUM_LANES] += usize::from(x.is_set());
+        }
+        out.copy_from_slice(&c);
+    }
+    fn count<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, counts: &mut [usize]) {
+        for (row, out) in m.rows().into_iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
+            match row.as_slice() {
+                Some(s) => {
+                    // Whole chunks of SUM_LANES tokens first: a branch-free, vectorizable count.
+                    let mut c = [0usize; SUM_LANES];
+                    let mut chunks = s.chunks_exact(SUM_LANES);
+                    for ch in &mut chunks {
+                        for (c, x) in c.iter_mut().zip(ch) {
+                            *c += usize::from(x.is_set());
+                        }
+                    }
+                    for (c, x) in c.iter_mut().zip(chunks.remainder()) {
+                        *c += usize::from(x.is_set());
+                    }
+                    out.copy_from_slice(&c);
+                }
+                None => row_counts(row.iter(), out),
+            }
+        }
+    }
+    let rows = mask.dim().0;
+    counts.clear();
+    counts.resize(rows * SUM_LANES, 0);
+    match mask {
+        MaskView::Bool(m) => count(m, counts),
+        MaskView::U8(m) => count(m, counts),
+        MaskView::I64(m) => count(m, counts),
+        MaskView::Lengths { lengths, cols } => {
+            for (&n, out) in lengths.iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
+                let n = n.min(*cols);
+                for (j, c) in out.iter_mut().enumerate() {
+                    *c = n / SUM_LANES + usize::from(j < n % SUM_LANES);
                 }
             }
         }
     }
 }
 
-/// Writes `f(t)` for t in 0..L, rounded once to the buffer's type, into row `r` of `out`.
-#[inline]
-pub(crate) fn put_row(out: &mut FloatViewMut<'_>, r: usize, f: impl Fn(usize) -> f64) {
-    fn put<O: crate::tensor::Float>(mut row: ndarray::ArrayViewMut1<'_, O>, f: impl Fn(usize) -> f64) {
+/// Writes `src` (length L), rounded once to the buffer's type, into row `r` of `out`.
+pub(crate) fn put_row_from(out: &mut FloatViewMut<'_>, r: usize, src: &[f64], f: impl Fn(f64) -> f64) {
+    fn put<O: crate::tensor::Float>(
+        mut row: ndarray::ArrayViewMut1<'_, O>,
+        src: &[f64],
+        f: impl Fn(f64) -> f64,
+    ) {
         match row.as_slice_mut() {
-            Some(s) => s.iter_mut().enumerate().for_each(|(t, o)| *o = O::from_f64(f(t))),
-            None => row
-                .iter_mut()
-                .enumerate()
-                .for_each(|(t, o)| *o = O::from_f64(f(t))),
+            Some(s) => s.iter_mut().zip(src).for_each(|(o, &x)| *o = O::from_f64(f(x))),
+            None => row.iter_mut().zip(src).for_each(|(o, &x)| *o = O::from_f64(f(x))),
         }
     }
     match out {
-        FloatViewMut::F32(o) => put(o.row_mut(r), f),
-        FloatViewMut::F64(o) => put(o.row_mut(r), f),
+        FloatViewMut::F32(o) => put(o.row_mut(r), src, f),
+        FloatViewMut::F64(o) => put(o.row_mut(r), src, f),
+    }
+}
+
+/// [`put_row_from`] of `f(x)` where the mask (0/1 bytes) is set and +0.0 elsewhere (a
+/// re-masked row).
+pub(crate) fn put_row_masked(
+    out: &mut FloatViewMut<'_>,
+    r: usize,
+    src: &[f64],
+    mask: &[u8],
+    f: impl Fn(f64) -> f64,
+) {
+    fn put<O: crate::tensor::Float>(
+        mut row: ndarray::ArrayViewMut1<'_, O>,
+        src: &[f64],
+        mask: &[u8],
+        f: impl Fn(f64) -> f64,
+    ) {
+        let pairs = src.iter().zip(mask);
+        match row.as_slice_mut() {
+            Some(s) => s
+                .iter_mut()
+                .zip(pairs)
+                .for_each(|(o, (&x, &m))| *o = O::from_f64(select(m != 0, f(x)))),
+            None => row
+                .iter_mut()
+                .zip(pairs)
+                .for_each(|(o, (&x, &m))| *o = O::from_f64(select(m != 0, f(x)))),
+        }
+    }
+    match out {
+        FloatViewMut::F32(o) => put(o.row_mut(r), src, mask, f),
+        FloatViewMut::F64(o) => put(o.row_mut(r), src, mask, f),
     }
 }

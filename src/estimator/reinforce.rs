@@ -28,9 +28,9 @@
 //! - The whitening's token count and Bessel factor are float32 (see [batch whitening](super#batch-whitening)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
-use super::whiten::{whiten_outcome, whiten_rows, Lanes};
+use super::whiten::{rows_of, rows_of_mut, whiten_outcome, whiten_rows, Lanes};
 use super::{
-    check_scalars, fill_estimator, float_rows, group_rows, mask_rows, report_non_finite_input, select,
+    check_scalars, fill_estimator, float_row, group_rows, mask_row, report_non_finite_input, select,
     EstimatorInput, Out, Scratch, LANES,
 };
 use crate::error::{Range, Result};
@@ -160,48 +160,68 @@ impl ReinforcePlusPlus {
             &mut ws.rows,
             advantages,
             returns,
-            |r0, k, lanes| returns_block(discount, &rewards, &mask, r0, k, lanes),
+            |r0, lanes| returns_block(discount, &rewards, &mask, r0, lanes),
             eager,
         )
     }
 }
 
-/// The discounted reward-to-go of rows `r0 .. r0 + k` ([`LANES`] rows in lockstep, each row's
-/// operations in the order of the one-row recurrence) into `lanes.pre` and `lanes.ret`.
+/// The discounted reward-to-go of the block's rows `r0 ..` (k ≤ [`LANES`], see [`Lanes`]):
+/// the rows' rewards widened into `lanes.a` and their mask into `lanes.mask`, then the
+/// returns into `lanes.ret` and `lanes.pre`, and the rewards and returns folded into the
+/// finiteness check (a non-finite generated reward is a non-finite return).
 fn returns_block(
     discount: f64,
     rewards: &FloatView<'_>,
     mask: &MaskView<'_>,
     r0: usize,
-    k: usize,
     lanes: &mut Lanes<'_>,
 ) {
     let n = rewards.dim().1;
     if n == 0 {
         return;
     }
-    mask_rows(mask, r0, k, lanes.mask);
-    float_rows(rewards, r0, k, lanes.a);
-    let mut finite = lanes.finite;
-    let mut running = [0.0f64; LANES];
-    let tokens = lanes
+    for (l, (a, m)) in lanes
         .a
-        .chunks_exact(LANES)
-        .zip(lanes.mask.chunks_exact(LANES))
-        .zip(lanes.ret.chunks_exact_mut(LANES));
-    for ((rr, mm), ret) in tokens.rev() {
-        for l in 0..LANES {
-            let (r, m) = (rr[l], mm[l]);
-            let cand = r + discount * running[l];
-            // Generated tokens advance the running return; the others get 0 and keep it,
-            // and have their (unread) reward folded into the finiteness check.
-            running[l] = if m { cand } else { running[l] };
-            finite.push(if m { running[l] } else { r });
-            ret[l] = select(m, running[l]);
+        .chunks_exact_mut(n)
+        .zip(lanes.mask.chunks_exact_mut(n))
+        .enumerate()
+    {
+        float_row(rewards, r0 + l, a);
+        mask_row(mask, r0 + l, m);
+    }
+    let (a, m) = (&*lanes.a, &*lanes.mask);
+    if lanes.pre.len() == LANES * n {
+        returns_scan::<LANES>(discount, n, a, m, lanes.ret);
+    } else {
+        let rows = a.chunks_exact(n).zip(m.chunks_exact(n));
+        for ((a, m), ret) in rows.zip(lanes.ret.chunks_exact_mut(n)) {
+            returns_scan::<1>(discount, n, a, m, ret);
         }
     }
-    lanes.pre.copy_from_slice(lanes.ret);
-    lanes.finite = finite;
+    let k = lanes.pre.len();
+    lanes.pre.copy_from_slice(&lanes.ret[..k]);
+    lanes.finite.extend(lanes.a);
+    lanes.finite.extend(lanes.ret);
+}
+
+/// The reward-to-go recurrence over `K` rows of `n` tokens in lockstep (each row's
+/// operations in the order of the one-row recurrence).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+fn returns_scan<const K: usize>(discount: f64, n: usize, rewards: &[f64], mask: &[u8], ret: &mut [f64]) {
+    let (r, m) = (rows_of::<_, K>(rewards, n), rows_of::<_, K>(mask, n));
+    let ret = rows_of_mut::<_, K>(ret, n);
+    let mut running = [0.0f64; K];
+    for t in (0..n).rev() {
+        for l in 0..K {
+            let (r, m) = (r[l][t], m[l][t] != 0);
+            let cand = r + discount * running[l];
+            // Generated tokens advance the running return; the others get 0 and keep it.
+            running[l] = if m { cand } else { running[l] };
+            ret[l][t] = select(m, running[l]);
+        }
+    }
 }
 
 fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);

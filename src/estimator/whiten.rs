@@ -34,7 +34,7 @@ use ndarray::{Array2, ArrayView2};
 
 #[cfg(test)]
 use super::Tokens;
-use super::{masked_counts, put_row, select, Out, LANES};
+use super::{masked_class_counts, put_row_from, put_row_masked, select, Out, LANES};
 use crate::error::{check_finite, Error, Result};
 use crate::tensor::FloatViewMut;
 use crate::tensor::MaskView;
@@ -52,12 +52,13 @@ use crate::tensor::MaskView;
 pub(crate) fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Result<()> {
     super::check_matrix_shape("response_mask", mask.dim(), values.dim())?;
     let mask = Tokens::mask(MaskView::Bool(mask), &mut Vec::new());
+    let cols = values.ncols();
     match values.as_slice_mut() {
-        Some(v) => whiten_in_place(v, mask.as_slice()),
+        Some(v) => whiten_in_place(v, mask.as_slice(), cols),
         None => {
             // Not in standard layout: whiten a row-major copy, then write it back.
             let mut tmp: Vec<f64> = values.iter().copied().collect();
-            whiten_in_place(&mut tmp, mask.as_slice())?;
+            whiten_in_place(&mut tmp, mask.as_slice(), cols)?;
             for (x, y) in values.iter_mut().zip(tmp) {
                 *x = y;
             }
@@ -66,12 +67,19 @@ pub(crate) fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>
     }
 }
 
-/// [`masked_whiten`] over row-major slices of equal length (checked by the callers).
+/// [`masked_whiten`] over row-major slices of equal length (checked by the callers), rows of
+/// `cols` tokens.
 #[cfg(test)]
-pub(crate) fn whiten_in_place(values: &mut [f64], mask: &[bool]) -> Result<()> {
+pub(crate) fn whiten_in_place(values: &mut [f64], mask: &[bool], cols: usize) -> Result<()> {
+    let mask: Vec<u8> = mask.iter().map(|&m| u8::from(m)).collect();
+    let mask = &mask[..];
     let mut acc = MaskedSum::default();
-    acc.add(values, mask);
-    let (mean, scale) = acc.stats(values, mask)?;
+    if cols > 0 {
+        for (v, m) in values.chunks_exact(cols).zip(mask.chunks_exact(cols)) {
+            acc.add_row(v, m);
+        }
+    }
+    let (mean, scale) = acc.stats(values, mask, cols)?;
     apply_in_place(values, mean, scale)
 }
 
@@ -94,20 +102,14 @@ pub(crate) fn apply_in_place(values: &mut [f64], mean: f64, scale: f64) -> Resul
 /// `masked_whiten(x, mask) * mask`) in one pass that leaves `src` intact. Overflow is
 /// reported at the first non-finite whitened value **before** re-masking, as whitening a
 /// copy of `src` in place and then re-masking it does.
-pub(crate) fn apply_remasked(
-    src: &[f64],
-    mask: &[bool],
-    dst: &mut [f64],
-    mean: f64,
-    scale: f64,
-) -> Result<()> {
+pub(crate) fn apply_remasked(src: &[f64], mask: &[u8], dst: &mut [f64], mean: f64, scale: f64) -> Result<()> {
     let n = src.len();
     let (mask, dst) = (&mask[..n], &mut dst[..n]);
     let mut finite = FiniteAcc::default();
     for t in 0..n {
         let y = (src[t] - mean) * scale;
         finite.push(y);
-        dst[t] = select(mask[t], y);
+        dst[t] = select(mask[t] != 0, y);
     }
     if finite.all() {
         return Ok(());
@@ -125,9 +127,10 @@ pub(crate) fn apply_remasked(
 /// verl's `masked_whiten(s.unsqueeze(-1) * mask, mask) * mask` for one scalar `s_r` per row
 /// (GDPO, REINFORCE++-baseline), written as both advantages and returns.
 ///
-/// The broadcast matrix is never materialized: its masked values are `count_r` copies of
-/// `s_r`, so the sums add `s_r` (and `(s_r − μ)²`) `count_r` times per row, in row order,
-/// which is exactly the sequence of additions over the broadcast matrix. Unmasked positions
+/// The broadcast matrix is never materialized: the masked values of row r are `s_r` at every
+/// generated token, so each partial sum of [`row_sum`] (and of [`row_sq`]) over that row is
+/// `s_r` (or `(s_r − μ)²`) added once per generated token of its class t mod [`SUM_LANES`]:
+/// exactly the additions over the broadcast matrix, in the same order. Unmasked positions
 /// held +0.0 before whitening: their whitened value `(0 − μ)·scale` only matters for the
 /// overflow check, which reports the first non-finite position in row-major order.
 pub(crate) fn whiten_outcome(
@@ -137,30 +140,31 @@ pub(crate) fn whiten_outcome(
     counts: &mut Vec<usize>,
     whitened: &mut Vec<f64>,
 ) -> Result<()> {
-    masked_counts(mask, counts);
-    let counts = &counts[..];
+    masked_class_counts(mask, counts);
+    let classes = || counts.chunks_exact(SUM_LANES);
     let mut acc = MaskedSum::default();
-    for (&s, &k) in scalars.iter().zip(counts) {
-        acc.add_repeated(s, k);
+    for (&s, c) in scalars.iter().zip(classes()) {
+        acc.add_repeated(s, c);
     }
     let (mean, denom) = acc.mean()?;
     let mut sq = 0.0f64;
-    for (&s, &k) in scalars.iter().zip(counts) {
+    for (&s, c) in scalars.iter().zip(classes()) {
         let d = s - mean;
-        let dd = d * d;
-        for _ in 0..k {
-            sq += dd;
-        }
+        sq += repeated_sum(d * d, c);
     }
+    let row_count = |c: &[usize]| c.iter().sum::<usize>();
     let (mean, scale) = match acc.scale(mean, denom, sq) {
         Ok(scale) => (mean, scale),
-        Err(_) => acc.rescaled(scalars.iter().copied().zip(counts.iter().copied()), denom)?,
+        Err(_) => acc.rescaled(scalars.iter().copied().zip(classes().map(row_count)), denom)?,
     };
     whitened.clear();
     whitened.extend(scalars.iter().map(|&s| (s - mean) * scale));
     let cols = mask.dim().1;
-    let unmasked_overflow = !((0.0 - mean) * scale).is_finite() && counts.iter().any(|&k| k < cols);
-    let masked_overflow = whitened.iter().zip(counts).any(|(y, &k)| k > 0 && !y.is_finite());
+    let unmasked_overflow = !((0.0 - mean) * scale).is_finite() && classes().any(|c| row_count(c) < cols);
+    let masked_overflow = whitened
+        .iter()
+        .zip(classes())
+        .any(|(y, c)| row_count(c) > 0 && !y.is_finite());
     if unmasked_overflow || masked_overflow {
         for (r, &s) in scalars.iter().enumerate() {
             for t in 0..cols {
@@ -179,36 +183,44 @@ pub(crate) fn whiten_outcome(
     out.outcome(whitened, mask)
 }
 
-/// Buffers of [`whiten_rows`], reused across calls: one block of [`LANES`] rows for the scan,
-/// and the values to whiten and the mask, rows × L.
+/// Buffers of [`whiten_rows`], reused across calls: one block of [`LANES`] rows for the scan
+/// (`ret`, `a`, `b`), and the values to whiten and the mask, rows × L.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RowSlabs {
-    pre: Vec<f64>,
     ret: Vec<f64>,
-    mask: Vec<bool>,
     a: Vec<f64>,
     b: Vec<f64>,
     stage: Vec<f64>,
-    stage_mask: Vec<bool>,
+    stage_mask: Vec<u8>,
 }
 
-/// One block of up to [`LANES`] rows as a scan fills it (each slice L × `LANES`, token t of
-/// lane l at `t · LANES + l`, see [`float_rows`](super::float_rows)): `pre` the values to
-/// whiten, `ret` the returns, `mask` the rows' response mask; `a` and `b` are free for the
-/// scan's widened input rows. The scan folds its inputs and returns into `finite` (see
-/// [`FiniteCheck`](super::FiniteCheck)).
+/// One block of k ≤ [`LANES`] rows as a scan fills it, each slice k × L row-major (row l of
+/// the block at `l · L ..`): `pre` the values to whiten and `mask` the rows' response mask
+/// (both the block's rows of the whole-batch stage; the mask as 0/1 bytes), `ret` the returns; `a` and `b` are free
+/// for the scan's widened input rows. The scan folds its inputs and returns into `finite`
+/// (see [`FiniteCheck`](super::FiniteCheck)).
 pub(crate) struct Lanes<'s> {
     pub(crate) pre: &'s mut [f64],
     pub(crate) ret: &'s mut [f64],
-    pub(crate) mask: &'s mut [bool],
+    pub(crate) mask: &'s mut [u8],
     pub(crate) a: &'s mut [f64],
     pub(crate) b: &'s mut [f64],
     pub(crate) finite: FiniteAcc,
 }
 
-/// Token t of lane `lane` of an interleaved block, for t in 0..L.
-fn lane<T: Copy>(block: &[T], lane: usize) -> impl Iterator<Item = T> + '_ {
-    block.chunks_exact(LANES).map(move |c| c[lane])
+/// The `K` rows (`cols` each) of a row-major block, as separate slices of length `cols`.
+pub(crate) fn rows_of<T, const K: usize>(block: &[T], cols: usize) -> [&[T]; K] {
+    std::array::from_fn(|l| &block[l * cols..][..cols])
+}
+
+/// [`rows_of`] for a block the scan writes.
+pub(crate) fn rows_of_mut<T, const K: usize>(block: &mut [T], cols: usize) -> [&mut [T]; K] {
+    let mut rest = block;
+    std::array::from_fn(|_| {
+        let (row, tail) = std::mem::take(&mut rest).split_at_mut(cols);
+        rest = tail;
+        row
+    })
 }
 
 /// A token scan followed by verl's batch whitening, writing straight into the caller's
@@ -216,98 +228,97 @@ fn lane<T: Copy>(block: &[T], lane: usize) -> impl Iterator<Item = T> + '_ {
 /// (times the mask when `remask`), μ and scale from [`MaskedSum::stats`] over the whole `pre`
 /// matrix: the bits of the whole-matrix computation.
 ///
-/// `fill(r0, k, lanes)` computes rows `r0 .. r0 + k` (k ≤ [`LANES`], in lockstep) from the
-/// caller's inputs in their dtype, one block at a time while it is in cache; only `pre`
-/// (`f64`, which the whitening's two further passes need) and the mask (`bool`) are kept
-/// rows × L. `inputs_error` gives the eager input check's error when the scan saw a
-/// non-finite value.
+/// `fill(r0, lanes)` computes the block's rows `r0 ..` (k ≤ [`LANES`] of them, in lockstep)
+/// from the caller's inputs in their dtype, one block at a time while it is in cache, writing
+/// `pre` and the mask straight into their rows of the stage; while the block is in cache its
+/// returns are written out, and its masked count and [`row_sum`]s and the range of `pre` are
+/// taken. Only `pre` (`f64`, which the whitening's two further passes need) and the mask
+/// (`bool`) are kept rows × L. `inputs_error` gives the eager input check's error when the
+/// scan saw a non-finite value.
 pub(crate) fn whiten_rows(
     dim: (usize, usize),
     remask: bool,
     slabs: &mut RowSlabs,
     advantages: &mut FloatViewMut<'_>,
     mut returns: Option<&mut FloatViewMut<'_>>,
-    mut fill: impl FnMut(usize, usize, &mut Lanes<'_>),
+    mut fill: impl FnMut(usize, &mut Lanes<'_>),
     inputs_error: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let (rows, cols) = dim;
     let n = LANES * cols;
     let RowSlabs {
-        pre,
         ret,
-        mask,
         a,
         b,
         stage,
         stage_mask,
     } = slabs;
-    for v in [&mut *pre, &mut *ret, &mut *a, &mut *b] {
+    for v in [&mut *ret, &mut *a, &mut *b] {
         v.resize(n, 0.0);
     }
-    mask.resize(n, false);
     stage.resize(rows * cols, 0.0);
-    stage_mask.resize(rows * cols, false);
+    stage_mask.resize(rows * cols, 0);
     let (stage, stage_mask) = (&mut stage[..rows * cols], &mut stage_mask[..rows * cols]);
-    let mut lanes = Lanes {
-        pre: &mut pre[..n],
-        ret: &mut ret[..n],
-        mask: &mut mask[..n],
-        a: &mut a[..n],
-        b: &mut b[..n],
-        finite: FiniteAcc::default(),
-    };
+    if cols == 0 {
+        // No token: verl raises on the empty mask.
+        return MaskedSum::default().mean().map(|_| ());
+    }
+    let mut finite = FiniteAcc::default();
     let mut sum = MaskedSum::default();
-    if let Some(k_of) = std::num::NonZeroUsize::new(cols) {
-        let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
-        for (i, (pre_rows, mask_rows)) in blocks.enumerate() {
-            let (r0, k) = (i * LANES, pre_rows.len() / k_of);
-            fill(r0, k, &mut lanes);
-            let rows = pre_rows
-                .chunks_exact_mut(cols)
-                .zip(mask_rows.chunks_exact_mut(cols));
-            for (l, (p, m)) in rows.enumerate() {
-                p.iter_mut().zip(lane(lanes.pre, l)).for_each(|(o, x)| *o = x);
-                m.iter_mut().zip(lane(lanes.mask, l)).for_each(|(o, x)| *o = x);
-                if let Some(out) = returns.as_deref_mut() {
-                    let ret = &lanes.ret;
-                    put_row(out, r0 + l, |t| ret[t * LANES + l]);
-                }
-                sum.add(p, m);
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
+    for (i, (pre, mask)) in blocks.enumerate() {
+        let mut lanes = Lanes {
+            ret: &mut ret[..pre.len()],
+            a: &mut a[..pre.len()],
+            b: &mut b[..pre.len()],
+            pre,
+            mask,
+            finite,
+        };
+        fill(i * LANES, &mut lanes);
+        finite = lanes.finite;
+        let Lanes { pre, mask, ret, .. } = lanes;
+        let block = pre.chunks_exact(cols).zip(mask.chunks_exact(cols));
+        for (l, ((p, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
+            if let Some(out) = returns.as_deref_mut() {
+                put_row_from(out, i * LANES + l, g, |x| x);
             }
+            sum.add_row(p, m);
+            (lo, hi) = range(p, lo, hi);
         }
     }
-    if !lanes.finite.all() {
+    if !finite.all() {
         inputs_error()?;
         // The first non-finite return, in row-major order (error path: allocates).
         let mut all = Vec::with_capacity(rows * cols);
-        for r0 in (0..rows).step_by(LANES) {
-            let k = LANES.min(rows - r0);
-            fill(r0, k, &mut lanes);
-            for l in 0..k {
-                all.extend(lane(lanes.ret, l));
-            }
+        let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
+        for (i, (pre, mask)) in blocks.enumerate() {
+            let mut lanes = Lanes {
+                ret: &mut ret[..pre.len()],
+                a: &mut a[..pre.len()],
+                b: &mut b[..pre.len()],
+                pre,
+                mask,
+                finite: FiniteAcc::default(),
+            };
+            fill(i * LANES, &mut lanes);
+            all.extend_from_slice(lanes.ret);
         }
         check_finite("returns", &all)?;
     }
-    let (mean, scale) = sum.stats(stage, stage_mask)?;
-    let mut finite = FiniteAcc::default();
-    if cols > 0 {
-        for (r, (p, m)) in stage
-            .chunks_exact(cols)
-            .zip(stage_mask.chunks_exact(cols))
-            .enumerate()
-        {
-            for &x in p {
-                finite.push((x - mean) * scale);
-            }
+    let (mean, scale) = sum.stats(stage, stage_mask, cols)?;
+    // (x − μ)·scale rounded is non-decreasing in x (scale > 0), so every whitened value is
+    // finite iff those of the smallest and the largest value are.
+    if ((lo - mean) * scale).is_finite() && ((hi - mean) * scale).is_finite() {
+        let rows = stage.chunks_exact(cols).zip(stage_mask.chunks_exact(cols));
+        for (r, (p, m)) in rows.enumerate() {
             if remask {
-                put_row(advantages, r, |t| select(m[t], (p[t] - mean) * scale));
+                put_row_masked(advantages, r, p, m, |x| (x - mean) * scale);
             } else {
-                put_row(advantages, r, |t| (p[t] - mean) * scale);
+                put_row_from(advantages, r, p, |x| (x - mean) * scale);
             }
         }
-    }
-    if finite.all() {
         return Ok(());
     }
     // Overflow: the whole-matrix computation's error (first position in row-major order).
@@ -318,8 +329,128 @@ pub(crate) fn whiten_rows(
     }
 }
 
-/// The count and sum of the masked values, accumulated in row-major order (the order of the
-/// additions is part of the result's bits, so callers feed rows in order, left to right).
+/// The smallest and largest of `lo`, `hi` and `values` (finite values; branch-free lanes).
+fn range(values: &[f64], lo: f64, hi: f64) -> (f64, f64) {
+    let (mut l, mut h) = ([lo; SUM_LANES], [hi; SUM_LANES]);
+    let mut chunks = values.chunks_exact(SUM_LANES);
+    for c in &mut chunks {
+        for j in 0..SUM_LANES {
+            l[j] = if c[j] < l[j] { c[j] } else { l[j] };
+            h[j] = if c[j] > h[j] { c[j] } else { h[j] };
+        }
+    }
+    let l = l.iter().fold(lo, |a, &x| a.min(x));
+    let h = h.iter().fold(hi, |a, &x| a.max(x));
+    chunks
+        .remainder()
+        .iter()
+        .fold((l, h), |(l, h), &x| (l.min(x), h.max(x)))
+}
+
+/// Partial sums per row in the masked sums' order (see [`row_sum`]).
+pub(crate) const SUM_LANES: usize = 8;
+
+/// Combines a row's partial sums in the fixed order ((p0 + p4) + (p2 + p6)) + ((p1 + p5) +
+/// (p3 + p7)) (what pairwise SIMD reductions of 2- or 4-wide lanes give).
+#[inline(always)]
+fn combine(p: &[f64; SUM_LANES]) -> f64 {
+    ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]))
+}
+
+/// All eight mask bytes of a chunk set (each byte is 0 or 1).
+const ALL_SET: u64 = 0x0101_0101_0101_0101;
+
+/// Eight mask bytes as one word (0 = none set, [`ALL_SET`] = all set).
+#[inline(always)]
+fn word(m: &[u8]) -> u64 {
+    u64::from_le_bytes(<[u8; 8]>::try_from(m).unwrap_or([1; 8]))
+}
+
+/// Σ of the masked values of one row and their count, in the crate's documented order:
+/// partial sum j adds the masked `x_t` with t ≡ j (mod [`SUM_LANES`]) left to right from
+/// +0.0, and the partials are combined by [`combine`]. An unmasked value adds +0.0, which
+/// leaves every partial unchanged (a partial is never −0.0: it starts at +0.0 and a sum of
+/// two values is −0.0 only when both are), so the sum only depends on the masked values.
+/// `mask` holds 0/1 bytes; chunks of [`SUM_LANES`] tokens that are all generated (or all
+/// not) skip the per-token select, which gives the same additions.
+#[inline]
+pub(crate) fn row_sum(values: &[f64], mask: &[u8]) -> (u64, f64) {
+    let n = values.len().min(mask.len());
+    let (values, mask) = (&values[..n], &mask[..n]);
+    let mut p = [0.0f64; SUM_LANES];
+    let mut count = 0u64;
+    let (mut xs, mut ms) = (values.chunks_exact(SUM_LANES), mask.chunks_exact(SUM_LANES));
+    for (x, m) in (&mut xs).zip(&mut ms) {
+        let w = word(m);
+        if w == ALL_SET {
+            for j in 0..SUM_LANES {
+                p[j] += x[j];
+            }
+        } else if w != 0 {
+            for j in 0..SUM_LANES {
+                p[j] += select(m[j] != 0, x[j]);
+            }
+        }
+        // The sum of the eight 0/1 bytes, in the top byte.
+        count += w.wrapping_mul(ALL_SET) >> 56;
+    }
+    for (j, (&x, &m)) in xs.remainder().iter().zip(ms.remainder()).enumerate() {
+        p[j] += select(m != 0, x);
+        count += u64::from(m);
+    }
+    (count, combine(&p))
+}
+
+/// Σ_mask (x − μ)² of one row, in [`row_sum`]'s order.
+#[inline]
+pub(crate) fn row_sq(values: &[f64], mask: &[u8], mean: f64) -> f64 {
+    let n = values.len().min(mask.len());
+    let (values, mask) = (&values[..n], &mask[..n]);
+    let mut p = [0.0f64; SUM_LANES];
+    let (mut xs, mut ms) = (values.chunks_exact(SUM_LANES), mask.chunks_exact(SUM_LANES));
+    for (x, m) in (&mut xs).zip(&mut ms) {
+        let w = word(m);
+        if w == ALL_SET {
+            for j in 0..SUM_LANES {
+                let d = x[j] - mean;
+                p[j] += d * d;
+            }
+        } else if w != 0 {
+            for j in 0..SUM_LANES {
+                let d = x[j] - mean;
+                p[j] += select(m[j] != 0, d * d);
+            }
+        }
+    }
+    for (j, (&x, &m)) in xs.remainder().iter().zip(ms.remainder()).enumerate() {
+        let d = x - mean;
+        p[j] += select(m != 0, d * d);
+    }
+    combine(&p)
+}
+
+/// [`row_sum`] of a row whose masked values all equal `x`, `counts[j]` of them in class j:
+/// partial j is `x` added `counts[j]` times from +0.0 (all partials in lockstep, then the
+/// leftovers), combined by [`combine`].
+fn repeated_sum(x: f64, counts: &[usize]) -> f64 {
+    let mut p = [0.0f64; SUM_LANES];
+    let common = counts.iter().copied().min().unwrap_or(0);
+    for _ in 0..common {
+        for q in p.iter_mut() {
+            *q += x;
+        }
+    }
+    for (q, &c) in p.iter_mut().zip(counts) {
+        for _ in common..c {
+            *q += x;
+        }
+    }
+    combine(&p)
+}
+
+/// The count and sum of the masked values. The order of the additions is part of the
+/// result's bits: each row's sum is taken by [`row_sum`] and the row sums are added in row
+/// order from +0.0, so callers feed whole rows, in order.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct MaskedSum {
     n: u64,
@@ -327,27 +458,19 @@ pub(crate) struct MaskedSum {
 }
 
 impl MaskedSum {
-    /// Adds the masked values of `values` (a row or the whole matrix), left to right.
-    pub(crate) fn add(&mut self, values: &[f64], mask: &[bool]) {
-        // Locals, so the count and the sum stay in registers through the loop.
-        let (mut n, mut sum) = (self.n, self.sum);
-        for (&x, &m) in values.iter().zip(mask) {
-            n += u64::from(m);
-            if m {
-                sum += x;
-            }
-        }
-        (self.n, self.sum) = (n, sum);
+    /// Adds one row's masked values ([`row_sum`]).
+    #[inline]
+    pub(crate) fn add_row(&mut self, values: &[f64], mask: &[u8]) {
+        let (count, sum) = row_sum(values, mask);
+        self.n += count;
+        self.sum += sum;
     }
 
-    /// Adds `count` masked copies of `x` (a broadcast row), one addition each as [`add`](Self::add) does.
-    pub(crate) fn add_repeated(&mut self, x: f64, count: usize) {
-        let mut sum = self.sum;
-        for _ in 0..count {
-            sum += x;
-        }
-        self.sum = sum;
-        self.n += count as u64;
+    /// Adds a broadcast row: `counts[j]` masked copies of `x` in class j (see [`repeated_sum`]),
+    /// the same additions as [`add_row`](Self::add_row) over the broadcast row.
+    pub(crate) fn add_repeated(&mut self, x: f64, counts: &[usize]) {
+        self.sum += repeated_sum(x, counts);
+        self.n += counts.iter().sum::<usize>() as u64;
     }
 
     /// verl's mean over the masked values and its `float32` count, or
@@ -381,15 +504,14 @@ impl MaskedSum {
         Ok(1.0 / (var + 1e-8).sqrt())
     }
 
-    /// Mean and scale of the masked `values` this sum was accumulated over (second pass for
-    /// the squared deviations).
-    pub(crate) fn stats(&self, values: &[f64], mask: &[bool]) -> Result<(f64, f64)> {
+    /// Mean and scale of the masked `values` (rows of `cols`) this sum was accumulated over:
+    /// the second pass, Σ(x − μ)² per row by [`row_sq`], rows added in order from +0.0.
+    pub(crate) fn stats(&self, values: &[f64], mask: &[u8], cols: usize) -> Result<(f64, f64)> {
         let (mean, denom) = self.mean()?;
         let mut sq = 0.0f64;
-        for (&x, &m) in values.iter().zip(mask) {
-            if m {
-                let d = x - mean;
-                sq += d * d;
+        if cols > 0 {
+            for (v, m) in values.chunks_exact(cols).zip(mask.chunks_exact(cols)) {
+                sq += row_sq(v, m, mean);
             }
         }
         match self.scale(mean, denom, sq) {
@@ -401,9 +523,10 @@ impl MaskedSum {
     /// The overflow fallback (Σx or Σ(x − μ)² overflowed for finite values): μ and
     /// 1/√(σ² + 1e-8) recomputed in units of s = max |x| over the masked values, with the
     /// same float32 count and Bessel factor: μ = s·μ_s, scale = 1/(s·√(σ²_s + 1e-8/s²)).
-    /// Only called after [`scale`](Self::scale) failed, so every finite result keeps verl's
-    /// bits. `masked` yields each value with its number of masked copies, in row-major order;
-    /// [`Error::NonFinite`] when even the rescaled statistics are not representable.
+    /// Only called after [`scale`](Self::scale) failed, so every finite result keeps the
+    /// regular path's bits. `masked` yields each value with its number of masked copies, in
+    /// row-major order; its sums run plainly left to right (this path is rare and not
+    /// timed). [`Error::NonFinite`] when even the rescaled statistics are not representable.
     pub(crate) fn rescaled(
         &self,
         masked: impl Iterator<Item = (f64, usize)> + Clone,
@@ -456,6 +579,23 @@ impl FiniteAcc {
     #[inline(always)]
     pub(crate) fn merge(&mut self, other: FiniteAcc) {
         self.0 |= other.0;
+    }
+
+    /// Folds in every value of `values` (vectorizable lanes).
+    pub(crate) fn extend(&mut self, values: &[f64]) {
+        let mut acc = [0u64; SUM_LANES];
+        let mut chunks = values.chunks_exact(SUM_LANES);
+        for c in &mut chunks {
+            for (a, x) in acc.iter_mut().zip(c) {
+                *a |= (x.to_bits() & 0x7ff0_0000_0000_0000) + 0x0010_0000_0000_0000;
+            }
+        }
+        for a in acc {
+            self.0 |= a;
+        }
+        for &x in chunks.remainder() {
+            self.push(x);
+        }
     }
 
     pub(crate) fn all(self) -> bool {

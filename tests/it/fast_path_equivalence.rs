@@ -6,7 +6,9 @@
 //! into dirty, contiguous or strided caller buffers equals `estimate` for every estimator.
 //!
 //! The `reference` module below is the old code, kept deliberately naive (sequential sums,
-//! zero-filled outputs, one pass per step) and written against the public API only.
+//! zero-filled outputs, one pass per step) and written against the public API only. Its
+//! `masked_whiten` sums follow the order release 0.2 documents (eight partial sums per row,
+//! see `masked_sum`), written naively here.
 
 use beacon_rl::estimator::{
     AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm,
@@ -250,15 +252,31 @@ mod reference {
         out
     }
 
-    fn whiten_in_place(values: &mut [f64], mask: &[bool]) -> Result<()> {
-        let mut n: u64 = 0;
-        let mut sum = 0.0f64;
-        for (&x, &m) in values.iter().zip(mask) {
-            if m {
-                n += 1;
-                sum += x;
-            }
+    /// Σ f(x) over the masked values in the order release 0.2 documents for `masked_whiten`
+    /// (written here independently of the crate's code): per row, partial j adds the masked
+    /// values at t with t % 8 == j, left to right from 0.0; the row's sum is
+    /// ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)); the row sums are added in row order
+    /// from 0.0. (0.1 summed every masked value left to right in one chain.)
+    fn masked_sum(values: &[f64], mask: &[bool], cols: usize, f: impl Fn(f64) -> f64) -> f64 {
+        let mut total = 0.0f64;
+        if cols == 0 {
+            return total;
         }
+        for r in 0..values.len() / cols {
+            let mut p = [0.0f64; 8];
+            for t in 0..cols {
+                if mask[r * cols + t] {
+                    p[t % 8] += f(values[r * cols + t]);
+                }
+            }
+            total += ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+        }
+        total
+    }
+
+    fn whiten_in_place(values: &mut [f64], mask: &[bool], cols: usize) -> Result<()> {
+        let n = mask.iter().filter(|&&m| m).count() as u64;
+        let sum = masked_sum(values, mask, cols, |x| x);
         if n < 2 {
             return Err(Error::Undefined(format!(
                 "masked_whiten needs at least 2 valid tokens in the batch, found {n} (verl raises ValueError)"
@@ -266,13 +284,7 @@ mod reference {
         }
         let denom = f64::from(n as f32 + 1e-8f32);
         let mean = sum / denom;
-        let mut sq = 0.0f64;
-        for (&x, &m) in values.iter().zip(mask) {
-            if m {
-                let d = x - mean;
-                sq += d * d;
-            }
-        }
+        let sq = masked_sum(values, mask, cols, |x| (x - mean) * (x - mean));
         let bessel = f64::from(n as f32 / (n - 1) as f32);
         let var = sq / denom * bessel;
         let (mean, scale) = if mean.is_finite() && var.is_finite() {
@@ -468,7 +480,7 @@ mod reference {
         let scalars = f(&scores);
         check_finite("advantages", &scalars)?;
         let mut adv = broadcast_masked(&scalars, &mask);
-        whiten_in_place(&mut adv.data, &mask.data)?;
+        whiten_in_place(&mut adv.data, &mask.data, mask.cols)?;
         adv.remask(&mask);
         Ok(same(adv))
     }
@@ -615,7 +627,7 @@ mod reference {
         check_finite("returns", &returns.data)?;
         let mut advantages = Buf::zeros(rewards.dim());
         advantages.data.copy_from_slice(&returns.data);
-        whiten_in_place(&mut advantages.data, &mask.data)?;
+        whiten_in_place(&mut advantages.data, &mask.data, mask.cols)?;
         advantages.remask(&mask);
         Ok(pair(advantages, returns))
     }
@@ -670,7 +682,7 @@ mod reference {
             }
         }
         check_finite("returns", &returns.data)?;
-        whiten_in_place(&mut gae.data, &mask.data)?;
+        whiten_in_place(&mut gae.data, &mask.data, mask.cols)?;
         Ok(pair(gae, returns))
     }
 
