@@ -630,7 +630,17 @@ pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) {
     fn put<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, r: usize, buf: &mut [u8]) {
         let row = m.row(r);
         match row.as_slice() {
-            Some(s) => buf.iter_mut().zip(s).for_each(|(o, x)| *o = u8::from(x.is_set())),
+            Some(s) => {
+                // Chunks of 8: the compares vectorize 8 wide (a plain zip runs 4 at a time).
+                let (mut o, mut x) = (buf.chunks_exact_mut(8), s.chunks_exact(8));
+                for (o, x) in (&mut o).zip(&mut x) {
+                    for j in 0..8 {
+                        o[j] = u8::from(x[j].is_set());
+                    }
+                }
+                let tail = o.into_remainder().iter_mut().zip(x.remainder());
+                tail.for_each(|(o, x)| *o = u8::from(x.is_set()));
+            }
             None => buf
                 .iter_mut()
                 .zip(row)
