@@ -63,7 +63,8 @@
 //! kernels, and the eager checks only re-run to name the offending value) and write each
 //! output element once. Every sum keeps verl's (and the previous release's) order of
 //! additions, so outputs are bit-identical to the straightforward implementation
-//! (`tests/it/fast_path_equivalence.rs`).
+//! (`tests/it/fast_path_equivalence.rs`), except batch whitening's masked sums, which run in
+//! eight partial sums per row (see [Batch whitening](#batch-whitening)).
 //!
 //! # Rows and groups
 //! verl's estimators see one row per response (`index` = the row's uid). For single-turn data
@@ -143,6 +144,13 @@
 //! ```
 //!
 //! Used by GAE, REINFORCE++, REINFORCE++-baseline and GDPO.
+//!
+//! The masked sums Σx and Σ(x − μ)² have a fixed order of additions (part of the bits): per
+//! row, eight partial sums, partial j adding the masked tokens t ≡ j (mod 8) left to right
+//! from +0.0, combined as ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)), and the row sums
+//! added in row order. Release 0.1 summed left to right in one chain, so these four
+//! estimators' outputs differ from 0.1 in the last bits (within the parity tolerance); the
+//! result does not depend on the output dtype, the mask form or the `rayon` feature.
 //!
 //! # Peer behaviour reproduced
 //! - verl's masks are int64 tensors, so `n + 1e-8` and the Bessel factor `n / (n − 1)` are

@@ -13,6 +13,18 @@
 //!
 //! Used by GAE, REINFORCE++, REINFORCE++-baseline and GDPO.
 //!
+//! # Order of the sums
+//! Σx and Σ(x − μ)² run over every masked token of the batch, and their order of additions
+//! is part of the result's bits. Each row's masked values are summed in [`SUM_LANES`] = 8
+//! partial sums, partial j taking the tokens t ≡ j (mod 8) left to right from +0.0, combined
+//! as ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)); the row sums are added in row order
+//! from +0.0 ([`row_sum`], [`row_sq`]). Eight independent chains (0.1 had one, latency-bound)
+//! let the additions overlap and vectorize. torch's reductions are not left to right either,
+//! so parity with verl is a tolerance (1e-5); within the crate the order is fixed, so the
+//! bits do not depend on the output dtype, the mask form or the `rayon` feature. Results
+//! differ from 0.1 in the last bits. The overflow fallback ([`MaskedSum::rescaled`]) sums
+//! left to right.
+//!
 //! # Peer behaviour reproduced
 //! - verl's masks are int64 tensors, so `n + 1e-8` and the Bessel factor `n / (n − 1)` are
 //!   computed in **float32** even when the values are float64: `n + 1e-8` rounds to `f32(n)`
