@@ -22,7 +22,10 @@
 //! detector is the same in both variants): split each observation into sentences at `.`, `!`,
 //! `?` and line breaks (each sentence keeps its end mark) and drop every sentence containing
 //! `score` in any case (ScienceWorld's observations have none; in TextWorld's it removes 79 sentences
-//! from 71 observations).
+//! from 71 observations), then drop the counter of TextWorld's status bar: the last line of its
+//! responses, `>  -= Kitchen =-7/14`, is the room name followed by `score/moves`, a score
+//! channel without the word (in 233 of its 241 observations); every `=-` directly followed by
+//! `digits/digits` loses the digits and the slash.
 //!
 //! `cargo run --release --example discover_eval` (add `--failures` to list the disagreements).
 
@@ -49,6 +52,28 @@ fn strip_score_sentences(text: &str) -> String {
         }
     }
     keep(&text[start..]);
+    strip_status_counter(&out)
+}
+
+/// `text` without the numbers of TextWorld's status bar: the line that ends each response,
+/// `>  -= Kitchen =-7/14`, carries `score/moves` right after the room name's closing `=-`
+/// (module docs). Every `=-` followed by `digits/digits` loses the digits and the slash.
+fn strip_status_counter(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("=-") {
+        out.push_str(&rest[..at + 2]);
+        rest = &rest[at + 2..];
+        let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+        let score = digits(rest);
+        if score > 0 && rest[score..].starts_with('/') {
+            let moves = digits(&rest[score + 1..]);
+            if moves > 0 {
+                rest = &rest[score + 1 + moves..];
+            }
+        }
+    }
+    out.push_str(rest);
     out
 }
 
@@ -235,7 +260,7 @@ fn main() -> Result<()> {
             s.observation = kept;
         }
     }
-    println!("score sentences stripped from {removed} observations\n");
+    println!("score sentences or status-bar counters stripped from {removed} observations\n");
 
     println!(
         "{:<28} {:<13} {:>4} {:>4} {:>4}  {:<5}  {:<5}  {:<5}  {:>5}",
