@@ -290,8 +290,6 @@ struct StepKeys {
     from: u64,
     /// Range of this step's sentence keys in `Workspace::sentences`.
     sentences: (usize, usize),
-    /// The action is a no-op (set before the feedback search).
-    noop: bool,
 }
 
 /// Buffers reused across calls.
@@ -480,9 +478,6 @@ impl MilestoneDiscovery {
             self.learn_reversals(batch);
         }
         if self.config.feedback {
-            for s in &mut self.ws.steps {
-                s.noop = self.noops.contains(&s.action);
-            }
             for g in 0..batch.num_groups() {
                 self.learn_feedback(batch, g);
             }
@@ -562,7 +557,6 @@ impl MilestoneDiscovery {
                     gist,
                     from,
                     sentences: (start, ws.sentences.len()),
-                    noop: false,
                 });
                 from = whole;
             }
@@ -574,14 +568,16 @@ impl MilestoneDiscovery {
     /// An action done twice at most `noop_window` steps apart with the identical response
     /// both times is a no-op.
     fn learn_noops(&mut self, batch: &RolloutBatch) {
-        let window = self.config.noop_window;
         for j in 0..batch.num_trajectories() {
             let steps = &self.ws.steps[batch.trajectory_steps(j)];
-            for (t, a) in steps.iter().enumerate() {
-                let later = &steps[t + 1..steps.len().min(t + 1 + window)];
-                let repeat = later.iter().any(|b| a.action == b.action && a.whole == b.whole);
-                if repeat && self.noops.len() < self.config.max_noops {
-                    self.noops.insert(a.action);
+            // One pass per distance: a tight zip, no bounds check, no slice per step.
+            for d in 1..=self.config.noop_window {
+                let later = steps.get(d..).unwrap_or_default();
+                for (a, b) in steps.iter().zip(later) {
+                    let repeat = a.action == b.action && a.whole == b.whole;
+                    if repeat && self.noops.len() < self.config.max_noops {
+                        self.noops.insert(a.action);
+                    }
                 }
             }
         }
@@ -643,6 +639,18 @@ impl MilestoneDiscovery {
             &mut ws.stats,
             &mut ws.found,
         );
+        // A sentence a no-op's response shows is a state line, not feedback (module docs).
+        // Checked on the few candidates only: the search itself stays as it was.
+        if !ws.found.is_empty() && !self.noops.is_empty() {
+            for j in batch.group_trajectories(g) {
+                for s in &ws.steps[batch.trajectory_steps(j)] {
+                    if self.noops.contains(&s.action) {
+                        let shown = &ws.sentences[s.sentences.0..s.sentences.1];
+                        ws.found.retain(|k| !shown.contains(k));
+                    }
+                }
+            }
+        }
         for &key in &ws.found {
             if self.feedback.len() < self.config.max_feedback {
                 self.feedback.insert(key);

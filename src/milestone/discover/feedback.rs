@@ -26,9 +26,6 @@ pub(super) struct SentenceStats {
     /// Last (trajectory, step) counted, so a repeat within one step or rollout counts once.
     last_step: usize,
     last_rollout: usize,
-    /// Shown in the response of a no-op: a state line (a room's name in a status bar), not
-    /// feedback, since a no-op makes no progress to report.
-    noop: bool,
 }
 
 /// Writes the keys of group `g`'s feedback sentences, sorted, into `found` (cleared first;
@@ -76,7 +73,6 @@ pub(super) fn find(
                             None => continue,
                         }
                     };
-                    st.noop |= s.noop;
                     if st.last_step == i {
                         continue;
                     }
@@ -113,7 +109,6 @@ pub(super) fn find(
             && st.num_verbs >= cfg.feedback_min_verbs
             && more_in_successes
             && share <= cfg.feedback_max_step_fraction
-            && !st.noop
         {
             found.push(key);
         }
