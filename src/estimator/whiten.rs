@@ -220,6 +220,33 @@ pub(crate) struct Lanes<'s> {
     pub(crate) finite: FiniteAcc,
 }
 
+/// 4 KiB: loads and stores whose addresses agree in their low 12 bits are taken for the same
+/// address until the full addresses are compared (4K aliasing).
+const PAGE: usize = 4096;
+
+/// Where a scratch buffer's block starts (in `f64`s, < `PAGE / 8`) so that it lies `target`
+/// bytes past the stage rows `anchor` modulo [`PAGE`]. The scan stores into the stage and
+/// `ret` and loads from `a` and `b` at the same token of rows that are often a multiple of
+/// 4 KiB long (512 `f64` tokens); at one address class (mod 4 KiB) each load would wait on
+/// the stores before it. A quarter page apart, they never meet within a row's few tokens in
+/// flight. (Measured at C, GAE: about 25% of the call.)
+fn skew(buf: &[f64], anchor: &[f64], target: usize) -> usize {
+    let (buf, anchor) = (buf.as_ptr() as usize, anchor.as_ptr() as usize);
+    (anchor.wrapping_add(target).wrapping_sub(buf) % PAGE) / 8
+}
+
+/// The block's length and the starts of `ret`, `a` and `b` for the stage rows `pre` (see
+/// [`skew`]): a quarter page apart from the stage and from one another.
+fn skews(ret: &[f64], a: &[f64], b: &[f64], pre: &[f64]) -> (usize, usize, usize, usize) {
+    let len = pre.len();
+    (
+        len,
+        skew(ret, pre, 3 * PAGE / 4),
+        skew(a, pre, PAGE / 4),
+        skew(b, pre, PAGE / 2),
+    )
+}
+
 /// The `K` rows (`cols` each) of a row-major block, as separate slices of length `cols`.
 pub(crate) fn rows_of<T, const K: usize>(block: &[T], cols: usize) -> [&[T]; K] {
     std::array::from_fn(|l| &block[l * cols..][..cols])
@@ -266,7 +293,7 @@ pub(crate) fn whiten_rows(
         stage_mask,
     } = slabs;
     for v in [&mut *ret, &mut *a, &mut *b] {
-        v.resize(n, 0.0);
+        v.resize(n + PAGE / 8, 0.0);
     }
     stage.resize(rows * cols, 0.0);
     stage_mask.resize(rows * cols, 0);
@@ -280,10 +307,11 @@ pub(crate) fn whiten_rows(
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
     for (i, (pre, mask)) in blocks.enumerate() {
+        let (len, o_ret, o_a, o_b) = skews(ret, a, b, pre);
         let mut lanes = Lanes {
-            ret: &mut ret[..pre.len()],
-            a: &mut a[..pre.len()],
-            b: &mut b[..pre.len()],
+            ret: &mut ret[o_ret..][..len],
+            a: &mut a[o_a..][..len],
+            b: &mut b[o_b..][..len],
             pre,
             mask,
             finite,
@@ -306,10 +334,11 @@ pub(crate) fn whiten_rows(
         let mut all = Vec::with_capacity(rows * cols);
         let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
         for (i, (pre, mask)) in blocks.enumerate() {
+            let (len, o_ret, o_a, o_b) = skews(ret, a, b, pre);
             let mut lanes = Lanes {
-                ret: &mut ret[..pre.len()],
-                a: &mut a[..pre.len()],
-                b: &mut b[..pre.len()],
+                ret: &mut ret[o_ret..][..len],
+                a: &mut a[o_a..][..len],
+                b: &mut b[o_b..][..len],
                 pre,
                 mask,
                 finite: FiniteAcc::default(),
