@@ -135,7 +135,7 @@ impl RolloutBatch {
     /// ```
     pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
         let mut builder = BatchBuilder::new();
-        builder.build_keyed(group_keys, |r| r, group_keys.len(), rewards)?;
+        builder.build_keyed(group_keys, None::<fn(usize) -> usize>, group_keys.len(), rewards)?;
         Ok(builder.spare)
     }
 
@@ -639,7 +639,7 @@ impl BatchBuilder {
         group_keys: &[G],
         rewards: &[f64],
     ) -> Result<()> {
-        self.build_keyed(group_keys, |r| r, rewards.len(), rewards)?;
+        self.build_keyed(group_keys, None::<fn(usize) -> usize>, rewards.len(), rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
@@ -650,15 +650,16 @@ impl BatchBuilder {
         T: Hash + Eq,
     {
         check_len("traj_keys", group_keys.len(), traj_keys.len())?;
-        self.build_keyed(group_keys, |r| &traj_keys[r], traj_keys.len(), row_rewards)
+        self.build_keyed(group_keys, Some(|r| &traj_keys[r]), traj_keys.len(), row_rewards)
     }
 
     /// The one implementation behind every key constructor: `traj_key(r)` is row r's
-    /// trajectory key (rows `0..traj_rows`).
+    /// trajectory key (rows `0..traj_rows`); `None` when every row is its own trajectory
+    /// (the group-key constructors), which needs no trajectory table: trajectory = row.
     fn build_keyed<G, T, F>(
         &mut self,
         group_keys: &[G],
-        traj_key: F,
+        traj_key: Option<F>,
         traj_rows: usize,
         row_rewards: &[f64],
     ) -> Result<()>
@@ -678,7 +679,9 @@ impl BatchBuilder {
         // Intern keys: first-appearance numbering of groups and trajectories.
         let bits = table_bits(rows);
         reset_table(&mut self.group_table, bits);
-        reset_table(&mut self.traj_table, bits);
+        if traj_key.is_some() {
+            reset_table(&mut self.traj_table, bits);
+        }
         self.group_first_row.clear();
         self.traj_first_row.clear();
         self.traj_group.clear();
@@ -695,16 +698,10 @@ impl BatchBuilder {
                     &group_keys[r]
                 })
             };
-            let t = if row > 0 && traj_key(row) == traj_key(row - 1) {
-                prev_t
-            } else {
-                intern(
-                    &mut self.traj_table,
-                    bits,
-                    &mut self.traj_first_row,
-                    row,
-                    &traj_key,
-                )
+            let t = match &traj_key {
+                None => row,
+                Some(key) if row > 0 && key(row) == key(row - 1) => prev_t,
+                Some(key) => intern(&mut self.traj_table, bits, &mut self.traj_first_row, row, key),
             };
             (prev_g, prev_t) = (g, t);
             if t == self.traj_group.len() {
