@@ -6,12 +6,15 @@
 //! as `estimate`, bit for bit, or the same error; a wrongly shaped buffer is an error.
 
 use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
+use beacon_rl::estimator::gae::GaeConfig;
 use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm,
-    GrpoStatistics, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, ZeroTail,
-};
-use beacon_rl::{NormMode, RolloutBatch, SingletonRule, Workspace};
+use beacon_rl::estimator::gpg::GpgConfig;
+use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
+use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
+use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+use beacon_rl::estimator::Workspace;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
+use beacon_rl::{NormMode, RolloutBatch, SingletonRule};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 
 use super::bytes::Bytes;

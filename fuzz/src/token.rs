@@ -6,8 +6,8 @@
 //! (`v as T` on a masked-in token of a covering span, `0` elsewhere).
 
 use beacon_rl::tensor::Float;
+use beacon_rl::tensor::FloatViewMut;
 use beacon_rl::token::{broadcast_into, spans_into, TokenSpan};
-use beacon_rl::FloatViewMut;
 use ndarray::{Array2, ShapeBuilder};
 
 use super::bytes::Bytes;

@@ -24,15 +24,6 @@ pub mod text;
 pub mod walkthrough;
 pub mod webshop;
 
-pub use agreement::MilestoneAgreement;
-pub use combinators::{AllOf, AnyOf, BoxedDetector, Not};
-pub use discover::{DiscoveryConfig, MilestoneDiscovery};
-pub use preset::DetectorPreset;
-pub use subgoal::NewSubgoals;
-pub use text::{TextPatterns, TextPatternsBuilder};
-pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
-pub use webshop::{WebShopGoal, WebShopPhases, WebShopTarget};
-
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Result};
 
