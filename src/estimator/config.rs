@@ -287,7 +287,6 @@ impl fmt::Display for EstimatorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::grpo::GrpoNorm;
 
     #[test]
     fn names_round_trip_and_unknown_is_typed() {
@@ -367,6 +366,7 @@ mod tests {
     #[cfg(feature = "serde")]
     #[test]
     fn serde_uses_verl_names_and_defaults() {
+        use crate::estimator::grpo::GrpoNorm;
         for name in EstimatorConfig::NAMES {
             let c: EstimatorConfig = name.parse().unwrap();
             let json = serde_json::to_string(&c).unwrap();

@@ -8,6 +8,11 @@
 //! string, holds its parameters with verl's defaults, and [`builds`](EstimatorConfig::build) a
 //! validated, boxed estimator.
 //!
+//! This module holds that interface ([`AdvantageEstimator`], [`EstimatorConfig`],
+//! [`EstimatorInput`], [`Advantages`], [`Workspace`]); each estimator family is a public
+//! submodule whose page states its equation, and its types have that one path:
+//! [`beacon::Beacon`], [`gigpo::GigpoConfig`], [`grpo::GrpoConfig`], ... (table below).
+//!
 //! The baselines reproduce verl 0.9.1 (`verl/trainer/ppo/core_algos.py`) to 1e-5 relative on
 //! the peer's float64 run; each module documents its equation, the verl function and every
 //! "peer behaviour reproduced" (numerical quirks of the peer that we copy on purpose):

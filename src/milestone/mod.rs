@@ -13,7 +13,11 @@
 //! and [`EnvFlag`] (the environment already reports a milestone flag). Submodules:
 //! [`text`] (regex patterns on the response: ALFWorld feedback, TextWorld's score message),
 //! [`webshop`] (WebShop page phases), [`subgoal`] (ScienceWorld's newly completed subgoals),
-//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name).
+//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name),
+//! [`walkthrough`] (an expert walkthrough matched in order), [`discover`] (milestones found
+//! from rollouts alone) and [`agreement`] (two detectors' flags compared). Each family's types
+//! have one path, in their submodule: `milestone::text::TextPatterns`,
+//! `milestone::webshop::WebShopPhases`, ...
 
 pub mod agreement;
 pub mod combinators;
