@@ -289,6 +289,19 @@ pub enum Error {
         cols: usize,
     },
 
+    /// An integer response mask (`u8`, `i64`) holds a value other than 0 and 1. verl multiplies
+    /// by its mask, so a 2 would double a token's advantage there; a reader that took "nonzero"
+    /// as generated would give another number, so neither is done silently.
+    #[error("response_mask[{row}, {token}] = {value}: an integer mask holds only 0 and 1")]
+    MaskValue {
+        /// The row of the first invalid entry (row-major order).
+        row: usize,
+        /// Its token (column).
+        token: usize,
+        /// The value found.
+        value: i64,
+    },
+
     /// The step-row entry point (`estimate_steps_into`) was called on an estimator that only
     /// defines token-level advantages (GAE, REINFORCE++, ReMax, OTB, ...).
     #[error("estimator {estimator} has no step-level (one value per row) form")]

@@ -6,10 +6,19 @@
 //! the caller's element type:
 //!
 //! - [`FloatView`]: a rows × L matrix of `f32` or `f64` values (rewards, critic values, …).
-//! - [`MaskView`]: verl's `response_mask` (nonzero = a generated token) as `bool`, `u8` or
+//! - [`MaskView`]: verl's `response_mask` (1 = a generated token, 0 = not) as `bool`, `u8` or
 //!   `i64`, or [`MaskView::Lengths`]: row r's first `lengths[r]` tokens are generated (a
 //!   prefix mask, the common case for single-turn responses), stored as one number per row.
 //! - [`FloatViewMut`]: where `f32` or `f64` results are written.
+//!
+//! # Integer masks hold 0 and 1
+//! verl multiplies by `response_mask`, so an entry of 2 would double a token's advantage
+//! there, while a reader that takes "nonzero" as generated would not: any value other than 0
+//! and 1 in a `u8` or `i64` mask is [`Error::MaskValue`] (row, token, value), from every
+//! estimator and every function of [`token`](crate::token). The check costs no extra pass
+//! where it matters: the outcome estimators and the token broadcast test each row while they
+//! write it (a 0/1 prefix row, verl's common case, passes the test that selects its two-fill
+//! fast path), and the other readers check the mask once up front ([`MaskView::validate`]).
 //!
 //! # Precision contract
 //! `f32` inputs are widened to `f64` exactly (every `f32` is an `f64`), the estimator computes
@@ -87,15 +96,59 @@ impl Float for f64 {
     }
 }
 
-/// A mask element (`bool`, `u8`, `i64`): nonzero (true) marks a generated token. Sealed.
+/// A mask element (`bool`, `u8`, `i64`): 1 (true) marks a generated token, 0 (false) not.
+/// Other integer values are invalid (see the [module docs](self#integer-masks-hold-0-and-1)).
+/// Sealed.
 ///
 /// ```
 /// use beacon_rl::tensor::MaskElem;
 /// assert!(1i64.is_set() && !0u8.is_set() && true.is_set());
 /// ```
 pub trait MaskElem: Copy + sealed::Sealed + Send + Sync + 'static {
-    /// True for a generated token (nonzero).
+    /// True for a generated token (for an invalid integer value: nonzero).
     fn is_set(self) -> bool;
+}
+
+/// A mask element's two's complement bits, for the 0/1 test: an element is valid iff
+/// `bits & !1 == 0`, a test that vectorizes with plain SSE2 ors.
+pub(crate) trait MaskBits: MaskElem {
+    fn bits(self) -> u64;
+}
+
+impl MaskBits for bool {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl MaskBits for u8 {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl MaskBits for i64 {
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        self as u64
+    }
+}
+
+/// `Some(n)` when the row is exactly n ones followed by zeros (so every entry is 0 or 1),
+/// else `None` (a row with a gap, or with an invalid value). Three branch-free folds that
+/// vectorize with plain SSE2 adds, xors and ors: the wrapping sum gives the only possible n,
+/// then the row must be `1` on `..n` and `0` on `n..` (the second and third read the row from
+/// cache).
+#[inline]
+pub(crate) fn unit_prefix_len<M: MaskBits>(row: &[M]) -> Option<usize> {
+    let sum = row.iter().fold(0u64, |a, &m| a.wrapping_add(m.bits()));
+    let n = usize::try_from(sum).ok().filter(|&n| n <= row.len())?;
+    let (ones, zeros) = row.split_at(n);
+    let off =
+        ones.iter().fold(0u64, |a, &m| a | (m.bits() ^ 1)) | zeros.iter().fold(0u64, |a, &m| a | m.bits());
+    (off == 0).then_some(n)
 }
 
 impl MaskElem for bool {
@@ -238,7 +291,7 @@ float_view_from!(f64, F64);
 /// verl's `response_mask`: which tokens of each row the policy generated.
 ///
 /// Built with `From` from an [`ArrayView2`] or a reference to an [`Array2`] of `bool`, `u8`
-/// or `i64` (nonzero = generated), or directly as [`Lengths`](Self::Lengths).
+/// or `i64` (1 = generated, 0 = not; other values are [`Error::MaskValue`]), or directly as [`Lengths`](Self::Lengths).
 ///
 /// ```
 /// use beacon_rl::tensor::MaskView;
@@ -252,9 +305,9 @@ float_view_from!(f64, F64);
 pub enum MaskView<'a> {
     /// `bool` (true = generated).
     Bool(ArrayView2<'a, bool>),
-    /// `u8` (nonzero = generated).
+    /// `u8` (1 = generated, 0 = not).
     U8(ArrayView2<'a, u8>),
-    /// `i64`, verl's dtype (nonzero = generated).
+    /// `i64`, verl's dtype (1 = generated, 0 = not).
     I64(ArrayView2<'a, i64>),
     /// A prefix mask: token t of row r is generated iff `t < lengths[r]`; `cols` is L. Every
     /// length must be ≤ `cols` (checked by the readers: [`Error::InvalidMask`]).
@@ -302,7 +355,7 @@ impl MaskView<'_> {
     ///
     /// ```
     /// # use beacon_rl::tensor::MaskView;
-    /// let m = MaskView::from(&[[0u8, 3]]);
+    /// let m = MaskView::from(&[[0u8, 1]]);
     /// assert!(!m.is_set(0, 0) && m.is_set(0, 1) && !m.is_set(5, 0));
     /// ```
     pub fn is_set(&self, row: usize, t: usize) -> bool {
@@ -335,17 +388,61 @@ impl MaskView<'_> {
         }
     }
 
-    /// Checks a [`Lengths`](Self::Lengths) mask: every length ≤ L.
+    /// Checks the mask: every entry of a `u8` or `i64` mask is 0 or 1, every length of a
+    /// [`Lengths`](Self::Lengths) mask is ≤ L. (One pass over an integer mask; the estimators
+    /// and the token broadcast check as they read instead.)
     ///
     /// # Errors
+    /// [`Error::MaskValue`] naming the first entry (row-major) that is neither 0 nor 1;
     /// [`Error::InvalidMask`] naming the first row whose length exceeds L.
     ///
     /// ```
     /// # use beacon_rl::tensor::MaskView;
+    /// # use beacon_rl::Error;
     /// assert!(MaskView::Lengths { lengths: &[2], cols: 2 }.validate().is_ok());
     /// assert!(MaskView::Lengths { lengths: &[3], cols: 2 }.validate().is_err());
+    /// assert!(MaskView::from(&[[1i64, 0]]).validate().is_ok());
+    /// assert_eq!(
+    ///     MaskView::from(&[[1i64, 0], [1, 2]]).validate(),
+    ///     Err(Error::MaskValue { row: 1, token: 1, value: 2 })
+    /// );
     /// ```
     pub fn validate(&self) -> Result<()> {
+        self.validate_lengths()?;
+        match self.first_invalid_value() {
+            Some((row, token, value)) => Err(Error::MaskValue { row, token, value }),
+            None => Ok(()),
+        }
+    }
+
+    /// The entry of an integer mask that is neither 0 nor 1 (first in row-major order), as
+    /// `(row, token, value)`.
+    fn first_invalid_value(&self) -> Option<(usize, usize, i64)> {
+        fn find<M: MaskBits>(m: &ArrayView2<'_, M>) -> Option<(usize, usize, i64)> {
+            m.rows().into_iter().enumerate().find_map(|(r, row)| {
+                let t = row.iter().position(|x| x.bits() & !1 != 0)?;
+                Some((r, t, row[t].bits() as i64))
+            })
+        }
+        match self {
+            Self::Bool(_) | Self::Lengths { .. } => None,
+            Self::U8(m) => find(m),
+            Self::I64(m) => find(m),
+        }
+    }
+
+    /// The error for a mask in which a kernel saw an invalid value while reading it.
+    pub(crate) fn value_error(&self) -> Error {
+        match self.first_invalid_value() {
+            Some((row, token, value)) => Error::MaskValue { row, token, value },
+            // Unreachable for a kernel that reports honestly; say what was claimed.
+            None => Error::Undefined("a mask reader reported an invalid entry the mask does not hold".into()),
+        }
+    }
+
+    /// The [`Lengths`](Self::Lengths) half of [`validate`](Self::validate), for readers that
+    /// test integer entries as they read them.
+    pub(crate) fn validate_lengths(&self) -> Result<()> {
         if let Self::Lengths { lengths, cols } = self {
             if let Some(row) = lengths.iter().position(|&n| n > *cols) {
                 return Err(Error::InvalidMask {
@@ -497,29 +594,58 @@ impl FloatViewMut<'_> {
 /// Writes `values[r]` at the generated tokens of row r and `+0.0` elsewhere, for every row:
 /// verl's `scalar.unsqueeze(-1) * response_mask`, which the step broadcast and the outcome
 /// estimators share. `out` and `mask` have the same shape and `values` one entry per row
-/// (checked by the callers).
-pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatViewMut<'_>) {
-    match out {
+/// (checked by the callers); lengths are checked by the callers too.
+///
+/// Integer masks are tested for 0/1 while they are read (no pass of its own): each row takes
+/// [`unit_prefix_len`]'s test, and a 0/1 prefix row (verl's `response_mask`) is written as
+/// two fills, the value then zeros, which beats a per-token select when the mask is `i64`
+/// (no 64-bit compare before SSE4.1). Any other row gets the select, which also folds the
+/// entries' bits. Under the `rayon` feature contiguous blocks of rows run on the pool; every
+/// token is written from its own row's value alone, so any split gives the same bits.
+///
+/// # Errors
+/// [`Error::MaskValue`] for an integer entry other than 0 and 1 (the output is then partly
+/// written).
+pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatViewMut<'_>) -> Result<()> {
+    let valid = match out {
         FloatViewMut::F32(o) => write_masked_as(values, mask, o),
         FloatViewMut::F64(o) => write_masked_as(values, mask, o),
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(mask.value_error())
     }
 }
 
 /// [`write_masked`] into a fresh row-major `f64` buffer: `out` cleared, then extended row by
 /// row (each element written once, so fresh memory is not zero-filled first).
-pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f64>) {
-    fn rows<M: MaskElem>(values: &[f64], m: &ArrayView2<'_, M>, out: &mut Vec<f64>) {
+///
+/// # Errors
+/// As [`write_masked`].
+pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f64>) -> Result<()> {
+    fn rows<M: MaskBits>(values: &[f64], m: &ArrayView2<'_, M>, out: &mut Vec<f64>) -> bool {
+        let mut bits = 0u64;
         for (row, &v) in m.rows().into_iter().zip(values) {
+            let select = |x: &M| {
+                bits |= x.bits();
+                if x.is_set() {
+                    v
+                } else {
+                    0.0
+                }
+            };
             match row.as_slice() {
-                Some(s) => out.extend(s.iter().map(|x| if x.is_set() { v } else { 0.0 })),
-                None => out.extend(row.iter().map(|x| if x.is_set() { v } else { 0.0 })),
+                Some(s) => out.extend(s.iter().map(select)),
+                None => out.extend(row.iter().map(select)),
             }
         }
+        bits & !1 == 0
     }
     let (r, cols) = mask.dim();
     out.clear();
     out.reserve_exact(r * cols);
-    match mask {
+    let valid = match mask {
         MaskView::Bool(m) => rows(values, m, out),
         MaskView::U8(m) => rows(values, m, out),
         MaskView::I64(m) => rows(values, m, out),
@@ -529,11 +655,18 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
                 out.resize(start + n.min(*cols), v);
                 out.resize(start + cols, 0.0);
             }
+            true
         }
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(mask.value_error())
     }
 }
 
-fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut ArrayViewMut2<'_, O>) {
+/// [`write_masked`] for one output dtype; false when an integer entry is neither 0 nor 1.
+fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut ArrayViewMut2<'_, O>) -> bool {
     match mask {
         MaskView::Bool(m) => write_masked_elems(values, m, out),
         MaskView::U8(m) => write_masked_elems(values, m, out),
@@ -549,7 +682,7 @@ fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut Arra
                         o[n..].fill(O::ZERO);
                     }
                 });
-                return;
+                return true;
             }
             for (mut orow, (&v, &n)) in out.rows_mut().into_iter().zip(values.iter().zip(*lengths)) {
                 let v = O::from_f64(v);
@@ -566,50 +699,72 @@ fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut Arra
                     }
                 }
             }
+            true
         }
     }
 }
 
-fn write_masked_elems<M: MaskElem, O: Float>(
+fn write_masked_elems<M: MaskBits, O: Float>(
     values: &[f64],
     mask: &ArrayView2<'_, M>,
     out: &mut ArrayViewMut2<'_, O>,
-) {
+) -> bool {
     let cols = mask.ncols();
     if cols == 0 {
-        return;
+        return true;
     }
     if let (Some(m), Some(o)) = (mask.as_slice(), out.as_slice_mut()) {
-        // Row-parallel under the `rayon` feature (each row written alone: same values).
+        // One flag per call, set by the block that saw an invalid entry (blocks run on the
+        // pool under the `rayon` feature).
+        let invalid = std::sync::atomic::AtomicBool::new(false);
         crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
             let m = &m[r0 * cols..];
+            let mut bits = 0u64;
             for ((m, o), &v) in m
                 .chunks_exact(cols)
                 .zip(o.chunks_exact_mut(cols))
                 .zip(&values[r0..])
             {
-                fill_row(m, o, O::from_f64(v));
+                bits |= write_row(m, o, O::from_f64(v));
+            }
+            if bits & !1 != 0 {
+                invalid.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         });
-        return;
+        return !invalid.into_inner();
     }
+    let mut bits = 0u64;
     for ((mrow, mut orow), &v) in mask.rows().into_iter().zip(out.rows_mut()).zip(values) {
         let v = O::from_f64(v);
         match (mrow.as_slice(), orow.as_slice_mut()) {
-            (Some(m), Some(o)) => fill_row(m, o, v),
-            _ => orow.zip_mut_with(&mrow, |o, m| *o = if m.is_set() { v } else { O::ZERO }),
+            (Some(m), Some(o)) => bits |= write_row(m, o, v),
+            _ => orow.zip_mut_with(&mrow, |o, &m| {
+                bits |= m.bits();
+                *o = if m.is_set() { v } else { O::ZERO };
+            }),
         }
     }
+    bits & !1 == 0
 }
 
-/// `o[t] = if m[t] set { v } else { 0 }`: a select the compiler vectorizes.
-#[inline(always)]
-fn fill_row<M: MaskElem, O: Float>(m: &[M], o: &mut [O], v: O) {
+/// One row: two fills for a 0/1 prefix row, else `o[t] = if m[t] set { v } else { 0 }` (a
+/// select the compiler vectorizes). Returns the OR of the entries' bits (0 for a prefix row),
+/// which has a bit other than bit 0 iff some entry is neither 0 nor 1.
+#[inline]
+fn write_row<M: MaskBits, O: Float>(m: &[M], o: &mut [O], v: O) -> u64 {
+    if let Some(n) = unit_prefix_len(m) {
+        o[..n].fill(v);
+        o[n..].fill(O::ZERO);
+        return 0;
+    }
     let n = m.len().min(o.len());
     let (m, o) = (&m[..n], &mut o[..n]);
+    let mut bits = 0u64;
     for t in 0..n {
+        bits |= m[t].bits();
         o[t] = if m[t].is_set() { v } else { O::ZERO };
     }
+    bits
 }
 
 #[cfg(test)]
@@ -639,7 +794,7 @@ mod tests {
         ];
         for m in masks {
             let mut out = Array2::<f32>::from_elem((2, 3), f32::NAN);
-            write_masked(&[1.5, -2.0], &m, &mut FloatViewMut::from(&mut out));
+            write_masked(&[1.5, -2.0], &m, &mut FloatViewMut::from(&mut out)).unwrap();
             assert_eq!(out, want, "{m:?}");
             assert_eq!((m.row_count(0), m.row_count(1)), (2, 1));
             let mut row = [true; 3];
@@ -669,7 +824,7 @@ mod tests {
         // 0.1 is not an f32: the output is the nearest f32, 0.100000001490116…
         let m = array![[true]];
         let mut out = Array2::<f32>::zeros((1, 1));
-        write_masked(&[0.1], &MaskView::from(&m), &mut FloatViewMut::from(&mut out));
+        write_masked(&[0.1], &MaskView::from(&m), &mut FloatViewMut::from(&mut out)).unwrap();
         assert_eq!(out[[0, 0]], 0.1f32);
         assert_eq!(FloatView::from(&out).first_non_finite(), None);
         let bad = array![[0.0f32, f32::INFINITY]];

@@ -21,7 +21,7 @@ use ndarray::Array2;
 use ndarray::ArrayView2;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Float, FloatView, FloatViewMut, MaskElem, MaskView};
+use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView};
 
 /// Writes `step_values[r] · mask[r, j]` into `out[r, j]` (one sequence row per step), in the
 /// output's dtype under any mask dtype.
@@ -29,7 +29,8 @@ use crate::tensor::{Float, FloatView, FloatViewMut, MaskElem, MaskView};
 /// # Errors
 /// [`Error::LengthMismatch`] when `mask` has not one row per step value;
 /// [`Error::OutputShape`] when `out`'s shape differs from `mask`'s;
-/// [`Error::InvalidMask`] for a response length past L.
+/// [`Error::InvalidMask`] for a response length past L; [`Error::MaskValue`] for an integer
+/// mask entry other than 0 and 1 (`out` is then partly written).
 ///
 /// ```
 /// use beacon_rl::token::broadcast_into;
@@ -50,7 +51,7 @@ pub fn broadcast_into<'m, 'o>(
     mask: impl Into<MaskView<'m>>,
     out: impl Into<FloatViewMut<'o>>,
 ) -> Result<()> {
-    let (mask, out) = (mask.into(), out.into());
+    let (mask, mut out) = (mask.into(), out.into());
     let (rows, cols) = mask.dim();
     if rows != step_values.len() {
         return Err(Error::LengthMismatch {
@@ -59,171 +60,10 @@ pub fn broadcast_into<'m, 'o>(
             actual: rows,
         });
     }
-    mask.validate()?;
+    // Lengths here; integer entries are tested for 0/1 as the rows are written.
+    mask.validate_lengths()?;
     out.check_dim("token advantages", (rows, cols))?;
-    write_rows(step_values, mask, out);
-    Ok(())
-}
-
-/// Tokens per chunk below which splitting the broadcast costs more than it saves.
-const MIN_TOKENS_PER_CHUNK: usize = 1 << 16;
-
-/// `write_masked` over all rows; under the `rayon` feature, contiguous blocks of rows on the
-/// pool. Every token is written from its own row's value alone, so any split gives the same
-/// bits.
-pub(crate) fn write_rows(values: &[f64], mask: MaskView<'_>, out: FloatViewMut<'_>) {
-    let (rows, cols) = mask.dim();
-    let k = crate::parallel::chunk_count(rows.saturating_mul(cols), MIN_TOKENS_PER_CHUNK);
-    if k <= 1 {
-        write_block(values, mask, out);
-        return;
-    }
-    let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
-    let bounds = crate::parallel::balance(rows, k, |r| r, &mut bounds);
-    crate::parallel::for_chunks(
-        bounds,
-        (0usize, values, mask, out),
-        &|(base, v, m, o): (usize, &[f64], MaskView<'_>, FloatViewMut<'_>), at, _| {
-            let local = at - base;
-            let (v0, v1) = v.split_at(local);
-            let (m0, m1) = split_mask(m, local);
-            let (o0, o1) = split_out(o, local);
-            ((base, v0, m0, o0), (at, v1, m1, o1))
-        },
-        &|_, (_, v, m, o)| write_block(v, m, o),
-    );
-}
-
-/// One block of rows. Contiguous 0/1 prefix rows (verl's `response_mask`) are written as two
-/// fills (the value, then zeros) after a vectorized test of the row ([`unit_prefix_len`]), which
-/// beats a per-token select when the mask is `i64` (no 64-bit compare before SSE4.1); any other
-/// row gets the select. The same values land in the same places either way.
-fn write_block(values: &[f64], mask: MaskView<'_>, mut out: FloatViewMut<'_>) {
-    let done = match (&mask, &mut out) {
-        (MaskView::I64(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
-        (MaskView::I64(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
-        (MaskView::U8(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
-        (MaskView::U8(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
-        (MaskView::Bool(m), FloatViewMut::F32(o)) => prefix_rows(values, m, o),
-        (MaskView::Bool(m), FloatViewMut::F64(o)) => prefix_rows(values, m, o),
-        _ => false,
-    };
-    if !done {
-        crate::tensor::write_masked(values, &mask, &mut out);
-    }
-}
-
-/// Writes every row when mask and output are both in standard layout (returns false and writes
-/// nothing otherwise).
-fn prefix_rows<M: Bits, O: Float>(
-    values: &[f64],
-    mask: &ArrayView2<'_, M>,
-    out: &mut ndarray::ArrayViewMut2<'_, O>,
-) -> bool {
-    let cols = mask.ncols();
-    let (Some(m), Some(o)) = (mask.as_slice(), out.as_slice_mut()) else {
-        return false;
-    };
-    if cols == 0 {
-        return true;
-    }
-    for ((m, o), &v) in m.chunks_exact(cols).zip(o.chunks_exact_mut(cols)).zip(values) {
-        let v = O::from_f64(v);
-        match unit_prefix_len(m) {
-            Some(n) => {
-                o[..n].fill(v);
-                o[n..].fill(O::ZERO);
-            }
-            None => {
-                for (o, m) in o.iter_mut().zip(m) {
-                    *o = if m.is_set() { v } else { O::ZERO };
-                }
-            }
-        }
-    }
-    true
-}
-
-/// A mask entry as an integer, for [`unit_prefix_len`].
-trait Bits: MaskElem {
-    fn bits(self) -> u64;
-}
-
-impl Bits for bool {
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        u64::from(self)
-    }
-}
-
-impl Bits for u8 {
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        u64::from(self)
-    }
-}
-
-impl Bits for i64 {
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        // Two's complement bits: only 0 and 1 pass the test below.
-        self as u64
-    }
-}
-
-/// `Some(n)` when the row is exactly n ones followed by zeros, else `None` (a row with other
-/// nonzero values, or a gap, takes the general path). Three branch-free folds that vectorize
-/// with plain SSE2 adds, xors and ors: the wrapping sum gives the only possible n, then the row
-/// must be `1` on `..n` and `0` on `n..` (the second and third read the row from cache).
-#[inline]
-fn unit_prefix_len<M: Bits>(row: &[M]) -> Option<usize> {
-    let sum = row.iter().fold(0u64, |a, &m| a.wrapping_add(m.bits()));
-    let n = usize::try_from(sum).ok().filter(|&n| n <= row.len())?;
-    let (ones, zeros) = row.split_at(n);
-    let off =
-        ones.iter().fold(0u64, |a, &m| a | (m.bits() ^ 1)) | zeros.iter().fold(0u64, |a, &m| a | m.bits());
-    (off == 0).then_some(n)
-}
-
-/// The mask's rows `..at` and `at..`.
-fn split_mask(mask: MaskView<'_>, at: usize) -> (MaskView<'_>, MaskView<'_>) {
-    use ndarray::Axis;
-    match mask {
-        MaskView::Bool(m) => {
-            let (a, b) = m.split_at(Axis(0), at);
-            (MaskView::Bool(a), MaskView::Bool(b))
-        }
-        MaskView::U8(m) => {
-            let (a, b) = m.split_at(Axis(0), at);
-            (MaskView::U8(a), MaskView::U8(b))
-        }
-        MaskView::I64(m) => {
-            let (a, b) = m.split_at(Axis(0), at);
-            (MaskView::I64(a), MaskView::I64(b))
-        }
-        MaskView::Lengths { lengths, cols } => {
-            let (a, b) = lengths.split_at(at);
-            (
-                MaskView::Lengths { lengths: a, cols },
-                MaskView::Lengths { lengths: b, cols },
-            )
-        }
-    }
-}
-
-/// The output's rows `..at` and `at..`.
-fn split_out(out: FloatViewMut<'_>, at: usize) -> (FloatViewMut<'_>, FloatViewMut<'_>) {
-    use ndarray::Axis;
-    match out {
-        FloatViewMut::F32(o) => {
-            let (a, b) = o.split_at(Axis(0), at);
-            (FloatViewMut::F32(a), FloatViewMut::F32(b))
-        }
-        FloatViewMut::F64(o) => {
-            let (a, b) = o.split_at(Axis(0), at);
-            (FloatViewMut::F64(a), FloatViewMut::F64(b))
-        }
-    }
+    crate::tensor::write_masked(step_values, &mask, &mut out)
 }
 
 /// verl's row score, `sums[r] = Σ_t rewards[r, t]` over all L tokens (masked or not: verl's
@@ -273,7 +113,8 @@ pub fn row_sums_into<'r>(rewards: impl Into<FloatView<'r>>, sums: &mut [f64]) ->
 /// # Errors
 /// [`Error::LengthMismatch`] when `lengths` has not one entry per row; [`Error::NotPrefixMask`]
 /// naming the first row (and token) that is not a prefix; [`Error::InvalidMask`] for a
-/// `Lengths` mask with a length past L.
+/// `Lengths` mask with a length past L; [`Error::MaskValue`] for an integer entry other than
+/// 0 and 1.
 ///
 /// ```
 /// use beacon_rl::token::prefix_lengths_into;
@@ -311,6 +152,8 @@ pub fn prefix_lengths_into<'m>(mask: impl Into<MaskView<'m>>, lengths: &mut [usi
     match first_bad {
         None => Ok(()),
         Some(row) => {
+            // An invalid entry is named first, wherever it is.
+            mask.validate()?;
             let token = mask_row_first_gap(&mask, row, cols);
             Err(Error::NotPrefixMask { row, token })
         }
@@ -319,7 +162,7 @@ pub fn prefix_lengths_into<'m>(mask: impl Into<MaskView<'m>>, lengths: &mut [usi
 
 /// Lengths of every row (rows in parallel blocks under `rayon`); the first row that is not a
 /// prefix, if any (its length is left unspecified).
-fn prefix_lengths<M: Bits>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -> Option<usize> {
+fn prefix_lengths<M: MaskBits>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -> Option<usize> {
     let (rows, cols) = mask.dim();
     for_row_blocks(rows, cols, (mask, &mut *lengths), |(m, l)| {
         for (row, n) in m.rows().into_iter().zip(l.iter_mut()) {
@@ -332,21 +175,11 @@ fn prefix_lengths<M: Bits>(mask: ArrayView2<'_, M>, lengths: &mut [usize]) -> Op
     lengths.iter().position(|&n| n == usize::MAX)
 }
 
-/// The number of set entries if they are exactly the first ones, else `usize::MAX`: the 0/1
-/// test of [`unit_prefix_len`], then (for other nonzero values) two branch-free counts, the
-/// second over the row's prefix, in cache.
+/// The number of set entries if the row is a 0/1 prefix row (n ones, then zeros), else
+/// `usize::MAX` (a gap, or an entry other than 0 and 1).
 #[inline]
-fn prefix_len<M: Bits>(row: &[M]) -> usize {
-    if let Some(n) = unit_prefix_len(row) {
-        return n;
-    }
-    let count = |s: &[M]| s.iter().map(|m| usize::from(m.is_set())).sum::<usize>();
-    let n = count(row);
-    if count(&row[..n]) == n {
-        n
-    } else {
-        usize::MAX
-    }
+fn prefix_len<M: MaskBits>(row: &[M]) -> usize {
+    unit_prefix_len(row).unwrap_or(usize::MAX)
 }
 
 /// The first set token after row `row`'s first unset one (the error's position).
@@ -361,6 +194,9 @@ fn mask_row_first_gap(mask: &MaskView<'_>, row: usize, cols: usize) -> usize {
     }
     cols
 }
+
+/// Tokens per chunk below which splitting a pass over the mask costs more than it saves.
+const MIN_TOKENS_PER_CHUNK: usize = 1 << 16;
 
 /// Runs `f` on blocks of whole rows of a rows × cols matrix and a per-row slice: one block
 /// without the `rayon` feature (or for small inputs), one per pool thread with it.
@@ -436,7 +272,8 @@ pub struct TokenSpan {
 /// # Errors
 /// [`Error::InvalidSpan`] for a span past the row's end, with `start > end`, naming a missing
 /// sequence row or step, or out of order / overlapping; [`Error::OutputShape`] when `out`'s
-/// shape differs from `mask`'s.
+/// shape differs from `mask`'s; [`Error::MaskValue`] for an integer mask entry other than 0
+/// and 1; [`Error::InvalidMask`] for a response length past L.
 ///
 /// ```
 /// use beacon_rl::token::{spans_into, TokenSpan};
@@ -543,27 +380,20 @@ mod tests {
 
     #[test]
     fn prefix_rows_and_every_other_row_write_the_same_tokens() {
-        // Rows: a 0/1 prefix (fast path), a gap, nonzero values other than 1 (general path:
-        // nonzero = generated), all generated, none; i64 and u8 masks, f32 and f64 outputs.
-        let m = array![
-            [1i64, 1, 0, 0],
-            [1, 0, 1, 0],
-            [2, -1, 0, 0],
-            [1, 1, 1, 1],
-            [0, 0, 0, 0]
-        ];
-        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        // Rows: a 0/1 prefix (two fills), a gap (select), all generated, none; i64 and u8
+        // masks, f32 and f64 outputs.
+        let m = array![[1i64, 1, 0, 0], [1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]];
+        let v = [1.0, 2.0, 3.0, 4.0];
         let want = array![
             [1.0, 1.0, 0.0, 0.0],
             [2.0, 0.0, 2.0, 0.0],
-            [3.0, 3.0, 0.0, 0.0],
-            [4.0, 4.0, 4.0, 4.0],
+            [3.0, 3.0, 3.0, 3.0],
             [0.0, 0.0, 0.0, 0.0]
         ];
-        let mut out = Array2::<f64>::from_elem((5, 4), f64::NAN);
+        let mut out = Array2::<f64>::from_elem((4, 4), f64::NAN);
         broadcast_into(&v, &m, &mut out).unwrap();
         assert_eq!(out, want);
-        let mut out32 = Array2::<f32>::from_elem((5, 4), f32::NAN);
+        let mut out32 = Array2::<f32>::from_elem((4, 4), f32::NAN);
         broadcast_into(&v, &m.mapv(|x| x as u8), &mut out32).unwrap();
         assert_eq!(out32, want.mapv(|x| x as f32));
         assert_eq!(unit_prefix_len(&[1i64, 1, 0]), Some(2));
@@ -571,11 +401,22 @@ mod tests {
         // Sum 1 but not [1, 0]: rejected by the 0/1 test.
         assert_eq!(unit_prefix_len(&[3i64, -2]), None);
         assert_eq!(unit_prefix_len(&[0u8, 1]), None);
-        let mut lengths = [0; 5];
+        let mut lengths = [0; 4];
         assert_eq!(
             prefix_lengths_into(&m, &mut lengths),
             Err(Error::NotPrefixMask { row: 1, token: 2 })
         );
+        // Entries other than 0 and 1 are an error, not "nonzero = generated": a row whose
+        // wrapping sum (2 − 1 = 1) passes for a prefix length is caught by the 0/1 test.
+        let mut bad = m.clone();
+        bad.row_mut(3).assign(&array![2, -1, 0, 0]);
+        let want = Error::MaskValue {
+            row: 3,
+            token: 0,
+            value: 2,
+        };
+        assert_eq!(broadcast_into(&v, &bad, &mut out), Err(want.clone()));
+        assert_eq!(prefix_lengths_into(&bad, &mut lengths), Err(want));
     }
 
     #[test]
@@ -622,10 +463,20 @@ mod tests {
             assert_eq!(lengths, [2, 0, 3]);
         }
         // Not a prefix: row 1 = [f, t, f] sets token 1 after the gap at 0.
-        let gap = array![[1i64, 0, 0], [0, 7, 0]];
+        let gap = array![[1i64, 0, 0], [0, 1, 0]];
         assert_eq!(
             prefix_lengths_into(&gap, &mut [0; 2]),
             Err(Error::NotPrefixMask { row: 1, token: 1 })
+        );
+        // An entry other than 0 and 1 is named as such, before any prefix test.
+        let seven = array![[1i64, 0, 0], [0, 7, 0]];
+        assert_eq!(
+            prefix_lengths_into(&seven, &mut [0; 2]),
+            Err(Error::MaskValue {
+                row: 1,
+                token: 1,
+                value: 7
+            })
         );
         let l = MaskView::Lengths {
             lengths: &[1, 3],

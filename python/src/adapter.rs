@@ -5,8 +5,7 @@
 //! mutable views of the outputs in the caller's dtype. They are handed to the crate's
 //! dtype-generic interface (`FloatView`, `MaskView`, `FloatViewMut`) as they are: no input is
 //! copied or converted and the advantages are written straight into the caller's array. The
-//! only passes the binding adds over rows × L are the 0/1 check of integer masks (read only),
-//! the per-row reward sums (the batch's episode rewards when the caller gives none) and, for
+//! only passes the binding adds over rows × L are the per-row reward sums (the batch's episode rewards when the caller gives none) and, for
 //! estimators whose returns equal their advantages, the copy into the `returns` array the
 //! Python API promises. Scratch space is a [`Workspace`] per thread, reused across calls.
 //!
@@ -258,146 +257,12 @@ fn bad_mask(what: &str, index: usize, value: i64) -> Failure {
     ))
 }
 
-/// Checks that an integer mask holds only 0 and 1 (read only; the crate itself takes any
-/// nonzero as valid, the binding keeps its stricter contract). Contiguous arrays are scanned
-/// branch-free (vectorisable) and searched only when a bad value is present.
-fn check_01<T: Copy + Into<i64>>(a: &ArrayView2<'_, T>, what: &str) -> Res<()> {
-    if let Some(s) = a.as_slice() {
-        let bad = s.iter().fold(0u64, |acc, &v| acc | ((v.into() as u64) & !1));
-        if bad == 0 {
-            return Ok(());
-        }
-    }
-    let cols = a.ncols();
-    for ((r, j), &v) in a.indexed_iter() {
-        let v = v.into();
-        if !(0..=1).contains(&v) {
-            return Err(bad_mask(what, r * cols + j, v));
-        }
-    }
-    Ok(())
-}
-
-/// Checks that a contiguous integer mask holds only 0 and 1 (else the error names the first bad
-/// value) and, when every row is a prefix mask, writes each row's length into `lengths` and
-/// returns `Some(true)` (`Some(false)`: checked, but some row is not a prefix). One streaming
-/// read of the mask ([`bad_bits_and_ones`]), then each row's first n values again from L1
-/// ([`or_all`]). Returns `None` without checking when the array is not contiguous or has no
-/// columns (the caller then runs [`check_01`]).
-fn prefix_lengths<T: Copy + Into<i64>>(
-    a: &ArrayView2<'_, T>,
-    what: &str,
-    lengths: &mut Vec<usize>,
-) -> Res<Option<bool>> {
-    let cols = a.ncols();
-    let Some(s) = a.as_slice() else { return Ok(None) };
-    if cols == 0 {
-        return Ok(None);
-    }
-    lengths.clear();
-    let mut prefix = true;
-    for row in s.chunks_exact(cols) {
-        // A streaming pass (the hardware prefetches it), then the row's first n values again
-        // from L1: a 0/1 row with n ones is a prefix mask iff its first n values are all 1.
-        let (bad, ones) = bad_bits_and_ones(row);
-        if bad != 0 {
-            // Names the first offending value.
-            return check_01(a, what).map(|()| Some(false));
-        }
-        let n = ones as usize;
-        prefix = prefix && or_all(&row[..n], 1) == 0;
-        lengths.push(n);
-    }
-    Ok(Some(prefix))
-}
-
-/// One branch-free pass over a mask row, in eight independent lanes (vector code): the OR of
-/// every value's bits other than bit 0 (nonzero iff some value is not 0 or 1) and the count of
-/// ones (meaningful when the first is 0).
-#[inline]
-fn bad_bits_and_ones<T: Copy + Into<i64>>(row: &[T]) -> (u64, u64) {
-    const LANES: usize = 8;
-    let (mut bad, mut ones) = ([0u64; LANES], [0u64; LANES]);
-    let chunks = row.chunks_exact(LANES);
-    let (mut b, mut o) = (0u64, 0u64);
-    for &v in chunks.remainder() {
-        let v = v.into() as u64;
-        b |= v & !1;
-        o = o.wrapping_add(v & 1);
-    }
-    for chunk in chunks {
-        for k in 0..LANES {
-            let v = chunk[k].into() as u64;
-            bad[k] |= v & !1;
-            ones[k] = ones[k].wrapping_add(v & 1);
-        }
-    }
-    for k in 0..LANES {
-        b |= bad[k];
-        o = o.wrapping_add(ones[k]);
-    }
-    (b, o)
-}
-
-/// The OR of `value XOR flip` over `row` (0 iff every value equals `flip`), in eight
-/// independent lanes so that the compiler emits vector code.
-#[inline]
-fn or_all<T: Copy + Into<i64>>(row: &[T], flip: u64) -> u64 {
-    const LANES: usize = 8;
-    let mut acc = [0u64; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let mut tail = 0u64;
-    for &v in chunks.remainder() {
-        tail |= (v.into() as u64) ^ flip;
-    }
-    for chunk in chunks {
-        for k in 0..LANES {
-            acc[k] |= (chunk[k].into() as u64) ^ flip;
-        }
-    }
-    acc.iter().fold(tail, |a, &b| a | b)
-}
-
 impl Mask2<'_> {
-    /// The crate's view of this mask (no copy), after the 0/1 check of integer dtypes.
-    fn view(&self, what: &str) -> Res<MaskView<'_>> {
-        Ok(match self {
-            Mask2::Bool(a) => MaskView::Bool(a.view()),
-            Mask2::U8(a) => {
-                check_01(a, what)?;
-                MaskView::U8(a.view())
-            }
-            Mask2::I64(a) => {
-                check_01(a, what)?;
-                MaskView::I64(a.view())
-            }
-        })
-    }
-
-    /// The crate's view of this mask after the 0/1 check of integer dtypes, as per-row lengths
-    /// ([`MaskView::Lengths`], written into `lengths`) when every row is a prefix mask
-    /// (1…1 0…0, verl's single-turn `response_mask`). The check reads the mask anyway, so
-    /// finding the lengths costs nothing more, and the crate then writes each row as one fill
-    /// instead of reading the mask a second time. Other masks (multi-turn rows, bool masks,
-    /// non-contiguous arrays) are handed over as they are.
-    fn prepared<'s>(&'s self, what: &str, lengths: &'s mut Vec<usize>) -> Res<MaskView<'s>> {
-        let checked = match self {
-            Mask2::Bool(_) => Some(false),
-            Mask2::U8(a) => prefix_lengths(a, what, lengths)?,
-            Mask2::I64(a) => prefix_lengths(a, what, lengths)?,
-        };
-        Ok(match checked {
-            Some(true) => MaskView::Lengths {
-                lengths,
-                cols: self.dim().1,
-            },
-            Some(false) => self.unchecked(),
-            None => self.view(what)?,
-        })
-    }
-
-    /// The crate's view, for a mask already checked.
-    fn unchecked(&self) -> MaskView<'_> {
+    /// The crate's view of this mask (no copy). Integer entries other than 0 and 1 are the
+    /// crate's [`MaskValue`](beacon_rl::Error::MaskValue) error: every estimator tests them
+    /// as it reads the mask (the outcome estimators and the token broadcast while they write,
+    /// so a verl `int64` mask is read once per call).
+    fn view(&self) -> MaskView<'_> {
         match self {
             Mask2::Bool(a) => MaskView::Bool(a.view()),
             Mask2::U8(a) => MaskView::U8(a.view()),
@@ -553,7 +418,6 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             est.name()
         )));
     }
-    let mut lengths = Vec::new();
     // A row's reward for the batch: the caller's episode reward, else (verl-agent) the sum of
     // the row's token rewards, else 0. verl's own estimators read token_level_rewards and
     // never the batch's rewards through `estimate_into`, so they skip the pass over rows × L.
@@ -582,11 +446,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
 
     with_state(|st| {
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
-        let mask = req
-            .response_mask
-            .as_ref()
-            .map(|m| m.prepared("response_mask", &mut lengths))
-            .transpose()?;
+        let mask = req.response_mask.as_ref().map(Mask2::view);
         st.rebuild_keys(&req.index, req.traj_index.as_ref(), &episode)?;
         let (batch, ws) = st.parts()?;
         let mut input = EstimatorInput::new(batch);
@@ -665,7 +525,7 @@ pub fn time_crate_call(
         builder.rebuild_from_group_keys(&mut batch, ids, &zeros)?;
         let m = match lengths {
             Some(lengths) => MaskView::Lengths { lengths, cols },
-            None => mask.unchecked(),
+            None => mask.view(),
         };
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(rewards.view())
@@ -710,7 +570,9 @@ pub fn estimate_turns(
     mut adv: Out2<'_>,
     ret: Option<Out2<'_>>,
 ) -> Res<TurnStats> {
-    let mask_view = mask.view("response_mask")?;
+    // The turns are read here, by the binding: the crate's check of the entries first.
+    let mask_view = mask.view();
+    mask_view.validate()?;
     let (rows, cols) = mask.dim();
     if rewards.dim() != (rows, cols) {
         return Err(Failure(format!(

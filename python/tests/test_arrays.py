@@ -113,7 +113,7 @@ def test_errors_carry_the_crate_message():
         beacon_rl.estimate("grpo", bad, MASK, UIDS)
     with pytest.raises(ValueError, match="response_mask"):
         beacon_rl.estimate("grpo", REWARDS, MASK[:, :2], UIDS)
-    with pytest.raises(ValueError, match="mask value"):
+    with pytest.raises(ValueError, match="an integer mask holds only 0 and 1"):
         beacon_rl.estimate("grpo", REWARDS, MASK * 3, UIDS)
     with pytest.raises(ValueError, match="unknown|Unknown"):
         beacon_rl.estimate("ppo", REWARDS, MASK, UIDS)

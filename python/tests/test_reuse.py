@@ -141,8 +141,8 @@ def test_bad_integer_mask_values_are_named_on_both_paths():
     for bad_at, value in [((1, 3), 2), ((0, 1), -1)]:
         m = prefix.copy()
         m[bad_at] = value
-        flat = bad_at[0] * 4 + bad_at[1]
-        with pytest.raises(ValueError, match=rf"value {value} at index {flat} is not a mask value"):
+        row, token = bad_at
+        with pytest.raises(ValueError, match=rf"response_mask\[{row}, {token}\] = {value}: an integer mask holds only 0 and 1"):
             beacon_rl.estimate("grpo", rewards, m, index)
 
 

@@ -32,8 +32,9 @@ pub struct EstimatorInput<'a> {
     pub batch: &'a RolloutBatch,
     /// verl's `token_level_rewards`, rows × L.
     pub token_level_rewards: Option<FloatView<'a>>,
-    /// verl's `response_mask` (nonzero = a token the policy generated), rows × L, as a
-    /// `bool`/`u8`/`i64` matrix or per-row lengths.
+    /// verl's `response_mask` (1 = a token the policy generated, 0 = not), rows × L, as a
+    /// `bool`/`u8`/`i64` matrix or per-row lengths. Integer entries other than 0 and 1 are
+    /// [`Error::MaskValue`].
     pub response_mask: Option<MaskView<'a>>,
     /// Critic values per token (GAE), rows × L.
     pub values: Option<FloatView<'a>>,
@@ -298,7 +299,8 @@ impl<'a> EstimatorInput<'a> {
         Ok(rewards)
     }
 
-    /// The response mask, checked against `dim` (rows × L) and, for lengths, against L.
+    /// The response mask, checked against `dim` (rows × L) and ([`MaskView::validate`]) its
+    /// entries: 0/1 for integer masks, lengths ≤ L.
     pub(crate) fn checked_mask(&self, dim: (usize, usize)) -> Result<MaskView<'a>> {
         let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
         let (rows, cols) = mask.dim();
@@ -358,7 +360,13 @@ impl<'a> EstimatorInput<'a> {
             }
             check_finite("row scores (overflow)", scores)?;
         }
-        self.checked_mask(dim)
+        // Shapes and lengths only: every caller ends in `Out::outcome`, whose write tests the
+        // integer entries for 0/1 as it reads them (no pass of its own).
+        let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
+        check_len("response_mask rows", dim.0, mask.dim().0)?;
+        check_len("response_mask columns", dim.1, mask.dim().1)?;
+        mask.validate_lengths()?;
+        Ok(mask)
     }
 
     /// One score per row for the step-row entry point: the batch's terminal reward of the

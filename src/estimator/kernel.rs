@@ -258,15 +258,14 @@ impl<'o> Out<'o> {
             // Each element written once, in order: no zero-fill pass over fresh memory.
             if let Some(r) = &mut self.returns {
                 r.check_dim("returns", mask.dim())?;
-                crate::tensor::write_masked(scalars, mask, r);
+                crate::tensor::write_masked(scalars, mask, r)?;
             }
-            crate::tensor::extend_masked(scalars, mask, v);
-            return Ok(());
+            return crate::tensor::extend_masked(scalars, mask, v);
         }
         self.check_dims(mask.dim())?;
-        crate::tensor::write_masked(scalars, mask, &mut self.advantages);
+        crate::tensor::write_masked(scalars, mask, &mut self.advantages)?;
         if let Some(r) = &mut self.returns {
-            crate::tensor::write_masked(scalars, mask, r);
+            crate::tensor::write_masked(scalars, mask, r)?;
         }
         // Nothing staged: `finish` must not copy stale stand-ins.
         self.dim = (0, 0);

@@ -268,6 +268,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// [`Error::MissingInput`] when a column the estimator needs is absent,
     /// [`Error::LengthMismatch`] when a column's shape disagrees with the batch (rows) or with
     /// `token_level_rewards` (columns), [`Error::InvalidMask`] for a response length past L,
+    /// [`Error::MaskValue`] for an integer mask entry other than 0 and 1,
     /// [`Error::NonFinite`] for NaN/infinite inputs (index `row * L + t` for matrices) or when
     /// finite inputs overflow, [`Error::Undefined`] where verl raises (or would silently
     /// return NaN), and [`Error::OutputShape`] when a buffer's shape is not the output's

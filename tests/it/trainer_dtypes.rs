@@ -281,3 +281,115 @@ fn step_rows_match_the_token_path() {
         Err(Error::OutputShape { .. })
     ));
 }
+
+/// An integer mask entry other than 0 and 1 is `Error::MaskValue` naming its (row, token) and
+/// value, from every estimator in the registry, through `estimate` and `estimate_into` (f32
+/// and f64 outputs), for `i64` and `u8` masks, whether the entry sits in a row that would
+/// otherwise be a prefix row, after a gap, or is negative: verl multiplies by its mask, so a
+/// reader taking "nonzero" as generated would give another number, silently.
+#[test]
+fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
+    // Episode rewards = the token rewards' row sums (3r + 3), so the step-level estimators,
+    // which check both sources, accept the input.
+    let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[3.0, 6.0, 9.0, 12.0]).unwrap();
+    let rewards = Array2::from_shape_fn((4, 3), |(r, t)| (r + t) as f64);
+    let log_probs = -&rewards;
+    let ones = Array2::<i64>::ones((4, 3));
+    // (row, token, value): a 2 that keeps the row's sum a plausible prefix length (row 1 =
+    // [1, 2, 0] sums to 3), a 2 after a gap, a negative entry, the extremes of i64.
+    let cases: [(usize, usize, i64); 5] = [
+        (1, 1, 2),
+        (2, 2, 2),
+        (3, 0, -1),
+        (0, 2, i64::MIN),
+        (3, 2, i64::MAX),
+    ];
+    for (row, token, value) in cases {
+        let mut mask = ones.clone();
+        if (row, token) == (1, 1) {
+            mask[[1, 2]] = 0;
+        }
+        if (row, token) == (2, 2) {
+            mask[[2, 1]] = 0;
+        }
+        mask[[row, token]] = value;
+        let want = Error::MaskValue { row, token, value };
+        let mask_u8 = mask.mapv(|v| v as u8);
+        let u8_value = value as u8;
+        let want_u8 = Error::MaskValue {
+            row,
+            token,
+            value: i64::from(u8_value),
+        };
+        for (mask, want) in [
+            (MaskView::from(&mask), &want),
+            (MaskView::from(&mask_u8), &want_u8),
+        ] {
+            if u8_value <= 1 && matches!(mask, MaskView::U8(_)) {
+                continue; // The value wraps to a valid u8 (e.g. i64::MIN as u8 = 0).
+            }
+            let input = EstimatorInput::new(&batch)
+                .with_token_level_rewards(&rewards)
+                .with_response_mask(mask)
+                .with_values(&rewards)
+                .with_old_log_probs(&log_probs)
+                .with_sum_pi_squared(&rewards)
+                .with_reward_baselines(&[0.0; 4])
+                .with_milestones(&[false; 4])
+                .with_step_rewards(&[0.0; 4])
+                .with_anchor_obs(&["s"; 4]);
+            for name in EstimatorConfig::NAMES {
+                let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+                assert_eq!(
+                    est.estimate(&input).unwrap_err(),
+                    *want,
+                    "{name} estimate {mask:?}"
+                );
+                let mut a = Array2::<f32>::zeros((4, 3));
+                let mut b = Array2::<f64>::zeros((4, 3));
+                let err = est
+                    .estimate_into(
+                        &input,
+                        (&mut a).into(),
+                        Some((&mut b).into()),
+                        &mut Workspace::new(),
+                    )
+                    .unwrap_err();
+                assert_eq!(err, *want, "{name} estimate_into {mask:?}");
+            }
+        }
+    }
+}
+
+/// The same rule in the token functions: the broadcast tests entries as it writes them (a
+/// row of a strided mask too), the prefix lengths and the span writer check first.
+#[test]
+fn token_functions_reject_integer_entries_other_than_0_and_1() {
+    use beacon_rl::token::{broadcast_into, prefix_lengths_into, spans_into, TokenSpan};
+    let mask = ndarray::array![[1i64, 1, 0], [1, 3, 0]];
+    let want = Error::MaskValue {
+        row: 1,
+        token: 1,
+        value: 3,
+    };
+    let mut out = Array2::<f32>::zeros((2, 3));
+    assert_eq!(broadcast_into(&[1.0, 2.0], &mask, &mut out), Err(want.clone()));
+    // Column-major storage: the strided path.
+    let fortran = mask.t().as_standard_layout().into_owned();
+    assert_eq!(
+        broadcast_into(&[1.0, 2.0], fortran.t(), &mut out),
+        Err(want.clone())
+    );
+    assert_eq!(prefix_lengths_into(&mask, &mut [0; 2]), Err(want.clone()));
+    let spans = [TokenSpan {
+        seq: 0,
+        step: 0,
+        start: 0,
+        end: 2,
+    }];
+    assert_eq!(spans_into(&[1.0], &spans, &mask, &mut out), Err(want));
+    // 0/1 rows, prefix or not, pass.
+    let fine = ndarray::array![[1u8, 1, 0], [1, 0, 1]];
+    broadcast_into(&[1.0, 2.0], &fine, &mut out).unwrap();
+    assert_eq!(out, ndarray::array![[1.0, 1.0, 0.0], [2.0, 0.0, 2.0]]);
+}
