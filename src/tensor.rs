@@ -16,9 +16,9 @@
 //! there, while a reader that takes "nonzero" as generated would not: any value other than 0
 //! and 1 in a `u8` or `i64` mask is [`Error::MaskValue`] (row, token, value), from every
 //! estimator and every function of [`token`](crate::token). The check costs no extra pass
-//! where it matters: the outcome estimators and the token broadcast test each row while they
-//! write it (a 0/1 prefix row, verl's common case, passes the test that selects its two-fill
-//! fast path), and the other readers check the mask once up front ([`MaskView::validate`]).
+//! where it matters: the outcome estimators and the token broadcast test each entry in the
+//! loop that writes its token, and the other readers check the mask once up front
+//! ([`MaskView::validate`]).
 //!
 //! # Precision contract
 //! `f32` inputs are widened to `f64` exactly (every `f32` is an `f64`), the estimator computes
@@ -109,13 +109,23 @@ pub trait MaskElem: Copy + sealed::Sealed + Send + Sync + 'static {
     fn is_set(self) -> bool;
 }
 
-/// A mask element's two's complement bits, for the 0/1 test: an element is valid iff
-/// `bits & !1 == 0`, a test that vectorizes with plain SSE2 ors.
+/// A mask element's bits, for the 0/1 test (internal).
 pub(crate) trait MaskBits: MaskElem {
+    /// The element's bits other than bit 0, in its own width (zero iff the element is 0 or
+    /// 1), so that an OR over a row vectorizes without widening.
+    type Extra: Copy + Default + PartialEq + std::ops::BitOr<Output = Self::Extra>;
+    fn extra_bits(self) -> Self::Extra;
+    /// The two's complement bits, widened (for [`unit_prefix_len`]'s sum).
     fn bits(self) -> u64;
 }
 
 impl MaskBits for bool {
+    // Always 0 or 1: the test compiles away.
+    type Extra = u8;
+    #[inline(always)]
+    fn extra_bits(self) -> u8 {
+        0
+    }
     #[inline(always)]
     fn bits(self) -> u64 {
         u64::from(self)
@@ -123,6 +133,11 @@ impl MaskBits for bool {
 }
 
 impl MaskBits for u8 {
+    type Extra = u8;
+    #[inline(always)]
+    fn extra_bits(self) -> u8 {
+        self & !1
+    }
     #[inline(always)]
     fn bits(self) -> u64 {
         u64::from(self)
@@ -130,6 +145,11 @@ impl MaskBits for u8 {
 }
 
 impl MaskBits for i64 {
+    type Extra = u64;
+    #[inline(always)]
+    fn extra_bits(self) -> u64 {
+        self as u64 & !1
+    }
     #[inline(always)]
     fn bits(self) -> u64 {
         self as u64
@@ -420,7 +440,7 @@ impl MaskView<'_> {
     fn first_invalid_value(&self) -> Option<(usize, usize, i64)> {
         fn find<M: MaskBits>(m: &ArrayView2<'_, M>) -> Option<(usize, usize, i64)> {
             m.rows().into_iter().enumerate().find_map(|(r, row)| {
-                let t = row.iter().position(|x| x.bits() & !1 != 0)?;
+                let t = row.iter().position(|x| x.extra_bits() != M::Extra::default())?;
                 Some((r, t, row[t].bits() as i64))
             })
         }
@@ -596,11 +616,11 @@ impl FloatViewMut<'_> {
 /// estimators share. `out` and `mask` have the same shape and `values` one entry per row
 /// (checked by the callers); lengths are checked by the callers too.
 ///
-/// Integer masks are tested for 0/1 while they are read (no pass of its own): each row takes
-/// [`unit_prefix_len`]'s test, and a 0/1 prefix row (verl's `response_mask`) is written as
-/// two fills, the value then zeros, which beats a per-token select when the mask is `i64`
-/// (no 64-bit compare before SSE4.1). Any other row gets the select, which also folds the
-/// entries' bits. Under the `rayon` feature contiguous blocks of rows run on the pool; every
+/// Integer masks are tested for 0/1 while they are read (no pass of its own): the per-token
+/// select also ORs the entries' bits other than bit 0. (Measured at B, `benches/trainer.rs`:
+/// testing each row for a 0/1 prefix and writing it as two fills, which the broadcast did
+/// before, took 23–36% longer for `grpo` on `i64`, `u8` and `bool` masks than this single
+/// pass, and BEACON end to end got 8–15% faster with the select.) Under the `rayon` feature contiguous blocks of rows run on the pool; every
 /// token is written from its own row's value alone, so any split gives the same bits.
 ///
 /// # Errors
@@ -625,10 +645,10 @@ pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatV
 /// As [`write_masked`].
 pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f64>) -> Result<()> {
     fn rows<M: MaskBits>(values: &[f64], m: &ArrayView2<'_, M>, out: &mut Vec<f64>) -> bool {
-        let mut bits = 0u64;
+        let mut extra = M::Extra::default();
         for (row, &v) in m.rows().into_iter().zip(values) {
             let select = |x: &M| {
-                bits |= x.bits();
+                extra = extra | x.extra_bits();
                 if x.is_set() {
                     v
                 } else {
@@ -640,7 +660,7 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
                 None => out.extend(row.iter().map(select)),
             }
         }
-        bits & !1 == 0
+        extra == M::Extra::default()
     }
     let (r, cols) = mask.dim();
     out.clear();
@@ -719,52 +739,47 @@ fn write_masked_elems<M: MaskBits, O: Float>(
         let invalid = std::sync::atomic::AtomicBool::new(false);
         crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
             let m = &m[r0 * cols..];
-            let mut bits = 0u64;
+            let mut extra = M::Extra::default();
             for ((m, o), &v) in m
                 .chunks_exact(cols)
                 .zip(o.chunks_exact_mut(cols))
                 .zip(&values[r0..])
             {
-                bits |= write_row(m, o, O::from_f64(v));
+                extra = extra | write_row(m, o, O::from_f64(v));
             }
-            if bits & !1 != 0 {
+            if extra != M::Extra::default() {
                 invalid.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         });
         return !invalid.into_inner();
     }
-    let mut bits = 0u64;
+    let mut extra = M::Extra::default();
     for ((mrow, mut orow), &v) in mask.rows().into_iter().zip(out.rows_mut()).zip(values) {
         let v = O::from_f64(v);
         match (mrow.as_slice(), orow.as_slice_mut()) {
-            (Some(m), Some(o)) => bits |= write_row(m, o, v),
+            (Some(m), Some(o)) => extra = extra | write_row(m, o, v),
             _ => orow.zip_mut_with(&mrow, |o, &m| {
-                bits |= m.bits();
+                extra = extra | m.extra_bits();
                 *o = if m.is_set() { v } else { O::ZERO };
             }),
         }
     }
-    bits & !1 == 0
+    extra == M::Extra::default()
 }
 
-/// One row: two fills for a 0/1 prefix row, else `o[t] = if m[t] set { v } else { 0 }` (a
-/// select the compiler vectorizes). Returns the OR of the entries' bits (0 for a prefix row),
-/// which has a bit other than bit 0 iff some entry is neither 0 nor 1.
+/// One row: `o[t] = if m[t] set { v } else { 0 }`, a select the compiler vectorizes, with the
+/// OR of the entries' [extra bits](MaskBits::extra_bits) folded in (returned; nonzero iff
+/// some entry is neither 0 nor 1). One pass: the test costs no read of its own.
 #[inline]
-fn write_row<M: MaskBits, O: Float>(m: &[M], o: &mut [O], v: O) -> u64 {
-    if let Some(n) = unit_prefix_len(m) {
-        o[..n].fill(v);
-        o[n..].fill(O::ZERO);
-        return 0;
-    }
+fn write_row<M: MaskBits, O: Float>(m: &[M], o: &mut [O], v: O) -> M::Extra {
     let n = m.len().min(o.len());
     let (m, o) = (&m[..n], &mut o[..n]);
-    let mut bits = 0u64;
+    let mut extra = M::Extra::default();
     for t in 0..n {
-        bits |= m[t].bits();
+        extra = extra | m[t].extra_bits();
         o[t] = if m[t].is_set() { v } else { O::ZERO };
     }
-    bits
+    extra
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //!
 //! Oracles: nothing panics; every `Ok` output (advantages and returns) is finite;
 //! `estimate_into` into NaN-filled buffers (standard or strided layout) gives the same result
-//! as `estimate`, bit for bit, or the same error; a wrongly shaped buffer is an error.
+//! as `estimate`, bit for bit, or the same error; a wrongly shaped buffer is an error. The
+//! mask is `bool`, `u8` or `i64`; an integer mask holding an entry other than 0 and 1 is never
+//! `Ok`.
 
 use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
 use beacon_rl::estimator::gae::GaeConfig;
@@ -12,8 +14,8 @@ use beacon_rl::estimator::gpg::GpgConfig;
 use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
 use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
-use beacon_rl::estimator::Workspace;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::MaskView;
 use beacon_rl::{NormMode, RolloutBatch, SingletonRule};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 
@@ -56,6 +58,27 @@ pub fn run(data: &[u8]) {
     let len = u.range(1, 6);
     let columns = Columns::new(&mut u, col_rows, len);
     let anchors: Vec<&str> = columns.anchors.iter().map(String::as_str).collect();
+    // The mask's dtype; integer masks sometimes get one entry that is neither 0 nor 1.
+    let kind = u.u8() % 3;
+    let mut ints = columns.mask.mapv(i64::from);
+    if kind != 0 && !ints.is_empty() && u.u8() < 32 {
+        let at = (u.u64() % ints.len() as u64) as usize;
+        let v = if kind == 1 {
+            i64::from(u.u8())
+        } else {
+            u.u64() as i64
+        };
+        ints.as_slice_mut().expect("standard layout")[at] = v;
+    }
+    let bytes = ints.mapv(|v| v as u8);
+    let (mask, bad_entry) = match kind {
+        0 => (MaskView::from(columns.mask.view()), false),
+        1 => (MaskView::from(bytes.view()), bytes.iter().any(|&v| v > 1)),
+        _ => (
+            MaskView::from(ints.view()),
+            ints.iter().any(|&v| v != 0 && v != 1),
+        ),
+    };
     let present = u.u8() & u.u8(); // a set bit drops a column: mostly every column present
     let mut input = EstimatorInput::new(&batch);
     let fortran = u.bool();
@@ -64,7 +87,7 @@ pub fn run(data: &[u8]) {
         input = input.with_token_level_rewards(rewards);
     }
     if present & 0b0000_0010 == 0 {
-        input = input.with_response_mask(columns.mask.view());
+        input = input.with_response_mask(mask);
     }
     if present & 0b0000_0100 == 0 {
         input = input.with_values(columns.matrix(&columns.values, fortran));
@@ -89,6 +112,13 @@ pub fn run(data: &[u8]) {
             .with_anchor_obs(&anchors);
     }
     check_estimator(&*estimator, &input, u.u8());
+    if bad_entry && present & 0b0000_0010 == 0 {
+        let got = estimator.estimate(&input);
+        assert!(
+            got.is_err(),
+            "{name}: Ok on an integer mask entry other than 0 and 1"
+        );
+    }
 }
 
 /// `estimate` against `estimate_into` (NaN-filled buffers; column-major when `layout & 1`;

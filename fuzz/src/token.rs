@@ -1,13 +1,18 @@
 //! Oracle of the `token` fuzz target: `token::broadcast_into` and `token::spans_into` under
 //! arbitrary masks, spans, shapes and memory layouts, in `f32` and `f64`.
 //!
+//! Masks are `bool`, `u8` or `i64` matrices in either memory layout; integer masks are mostly
+//! 0/1 and sometimes hold any value.
+//!
 //! Oracles: no panic; `Ok` exactly when the documented preconditions hold (checked here
-//! independently); on `Ok` every output element equals the definition bit for bit
-//! (`v as T` on a masked-in token of a covering span, `0` elsewhere).
+//! independently); an integer entry other than 0 and 1 is `Error::MaskValue` naming the first
+//! one in row-major order (when the shapes are valid); on `Ok` every output element equals the
+//! definition bit for bit (`v as T` on a masked-in token of a covering span, `0` elsewhere).
 
 use beacon_rl::tensor::Float;
-use beacon_rl::tensor::FloatViewMut;
+use beacon_rl::tensor::{FloatViewMut, MaskView};
 use beacon_rl::token::{broadcast_into, spans_into, TokenSpan};
+use beacon_rl::Error;
 use ndarray::{Array2, ShapeBuilder};
 
 use super::bytes::Bytes;
@@ -49,11 +54,39 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
     let rows = u.range(0, 12);
     let cols = u.range(0, 12);
     let values: Vec<f64> = (0..u.range(0, 12)).map(|_| u.f64()).collect();
-    let mask = if u.bool() {
-        Array2::from_shape_fn((rows, cols).f(), |_| u.bool())
-    } else {
-        Array2::from_shape_fn((rows, cols), |_| u.bool())
+    // The mask's entries as i64; `kind` picks the dtype the functions see (bool: 0/1 only).
+    let kind = u.u8() % 3;
+    let wild = kind != 0 && u.u8() < 64;
+    let fortran = u.bool();
+    let entry = |u: &mut Bytes<'_>| -> i64 {
+        match (kind, wild && u.u8() < 32) {
+            (_, false) => i64::from(u.bool()),
+            (1, true) => i64::from(u.u8()),
+            (_, true) => u.u64() as i64,
+        }
     };
+    let vals = if fortran {
+        Array2::from_shape_fn((rows, cols).f(), |_| entry(u))
+    } else {
+        Array2::from_shape_fn((rows, cols), |_| entry(u))
+    };
+    let as_bool = vals.mapv(|v| v == 1);
+    let as_u8 = vals.mapv(|v| v as u8);
+    let view = match kind {
+        0 => MaskView::from(as_bool.view()),
+        1 => MaskView::from(as_u8.view()),
+        _ => MaskView::from(vals.view()),
+    };
+    // The first entry (row-major) other than 0 and 1, as the crate must name it.
+    let first_bad = vals
+        .indexed_iter()
+        .find(|&(_, &v)| v != 0 && v != 1)
+        .map(|((row, token), &v)| Error::MaskValue {
+            row,
+            token,
+            value: if kind == 1 { i64::from(v as u8) } else { v },
+        });
+    let mask = &as_bool;
     // Output: usually the mask's shape, in either layout, pre-filled with garbage.
     let out_dim = if u.u8() < 240 {
         (rows, cols)
@@ -68,8 +101,13 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
     };
 
     if mode & 1 == 0 {
-        let got = broadcast_into(&values, mask.view(), T::out(&mut out));
-        let valid = mask.nrows() == values.len() && out_dim == (rows, cols);
+        let got = broadcast_into(&values, view, T::out(&mut out));
+        let shapes = mask.nrows() == values.len() && out_dim == (rows, cols);
+        if let (true, Some(bad)) = (shapes, &first_bad) {
+            assert_eq!(got.as_ref().err(), Some(bad), "broadcast_into");
+            return;
+        }
+        let valid = shapes;
         assert_eq!(got.is_ok(), valid, "broadcast_into: {got:?}");
         if valid {
             for ((r, j), &o) in out.indexed_iter() {
@@ -112,7 +150,12 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
         };
         spans.push(span);
     }
-    let got = spans_into(&values, &spans, mask.view(), T::out(&mut out));
+    let got = spans_into(&values, &spans, view, T::out(&mut out));
+    if let Some(bad) = &first_bad {
+        // The mask is checked before the output and the spans.
+        assert_eq!(got.as_ref().err(), Some(bad), "spans_into");
+        return;
+    }
     let valid = out_dim == (rows, cols) && spans_valid(&spans, values.len(), rows, cols);
     assert_eq!(got.is_ok(), valid, "spans_into {spans:?}: {got:?}");
     if valid {

@@ -15,9 +15,12 @@
 //! Step t of a trajectory is an **event** when
 //! - its action is the **first occurrence** of that action in the trajectory (a repeat
 //!   completes nothing new), and
-//! - its action is not a **no-op**: an action that, done twice in a row anywhere in the data,
-//!   got the identical response twice (`look`, `inventory`: the data shows they change
-//!   nothing; no word list is involved). No-ops are remembered across tasks.
+//! - its action is not a **no-op**: an action that, done twice at most `noop_window` steps
+//!   apart (default 3: in a row, or with one or two other steps between) anywhere in the
+//!   data, got the identical response both times. Either it changes nothing (`look`,
+//!   `inventory`) or what it changed was undone right after (`drop knife`, `take knife`,
+//!   `drop knife`): no progress in both cases, and the data shows it, no word list is
+//!   involved. No-ops are remembered across tasks.
 //!
 //! The event's key is (action, gist of the response), the gist being the response's first
 //! sentence, so a failed attempt ("You can't see any such thing.") is not the same event as
@@ -59,7 +62,8 @@
 //! rollout at two steps or more, after at least `feedback_min_verbs` distinct action verbs (first words), in a
 //! larger share of success steps than of failure steps, and in at most
 //! `feedback_max_step_fraction` of all steps (the prompt `>` that ends every response is not
-//! feedback). Feedback sentences are remembered across tasks. When a task shows feedback
+//! feedback), and never in the response of a no-op (a no-op makes no progress to report: a
+//! status line naming the current room is a state, not feedback). Feedback sentences are remembered across tasks. When a task shows feedback
 //! (in this batch or before), its milestones are the events whose response carries a feedback
 //! sentence instead of the support rule. Turn it off with `feedback: false`.
 //!
@@ -137,6 +141,10 @@ pub struct DiscoveryConfig {
     pub max_events: usize,
     /// No-op actions remembered over all tasks. Default 4096.
     pub max_noops: usize,
+    /// Largest distance in steps between two occurrences of an action with the identical
+    /// response that makes it a no-op (module docs), in 1..=64; 1 = only in a row.
+    /// Default 3.
+    pub noop_window: usize,
     /// Feedback sentences remembered over all tasks. Default 64.
     pub max_feedback: usize,
     /// Look for a feedback channel (module docs). Default true.
@@ -163,6 +171,7 @@ impl Default for DiscoveryConfig {
             max_successes: 16,
             max_events: 256,
             max_noops: 4096,
+            noop_window: 3,
             max_feedback: 64,
             feedback: true,
             feedback_min_verbs: 3,
@@ -187,6 +196,9 @@ crate::setters::with_setters! {
     with_max_events(max_events: usize) = 64;
     /// Sets the no-op actions remembered (default 4096; ≥ 1).
     with_max_noops(max_noops: usize) = 128;
+    /// Sets the distance within which a repeat with the identical response makes a no-op
+    /// (default 3; in 1..=64).
+    with_noop_window(noop_window: usize) = 1;
     /// Sets the feedback sentences remembered (default 64; ≥ 1).
     with_max_feedback(max_feedback: usize) = 8;
     /// Sets whether to look for a feedback channel (default true).
@@ -213,6 +225,10 @@ const SHARE: Range = Range {
 const AT_LEAST_ONE: Range = Range {
     expected: ">= 1",
     ok: |v| v >= 1.0,
+};
+const WINDOW: Range = Range {
+    expected: "an integer in 1..=64",
+    ok: |v| (1.0..=64.0).contains(&v),
 };
 const VERBS: Range = Range {
     expected: "an integer in 2..=8",
@@ -245,6 +261,7 @@ impl DiscoveryConfig {
             AT_LEAST_ONE.check(name, v as f64)?;
         }
         VERBS.check("feedback_min_verbs", self.feedback_min_verbs as f64)?;
+        WINDOW.check("noop_window", self.noop_window as f64)?;
         SHARE.check("feedback_max_step_fraction", self.feedback_max_step_fraction)?;
         Ok(())
     }
@@ -548,14 +565,19 @@ impl MilestoneDiscovery {
         ws.events_of.resize(ws.steps.len(), Event::default());
     }
 
-    /// An action done twice in a row with the identical response twice is a no-op.
+    /// An action done twice at most `noop_window` steps apart with the identical response
+    /// both times is a no-op.
     fn learn_noops(&mut self, batch: &RolloutBatch) {
         for j in 0..batch.num_trajectories() {
             let steps = &self.ws.steps[batch.trajectory_steps(j)];
-            for w in steps.windows(2) {
-                let repeat = w[0].action == w[1].action && w[0].whole == w[1].whole;
-                if repeat && self.noops.len() < self.config.max_noops {
-                    self.noops.insert(w[1].action);
+            // One pass per distance: a tight zip, no bounds check, no slice per step.
+            for d in 1..=self.config.noop_window {
+                let later = steps.get(d..).unwrap_or_default();
+                for (a, b) in steps.iter().zip(later) {
+                    let repeat = a.action == b.action && a.whole == b.whole;
+                    if repeat && self.noops.len() < self.config.max_noops {
+                        self.noops.insert(a.action);
+                    }
                 }
             }
         }
@@ -617,6 +639,18 @@ impl MilestoneDiscovery {
             &mut ws.stats,
             &mut ws.found,
         );
+        // A sentence a no-op's response shows is a state line, not feedback (module docs).
+        // Checked on the few candidates only: the search itself stays as it was.
+        if !ws.found.is_empty() && !self.noops.is_empty() {
+            for j in batch.group_trajectories(g) {
+                for s in &ws.steps[batch.trajectory_steps(j)] {
+                    if self.noops.contains(&s.action) {
+                        let shown = &ws.sentences[s.sentences.0..s.sentences.1];
+                        ws.found.retain(|k| !shown.contains(k));
+                    }
+                }
+            }
+        }
         for &key in &ws.found {
             if self.feedback.len() < self.config.max_feedback {
                 self.feedback.insert(key);
