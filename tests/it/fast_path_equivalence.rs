@@ -8,11 +8,14 @@
 //! The `reference` module below is the old code, kept deliberately naive (sequential sums,
 //! zero-filled outputs, one pass per step) and written against the public API only.
 
-use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm,
-    OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, Workspace, ZeroTail,
-};
-use beacon_rl::{Error, FloatView, MaskView, RolloutBatch};
+use beacon_rl::estimator::gae::GaeConfig;
+use beacon_rl::estimator::gpg::GpgConfig;
+use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
+use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::{FloatView, MaskView};
+use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2};
 use proptest::prelude::*;
 
