@@ -4,8 +4,9 @@
 //! cargo bench --bench beacon
 
 use beacon_rl::ablation::SplitMix64;
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};
 use beacon_rl::token::broadcast_into;
-use beacon_rl::{Beacon, BeaconConfig, BeaconWorkspace, RolloutBatch};
+use beacon_rl::RolloutBatch;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::Array2;
 

@@ -28,9 +28,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use beacon_rl::ablation::SplitMix64;
-use beacon_rl::batch::BatchBuilder;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::token::{prefix_lengths_into, row_sums_into};
+use beacon_rl::BatchBuilder;
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ndarray::{Array2, Zip};

@@ -37,15 +37,18 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 
 use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+use beacon_rl::estimator::beacon::Beacon;
+use beacon_rl::estimator::gigpo::Gigpo;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
-use beacon_rl::milestone::{
-    DetectorPreset, DiscoveryConfig, MilestoneDetector, MilestoneDiscovery, TextPatterns, WalkthroughMap,
-};
+use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
+use beacon_rl::milestone::preset::DetectorPreset;
+use beacon_rl::milestone::text::TextPatterns;
+use beacon_rl::milestone::walkthrough::WalkthroughMap;
+use beacon_rl::milestone::MilestoneDetector;
 use beacon_rl::record::{
     open_jsonl, read_trajectories, RecordBatch, RecordGroup, TrajectoryGroups, TrajectoryRecord,
     DEFAULT_MAX_LINE_BYTES,
 };
-use beacon_rl::{Beacon, Gigpo};
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -457,8 +460,8 @@ impl Detector {
 /// The parts behind the advantage for the estimators that have them, per row.
 enum Parts {
     None,
-    Beacon(beacon_rl::BeaconOutput),
-    Gigpo(beacon_rl::GigpoOutput),
+    Beacon(beacon_rl::estimator::beacon::BeaconOutput),
+    Gigpo(beacon_rl::estimator::gigpo::GigpoOutput),
 }
 
 fn parts(

@@ -29,10 +29,12 @@
 use std::error::Error;
 use std::path::PathBuf;
 
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+use beacon_rl::estimator::gigpo::Gigpo;
 use beacon_rl::estimator::gigpo::GigpoConfig;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
-use beacon_rl::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, Gigpo};
 use clap::Parser;
 use plotters::coord::Shift;
 use plotters::prelude::*;

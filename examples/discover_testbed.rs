@@ -13,7 +13,8 @@
 //! `cargo run --release --example discover_testbed [-- K… ]` (default K = 2 4 6 8; 10 seeds,
 //! 300 iterations; `DISCOVER_SEEDS=n` for fewer seeds).
 
-use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery, Transition};
+use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
+use beacon_rl::milestone::Transition;
 use beacon_rl::testbed::{
     auc, final_success, mean, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig,
 };

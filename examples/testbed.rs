@@ -23,11 +23,11 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use beacon_rl::testbed::metrics::{PAPER_TABLE3_ALFWORLD, PAPER_TABLE3_WEBSHOP};
 use beacon_rl::testbed::{
     auc, final_success, iterations_to_half, kendall_tau, mean, random_policy_success, std_dev, train,
     AdvantageScale, KeyChain, Method, MilestoneSource, TrainerConfig,
 };
+use beacon_rl::testbed::{PAPER_TABLE3_ALFWORLD, PAPER_TABLE3_WEBSHOP};
 use clap::{Parser, ValueEnum};
 use plotters::prelude::*;
 use serde_json::{json, Value};

@@ -39,7 +39,8 @@
 //!
 //! ```
 //! use beacon_rl::ablation::Ablation;
-//! use beacon_rl::{BeaconConfig, RolloutBatch};
+//! use beacon_rl::estimator::beacon::BeaconConfig;
+//! use beacon_rl::RolloutBatch;
 //!
 //! let batch = RolloutBatch::from_blocks(2, &[4, 4], vec![1.0, 0.0])?;
 //! let flags = [true, false, true, false, false, true, false, false];
@@ -283,7 +284,7 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::ablation::Ablation;
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// let c = Ablation::NoTemporalDecay.config(BeaconConfig::paper());
     /// assert_eq!(c.segment_decay, 0.0);
     /// assert_eq!(Ablation::Full.config(BeaconConfig::official()), BeaconConfig::official());
@@ -418,7 +419,8 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::ablation::Ablation;
-    /// use beacon_rl::{BeaconConfig, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
     /// let out = Ablation::NoTrajectoryAdvantage.compute(BeaconConfig::paper(), &batch, &[true, false, true, false], 0)?;
     /// assert_eq!(out.advantages, out.segment_advantages);
@@ -528,7 +530,7 @@ impl FromStr for Ablation {
 ///
 /// ```
 /// use beacon_rl::ablation::{Ablation, BeaconAblationConfig};
-/// use beacon_rl::BeaconConfig;
+/// use beacon_rl::estimator::beacon::BeaconConfig;
 /// let c: BeaconAblationConfig = "beacon:milestone_dropout=0.5,seed=7".parse()?;
 /// assert_eq!(c.ablation, Ablation::MilestoneDropout { p: 0.5 });
 /// assert_eq!((c.base, c.seed), (BeaconConfig::paper(), 7));
@@ -562,7 +564,7 @@ impl BeaconAblationConfig {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblationConfig};
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::UniformShaping).with_seed(3);
     /// assert_eq!(c.seed, 3);
     /// ```
@@ -591,7 +593,7 @@ impl BeaconAblationConfig {
     /// ```
     /// use beacon_rl::ablation::BeaconAblationConfig;
     /// use beacon_rl::estimator::EstimatorConfig;
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// for row in BeaconAblationConfig::paper_table3(BeaconConfig::paper(), 1) {
     ///     let est = EstimatorConfig::BeaconAblation(row).build()?;
     ///     assert_eq!(est.name(), "beacon_ablation");
@@ -609,7 +611,7 @@ impl BeaconAblationConfig {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblationConfig};
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// let bad = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 2.0 });
     /// assert!(bad.validate().is_err());
     /// ```
@@ -718,7 +720,7 @@ impl BeaconAblation {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::NoTemporalDecay);
     /// assert_eq!(BeaconAblation::new(c)?.beacon_config().segment_decay, 0.0);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -748,7 +750,7 @@ impl BeaconAblation {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::NoSegmentAdvantage);
     /// assert_eq!(BeaconAblation::new(c)?.beacon_config().segment_weight, 0.0);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -808,7 +810,8 @@ impl BeaconAblation {
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::{BeaconConfig, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
     /// let input = EstimatorInput::new(&batch).with_milestones(&[true; 6]);
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::RandomPartition { positions: 1 });

@@ -1,35 +1,3 @@
-//! Rollout batches: groups → trajectories → steps, in contiguous columns.
-//!
-//! A trainer hands the crate one batch per update: for each task (a *group*, verl's `uid`) it
-//! sampled G trajectories (verl-agent's `traj_uid`), each a sequence of steps. [`RolloutBatch`]
-//! stores that hierarchy as two CSR offset arrays, so that trajectory `j` owns the internal
-//! steps `traj_offsets[j]..traj_offsets[j + 1]` and group `g` owns the trajectories
-//! `group_offsets[g]..group_offsets[g + 1]`. Steps are stored trajectory-major (all steps of a
-//! trajectory are adjacent, trajectories of a group are adjacent); `step_rows` maps each
-//! internal step back to the caller's row, so every output comes back in the caller's order.
-//!
-//! Three ways to build one:
-//! - [`RolloutBatch::from_row_keys`]: verl-agent style, a group key and a trajectory key per
-//!   step row; rows of different trajectories may be interleaved and groups may come in any
-//!   order. Step order within a trajectory is row order.
-//! - [`RolloutBatch::from_offsets`]: CSR offsets directly (rows already trajectory-major).
-//! - [`RolloutBatch::from_blocks`]: TRL style, contiguous blocks of `G` trajectories per group.
-//!
-//! A trainer that builds a batch per iteration keeps a [`BatchBuilder`] and rebuilds one batch
-//! in place ([`BatchBuilder::rebuild_from_row_keys`]): no allocation after warm-up.
-//!
-//! # One episode reward
-//! A batch carries each trajectory's terminal reward R(τ), given once per row by the key
-//! constructors (rows of one trajectory must agree: [`Error::InconsistentTerminalReward`]).
-//! The step-level estimators (BEACON, GiGPO, the ablations) read R(τ) from the batch; the
-//! outcome estimators (verl's GRPO family, RLOO, ...) read each row's score as the sum of its
-//! `token_level_rewards`, as verl does, and do not read the batch's rewards. When a step-level
-//! estimator is given `token_level_rewards` too, both sources are present: it then checks every
-//! row's token sum against its trajectory's R(τ) and returns
-//! [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
-//! trainer never silently trains on one reward while logging another
-//! ([`RolloutBatch::check_row_scores`]).
-
 use std::hash::{Hash, Hasher};
 
 use crate::error::{check_finite, check_len, Error, Result};
@@ -56,6 +24,38 @@ use crate::hash::FxHasher;
 /// assert_eq!(batch.terminal_rewards(), &[1.0, 0.0]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
+///
+/// # Layout
+///
+/// A trainer hands the crate one batch per update: for each task (a *group*, verl's `uid`) it
+/// sampled G trajectories (verl-agent's `traj_uid`), each a sequence of steps. [`RolloutBatch`]
+/// stores that hierarchy as two CSR offset arrays, so that trajectory `j` owns the internal
+/// steps `traj_offsets[j]..traj_offsets[j + 1]` and group `g` owns the trajectories
+/// `group_offsets[g]..group_offsets[g + 1]`. Steps are stored trajectory-major (all steps of a
+/// trajectory are adjacent, trajectories of a group are adjacent); `step_rows` maps each
+/// internal step back to the caller's row, so every output comes back in the caller's order.
+///
+/// Three ways to build one:
+/// - [`RolloutBatch::from_row_keys`]: verl-agent style, a group key and a trajectory key per
+///   step row; rows of different trajectories may be interleaved and groups may come in any
+///   order. Step order within a trajectory is row order.
+/// - [`RolloutBatch::from_offsets`]: CSR offsets directly (rows already trajectory-major).
+/// - [`RolloutBatch::from_blocks`]: TRL style, contiguous blocks of `G` trajectories per group.
+///
+/// A trainer that builds a batch per iteration keeps a [`BatchBuilder`] and rebuilds one batch
+/// in place ([`BatchBuilder::rebuild_from_row_keys`]): no allocation after warm-up.
+///
+/// # One episode reward
+/// A batch carries each trajectory's terminal reward R(τ), given once per row by the key
+/// constructors (rows of one trajectory must agree: [`Error::InconsistentTerminalReward`]).
+/// The step-level estimators (BEACON, GiGPO, the ablations) read R(τ) from the batch; the
+/// outcome estimators (verl's GRPO family, RLOO, ...) read each row's score as the sum of its
+/// `token_level_rewards`, as verl does, and do not read the batch's rewards. When a step-level
+/// estimator is given `token_level_rewards` too, both sources are present: it then checks every
+/// row's token sum against its trajectory's R(τ) and returns
+/// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
+/// trainer never silently trains on one reward while logging another
+/// ([`RolloutBatch::check_row_scores`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutBatch {
     group_offsets: Vec<usize>,
@@ -135,7 +135,7 @@ impl RolloutBatch {
     /// ```
     pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
         let mut builder = BatchBuilder::new();
-        builder.build_keyed(group_keys, |r| r, group_keys.len(), rewards)?;
+        builder.build_keyed(group_keys, None::<fn(usize) -> usize>, group_keys.len(), rewards)?;
         Ok(builder.spare)
     }
 
@@ -494,7 +494,7 @@ impl RolloutBatch {
 /// `String`, or the `u64` ids a trainer holds.
 ///
 /// ```
-/// use beacon_rl::batch::BatchBuilder;
+/// use beacon_rl::BatchBuilder;
 /// use beacon_rl::RolloutBatch;
 ///
 /// let mut builder = BatchBuilder::new();
@@ -554,7 +554,7 @@ impl BatchBuilder {
     /// An empty builder.
     ///
     /// ```
-    /// let _builder = beacon_rl::batch::BatchBuilder::new();
+    /// let _builder = beacon_rl::BatchBuilder::new();
     /// ```
     pub fn new() -> Self {
         Self::default()
@@ -567,7 +567,7 @@ impl BatchBuilder {
     /// As [`RolloutBatch::from_row_keys`].
     ///
     /// ```
-    /// use beacon_rl::batch::BatchBuilder;
+    /// use beacon_rl::BatchBuilder;
     /// let batch = BatchBuilder::new().from_row_keys(&["q"; 2], &["a", "b"], &[1.0, 0.0])?;
     /// assert_eq!(batch.num_trajectories(), 2);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -593,7 +593,7 @@ impl BatchBuilder {
     /// As [`RolloutBatch::from_row_keys`].
     ///
     /// ```
-    /// use beacon_rl::batch::BatchBuilder;
+    /// use beacon_rl::BatchBuilder;
     /// use beacon_rl::Error;
     /// let mut builder = BatchBuilder::new();
     /// let mut batch = builder.from_row_keys(&["q"], &["a"], &[1.0])?;
@@ -626,7 +626,7 @@ impl BatchBuilder {
     /// As [`RolloutBatch::from_row_keys`].
     ///
     /// ```
-    /// use beacon_rl::batch::BatchBuilder;
+    /// use beacon_rl::BatchBuilder;
     /// let mut builder = BatchBuilder::new();
     /// let mut batch = builder.from_row_keys(&[0u64], &[0u64], &[0.0])?;
     /// builder.rebuild_from_group_keys(&mut batch, &[3u64, 4, 3], &[1.0, 0.0, 0.0])?;
@@ -639,7 +639,7 @@ impl BatchBuilder {
         group_keys: &[G],
         rewards: &[f64],
     ) -> Result<()> {
-        self.build_keyed(group_keys, |r| r, rewards.len(), rewards)?;
+        self.build_keyed(group_keys, None::<fn(usize) -> usize>, rewards.len(), rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
@@ -650,15 +650,16 @@ impl BatchBuilder {
         T: Hash + Eq,
     {
         check_len("traj_keys", group_keys.len(), traj_keys.len())?;
-        self.build_keyed(group_keys, |r| &traj_keys[r], traj_keys.len(), row_rewards)
+        self.build_keyed(group_keys, Some(|r| &traj_keys[r]), traj_keys.len(), row_rewards)
     }
 
     /// The one implementation behind every key constructor: `traj_key(r)` is row r's
-    /// trajectory key (rows `0..traj_rows`).
+    /// trajectory key (rows `0..traj_rows`); `None` when every row is its own trajectory
+    /// (the group-key constructors), which needs no trajectory table: trajectory = row.
     fn build_keyed<G, T, F>(
         &mut self,
         group_keys: &[G],
-        traj_key: F,
+        traj_key: Option<F>,
         traj_rows: usize,
         row_rewards: &[f64],
     ) -> Result<()>
@@ -678,7 +679,9 @@ impl BatchBuilder {
         // Intern keys: first-appearance numbering of groups and trajectories.
         let bits = table_bits(rows);
         reset_table(&mut self.group_table, bits);
-        reset_table(&mut self.traj_table, bits);
+        if traj_key.is_some() {
+            reset_table(&mut self.traj_table, bits);
+        }
         self.group_first_row.clear();
         self.traj_first_row.clear();
         self.traj_group.clear();
@@ -695,16 +698,10 @@ impl BatchBuilder {
                     &group_keys[r]
                 })
             };
-            let t = if row > 0 && traj_key(row) == traj_key(row - 1) {
-                prev_t
-            } else {
-                intern(
-                    &mut self.traj_table,
-                    bits,
-                    &mut self.traj_first_row,
-                    row,
-                    &traj_key,
-                )
+            let t = match &traj_key {
+                None => row,
+                Some(key) if row > 0 && key(row) == key(row - 1) => prev_t,
+                Some(key) => intern(&mut self.traj_table, bits, &mut self.traj_first_row, row, key),
             };
             (prev_g, prev_t) = (g, t);
             if t == self.traj_group.len() {

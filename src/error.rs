@@ -1,12 +1,10 @@
-//! The crate's one error type.
-//!
-//! Every fallible function returns [`Result<T>`]. Bad caller data (NaN rewards, mismatched
-//! lengths, empty groups, out-of-range positions, invalid configs) is reported here instead of
-//! panicking or silently producing a wrong number.
-
 use std::fmt;
 
 /// Errors returned by `beacon-rl`.
+///
+/// Every fallible function returns [`Result<T>`]. Bad caller data (NaN rewards, mismatched
+/// lengths, empty groups, out-of-range positions, invalid configs) is reported here instead of
+/// panicking or silently producing a wrong number.
 ///
 /// The enum is `#[non_exhaustive]`: new checks may add variants in minor releases, so match
 /// with a wildcard arm.
@@ -166,8 +164,8 @@ pub enum Error {
     Undefined(String),
 
     /// An estimator configuration names one BEACON flavour but holds the other's parameters
-    /// (`beacon` needs [`BeaconFlavour::Paper`](crate::BeaconFlavour::Paper), `beacon_official`
-    /// needs [`BeaconFlavour::Official`](crate::BeaconFlavour::Official)).
+    /// (`beacon` needs [`BeaconFlavour::Paper`](crate::estimator::beacon::BeaconFlavour::Paper), `beacon_official`
+    /// needs [`BeaconFlavour::Official`](crate::estimator::beacon::BeaconFlavour::Official)).
     #[error("estimator {estimator} does not match the configured BEACON flavour")]
     FlavourMismatch {
         /// The estimator name of the configuration.

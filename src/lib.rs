@@ -5,8 +5,8 @@
 //! The headline method is **BEACON**, milestone-anchored credit assignment: detect milestones
 //! in each trajectory, partition it at them, shape rewards within segments with temporal
 //! decay, and estimate advantages at two scales (trajectory and segment). Two flavours are
-//! offered as presets: the paper's equations ([`BeaconConfig::paper`]) and the behaviour of
-//! the paper's public code release ([`BeaconConfig::official`]), reproduced to 1e-5 on the
+//! offered as presets: the paper's equations ([`BeaconConfig::paper`](estimator::beacon::BeaconConfig::paper)) and the behaviour of
+//! the paper's public code release ([`BeaconConfig::official`](estimator::beacon::BeaconConfig::official)), reproduced to 1e-5 on the
 //! release's own vectors.
 //!
 //! The crate is backend-free (plain slices and [`ndarray`]), pure, deterministic and checks
@@ -16,9 +16,10 @@
 //! ## From a rollout batch to token advantages
 //!
 //! ```
+//! use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 //! use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
 //! use beacon_rl::token::broadcast;
-//! use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
+//! use beacon_rl::RolloutBatch;
 //! use ndarray::Array2;
 //!
 //! // A verl-agent style batch: one row per step, with group (uid) and trajectory keys.
@@ -51,25 +52,50 @@
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 //!
-//! ## Map
+//! ## Map: one path per item
 //!
-//! - [`batch`]: [`RolloutBatch`], groups → trajectories → steps in contiguous columns.
-//! - [`milestone`]: the detector trait Φ(s, a, s′) and built-in detectors.
-//! - [`estimator`]: BEACON ([`Beacon`]) and the baselines.
+//! Every public item has exactly one path; `tests/it/api_paths.rs` reads the module tree and
+//! fails when a re-export gives an item a second one. Which path is decided by one rule:
+//!
+//! - **The crate root** holds only what nearly every program names: [`RolloutBatch`] (and
+//!   [`BatchBuilder`], which rebuilds one in place), [`Error`] and [`Result`], and the group
+//!   normalisation switches [`NormMode`] and [`SingletonRule`] that the estimators' and
+//!   ablations' configs share. The files defining them are private.
+//! - **One public module per area**, named after its concept. An area made of several
+//!   concepts has one public submodule per concept, whose page states its equation:
+//!   `estimator::beacon`, `estimator::grpo`, `milestone::text`, `milestone::webshop`, ... An
+//!   area split only by role (config, report, reader, environment, trainer, ...) keeps those
+//!   files private behind one flat module: `diagnostics::Diagnostics`,
+//!   `record::read_trajectories`, `testbed::KeyChain`.
+//!
+//! The areas:
+//!
+//! - [`estimator`]: the one interface ([`AdvantageEstimator`](estimator::AdvantageEstimator),
+//!   [`EstimatorConfig`](estimator::EstimatorConfig), [`EstimatorInput`](estimator::EstimatorInput),
+//!   [`Advantages`](estimator::Advantages), [`Workspace`](estimator::Workspace)) and one module
+//!   per estimator family: BEACON in [`estimator::beacon`], GiGPO in [`estimator::gigpo`], the
+//!   verl baselines in [`estimator::grpo`], [`estimator::rloo`], [`estimator::gae`], ...
+//! - [`milestone`]: the detector trait Φ(s, a, s′), [`detect_milestones`](milestone::detect_milestones),
+//!   the two basic detectors, and one module per detector family ([`milestone::text`],
+//!   [`milestone::walkthrough`], [`milestone::webshop`], [`milestone::discover`], ...).
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
 //! - [`token`]: step advantages → token advantages under a response mask.
+//! - [`tensor`]: the views of caller arrays in trainer dtypes (`f32`/`f64` values,
+//!   `bool`/`u8`/`i64` masks, response lengths) that the estimators and [`token`] read and
+//!   write; arrays and slices convert into them, so most callers never name them.
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
 //! - [`ablation`]: the paper's Table 3 variants as named configurations.
-//! - [`NormMode`], [`SingletonRule`]: the group normalisation shared by the estimators.
-//! - [`error`]: the one error type.
+//! - [`difflib`]: Python's `difflib.SequenceMatcher` ratio, as GiGPO's similarity grouping and the
+//!   walkthrough detector use it.
+//! - `testbed` (feature `testbed`): a tabular training loop that compares the estimators.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod ablation;
-pub mod batch;
+mod batch;
 pub mod diagnostics;
 pub mod difflib;
-pub mod error;
+mod error;
 pub mod estimator;
 pub mod milestone;
 mod partition;
@@ -81,22 +107,15 @@ pub mod token;
 
 mod hash;
 
-pub use ablation::Ablation;
-pub use batch::RolloutBatch;
-pub use diagnostics::{Diagnostics, DiagnosticsConfig, DiagnosticsReport};
+pub use batch::{BatchBuilder, RolloutBatch};
 pub use error::{Error, Result};
-pub use estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
-pub use estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};
-pub use estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput};
 pub use stats::{NormMode, SingletonRule};
 pub mod tensor;
 #[cfg(feature = "testbed")]
 pub mod testbed;
 
-pub use estimator::Workspace;
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;
-pub use tensor::{FloatView, FloatViewMut, MaskView};
 mod setters;
 
 // Parallel chunks of independent groups and rows (the `rayon` feature).

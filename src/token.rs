@@ -34,7 +34,7 @@ use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView
 ///
 /// ```
 /// use beacon_rl::token::broadcast_into;
-/// use beacon_rl::MaskView;
+/// use beacon_rl::tensor::MaskView;
 /// use ndarray::{array, Array2};
 /// let mask = array![[1i64, 1, 0], [1, 0, 0]];
 /// let mut out = Array2::<f32>::zeros((2, 3));

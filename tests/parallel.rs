@@ -11,13 +11,13 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use beacon_rl::ablation::SplitMix64;
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 use beacon_rl::estimator::gigpo::GigpoOutput;
+use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast_into;
-use beacon_rl::{
-    Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace, Gigpo, GigpoConfig, MaskView,
-    NormMode, RolloutBatch,
-};
+use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;
 
 /// Counts allocations on every thread while `ON` (the pool's workers included).

@@ -8,8 +8,10 @@
 //!    and the same flags after `reset` as on a fresh detector.
 
 use beacon_rl::difflib::{ratio, Match, Matcher};
+use beacon_rl::milestone::combinators::BoxedDetector;
+use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::milestone::webshop::WebShopTarget;
-use beacon_rl::milestone::{BoxedDetector, DetectorPreset, MilestoneDetector, Transition};
+use beacon_rl::milestone::{MilestoneDetector, Transition};
 
 use super::bytes::Bytes;
 
@@ -94,7 +96,9 @@ fn presets(u: &mut Bytes<'_>) {
     // on by default, turns it on; the replay test follows the root crate's). Nothing is
     // decoded after this text, so inputs mean the same with or without it.
     #[cfg(feature = "serde")]
-    drop(beacon_rl::milestone::WalkthroughMap::from_json_str(&u.text(64)));
+    drop(beacon_rl::milestone::walkthrough::WalkthroughMap::from_json_str(
+        &u.text(64),
+    ));
 
     // Presets built from the task's input, on every run.
     let mut detectors = Vec::new();

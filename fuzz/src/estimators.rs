@@ -8,12 +8,15 @@
 //! `Ok`.
 
 use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
+use beacon_rl::estimator::gae::GaeConfig;
 use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm,
-    GrpoStatistics, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, ZeroTail,
-};
-use beacon_rl::{MaskView, NormMode, RolloutBatch, SingletonRule, Workspace};
+use beacon_rl::estimator::gpg::GpgConfig;
+use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
+use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
+use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::MaskView;
+use beacon_rl::{NormMode, RolloutBatch, SingletonRule};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 
 use super::bytes::Bytes;

@@ -10,8 +10,9 @@
 //! definition bit for bit (`v as T` on a masked-in token of a covering span, `0` elsewhere).
 
 use beacon_rl::tensor::Float;
+use beacon_rl::tensor::{FloatViewMut, MaskView};
 use beacon_rl::token::{broadcast_into, spans_into, TokenSpan};
-use beacon_rl::{Error, FloatViewMut, MaskView};
+use beacon_rl::Error;
 use ndarray::{Array2, ShapeBuilder};
 
 use super::bytes::Bytes;

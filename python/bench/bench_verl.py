@@ -23,8 +23,9 @@ ratios.
 - binding overhead: beacon_rl.estimate("grpo", ..., out=(buf, buf)) from the torch tensors and
   uuid keys, against the crate's own call on the same arrays with int64 group ids and no Python
   around it (`_native._time_crate_call`: kept BatchBuilder + Workspace, `estimate_into` the f32
-  buffer), with the int64 mask (crate: as the matrix, and as per-row lengths, which is what the
-  binding hands it after its 0/1 check) and with the mask as a bool tensor (no check).
+  buffer), with the int64 mask (crate: as the matrix, which is what the binding hands it, the
+  crate testing each entry for 0/1 as it writes that token; and as per-row lengths, the
+  cheapest form a caller can hold) and with the mask as a bool tensor.
 - beacon_official end to end from a verl-agent DataProto (compute_step_advantages, in place),
   and, given the release (--beacon-release DIR or $BEACON_RELEASE: a directory holding
   `migpo/__init__.py` and `migpo/core_migpo.py` of ZJU-REAL/BEACON at commit db9347f, e.g.

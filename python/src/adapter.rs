@@ -15,10 +15,10 @@ use std::cell::RefCell;
 use std::hash::Hash;
 use std::time::Instant;
 
-use beacon_rl::batch::BatchBuilder;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::{FloatView, FloatViewMut, MaskView};
 use beacon_rl::token::{spans_into, TokenSpan};
+use beacon_rl::BatchBuilder;
 use beacon_rl::RolloutBatch;
 use ndarray::{ArrayView1, ArrayView2, ArrayViewMut2, Zip};
 

@@ -36,7 +36,7 @@ impl Default for DiagnosticsConfig {
 }
 
 crate::setters::with_setters! {
-    DiagnosticsConfig, "use beacon_rl::DiagnosticsConfig;", DiagnosticsConfig::default();
+    DiagnosticsConfig, "use beacon_rl::diagnostics::DiagnosticsConfig;", DiagnosticsConfig::default();
     /// Sets τ: |A| < τ counts as zero advantage (default 1e-6; finite, > 0).
     with_zero_threshold(zero_threshold: f64) = 1e-3;
     /// Sets the success threshold on the terminal reward (default 0.0; finite).

@@ -373,7 +373,8 @@ impl<'a> Diagnostics<'a> {
     /// ```
     /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
-    /// use beacon_rl::{Beacon, BeaconConfig, Error, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::{Error, RolloutBatch};
     ///
     /// // One task, a success "w" and a failure "l" that both open with "go" in state "s".
     /// let batch = RolloutBatch::from_row_keys(&["t"; 4], &["w", "w", "l", "l"], &[1.0, 1.0, 0.0, 0.0])?;

@@ -57,7 +57,8 @@ use crate::tensor::FloatViewMut;
 /// Which computation the estimator follows.
 ///
 /// ```
-/// use beacon_rl::{BeaconFlavour, NormMode};
+/// use beacon_rl::estimator::beacon::BeaconFlavour;
+/// use beacon_rl::NormMode;
 /// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
 /// ```
@@ -79,7 +80,7 @@ pub enum BeaconFlavour {
 /// BEACON parameters. Build from a preset and adjust fields; [`Beacon::new`] validates.
 ///
 /// ```
-/// use beacon_rl::{Beacon, BeaconConfig};
+/// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 /// let mut cfg = BeaconConfig::paper();
 /// cfg.segment_decay = 0.9;
 /// let beacon = Beacon::new(cfg)?;
@@ -116,7 +117,7 @@ impl BeaconConfig {
     /// The paper's equations and hyperparameters: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
     ///
     /// ```
-    /// use beacon_rl::{BeaconConfig, BeaconFlavour};
+    /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
     /// let c = BeaconConfig::paper();
     /// assert_eq!((c.flavour, c.milestone_reward, c.segment_decay), (BeaconFlavour::Paper, 1.0, 0.95));
     /// ```
@@ -135,7 +136,8 @@ impl BeaconConfig {
     /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`.
     ///
     /// ```
-    /// use beacon_rl::{BeaconConfig, BeaconFlavour, NormMode};
+    /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
+    /// use beacon_rl::NormMode;
     /// let c = BeaconConfig::official();
     /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
     /// assert_eq!(c.milestone_reward, 10.0);
@@ -153,7 +155,7 @@ impl BeaconConfig {
     /// The release's ALFWorld scripts: [`official`](Self::official) with γ = 0.9, w = 10.
     ///
     /// ```
-    /// use beacon_rl::BeaconConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// let c = BeaconConfig::official_alfworld();
     /// assert_eq!((c.segment_decay, c.segment_weight), (0.9, 10.0));
     /// ```
@@ -172,7 +174,8 @@ impl BeaconConfig {
     /// λ < 0, trajectory weight < 0, ε ≤ 0, or any non-finite value.
     ///
     /// ```
-    /// use beacon_rl::{BeaconConfig, Error};
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::Error;
     /// let mut c = BeaconConfig::paper();
     /// c.std_eps = 0.0;
     /// assert!(matches!(c.validate(), Err(Error::InvalidConfig { name: "std_eps", .. })));
@@ -228,7 +231,7 @@ impl Default for BeaconConfig {
 }
 
 crate::setters::with_setters! {
-    BeaconConfig, "use beacon_rl::{BeaconConfig, BeaconFlavour, NormMode, SingletonRule};", BeaconConfig::paper();
+    BeaconConfig, "use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
     with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
@@ -249,7 +252,8 @@ crate::setters::with_setters! {
 /// The BEACON estimator with a validated configuration.
 ///
 /// ```
-/// use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
+/// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+/// use beacon_rl::RolloutBatch;
 ///
 /// // One task, two trajectories: "a" succeeds (2 steps, milestone at step 0),
 /// // "b" fails (2 steps, no milestone).
@@ -271,7 +275,7 @@ pub struct Beacon {
 /// Per-row results of [`Beacon::compute`], all in the caller's row order.
 ///
 /// ```
-/// use beacon_rl::BeaconOutput;
+/// use beacon_rl::estimator::beacon::BeaconOutput;
 /// let out = BeaconOutput::default();
 /// assert!(out.advantages.is_empty());
 /// ```
@@ -297,7 +301,7 @@ pub struct BeaconOutput {
 /// and are then reused without allocating.
 ///
 /// ```
-/// use beacon_rl::BeaconWorkspace;
+/// use beacon_rl::estimator::beacon::BeaconWorkspace;
 /// let ws = BeaconWorkspace::default();
 /// # drop(ws);
 /// ```
@@ -350,7 +354,7 @@ impl Beacon {
     /// See [`BeaconConfig::validate`].
     ///
     /// ```
-    /// use beacon_rl::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
     /// assert!(Beacon::new(BeaconConfig::official()).is_ok());
     /// ```
     pub fn new(config: BeaconConfig) -> Result<Self> {
@@ -361,7 +365,7 @@ impl Beacon {
     /// The validated configuration.
     ///
     /// ```
-    /// use beacon_rl::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
     /// let b = Beacon::new(BeaconConfig::paper())?;
     /// assert_eq!(b.config().segment_weight, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -376,7 +380,8 @@ impl Beacon {
     /// [`Error::LengthMismatch`] when `milestones.len() != batch.num_steps()`.
     ///
     /// ```
-    /// use beacon_rl::{Beacon, BeaconConfig, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
     /// let out = Beacon::new(BeaconConfig::official())?.compute(&batch, &[true, false, false, false])?;
     /// assert_eq!(out.shaped_rewards, vec![10.0, 0.0, 0.0, 0.0]);
@@ -395,7 +400,8 @@ impl Beacon {
     /// As [`compute`](Self::compute).
     ///
     /// ```
-    /// use beacon_rl::{Beacon, BeaconConfig, BeaconOutput, BeaconWorkspace, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconOutput, BeaconWorkspace};
+    /// use beacon_rl::RolloutBatch;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let (mut ws, mut out) = (BeaconWorkspace::default(), BeaconOutput::default());
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
@@ -450,7 +456,8 @@ impl Beacon {
     /// [`Error::LengthMismatch`] for the flags, [`Error::OutputShape`] for the buffer.
     ///
     /// ```
-    /// use beacon_rl::{Beacon, BeaconConfig, BeaconWorkspace, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};
+    /// use beacon_rl::RolloutBatch;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let mut adv = [0.0; 2];
@@ -802,7 +809,8 @@ impl AdvantageEstimator for Beacon {
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
-    /// use beacon_rl::{Beacon, BeaconConfig, Error, RolloutBatch};
+    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::{Error, RolloutBatch};
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));

@@ -1,6 +1,14 @@
 //! The registry of estimators by verl's `adv_estimator` name: [`EstimatorConfig`] parses,
 //! lists, (de)serialises, validates and builds every estimator.
 
+use super::gae::{Gae, GaeConfig};
+use super::gpg::{Gpg, GpgConfig};
+use super::grpo::{Gdpo, Grpo, GrpoConfig, GrpoPassk, GrpoVectorized};
+use super::opo::Opo;
+use super::optimal_baseline::{OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
+use super::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusPlusConfig};
+use super::remax::Remax;
+use super::rloo::{Rloo, RlooVectorized};
 use super::*;
 use std::fmt;
 use std::str::FromStr;
@@ -56,7 +64,8 @@ macro_rules! registry {
             /// verl's `adv_estimator` string (the serde tag, and what [`FromStr`] parses).
             ///
             /// ```
-            /// use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
+            /// use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+            /// use beacon_rl::estimator::EstimatorConfig;
             /// let c = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl());
             /// assert_eq!(c.name(), "reinforce_plus_plus");
             /// ```
@@ -88,7 +97,9 @@ registry! {
     /// more estimators (BEACON, GiGPO) join it.
     ///
     /// ```
-    /// use beacon_rl::estimator::{EstimatorConfig, GaeConfig, GrpoConfig, GrpoNorm};
+    /// use beacon_rl::estimator::gae::GaeConfig;
+    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+    /// use beacon_rl::estimator::EstimatorConfig;
     ///
     /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_norm(GrpoNorm::MeanOnly));
     /// assert_eq!(dr_grpo.name(), "grpo");
@@ -153,7 +164,7 @@ registry! {
         #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_official"))]
         BeaconOfficial(beacon::BeaconConfig = beacon::BeaconConfig::official()) => "beacon_official";
         /// `beacon_ablation`: a row of the paper's Table 3 (BEACON under an
-        /// [`Ablation`](crate::Ablation)), built as
+        /// [`Ablation`](crate::ablation::Ablation)), built as
         /// [`BeaconAblation`](crate::ablation::BeaconAblation). Parses from
         /// `beacon:ABLATION[,seed=N]` or `beacon_official:ABLATION[,seed=N]` (e.g.
         /// `beacon:milestone_dropout=0.5`); bare `beacon_ablation` is the paper's BEACON unablated.
@@ -182,7 +193,8 @@ impl EstimatorConfig {
     /// [`Error::InvalidConfig`] naming the first parameter out of range.
     ///
     /// ```
-    /// use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
+    /// use beacon_rl::estimator::gpg::GpgConfig;
+    /// use beacon_rl::estimator::EstimatorConfig;
     /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.0)).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -354,6 +366,7 @@ mod tests {
     #[cfg(feature = "serde")]
     #[test]
     fn serde_uses_verl_names_and_defaults() {
+        use crate::estimator::grpo::GrpoNorm;
         for name in EstimatorConfig::NAMES {
             let c: EstimatorConfig = name.parse().unwrap();
             let json = serde_json::to_string(&c).unwrap();

@@ -36,7 +36,7 @@ use crate::tensor::{FloatView, MaskView};
 /// Parameters of `gae`.
 ///
 /// ```
-/// use beacon_rl::estimator::GaeConfig;
+/// use beacon_rl::estimator::gae::GaeConfig;
 /// let c = GaeConfig::verl();
 /// assert_eq!((c.discount, c.gae_lambda), (1.0, 1.0));
 /// assert!(c.with_gae_lambda(2.0).validate().is_err());
@@ -56,7 +56,7 @@ impl GaeConfig {
     /// verl's defaults: `gamma = 1.0`, `lam = 1.0`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::GaeConfig;
+    /// # use beacon_rl::estimator::gae::GaeConfig;
     /// assert_eq!(GaeConfig::verl(), GaeConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -72,7 +72,7 @@ impl GaeConfig {
     /// [`Error::InvalidConfig`] unless both are in [0, 1].
     ///
     /// ```
-    /// # use beacon_rl::estimator::GaeConfig;
+    /// # use beacon_rl::estimator::gae::GaeConfig;
     /// assert!(GaeConfig::verl().with_discount(-0.5).with_gae_lambda(0.95).validate().is_err());
     /// assert!(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95).validate().is_ok());
     /// ```
@@ -89,7 +89,7 @@ impl Default for GaeConfig {
 }
 
 crate::setters::with_setters! {
-    GaeConfig, "use beacon_rl::estimator::GaeConfig;", GaeConfig::verl();
+    GaeConfig, "use beacon_rl::estimator::gae::GaeConfig;", GaeConfig::verl();
     /// Sets the per-token discount γ (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.99;
     /// Sets the GAE trace decay λ (default 1.0; in [0, 1]).
@@ -100,7 +100,8 @@ crate::setters::with_setters! {
 /// and `values` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gae, GaeConfig};
+/// use beacon_rl::estimator::gae::{Gae, GaeConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
 /// let rewards = [[0.0, 1.0, 0.0]];
@@ -127,7 +128,7 @@ impl Gae {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{Gae, GaeConfig};
+    /// # use beacon_rl::estimator::gae::{Gae, GaeConfig};
     /// assert!(Gae::new(GaeConfig::verl().with_discount(1.01).with_gae_lambda(1.0)).is_err());
     /// ```
     pub fn new(config: GaeConfig) -> Result<Self> {
@@ -138,7 +139,7 @@ impl Gae {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{Gae, GaeConfig};
+    /// # use beacon_rl::estimator::gae::{Gae, GaeConfig};
     /// assert_eq!(Gae::new(GaeConfig::verl())?.config().gae_lambda, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

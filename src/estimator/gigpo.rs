@@ -992,7 +992,8 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::{Gigpo, GigpoConfig, RolloutBatch};
+    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+    /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
     /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
     /// let anchors = ["start", "start"];

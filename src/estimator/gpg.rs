@@ -27,7 +27,7 @@ use crate::error::{Range, Result};
 /// Parameters of `gpg`.
 ///
 /// ```
-/// use beacon_rl::estimator::GpgConfig;
+/// use beacon_rl::estimator::gpg::GpgConfig;
 /// assert_eq!(GpgConfig::verl().f_norm, 1.0);
 /// assert!(GpgConfig::verl().with_f_norm(-1.0).validate().is_err());
 /// ```
@@ -44,7 +44,7 @@ impl GpgConfig {
     /// verl's default: `f_norm = 1.0`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::GpgConfig;
+    /// # use beacon_rl::estimator::gpg::GpgConfig;
     /// assert_eq!(GpgConfig::verl(), GpgConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -57,7 +57,7 @@ impl GpgConfig {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `f_norm` is finite and > 0.
     ///
     /// ```
-    /// # use beacon_rl::estimator::GpgConfig;
+    /// # use beacon_rl::estimator::gpg::GpgConfig;
     /// assert!(GpgConfig::verl().with_f_norm(0.0).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -72,7 +72,7 @@ impl Default for GpgConfig {
 }
 
 crate::setters::with_setters! {
-    GpgConfig, "use beacon_rl::estimator::GpgConfig;", GpgConfig::verl();
+    GpgConfig, "use beacon_rl::estimator::gpg::GpgConfig;", GpgConfig::verl();
     /// Sets the divisor of every advantage (default 1.0; finite, > 0).
     with_f_norm(f_norm: f64) = 2.0;
 }
@@ -81,7 +81,8 @@ crate::setters::with_setters! {
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gpg, GpgConfig};
+/// use beacon_rl::estimator::gpg::{Gpg, GpgConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0, 0], &[0.0; 4])?;
 /// let rewards = [[1.0], [0.0], [0.0], [0.0]];
@@ -104,7 +105,7 @@ impl Gpg {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
+    /// # use beacon_rl::estimator::gpg::{Gpg, GpgConfig};
     /// assert!(Gpg::new(GpgConfig::verl().with_f_norm(f64::NAN)).is_err());
     /// ```
     pub fn new(config: GpgConfig) -> Result<Self> {
@@ -115,7 +116,7 @@ impl Gpg {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
+    /// # use beacon_rl::estimator::gpg::{Gpg, GpgConfig};
     /// assert_eq!(Gpg::new(GpgConfig::verl())?.config().f_norm, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

@@ -68,7 +68,7 @@ use crate::error::{Error, Range, Result};
 /// How GRPO normalizes a score against its group (verl's `norm_adv_by_std_in_grpo`).
 ///
 /// ```
-/// use beacon_rl::estimator::GrpoNorm;
+/// use beacon_rl::estimator::grpo::GrpoNorm;
 /// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(false), GrpoNorm::MeanOnly);
 /// assert_eq!(GrpoNorm::default(), GrpoNorm::MeanStd);
 /// ```
@@ -87,7 +87,7 @@ impl GrpoNorm {
     /// Maps verl's boolean `norm_adv_by_std_in_grpo` to the mode.
     ///
     /// ```
-    /// use beacon_rl::estimator::GrpoNorm;
+    /// use beacon_rl::estimator::grpo::GrpoNorm;
     /// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(true), GrpoNorm::MeanStd);
     /// ```
     pub fn from_norm_adv_by_std_in_grpo(norm_adv_by_std_in_grpo: bool) -> Self {
@@ -102,7 +102,7 @@ impl GrpoNorm {
 /// Which rows GRPO's group statistics count (verl-agent's `compute_mean_std_cross_steps`).
 ///
 /// ```
-/// use beacon_rl::estimator::{GrpoConfig, GrpoStatistics};
+/// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoStatistics};
 /// assert_eq!(GrpoStatistics::default(), GrpoStatistics::Rows);
 /// let paper = GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories);
 /// assert_eq!(paper.statistics, GrpoStatistics::Trajectories);
@@ -123,7 +123,7 @@ pub enum GrpoStatistics {
 /// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`.
 ///
 /// ```
-/// use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
+/// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
 /// let c = GrpoConfig::verl();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
 /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
@@ -148,7 +148,7 @@ impl GrpoConfig {
     /// verl's defaults: `epsilon = 1e-6`, `norm_adv_by_std_in_grpo = true`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::GrpoConfig;
+    /// # use beacon_rl::estimator::grpo::GrpoConfig;
     /// assert_eq!(GrpoConfig::verl(), GrpoConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -162,7 +162,7 @@ impl GrpoConfig {
     /// Dr.GRPO: no division by the group standard deviation.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
+    /// # use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
     /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
     /// ```
     pub const fn dr_grpo() -> Self {
@@ -179,7 +179,7 @@ impl GrpoConfig {
     /// [`Error::InvalidConfig`] unless `std_eps` is finite and > 0.
     ///
     /// ```
-    /// # use beacon_rl::estimator::GrpoConfig;
+    /// # use beacon_rl::estimator::grpo::GrpoConfig;
     /// assert!(GrpoConfig::verl().with_std_eps(f64::NAN).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -189,7 +189,7 @@ impl GrpoConfig {
     /// Sets which rows the group statistics count (default [`GrpoStatistics::Rows`]).
     ///
     /// ```
-    /// use beacon_rl::estimator::{GrpoConfig, GrpoStatistics};
+    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoStatistics};
     /// let c = GrpoConfig::dr_grpo().with_statistics(GrpoStatistics::Trajectories);
     /// assert_eq!(c.statistics, GrpoStatistics::Trajectories);
     /// ```
@@ -221,7 +221,7 @@ impl Default for GrpoConfig {
 }
 
 crate::setters::with_setters! {
-    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoNorm};", GrpoConfig::verl();
+    GrpoConfig, "use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};", GrpoConfig::verl();
     /// Sets ε added to the group standard deviation (default 1e-6; finite, > 0).
     with_std_eps(std_eps: f64) = 1e-3;
     /// Sets the normalization mode (default [`GrpoNorm::MeanStd`]).
@@ -243,7 +243,7 @@ macro_rules! grpo_family_type {
             /// [`Error::InvalidConfig`] when `config` is out of range, or asks for
             /// [`GrpoStatistics::Trajectories`] from `grpo_vectorized` or `grpo_passk`.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::verl())?;\nassert_eq!(est.config(), &GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::grpo::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::verl())?;\nassert_eq!(est.config(), &GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn new(config: GrpoConfig) -> Result<Self> {
                 config.validate_for(stringify!($ty))?;
                 Ok(Self { config })
@@ -251,7 +251,7 @@ macro_rules! grpo_family_type {
 
             /// The estimator's parameters.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::default())?;\nassert_eq!(*est.config(), GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::grpo::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::default())?;\nassert_eq!(*est.config(), GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn config(&self) -> &GrpoConfig {
                 &self.config
             }
@@ -265,7 +265,8 @@ grpo_family_type!(
     /// Needs `token_level_rewards` and `response_mask`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grpo, GrpoConfig};
+    /// use beacon_rl::estimator::grpo::{Grpo, GrpoConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&["a", "a", "b"], &[1.0, 0.0, 1.0])?;
     /// let rewards = [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]];
@@ -288,7 +289,8 @@ grpo_family_type!(
     /// Needs `token_level_rewards` and `response_mask`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, GrpoConfig, GrpoVectorized};
+    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoVectorized};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
     /// let rewards = [[1.0], [0.0], [0.5]];
@@ -310,7 +312,8 @@ grpo_family_type!(
     /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, GrpoConfig, GrpoPassk};
+    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoPassk};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
     /// let rewards = [[0.2], [1.0], [0.6]];
@@ -330,7 +333,8 @@ grpo_family_type!(
     /// Needs `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gdpo, GrpoConfig};
+    /// use beacon_rl::estimator::grpo::{Gdpo, GrpoConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
     /// let rewards = [[1.0, 0.0], [0.0, 0.0]];

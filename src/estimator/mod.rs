@@ -8,20 +8,25 @@
 //! string, holds its parameters with verl's defaults, and [`builds`](EstimatorConfig::build) a
 //! validated, boxed estimator.
 //!
+//! This module holds that interface ([`AdvantageEstimator`], [`EstimatorConfig`],
+//! [`EstimatorInput`], [`Advantages`], [`Workspace`]); each estimator family is a public
+//! submodule whose page states its equation, and its types have that one path:
+//! [`beacon::Beacon`], [`gigpo::GigpoConfig`], [`grpo::GrpoConfig`], ... (table below).
+//!
 //! The baselines reproduce verl 0.9.1 (`verl/trainer/ppo/core_algos.py`) to 1e-5 relative on
 //! the peer's float64 run; each module documents its equation, the verl function and every
 //! "peer behaviour reproduced" (numerical quirks of the peer that we copy on purpose):
 //!
 //! | `adv_estimator` | type | module |
 //! |---|---|---|
-//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`], [`GrpoVectorized`], [`GrpoPassk`], [`Gdpo`] | [`grpo`] |
-//! | `rloo`, `rloo_vectorized` | [`Rloo`], [`RlooVectorized`] | [`rloo`] |
-//! | `opo` | [`Opo`] | [`opo`] |
-//! | `gpg` | [`Gpg`] | [`gpg`] |
-//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`], [`ReinforcePlusPlusBaseline`] | [`reinforce`] |
-//! | `remax` | [`Remax`] | [`remax`] |
-//! | `gae` | [`Gae`] | [`gae`] |
-//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`optimal_baseline`] |
+//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`](grpo::Grpo), [`GrpoVectorized`](grpo::GrpoVectorized), [`GrpoPassk`](grpo::GrpoPassk), [`Gdpo`](grpo::Gdpo) | [`grpo`] |
+//! | `rloo`, `rloo_vectorized` | [`Rloo`](rloo::Rloo), [`RlooVectorized`](rloo::RlooVectorized) | [`rloo`] |
+//! | `opo` | [`Opo`](opo::Opo) | [`opo`] |
+//! | `gpg` | [`Gpg`](gpg::Gpg) | [`gpg`] |
+//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`](reinforce::ReinforcePlusPlus), [`ReinforcePlusPlusBaseline`](reinforce::ReinforcePlusPlusBaseline) | [`reinforce`] |
+//! | `remax` | [`Remax`](remax::Remax) | [`remax`] |
+//! | `gae` | [`Gae`](gae::Gae) | [`gae`] |
+//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`](optimal_baseline::OptimalTokenBaseline), [`TirOptimalTokenBaseline`](optimal_baseline::TirOptimalTokenBaseline) | [`optimal_baseline`] |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -34,16 +39,16 @@
 //!
 //! | method | writes |
 //! |---|---|
-//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`](crate::BeaconOutput), [`GigpoOutput`](crate::GigpoOutput)) |
+//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`](crate::estimator::beacon::BeaconOutput), [`GigpoOutput`](crate::estimator::gigpo::GigpoOutput)) |
 //! | `compute_into(batch, .., workspace, &mut output)` | the full output, reusing its buffers |
 //! | `advantages_into(batch, .., workspace, &mut [f64])` | the combined per-row advantages only |
 //!
-//! ([`Beacon::compute`](crate::Beacon::compute), [`Beacon::compute_into`](crate::Beacon::compute_into),
-//! [`Beacon::advantages_into`](crate::Beacon::advantages_into),
-//! [`Gigpo::compute`](crate::Gigpo::compute), [`Gigpo::compute_into`](crate::Gigpo::compute_into),
-//! [`Gigpo::advantages_into`](crate::Gigpo::advantages_into); GiGPO's non-text anchors:
-//! [`Gigpo::compute_by_key`](crate::Gigpo::compute_by_key) and
-//! [`compute_by_key_into`](crate::Gigpo::compute_by_key_into).)
+//! ([`Beacon::compute`](crate::estimator::beacon::Beacon::compute), [`Beacon::compute_into`](crate::estimator::beacon::Beacon::compute_into),
+//! [`Beacon::advantages_into`](crate::estimator::beacon::Beacon::advantages_into),
+//! [`Gigpo::compute`](crate::estimator::gigpo::Gigpo::compute), [`Gigpo::compute_into`](crate::estimator::gigpo::Gigpo::compute_into),
+//! [`Gigpo::advantages_into`](crate::estimator::gigpo::Gigpo::advantages_into); GiGPO's non-text anchors:
+//! [`Gigpo::compute_by_key`](crate::estimator::gigpo::Gigpo::compute_by_key) and
+//! [`compute_by_key_into`](crate::estimator::gigpo::Gigpo::compute_by_key_into).)
 //!
 //! # The trainer's path
 //! [`estimate_into`](AdvantageEstimator::estimate_into) writes into buffers the caller keeps
@@ -201,17 +206,6 @@ pub use output::Advantages;
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};
 
-pub use gae::{Gae, GaeConfig};
-pub use gpg::{Gpg, GpgConfig};
-pub use grpo::{Gdpo, Grpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoStatistics, GrpoVectorized};
-pub use opo::Opo;
-pub use optimal_baseline::{
-    OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline, ZeroTail,
-};
-pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusPlusConfig};
-pub use remax::Remax;
-pub use rloo::{Rloo, RlooVectorized};
-
 /// An advantage estimator: turns one rollout batch into per-token advantages (and, where the
 /// estimator defines them, returns).
 ///
@@ -236,7 +230,8 @@ pub use rloo::{Rloo, RlooVectorized};
 /// pass `None` for them and use the advantages.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Rloo};
+/// use beacon_rl::estimator::rloo::Rloo;
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[1.0, 0.0, 0.5])?;
@@ -354,7 +349,8 @@ pub trait AdvantageEstimator: Send + Sync {
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
     /// use beacon_rl::token::broadcast_into;
-    /// use beacon_rl::{MaskView, RolloutBatch};
+    /// use beacon_rl::tensor::MaskView;
+    /// use beacon_rl::RolloutBatch;
     /// use ndarray::Array2;
     ///
     /// // Two trajectories of one task, 2 and 1 steps, rewards 1 and 0.
@@ -426,6 +422,7 @@ forward_estimator!(Arc<T>);
 
 #[cfg(test)]
 mod tests {
+    use super::grpo::{Grpo, GrpoConfig};
     use super::*;
     use crate::batch::RolloutBatch;
 
@@ -524,7 +521,7 @@ mod tests {
             .with_sum_pi_squared(rewards_cm.t())
             .with_reward_baselines(&baselines);
         assert!(
-            matches!(strided.token_level_rewards, Some(crate::FloatView::F64(v)) if v.to_slice().is_none())
+            matches!(strided.token_level_rewards, Some(crate::tensor::FloatView::F64(v)) if v.to_slice().is_none())
         );
         for name in EstimatorConfig::VERL_NAMES {
             let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();

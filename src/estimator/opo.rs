@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Opo};
+/// use beacon_rl::estimator::opo::Opo;
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
 /// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];

@@ -46,7 +46,7 @@ use crate::error::{check_finite, Error, Range, Result};
 /// What to do with the tail of a group's unique longest row (verl's `handle_zero_tail`).
 ///
 /// ```
-/// use beacon_rl::estimator::ZeroTail;
+/// use beacon_rl::estimator::optimal_baseline::ZeroTail;
 /// assert_eq!(ZeroTail::default(), ZeroTail::ZeroBaseline);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -63,7 +63,7 @@ pub enum ZeroTail {
 /// Parameters of `optimal_token_baseline` and `tir_optimal_token_baseline`.
 ///
 /// ```
-/// use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};
+/// use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 /// let c = OptimalTokenBaselineConfig::verl();
 /// assert_eq!((c.zero_tail, c.denominator_eps), (ZeroTail::ZeroBaseline, 1e-8));
 /// assert!(c.with_denominator_eps(0.0).validate().is_err());
@@ -83,7 +83,7 @@ impl OptimalTokenBaselineConfig {
     /// verl's defaults: `handle_zero_tail = True`, `epsilon = 1e-8`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::OptimalTokenBaselineConfig;
+    /// # use beacon_rl::estimator::optimal_baseline::OptimalTokenBaselineConfig;
     /// assert_eq!(OptimalTokenBaselineConfig::verl(), OptimalTokenBaselineConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -100,7 +100,7 @@ impl OptimalTokenBaselineConfig {
     /// and > 0.
     ///
     /// ```
-    /// # use beacon_rl::estimator::OptimalTokenBaselineConfig;
+    /// # use beacon_rl::estimator::optimal_baseline::OptimalTokenBaselineConfig;
     /// let c = OptimalTokenBaselineConfig::verl().with_denominator_eps(f64::INFINITY);
     /// assert!(c.validate().is_err());
     /// ```
@@ -116,7 +116,7 @@ impl Default for OptimalTokenBaselineConfig {
 }
 
 crate::setters::with_setters! {
-    OptimalTokenBaselineConfig, "use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::verl();
+    OptimalTokenBaselineConfig, "use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::verl();
     /// Sets the tail handling of the unique longest row (default [`ZeroTail::ZeroBaseline`]).
     with_zero_tail(zero_tail: ZeroTail) = ZeroTail::KeepBaseline;
     /// Sets ε added to the baseline's denominator (default 1e-8; finite, > 0).
@@ -138,7 +138,7 @@ macro_rules! otb_type {
             /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of
             /// range.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::verl())?;\nassert_eq!(est.config(), &OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::optimal_baseline::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::verl())?;\nassert_eq!(est.config(), &OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
                 config.validate()?;
                 Ok(Self { config })
@@ -146,7 +146,7 @@ macro_rules! otb_type {
 
             /// The estimator's parameters.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::default())?;\nassert_eq!(*est.config(), OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::optimal_baseline::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::default())?;\nassert_eq!(*est.config(), OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn config(&self) -> &OptimalTokenBaselineConfig {
                 &self.config
             }
@@ -160,7 +160,8 @@ otb_type!(
     /// `rollout_is_weights` is optional.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, OptimalTokenBaseline, OptimalTokenBaselineConfig};
+    /// use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaseline, OptimalTokenBaselineConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
     /// let rewards = [[0.0, 1.0], [0.0, 0.0]];
@@ -187,7 +188,8 @@ otb_type!(
     /// `rollout_is_weights` is optional.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
+    /// use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
     /// // Row 0 has an observation token at column 1; both rows generate 2 tokens.

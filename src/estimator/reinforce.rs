@@ -39,7 +39,7 @@ use crate::tensor::{FloatView, MaskView};
 /// Parameters of `reinforce_plus_plus`.
 ///
 /// ```
-/// use beacon_rl::estimator::ReinforcePlusPlusConfig;
+/// use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
 /// assert_eq!(ReinforcePlusPlusConfig::verl().discount, 1.0);
 /// assert!(ReinforcePlusPlusConfig::verl().with_discount(1.1).validate().is_err());
 /// ```
@@ -56,7 +56,7 @@ impl ReinforcePlusPlusConfig {
     /// verl's default: `gamma = 1.0`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
+    /// # use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
     /// assert_eq!(ReinforcePlusPlusConfig::verl(), ReinforcePlusPlusConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -69,7 +69,7 @@ impl ReinforcePlusPlusConfig {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `discount` is in [0, 1].
     ///
     /// ```
-    /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
+    /// # use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
     /// assert!(ReinforcePlusPlusConfig::verl().with_discount(f64::NAN).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -84,7 +84,7 @@ impl Default for ReinforcePlusPlusConfig {
 }
 
 crate::setters::with_setters! {
-    ReinforcePlusPlusConfig, "use beacon_rl::estimator::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::verl();
+    ReinforcePlusPlusConfig, "use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::verl();
     /// Sets the per-token discount γ of the reward-to-go (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.99;
 }
@@ -93,7 +93,8 @@ crate::setters::with_setters! {
 /// and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, ReinforcePlusPlus, ReinforcePlusPlusConfig};
+/// use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 1], &[0.0; 2])?;
 /// // Row 0: action, observation, action with reward 1 at the end; row 1: no reward.
@@ -119,7 +120,7 @@ impl ReinforcePlusPlus {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+    /// # use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
     /// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(-0.1)).is_err());
     /// ```
     pub fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
@@ -130,7 +131,7 @@ impl ReinforcePlusPlus {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+    /// # use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
     /// assert_eq!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl())?.config().discount, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -230,7 +231,8 @@ fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);
 /// `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, ReinforcePlusPlusBaseline};
+/// use beacon_rl::estimator::reinforce::ReinforcePlusPlusBaseline;
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
 /// let rewards = [[0.0, 1.0], [0.0, 0.0]];

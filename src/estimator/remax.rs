@@ -24,7 +24,8 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// `response_mask` and `reward_baselines` (one per row).
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Remax};
+/// use beacon_rl::estimator::remax::Remax;
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
 /// let rewards = [[0.5, 0.0, 1.0]];

@@ -28,7 +28,8 @@ use crate::error::Result;
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Rloo};
+/// use beacon_rl::estimator::rloo::Rloo;
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
 /// let rewards = [[1.0], [0.0], [0.7]];
@@ -45,7 +46,8 @@ pub struct Rloo;
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, RlooVectorized};
+/// use beacon_rl::estimator::rloo::RlooVectorized;
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
 /// let rewards = [[1.0], [0.0], [0.7]];

@@ -37,7 +37,7 @@ impl Workspace {
     /// An empty workspace (allocates nothing until used).
     ///
     /// ```
-    /// let _ws = beacon_rl::Workspace::new();
+    /// let _ws = beacon_rl::estimator::Workspace::new();
     /// ```
     pub fn new() -> Self {
         Self::default()

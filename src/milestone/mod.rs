@@ -13,7 +13,11 @@
 //! and [`EnvFlag`] (the environment already reports a milestone flag). Submodules:
 //! [`text`] (regex patterns on the response: ALFWorld feedback, TextWorld's score message),
 //! [`webshop`] (WebShop page phases), [`subgoal`] (ScienceWorld's newly completed subgoals),
-//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name).
+//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name),
+//! [`walkthrough`] (an expert walkthrough matched in order), [`discover`] (milestones found
+//! from rollouts alone) and [`agreement`] (two detectors' flags compared). Each family's types
+//! have one path, in their submodule: `milestone::text::TextPatterns`,
+//! `milestone::webshop::WebShopPhases`, ...
 
 pub mod agreement;
 pub mod combinators;
@@ -23,15 +27,6 @@ pub mod subgoal;
 pub mod text;
 pub mod walkthrough;
 pub mod webshop;
-
-pub use agreement::MilestoneAgreement;
-pub use combinators::{AllOf, AnyOf, BoxedDetector, Not};
-pub use discover::{DiscoveryConfig, MilestoneDiscovery};
-pub use preset::DetectorPreset;
-pub use subgoal::NewSubgoals;
-pub use text::{TextPatterns, TextPatternsBuilder};
-pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
-pub use webshop::{WebShopGoal, WebShopPhases, WebShopTarget};
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Result};

@@ -1,22 +1,12 @@
-//! The one place where the testbed calls the crate's estimators, exactly as a trainer would:
-//! [`EstimatorConfig`] → `Box<dyn AdvantageEstimator>` once, then per batch a [`RolloutBatch`]
-//! plus an [`EstimatorInput`] with the columns the method reads, and
-//! [`estimate_into`](AdvantageEstimator::estimate_into) into buffers kept across batches.
-//! When the estimator interface changes, this file is the one to port.
-//!
-//! Rows are steps (verl-agent's layout): every step row carries its episode's outcome in
-//! `token_level_rewards` (one token per row, so the row score is that value), `response_mask`
-//! is all true, and the output is one advantage per step.
-
 use ndarray::{Array2, ArrayView2};
 
 use crate::ablation::Ablation;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
+use crate::estimator::beacon::BeaconConfig;
 use crate::estimator::gigpo::GigpoConfig;
 use crate::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use crate::testbed::method::Method;
-use crate::BeaconConfig;
+use crate::testbed::Method;
 
 /// Per-row columns of one batch, in step order (group → episode → step).
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +24,16 @@ pub struct CreditColumns<'a> {
 }
 
 /// A method's built estimator plus the buffers it writes into.
+///
+/// The one place where the testbed calls the crate's estimators, exactly as a trainer would:
+/// [`EstimatorConfig`] → `Box<dyn AdvantageEstimator>` once, then per batch a [`RolloutBatch`]
+/// plus an [`EstimatorInput`] with the columns the method reads, and
+/// [`estimate_into`](AdvantageEstimator::estimate_into) into buffers kept across batches.
+/// When the estimator interface changes, this file is the one to port.
+///
+/// Rows are steps (verl-agent's layout): every step row carries its episode's outcome in
+/// `token_level_rewards` (one token per row, so the row score is that value), `response_mask`
+/// is all true, and the output is one advantage per step.
 pub struct Credit {
     method: Method,
     estimator: Box<dyn AdvantageEstimator>,
@@ -52,7 +52,9 @@ impl std::fmt::Debug for Credit {
 /// The estimator configuration of each method.
 fn config(method: Method) -> EstimatorConfig {
     match method {
-        Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(crate::estimator::GrpoConfig::verl()),
+        Method::Grpo | Method::GrpoProgress => {
+            EstimatorConfig::Grpo(crate::estimator::grpo::GrpoConfig::verl())
+        }
         Method::GrpoTrajectory => {
             EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))
         }

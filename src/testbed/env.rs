@@ -1,42 +1,3 @@
-//! The environments: a chain of K locked rooms (the paper's task structure) and a variant with
-//! a decoy milestone (the paper's assumption broken).
-//!
-//! # Key chain ([`KeyChain::new`])
-//!
-//! Rooms 0..K in a row. Room r has a door painted red or blue (the colours are the *task*: each
-//! task draws one colour per room) and an endless supply of red and blue keys. To pass door r
-//! the agent must hold the key of the door's colour: `take red key r` / `take blue key r`, then
-//! `open door r` (the key is used up). Passing door r for the first time is milestone r + 1;
-//! passing door K − 1 (reaching room K) ends the episode with reward 1.
-//!
-//! The paper's assumptions, item by item:
-//! - K ordered subgoals that must all be completed: the K doors, in order.
-//! - distractors that waste steps: `wander`, taking a key while holding one, opening a locked
-//!   door, taking the wrong colour; actions that undo progress: `drop key` and `go back` (one
-//!   room back; its door stays open, so passing it again is not a new milestone).
-//! - step budget H = `budget_per_room` · K (default 4 per room, twice the shortest path of
-//!   2K steps); the episode fails when it runs out.
-//! - sparse terminal reward: 1 on success, 0 otherwise, no other reward.
-//! - observable milestone signal: [`Transition::milestone`] when a door is passed for the
-//!   first time (the high-water mark of rooms reached went up).
-//! - observations repeat across the rollouts of a group: an observation is a function of (room,
-//!   door colour, key held, door already open), so rollouts of one task meet the same ones.
-//!
-//! # Decoy variant ([`KeyChain::with_decoy`])
-//!
-//! Every room also has a trapdoor. `open trapdoor r` fires the milestone signal ("you found a
-//! secret passage") and drops the agent into a cellar with no way out: the episode ends in
-//! failure at once. The decoy milestone is the quickest "progress" available and it leads away
-//! from success, which is what BEACON's trajectory term exists to correct (paper §5.4, "w/o
-//! trajectory-level advantage" on ALFWorld).
-//!
-//! # Text
-//!
-//! Every state and action has a short text ([`KeyChain::observation_text`],
-//! [`KeyChain::action_text`]), e.g. action `take red key 3`, observation `room 3: a locked red
-//! door, red and blue keys on the floor, you hold nothing`. The texts are built once per
-//! environment, so reading them allocates nothing.
-
 use crate::ablation::SplitMix64;
 use crate::error::{Error, Result};
 
@@ -106,6 +67,45 @@ pub struct Transition {
 /// assert_eq!((milestones, s.room), (2, 2));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
+///
+/// The environments: a chain of K locked rooms (the paper's task structure) and a variant with
+/// a decoy milestone (the paper's assumption broken).
+///
+/// # Key chain ([`KeyChain::new`])
+///
+/// Rooms 0..K in a row. Room r has a door painted red or blue (the colours are the *task*: each
+/// task draws one colour per room) and an endless supply of red and blue keys. To pass door r
+/// the agent must hold the key of the door's colour: `take red key r` / `take blue key r`, then
+/// `open door r` (the key is used up). Passing door r for the first time is milestone r + 1;
+/// passing door K − 1 (reaching room K) ends the episode with reward 1.
+///
+/// The paper's assumptions, item by item:
+/// - K ordered subgoals that must all be completed: the K doors, in order.
+/// - distractors that waste steps: `wander`, taking a key while holding one, opening a locked
+///   door, taking the wrong colour; actions that undo progress: `drop key` and `go back` (one
+///   room back; its door stays open, so passing it again is not a new milestone).
+/// - step budget H = `budget_per_room` · K (default 4 per room, twice the shortest path of
+///   2K steps); the episode fails when it runs out.
+/// - sparse terminal reward: 1 on success, 0 otherwise, no other reward.
+/// - observable milestone signal: [`Transition::milestone`] when a door is passed for the
+///   first time (the high-water mark of rooms reached went up).
+/// - observations repeat across the rollouts of a group: an observation is a function of (room,
+///   door colour, key held, door already open), so rollouts of one task meet the same ones.
+///
+/// # Decoy variant ([`KeyChain::with_decoy`])
+///
+/// Every room also has a trapdoor. `open trapdoor r` fires the milestone signal ("you found a
+/// secret passage") and drops the agent into a cellar with no way out: the episode ends in
+/// failure at once. The decoy milestone is the quickest "progress" available and it leads away
+/// from success, which is what BEACON's trajectory term exists to correct (paper §5.4, "w/o
+/// trajectory-level advantage" on ALFWorld).
+///
+/// # Text
+///
+/// Every state and action has a short text ([`KeyChain::observation_text`],
+/// [`KeyChain::action_text`]), e.g. action `take red key 3`, observation `room 3: a locked red
+/// door, red and blue keys on the floor, you hold nothing`. The texts are built once per
+/// environment, so reading them allocates nothing.
 #[derive(Debug, Clone)]
 pub struct KeyChain {
     rooms: usize,

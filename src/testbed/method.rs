@@ -1,16 +1,3 @@
-//! The methods the testbed compares, by name.
-//!
-//! | name | what the trainer hands the crate |
-//! |---|---|
-//! | `grpo` | verl's `grpo` on verl-agent's step rows: the episode reward R on every step row, normalised over the rows of the task group |
-//! | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](crate::ablation)) |
-//! | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](crate::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
-//! | `beacon` | [`BeaconConfig::paper`](crate::BeaconConfig::paper) with the trainer's milestones |
-//! | `beacon_official` | [`BeaconConfig::official`](crate::BeaconConfig::official) (R_ms = 10, row statistics) |
-//! | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
-//! | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
-//! | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 outcome |
-
 use std::fmt;
 use std::str::FromStr;
 
@@ -27,6 +14,19 @@ use crate::error::{Error, Result};
 /// assert!(Method::all().iter().all(|m| m.to_string().parse::<Method>() == Ok(*m)));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
+///
+/// The methods the testbed compares, by name.
+///
+/// | name | what the trainer hands the crate |
+/// |---|---|
+/// | `grpo` | verl's `grpo` on verl-agent's step rows: the episode reward R on every step row, normalised over the rows of the task group |
+/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](crate::ablation)) |
+/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](crate::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
+/// | `beacon` | [`BeaconConfig::paper`](crate::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
+/// | `beacon_official` | [`BeaconConfig::official`](crate::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
+/// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
+/// | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
+/// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 outcome |
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Method {
     /// verl's `grpo` over step rows.

@@ -1,22 +1,3 @@
-//! Where the trainer's milestone flags come from: the environment's true signal, nothing, or
-//! a caller's detector that reads only what an LLM trainer would have (text and outcome).
-//!
-//! A detector plugs in as a [`MilestoneLabeler`]: it receives one task group at a time (the G
-//! episodes of one task, as [`EpisodeText`]s) and returns one flag per step of each episode.
-//! Any `FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>` is a labeler:
-//!
-//! ```
-//! use beacon_rl::testbed::{EpisodeText, MilestoneSource};
-//! // Flag every step whose action text starts with "open door".
-//! let source = MilestoneSource::custom(|group: &[EpisodeText<'_>]| {
-//!     group
-//!         .iter()
-//!         .map(|ep| ep.steps.iter().map(|s| s.action.starts_with("open door")).collect())
-//!         .collect()
-//! });
-//! assert_eq!(source.name(), "custom");
-//! ```
-
 use crate::error::{check_len, Result};
 
 /// One step as text: the observation the agent acted on, its action, and the observation it
@@ -55,6 +36,25 @@ impl<F: FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>> MilestoneLabeler for F {
 
 /// The milestone flags the trainer hands to the estimators that read them (the BEACON family
 /// and the GiGPO-with-milestone-rewards control).
+///
+/// Where the trainer's milestone flags come from: the environment's true signal, nothing, or
+/// a caller's detector that reads only what an LLM trainer would have (text and outcome).
+///
+/// A detector plugs in as a [`MilestoneLabeler`]: it receives one task group at a time (the G
+/// episodes of one task, as [`EpisodeText`]s) and returns one flag per step of each episode.
+/// Any `FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>` is a labeler:
+///
+/// ```
+/// use beacon_rl::testbed::{EpisodeText, MilestoneSource};
+/// // Flag every step whose action text starts with "open door".
+/// let source = MilestoneSource::custom(|group: &[EpisodeText<'_>]| {
+///     group
+///         .iter()
+///         .map(|ep| ep.steps.iter().map(|s| s.action.starts_with("open door")).collect())
+///         .collect()
+/// });
+/// assert_eq!(source.name(), "custom");
+/// ```
 pub enum MilestoneSource {
     /// The environment's own signal: a door passed for the first time (and the decoy).
     Env,

@@ -7,17 +7,26 @@
 //! enough to run in the crate's own tests (`tests/it/testbed.rs`) and in a sweep
 //! (`cargo run --release --example testbed`).
 //!
-//! - [`env`](mod@env): [`KeyChain`], K locked rooms with ordered keys and doors, distractors, undo
+//! One flat module (its files split it by role and are private), every item at
+//! `beacon_rl::testbed::*`:
+//!
+//! - environments: [`KeyChain`], K locked rooms with ordered keys and doors, distractors, undo
 //!   actions, a budget H = 4K, sparse reward, a milestone signal, repeated observations, and
-//!   its decoy variant. Every step's action and observation is also a short text.
-//! - [`policy`]: [`TabularPolicy`], π(a | o) = softmax(θ(o)), REINFORCE updates.
-//! - [`milestones`]: [`MilestoneSource`]: the environment's signal, none, or a caller's
-//!   [`MilestoneLabeler`] over the episodes' text and outcome.
-//! - [`method`]: [`Method`], the compared methods by name.
-//! - [`credit`]: [`Credit`], the *only* code that calls the estimators (port it when the
-//!   estimator interface changes).
-//! - [`trainer`]: [`train`], the loop; [`random_policy_success`].
-//! - [`metrics`]: final success, iterations to 50%, AUC, Kendall's τ, the paper's Table 3.
+//!   its decoy variant; every step's action and observation is also a short text
+//!   ([`EpisodeState`], [`Transition`]).
+//! - the policy: [`TabularPolicy`], π(a | o) = softmax(θ(o)), REINFORCE updates.
+//! - milestones: [`MilestoneSource`]: the environment's signal, none, or a caller's
+//!   [`MilestoneLabeler`] over the episodes' text ([`EpisodeText`], [`StepText`]) and outcome.
+//! - methods: [`Method`], the compared methods by name.
+//! - credit: [`Credit`] (with [`CreditColumns`]), the *only* code that calls the estimators
+//!   (port it when the estimator interface changes).
+//! - the trainer: [`train`] ([`TrainerConfig`], [`AdvantageScale`], [`TrainingRun`]), the loop;
+//!   [`random_policy_success`].
+//! - metrics: [`final_success`] (mean success over the last tenth of the iterations),
+//!   [`iterations_to_half`] (first iteration whose trailing 5-iteration mean reaches 0.5),
+//!   [`auc`] (mean success over all iterations), [`mean`], [`std_dev`], Kendall's τ
+//!   ([`kendall_tau`]) against the paper's Table 3 ([`PAPER_TABLE3_ALFWORLD`],
+//!   [`PAPER_TABLE3_WEBSHOP`]).
 //!
 //! # Why a feature of this crate, not a workspace crate
 //!
@@ -50,18 +59,21 @@
 //!
 //! [`RolloutBatch`]: crate::RolloutBatch
 
-pub mod credit;
-pub mod env;
-pub mod method;
-pub mod metrics;
-pub mod milestones;
-pub mod policy;
-pub mod trainer;
+mod credit;
+mod env;
+mod method;
+mod metrics;
+mod milestones;
+mod policy;
+mod trainer;
 
 pub use credit::{Credit, CreditColumns};
 pub use env::{EpisodeState, KeyChain, Transition};
 pub use method::Method;
-pub use metrics::{auc, final_success, iterations_to_half, kendall_tau, mean, std_dev};
+pub use metrics::{
+    auc, final_success, iterations_to_half, kendall_tau, mean, std_dev, PAPER_TABLE3_ALFWORLD,
+    PAPER_TABLE3_WEBSHOP,
+};
 pub use milestones::{EpisodeText, MilestoneLabeler, MilestoneSource, StepText};
 pub use policy::TabularPolicy;
 pub use trainer::{random_policy_success, train, AdvantageScale, TrainerConfig, TrainingRun};

@@ -1,11 +1,3 @@
-//! A tabular softmax policy π(a | o) = exp(θ(o, a)) / Σ_b exp(θ(o, b)) over observation ids,
-//! updated by REINFORCE: θ(o, ·) += η · Â · (e_a − π(· | o)) for every step (o, a, Â) of the
-//! batch, divided by the batch's number of steps (verl's `token-mean` loss aggregation, one
-//! step = one response).
-//!
-//! One gradient step per batch, on-policy: the PPO ratio is 1 at that point, so the clipped
-//! surrogate's gradient equals REINFORCE's and clipping would never bind.
-
 use crate::ablation::SplitMix64;
 
 /// Logits θ, one row per observation, all zero at the start (the uniform random policy).
@@ -23,6 +15,14 @@ use crate::ablation::SplitMix64;
 /// let a = p.sample(0, &mut SplitMix64::new(1));
 /// assert!(a < 3);
 /// ```
+///
+/// A tabular softmax policy π(a | o) = exp(θ(o, a)) / Σ_b exp(θ(o, b)) over observation ids,
+/// updated by REINFORCE: θ(o, ·) += η · Â · (e_a − π(· | o)) for every step (o, a, Â) of the
+/// batch, divided by the batch's number of steps (verl's `token-mean` loss aggregation, one
+/// step = one response).
+///
+/// One gradient step per batch, on-policy: the PPO ratio is 1 at that point, so the clipped
+/// surrogate's gradient equals REINFORCE's and clipping would never bind.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TabularPolicy {
     actions: usize,

@@ -1,29 +1,10 @@
-//! The training loop: sample G episodes for each of several tasks, label milestones, ask the
-//! crate for per-step advantages ([`Credit`]), take one REINFORCE step on the tabular policy.
-//!
-//! Deterministic: one [`SplitMix64`] stream seeded by [`TrainerConfig::seed`] draws the tasks
-//! and the actions, another the ablations' partitions, and nothing else is random; the loop is
-//! single-threaded.
-//!
-//! # Advantage scale
-//!
-//! The methods' advantages differ in scale (the release's BEACON preset has R_ms = 10, so its
-//! segment term is about 10× the paper preset's; GRPO's z-scores are O(1); GiGPO's `mean_norm`
-//! terms are O(0.1–1)). With [`AdvantageScale::BatchRms`] (the default) the trainer divides a
-//! batch's advantages by their root mean square before the update, so one learning rate means
-//! the same step size for every method and the comparison is about the *direction* each method
-//! gives, not its units. Dividing by a positive batch constant keeps every sign and every ratio
-//! between steps. [`AdvantageScale::None`] uses the raw values (then compare methods at their
-//! own tuned learning rates).
-
 use crate::ablation::SplitMix64;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
-use crate::testbed::credit::{Credit, CreditColumns};
-use crate::testbed::env::KeyChain;
-use crate::testbed::method::Method;
-use crate::testbed::milestones::{label_group, EpisodeText, MilestoneSource, StepText};
-use crate::testbed::policy::TabularPolicy;
+use crate::testbed::milestones::label_group;
+use crate::testbed::{
+    Credit, CreditColumns, EpisodeText, KeyChain, Method, MilestoneSource, StepText, TabularPolicy,
+};
 
 /// How the trainer scales a batch's advantages before the update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,7 +49,7 @@ impl Default for TrainerConfig {
 }
 
 crate::setters::with_setters! {
-    TrainerConfig, "use beacon_rl::testbed::trainer::{AdvantageScale, TrainerConfig};", TrainerConfig::default();
+    TrainerConfig, "use beacon_rl::testbed::{AdvantageScale, TrainerConfig};", TrainerConfig::default();
     /// Sets G, episodes per task (default 8).
     with_group_size(group_size: usize) = 4;
     /// Sets the tasks (groups) per iteration (default 4).
@@ -140,6 +121,24 @@ impl Rollouts {
 /// assert_eq!(run, train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
+///
+/// The training loop: sample G episodes for each of several tasks, label milestones, ask the
+/// crate for per-step advantages ([`Credit`]), take one REINFORCE step on the tabular policy.
+///
+/// Deterministic: one [`SplitMix64`] stream seeded by [`TrainerConfig::seed`] draws the tasks
+/// and the actions, another the ablations' partitions, and nothing else is random; the loop is
+/// single-threaded.
+///
+/// # Advantage scale
+///
+/// The methods' advantages differ in scale (the release's BEACON preset has R_ms = 10, so its
+/// segment term is about 10× the paper preset's; GRPO's z-scores are O(1); GiGPO's `mean_norm`
+/// terms are O(0.1–1)). With [`AdvantageScale::BatchRms`] (the default) the trainer divides a
+/// batch's advantages by their root mean square before the update, so one learning rate means
+/// the same step size for every method and the comparison is about the *direction* each method
+/// gives, not its units. Dividing by a positive batch constant keeps every sign and every ratio
+/// between steps. [`AdvantageScale::None`] uses the raw values (then compare methods at their
+/// own tuned learning rates).
 pub fn train(
     env: &KeyChain,
     method: Method,
@@ -268,7 +267,7 @@ fn label_custom(
     env: &KeyChain,
     roll: &Rollouts,
     group_offsets: &[usize],
-    labeler: &mut dyn crate::testbed::milestones::MilestoneLabeler,
+    labeler: &mut dyn crate::testbed::MilestoneLabeler,
     flags: &mut [bool],
 ) -> Result<()> {
     for w in group_offsets.windows(2) {

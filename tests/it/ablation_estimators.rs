@@ -2,8 +2,9 @@
 //! trait, a fresh random pattern per call, reproducible from the seed.
 
 use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
+use beacon_rl::estimator::beacon::BeaconConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::{BeaconConfig, Error, RolloutBatch};
+use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 
 /// Two groups of three 6-step trajectories, milestones on every other step.

@@ -3,8 +3,10 @@
 //! first-masked-token rule, errors that name the estimator, and the bundled trajectories.
 
 use beacon_rl::diagnostics::{compare, row_advantages, Diagnostics, DiagnosticsConfig};
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::{Beacon, BeaconConfig, Error, FloatViewMut, Result, RolloutBatch};
+use beacon_rl::tensor::FloatViewMut;
+use beacon_rl::{Error, Result, RolloutBatch};
 use ndarray::Array2;
 
 fn close(a: f64, b: f64) -> bool {

@@ -2,8 +2,10 @@
 //! agreement with the environments' own milestones on the bundled recorded sample.
 #![cfg(feature = "serde")]
 
+use beacon_rl::milestone::agreement::MilestoneAgreement;
 use beacon_rl::milestone::discover::frequency_baseline;
-use beacon_rl::milestone::{DiscoveryConfig, MilestoneAgreement, MilestoneDiscovery, Transition};
+use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
+use beacon_rl::milestone::Transition;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord, Value};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;

@@ -12,6 +12,7 @@ mod common;
 
 mod ablation;
 mod ablation_estimators;
+mod api_paths;
 mod cli;
 mod detectors;
 mod detectors_real_data;

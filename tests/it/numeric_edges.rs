@@ -8,12 +8,11 @@
 //! is: the exact answer every overflow case below must give.
 
 use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorInput, Gdpo, Grpo, GrpoConfig, GrpoVectorized, Workspace,
-};
-use beacon_rl::{
-    Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace, Error, Gigpo, GigpoConfig, NormMode, RolloutBatch,
-};
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace};
+use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+use beacon_rl::estimator::grpo::{Gdpo, Grpo, GrpoConfig, GrpoVectorized};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+use beacon_rl::{Error, NormMode, RolloutBatch};
 use ndarray::Array2;
 
 const HALF_SQRT2: f64 = std::f64::consts::FRAC_1_SQRT_2;
@@ -64,7 +63,7 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
         b.advantages_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
             .map(|()| adv.clone()),
     );
-    let mut parts = beacon_rl::BeaconOutput::default();
+    let mut parts = beacon_rl::estimator::beacon::BeaconOutput::default();
     out.push(
         b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
             .map(|()| parts.advantages.clone()),
@@ -315,7 +314,7 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // μ = 0, σ² = 2/f32(2 + 1e-8) · f32(2/1) = 2, so the advantages are ±1/√2 (the old code
     // returned Error::NonFinite, verl zeros).
     let est = beacon_rl::estimator::EstimatorConfig::ReinforcePlusPlus(
-        beacon_rl::estimator::ReinforcePlusPlusConfig::verl().with_discount(1.0),
+        beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig::verl().with_discount(1.0),
     )
     .build()
     .unwrap();

@@ -7,7 +7,8 @@
 
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::{MaskView, RolloutBatch};
+use beacon_rl::tensor::MaskView;
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 
 const ROWS: usize = 3000;

@@ -4,10 +4,12 @@
 //! and returns, masked or not. Where verl raises, the crate must return a typed error.
 //! Run with `--nocapture` to see the number of cases and the max relative error per family.
 
-use beacon_rl::estimator::{
-    EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig,
-    ReinforcePlusPlusConfig, ZeroTail,
-};
+use beacon_rl::estimator::gae::GaeConfig;
+use beacon_rl::estimator::gpg::GpgConfig;
+use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
+use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+use beacon_rl::estimator::{EstimatorConfig, EstimatorInput};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 use serde_json::Value;

@@ -1,6 +1,7 @@
 //! DESIGN §3 properties of the BEACON estimator, checked with proptest.
 
-use beacon_rl::{Beacon, BeaconConfig, BeaconFlavour, NormMode, RolloutBatch};
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour};
+use beacon_rl::{NormMode, RolloutBatch};
 use proptest::prelude::*;
 
 /// One group: per trajectory (terminal reward, milestone flags).
