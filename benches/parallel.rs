@@ -256,9 +256,8 @@ fn bench_e2e(c: &mut Criterion) {
     let mut scores = vec![0.0f64; rows];
     group.bench_function("beacon/0.1_way_i64", |b| {
         b.iter(|| {
-            for (s, row) in scores.iter_mut().zip(d.rewards.rows()) {
-                *s = row.iter().map(|&x| f64::from(x)).sum();
-            }
+            // verl-agent's episode score: the row sums of the token rewards (the crate's kernel).
+            beacon_rl::token::row_sums_into(&d.rewards, &mut scores).expect("one sum per row");
             for chunk in scores.chunks_mut(STEPS) {
                 let last = chunk[chunk.len() - 1];
                 chunk.fill(last);

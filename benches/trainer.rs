@@ -225,9 +225,8 @@ fn bench_size(c: &mut Criterion, label: &str, rows: usize) {
             let mut scores = vec![0.0f64; rows];
             group.bench_function(format!("{name}/end_to_end"), |b| {
                 b.iter(|| {
-                    for (s, row) in scores.iter_mut().zip(d.rewards.rows()) {
-                        *s = row.iter().map(|&x| f64::from(x)).sum();
-                    }
+                    // verl-agent's episode score: the row sums of the token rewards (the crate's kernel).
+                    beacon_rl::token::row_sums_into(&d.rewards, &mut scores).expect("one sum per row");
                     // The episode score of each trajectory: its last row's.
                     for chunk in scores.chunks_mut(STEPS) {
                         let last = chunk[chunk.len() - 1];
