@@ -168,6 +168,8 @@ impl<'o> Out<'o> {
     fn materialize(&mut self, dim: (usize, usize)) -> Result<()> {
         if let Some(v) = self.fresh.take() {
             v.clear();
+            v.reserve_exact(dim.0 * dim.1);
+            crate::huge_pages::advise_vec(v);
             v.resize(dim.0 * dim.1, 0.0);
             let n = v.len();
             let view =
@@ -333,7 +335,7 @@ macro_rules! fill_estimator {
                 let mut workspace = $crate::estimator::Workspace::new();
                 let mut advantages = Vec::new();
                 let mut returns = $crate::estimator::AdvantageEstimator::has_returns(self)
-                    .then(|| ndarray::Array2::<f64>::zeros(dim));
+                    .then(|| $crate::huge_pages::zeros(dim));
                 let mut out = $crate::estimator::Out::fresh(
                     &mut advantages,
                     returns.as_mut().map(|r| $crate::tensor::FloatViewMut::F64(r.view_mut())),
