@@ -108,6 +108,8 @@ pub mod token;
 mod hash;
 // Fresh outputs backed by transparent huge pages (Linux).
 mod huge_pages;
+// Non-temporal stores for outputs larger than the cache (x86-64).
+mod stream;
 
 pub use batch::{BatchBuilder, RolloutBatch};
 pub use error::{Error, Result};

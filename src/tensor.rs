@@ -702,15 +702,17 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
 }
 
 /// [`write_masked`] for one output dtype; false when an integer entry is neither 0 nor 1.
-fn write_masked_as<O: SelectBits>(
+fn write_masked_as<O: SelectBits<8> + SelectBits<16>>(
     values: &[f64],
     mask: &MaskView<'_>,
     out: &mut ArrayViewMut2<'_, O>,
 ) -> bool {
     match mask {
-        MaskView::Bool(m) => write_masked_elems(values, m, out),
-        MaskView::U8(m) => write_masked_elems(values, m, out),
-        MaskView::I64(m) => write_masked_elems(values, m, out),
+        // Chunks of 16 tokens for byte masks, of 8 for i64 (whose 16-token chunk spills
+        // registers under SSE2 and measured slower).
+        MaskView::Bool(m) => write_masked_elems::<_, _, 16>(values, m, out),
+        MaskView::U8(m) => write_masked_elems::<_, _, 16>(values, m, out),
+        MaskView::I64(m) => write_masked_elems::<_, _, 8>(values, m, out),
         MaskView::Lengths { lengths, .. } => {
             let cols = out.ncols();
             if let (Some(o), true) = (out.as_slice_mut(), cols > 0) {
@@ -744,7 +746,7 @@ fn write_masked_as<O: SelectBits>(
     }
 }
 
-fn write_masked_elems<M: MaskBits, O: SelectBits>(
+fn write_masked_elems<M: MaskBits, O: SelectBits<N>, const N: usize>(
     values: &[f64],
     mask: &ArrayView2<'_, M>,
     out: &mut ArrayViewMut2<'_, O>,
@@ -757,15 +759,24 @@ fn write_masked_elems<M: MaskBits, O: SelectBits>(
         // One flag per call, set by the block that saw an invalid entry (blocks run on the
         // pool under the `rayon` feature).
         let invalid = std::sync::atomic::AtomicBool::new(false);
+        // Large outputs bypass the cache (see `crate::stream`); same bits either way.
+        let stream = std::mem::size_of_val(o) >= crate::stream::MIN_BYTES;
         crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
             let m = &m[r0 * cols..];
             let mut extra = M::Extra::default();
-            for ((m, o), &v) in m
+            let rows = m
                 .chunks_exact(cols)
                 .zip(o.chunks_exact_mut(cols))
-                .zip(&values[r0..])
-            {
-                extra = extra | write_row(m, o, O::from_f64(v));
+                .zip(&values[r0..]);
+            if stream {
+                for ((m, o), &v) in rows {
+                    extra = extra | write_row::<M, O, N, true>(m, o, O::from_f64(v));
+                }
+                crate::stream::fence();
+            } else {
+                for ((m, o), &v) in rows {
+                    extra = extra | write_row::<M, O, N, false>(m, o, O::from_f64(v));
+                }
             }
             if extra != M::Extra::default() {
                 invalid.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -777,7 +788,7 @@ fn write_masked_elems<M: MaskBits, O: SelectBits>(
     for ((mrow, mut orow), &v) in mask.rows().into_iter().zip(out.rows_mut()).zip(values) {
         let v = O::from_f64(v);
         match (mrow.as_slice(), orow.as_slice_mut()) {
-            (Some(m), Some(o)) => extra = extra | write_row(m, o, v),
+            (Some(m), Some(o)) => extra = extra | write_row::<M, O, N, false>(m, o, v),
             _ => orow.zip_mut_with(&mrow, |o, &m| {
                 extra = extra | m.extra_bits();
                 *o = if m.is_set() { v } else { O::ZERO };
@@ -797,15 +808,29 @@ fn write_masked_elems<M: MaskBits, O: SelectBits>(
 /// (an `i64` compare is not in SSE2). An entry other than 0 and 1 writes unspecified bits; the
 /// caller reports it ([`Error::MaskValue`]).
 #[inline]
-fn write_row<M: MaskBits, O: SelectBits>(m: &[M], o: &mut [O], v: O) -> M::Extra {
+fn write_row<M: MaskBits, O: SelectBits<N>, const N: usize, const STREAM: bool>(
+    m: &[M],
+    o: &mut [O],
+    v: O,
+) -> M::Extra {
     let n = m.len().min(o.len());
     let (m, o) = (&m[..n], &mut o[..n]);
-    let mut lanes = [M::Extra::default(); 8];
-    let (mut mc, mut oc) = (m.chunks_exact(8), o.chunks_exact_mut(8));
+    let mut lanes = [M::Extra::default(); N];
+    let (mut mc, mut oc) = (m.chunks_exact(N), o.chunks_exact_mut(N));
     for (m, o) in (&mut mc).zip(&mut oc) {
-        for j in 0..8 {
+        for j in 0..N {
             lanes[j] = lanes[j] | m[j].extra_bits();
-            o[j] = v.select(m[j].unit());
+        }
+        if STREAM {
+            let w: [O; N] = std::array::from_fn(|j| v.select(m[j].unit()));
+            // (A chunk always converts: `chunks_exact_mut(N)` gives N elements.)
+            if let Ok(o) = <&mut [O; N]>::try_from(o) {
+                O::store_chunk(o, w);
+            }
+        } else {
+            for j in 0..N {
+                o[j] = v.select(m[j].unit());
+            }
         }
     }
     let mut extra = lanes.into_iter().fold(M::Extra::default(), |a, b| a | b);
@@ -817,18 +842,34 @@ fn write_row<M: MaskBits, O: SelectBits>(m: &[M], o: &mut [O], v: O) -> M::Extra
 }
 
 /// An output float's bitwise select (internal): `v` where `unit` is 1, +0.0 where it is 0.
-pub(crate) trait SelectBits: Float {
+pub(crate) trait SelectBits<const N: usize>: Float {
     fn select(self, unit: u32) -> Self;
+    /// A chunk of N written with [`crate::stream::store`].
+    fn store_chunk(dst: &mut [Self; N], src: [Self; N]);
 }
 
-impl SelectBits for f32 {
+impl<const N: usize> SelectBits<N> for f32
+where
+    [f32; N]: crate::stream::Chunk,
+{
+    #[inline(always)]
+    fn store_chunk(dst: &mut [f32; N], src: [f32; N]) {
+        crate::stream::store(dst, src);
+    }
     #[inline(always)]
     fn select(self, unit: u32) -> f32 {
         f32::from_bits(self.to_bits() & 0u32.wrapping_sub(unit))
     }
 }
 
-impl SelectBits for f64 {
+impl<const N: usize> SelectBits<N> for f64
+where
+    [f64; N]: crate::stream::Chunk,
+{
+    #[inline(always)]
+    fn store_chunk(dst: &mut [f64; N], src: [f64; N]) {
+        crate::stream::store(dst, src);
+    }
     #[inline(always)]
     fn select(self, unit: u32) -> f64 {
         f64::from_bits(self.to_bits() & 0u64.wrapping_sub(u64::from(unit)))
