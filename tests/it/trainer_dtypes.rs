@@ -14,6 +14,8 @@ use beacon_rl::token::broadcast;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 
+use crate::common;
+
 struct Case {
     batch: RolloutBatch,
     rewards: Array2<f32>,
@@ -289,11 +291,7 @@ fn step_rows_match_the_token_path() {
 /// reader taking "nonzero" as generated would give another number, silently.
 #[test]
 fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
-    // Episode rewards = the token rewards' row sums (3r + 3), so the step-level estimators,
-    // which check both sources, accept the input.
-    let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[3.0, 6.0, 9.0, 12.0]).unwrap();
-    let rewards = Array2::from_shape_fn((4, 3), |(r, t)| (r + t) as f64);
-    let log_probs = -&rewards;
+    let every = common::EveryColumn::new();
     let ones = Array2::<i64>::ones((4, 3));
     // (row, token, value): a 2 that keeps the row's sum a plausible prefix length (row 1 =
     // [1, 2, 0] sums to 3), a 2 after a gap, a negative entry, the extremes of i64.
@@ -328,16 +326,7 @@ fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
             if u8_value <= 1 && matches!(mask, MaskView::U8(_)) {
                 continue; // The value wraps to a valid u8 (e.g. i64::MIN as u8 = 0).
             }
-            let input = EstimatorInput::new(&batch)
-                .with_token_level_rewards(&rewards)
-                .with_response_mask(mask)
-                .with_values(&rewards)
-                .with_old_log_probs(&log_probs)
-                .with_sum_pi_squared(&rewards)
-                .with_reward_baselines(&[0.0; 4])
-                .with_milestones(&[false; 4])
-                .with_step_rewards(&[0.0; 4])
-                .with_anchor_obs(&["s"; 4]);
+            let input = every.input(mask);
             for name in EstimatorConfig::NAMES {
                 let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
                 assert_eq!(
