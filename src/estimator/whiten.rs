@@ -235,16 +235,32 @@ fn skew(buf: &[f64], anchor: &[f64], target: usize) -> usize {
     (anchor.wrapping_add(target).wrapping_sub(buf) % PAGE) / 8
 }
 
-/// The block's length and the starts of `ret`, `a` and `b` for the stage rows `pre` (see
-/// [`skew`]): a quarter page apart from the stage and from one another.
-fn skews(ret: &[f64], a: &[f64], b: &[f64], pre: &[f64]) -> (usize, usize, usize, usize) {
-    let len = pre.len();
-    (
-        len,
-        skew(ret, pre, 3 * PAGE / 4),
-        skew(a, pre, PAGE / 4),
-        skew(b, pre, PAGE / 2),
-    )
+impl<'s> Lanes<'s> {
+    /// The block of stage rows `pre` and their `mask`, with `ret`, `a` and `b` taken from the
+    /// scratch buffers (each `PAGE / 8` longer than the block) at the starts [`skew`]
+    /// picks: a quarter page apart from the stage and from one another. Nothing seen yet.
+    fn new(
+        ret: &'s mut [f64],
+        a: &'s mut [f64],
+        b: &'s mut [f64],
+        pre: &'s mut [f64],
+        mask: &'s mut [u8],
+    ) -> Self {
+        let len = pre.len();
+        let (o_ret, o_a, o_b) = (
+            skew(ret, pre, 3 * PAGE / 4),
+            skew(a, pre, PAGE / 4),
+            skew(b, pre, PAGE / 2),
+        );
+        Self {
+            ret: &mut ret[o_ret..][..len],
+            a: &mut a[o_a..][..len],
+            b: &mut b[o_b..][..len],
+            pre,
+            mask,
+            finite: FiniteAcc::default(),
+        }
+    }
 }
 
 /// The `K` rows (`cols` each) of a row-major block, as separate slices of length `cols`.
@@ -307,17 +323,9 @@ pub(crate) fn whiten_rows(
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
     for (i, (pre, mask)) in blocks.enumerate() {
-        let (len, o_ret, o_a, o_b) = skews(ret, a, b, pre);
-        let mut lanes = Lanes {
-            ret: &mut ret[o_ret..][..len],
-            a: &mut a[o_a..][..len],
-            b: &mut b[o_b..][..len],
-            pre,
-            mask,
-            finite,
-        };
+        let mut lanes = Lanes::new(ret, a, b, pre, mask);
         fill(i * LANES, &mut lanes);
-        finite = lanes.finite;
+        finite.merge(lanes.finite);
         let Lanes { pre, mask, ret, .. } = lanes;
         let block = pre.chunks_exact(cols).zip(mask.chunks_exact(cols));
         for (l, ((p, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
@@ -334,15 +342,7 @@ pub(crate) fn whiten_rows(
         let mut all = Vec::with_capacity(rows * cols);
         let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
         for (i, (pre, mask)) in blocks.enumerate() {
-            let (len, o_ret, o_a, o_b) = skews(ret, a, b, pre);
-            let mut lanes = Lanes {
-                ret: &mut ret[o_ret..][..len],
-                a: &mut a[o_a..][..len],
-                b: &mut b[o_b..][..len],
-                pre,
-                mask,
-                finite: FiniteAcc::default(),
-            };
+            let mut lanes = Lanes::new(ret, a, b, pre, mask);
             fill(i * LANES, &mut lanes);
             all.extend_from_slice(lanes.ret);
         }
