@@ -16,9 +16,9 @@
 //! there, while a reader that takes "nonzero" as generated would not: any value other than 0
 //! and 1 in a `u8` or `i64` mask is [`Error::MaskValue`] (row, token, value), from every
 //! estimator and every function of [`token`](crate::token). The check costs no extra pass
-//! where it matters: the outcome estimators and the token broadcast test each entry in the
-//! loop that writes its token, and the other readers check the mask once up front
-//! ([`MaskView::validate`]).
+//! where it matters: the estimators and the token broadcast test each entry in the loop that
+//! first reads it (writes its token, or converts or counts the mask), and the other token
+//! functions check the mask once up front ([`MaskView::validate`]).
 //!
 //! # Precision contract
 //! `f32` inputs are widened to `f64` exactly (every `f32` is an `f64`), the estimator computes

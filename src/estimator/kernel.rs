@@ -11,7 +11,7 @@ use ndarray::ArrayView2;
 use super::whiten::SUM_LANES;
 use crate::batch::RolloutBatch;
 use crate::error::{check_finite, check_len, Error, Result};
-use crate::tensor::{FloatView, FloatViewMut, MaskView};
+use crate::tensor::{FloatView, FloatViewMut, MaskBits, MaskView};
 
 /// A rows × L input column in row-major order for the token-level kernels: borrowed when the
 /// caller's view is `f64`/`bool` in standard layout (the usual case for `f64` callers),
@@ -38,30 +38,56 @@ impl<'a> Tokens<'a, f64> {
 }
 
 impl<'a> Tokens<'a, bool> {
-    pub(crate) fn mask(m: MaskView<'a>, buf: &mut Vec<bool>) -> Self {
+    /// The mask as `bool`s (borrowed for a standard-layout `bool` mask). Integer entries are
+    /// tested for 0/1 in the same pass that converts them (no pass of its own).
+    ///
+    /// # Errors
+    /// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
+    pub(crate) fn mask(m: MaskView<'a>, buf: &mut Vec<bool>) -> Result<Self> {
+        /// Rows of `m` into `data` (`cols` > 0 each); false when an entry is neither 0 nor 1.
+        fn convert<M: MaskBits>(m: &ArrayView2<'_, M>, data: &mut [bool], cols: usize) -> bool {
+            let mut extra = M::Extra::default();
+            for (row, out) in m.rows().into_iter().zip(data.chunks_exact_mut(cols)) {
+                for (o, x) in out.iter_mut().zip(row) {
+                    extra = extra | x.extra_bits();
+                    *o = x.is_set();
+                }
+            }
+            extra == M::Extra::default()
+        }
         let (rows, cols) = m.dim();
         if let MaskView::Bool(v) = m {
             if let Some(s) = v.to_slice() {
-                return Self {
+                return Ok(Self {
                     data: Cow::Borrowed(s),
                     rows,
                     cols,
-                };
+                });
             }
         }
         let mut data = std::mem::take(buf);
         data.clear();
         data.resize(rows * cols, false);
-        if cols > 0 {
-            for (r, row) in data.chunks_exact_mut(cols).enumerate() {
-                m.row_into(r, row);
-            }
+        let valid = cols == 0
+            || match &m {
+                MaskView::U8(v) => convert(v, &mut data, cols),
+                MaskView::I64(v) => convert(v, &mut data, cols),
+                _ => {
+                    for (r, row) in data.chunks_exact_mut(cols).enumerate() {
+                        m.row_into(r, row);
+                    }
+                    true
+                }
+            };
+        if !valid {
+            *buf = data;
+            return Err(m.value_error());
         }
-        Self {
+        Ok(Self {
             data: Cow::Owned(data),
             rows,
             cols,
-        }
+        })
     }
 }
 
@@ -372,28 +398,47 @@ pub(crate) fn check_steps_out(input: &EstimatorInput<'_>, advantages: &[f64]) ->
     }
 }
 
-/// The number of generated tokens of every row, into `counts`.
-pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) {
-    fn count<M: crate::tensor::MaskElem>(m: &ndarray::ArrayView2<'_, M>, counts: &mut Vec<usize>) {
+/// The number of generated tokens of every row, into `counts`. Integer entries are tested for
+/// 0/1 as they are counted, so that a bad entry is reported before any error the counts
+/// lead to.
+///
+/// # Errors
+/// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
+pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Result<()> {
+    /// One row's count, its entries' extra bits ORed into `extra`.
+    #[inline(always)]
+    fn row_count<'x, M: MaskBits + 'x>(row: impl Iterator<Item = &'x M>, extra: &mut M::Extra) -> usize {
+        let (c, e) = row.fold((0usize, *extra), |(c, e), x| {
+            (c + usize::from(x.is_set()), e | x.extra_bits())
+        });
+        *extra = e;
+        c
+    }
+    fn count<M: MaskBits>(m: &ndarray::ArrayView2<'_, M>, counts: &mut Vec<usize>) -> bool {
+        let mut extra = M::Extra::default();
         let cols = m.ncols();
         match m.as_slice() {
-            Some(s) if cols > 0 => counts.extend(
-                s.chunks_exact(cols)
-                    .map(|row| row.iter().map(|x| usize::from(x.is_set())).sum::<usize>()),
-            ),
-            _ => counts.extend(
-                m.rows()
-                    .into_iter()
-                    .map(|row| row.iter().map(|x| usize::from(x.is_set())).sum::<usize>()),
-            ),
+            Some(s) if cols > 0 => {
+                counts.extend(s.chunks_exact(cols).map(|row| row_count(row.iter(), &mut extra)))
+            }
+            _ => counts.extend(m.rows().into_iter().map(|row| row_count(row.iter(), &mut extra))),
         }
+        extra == M::Extra::default()
     }
     counts.clear();
-    match mask {
+    let valid = match mask {
         MaskView::Bool(m) => count(m, counts),
         MaskView::U8(m) => count(m, counts),
         MaskView::I64(m) => count(m, counts),
-        MaskView::Lengths { lengths, cols } => counts.extend(lengths.iter().map(|&n| n.min(*cols))),
+        MaskView::Lengths { lengths, cols } => {
+            counts.extend(lengths.iter().map(|&n| n.min(*cols)));
+            true
+        }
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(mask.value_error())
     }
 }
 
@@ -624,26 +669,40 @@ pub(crate) fn float_row(v: &FloatView<'_>, r: usize, buf: &mut [f64]) {
     }
 }
 
-/// The response mask of row `r` into `buf` (length L) as 0/1 bytes.
-pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) {
-    fn put<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, r: usize, buf: &mut [u8]) {
+/// The response mask of row `r` into `buf` (length L) as 0/1 bytes; false when an integer
+/// entry of the row is neither 0 nor 1. The test rides along the conversion (the OR of the
+/// entries' [extra bits](MaskBits::extra_bits), in the entries' own width), so an integer
+/// mask costs no pass of its own; for `bool` the OR is a constant 0 and compiles away.
+pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) -> bool {
+    fn put<M: MaskBits>(m: &ArrayView2<'_, M>, r: usize, buf: &mut [u8]) -> bool {
         let row = m.row(r);
         match row.as_slice() {
             Some(s) => {
-                // Chunks of 8: the compares vectorize 8 wide (a plain zip runs 4 at a time).
+                // Chunks of 8: the compares vectorize 8 wide (a plain zip runs 4 at a time);
+                // one OR accumulator per lane, reduced once per row.
+                let mut extra = [M::Extra::default(); 8];
                 let (mut o, mut x) = (buf.chunks_exact_mut(8), s.chunks_exact(8));
                 for (o, x) in (&mut o).zip(&mut x) {
                     for j in 0..8 {
+                        extra[j] = extra[j] | x[j].extra_bits();
                         o[j] = u8::from(x[j].is_set());
                     }
                 }
-                let tail = o.into_remainder().iter_mut().zip(x.remainder());
-                tail.for_each(|(o, x)| *o = u8::from(x.is_set()));
+                let mut tail = M::Extra::default();
+                for (o, x) in o.into_remainder().iter_mut().zip(x.remainder()) {
+                    tail = tail | x.extra_bits();
+                    *o = u8::from(x.is_set());
+                }
+                extra.iter().fold(tail, |a, &e| a | e) == M::Extra::default()
             }
-            None => buf
-                .iter_mut()
-                .zip(row)
-                .for_each(|(o, x)| *o = u8::from(x.is_set())),
+            None => {
+                let mut extra = M::Extra::default();
+                for (o, x) in buf.iter_mut().zip(row) {
+                    extra = extra | x.extra_bits();
+                    *o = u8::from(x.is_set());
+                }
+                extra == M::Extra::default()
+            }
         }
     }
     match mask {
@@ -655,45 +714,63 @@ pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) {
             let (on, off) = buf.split_at_mut(len);
             on.fill(1);
             off.fill(0);
+            true
         }
     }
 }
 
 /// Per row, how many generated tokens fall in each class t mod [`SUM_LANES`] (the partial
-/// sums of [`row_sum`](super::whiten::row_sum)): `counts[r · SUM_LANES + j]`.
-pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) {
-    fn row_counts<'x, M: crate::tensor::MaskElem + 'x>(row: impl Iterator<Item = &'x M>, out: &mut [usize]) {
+/// sums of [`row_sum`](super::whiten::row_sum)): `counts[r · SUM_LANES + j]`. Integer
+/// entries are tested for 0/1 as they are counted (the OR of their extra bits), so that a bad
+/// entry is reported before any error the counts lead to (e.g. whitening's "fewer than two
+/// tokens").
+///
+/// # Errors
+/// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
+pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Result<()> {
+    fn row_counts<'x, M: MaskBits + 'x>(
+        row: impl Iterator<Item = &'x M>,
+        out: &mut [usize],
+        extra: &mut M::Extra,
+    ) {
         let mut c = [0usize; SUM_LANES];
         for (t, x) in row.enumerate() {
+            *extra = *extra | x.extra_bits();
             c[t % SUM_LANES] += usize::from(x.is_set());
         }
         out.copy_from_slice(&c);
     }
-    fn count<M: crate::tensor::MaskElem>(m: &ArrayView2<'_, M>, counts: &mut [usize]) {
+    fn count<M: MaskBits>(m: &ArrayView2<'_, M>, counts: &mut [usize]) -> bool {
+        let mut extra = M::Extra::default();
         for (row, out) in m.rows().into_iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
             match row.as_slice() {
                 Some(s) => {
                     // Whole chunks of SUM_LANES tokens first: a branch-free, vectorizable count.
                     let mut c = [0usize; SUM_LANES];
+                    let mut e = [M::Extra::default(); SUM_LANES];
                     let mut chunks = s.chunks_exact(SUM_LANES);
                     for ch in &mut chunks {
-                        for (c, x) in c.iter_mut().zip(ch) {
+                        for ((c, e), x) in c.iter_mut().zip(e.iter_mut()).zip(ch) {
+                            *e = *e | x.extra_bits();
                             *c += usize::from(x.is_set());
                         }
                     }
-                    for (c, x) in c.iter_mut().zip(chunks.remainder()) {
+                    for ((c, e), x) in c.iter_mut().zip(e.iter_mut()).zip(chunks.remainder()) {
+                        *e = *e | x.extra_bits();
                         *c += usize::from(x.is_set());
                     }
+                    extra = e.iter().fold(extra, |a, &e| a | e);
                     out.copy_from_slice(&c);
                 }
-                None => row_counts(row.iter(), out),
+                None => row_counts(row.iter(), out, &mut extra),
             }
         }
+        extra == M::Extra::default()
     }
     let rows = mask.dim().0;
     counts.clear();
     counts.resize(rows * SUM_LANES, 0);
-    match mask {
+    let valid = match mask {
         MaskView::Bool(m) => count(m, counts),
         MaskView::U8(m) => count(m, counts),
         MaskView::I64(m) => count(m, counts),
@@ -704,7 +781,13 @@ pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) 
                     *c = n / SUM_LANES + usize::from(j < n % SUM_LANES);
                 }
             }
+            true
         }
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(mask.value_error())
     }
 }
 

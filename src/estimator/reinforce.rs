@@ -142,8 +142,8 @@ impl ReinforcePlusPlus {
 
 impl ReinforcePlusPlus {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        // Shapes only: reward finiteness is checked inside the scan (see FiniteCheck), and the
-        // eager checks run only to report an error.
+        // Shapes only: reward finiteness and the mask's entries are checked inside the scan
+        // (see FiniteCheck, mask_row), and the eager checks run only to report an error.
         let eager = || report_non_finite_input(|check, bufs| input.checked_rewards_and_mask(check, bufs));
         let (rewards, mask) = match input.checked_views() {
             Ok(v) => v,
@@ -156,7 +156,7 @@ impl ReinforcePlusPlus {
         let discount = self.config.discount;
         let (advantages, returns) = out.direct(dim)?;
         whiten_rows(
-            dim,
+            &mask,
             true,
             &mut ws.rows,
             advantages,
@@ -189,7 +189,7 @@ fn returns_block(
         .enumerate()
     {
         float_row(rewards, r0 + l, a);
-        mask_row(mask, r0 + l, m);
+        lanes.mask_ok &= mask_row(mask, r0 + l, m);
     }
     let (a, m) = (&*lanes.a, &*lanes.mask);
     if lanes.pre.len() == LANES * n {

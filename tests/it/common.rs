@@ -23,9 +23,9 @@ use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 
 /// A small batch with every column some estimator reads, for tests that run every
-/// estimator in the registry on one input: 4 rows in 2 groups ({0, 1}, {2, 3}), L = 3,
-/// token rewards r + t (so row r sums to 3r + 3, which is also its episode reward: the
-/// step-level estimators, which check both sources, accept the input).
+/// estimator in the registry on one input: 4 rows in 2 groups ({0, 1}, {2, 3}), L = 3
+/// (or `cols`), token rewards r + t (so row r sums to 3r + 3, which is also its episode
+/// reward: the step-level estimators, which check both sources, accept the input).
 pub struct EveryColumn {
     pub batch: RolloutBatch,
     pub rewards: Array2<f64>,
@@ -34,8 +34,16 @@ pub struct EveryColumn {
 
 impl EveryColumn {
     pub fn new() -> Self {
-        let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[3.0, 6.0, 9.0, 12.0]).unwrap();
-        let rewards = Array2::from_shape_fn((4, 3), |(r, t)| (r + t) as f64);
+        Self::with_cols(3)
+    }
+
+    /// Rows of `cols` tokens (row r's episode reward Σ_t (r + t) = cols·r + cols(cols − 1)/2).
+    pub fn with_cols(cols: usize) -> Self {
+        let rewards = Array2::from_shape_fn((4, cols), |(r, t)| (r + t) as f64);
+        let sums: Vec<f64> = (0..4)
+            .map(|r| (cols * r + cols * cols.saturating_sub(1) / 2) as f64)
+            .collect();
+        let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &sums).unwrap();
         let log_probs = -&rewards;
         Self {
             batch,

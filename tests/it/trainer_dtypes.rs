@@ -350,6 +350,51 @@ fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
     }
 }
 
+/// The same rule on rows longer than one chunk of the readers' 8-wide loops (L = 19: two
+/// chunks and a tail of 3), contiguous and strided: a bad entry in the first chunk, the
+/// second, or the tail, in the last row, is found wherever the pass that reads the mask
+/// tests it. In a mask of ones, and alone in a mask of zeros (read as "nonzero = generated",
+/// one token: whitening and OPO would fail on that before writing anything).
+#[test]
+fn bad_mask_entries_in_long_rows_are_a_typed_error() {
+    let every = common::EveryColumn::with_cols(19);
+    let placements = [(0, 5, 2i64), (2, 12, -1), (3, 17, 3), (3, 7, 255)];
+    let bases = [Array2::<i64>::ones((4, 19)), Array2::<i64>::zeros((4, 19))];
+    for (base, (row, token, value)) in bases.iter().flat_map(|b| placements.map(|p| (b, p))) {
+        let mut mask = base.clone();
+        mask[[row, token]] = value;
+        let mask_u8 = mask.mapv(|v| v as u8);
+        let strided = mask.t().as_standard_layout().into_owned();
+        let strided_u8 = mask_u8.t().as_standard_layout().into_owned();
+        let masks = [
+            MaskView::from(&mask),
+            MaskView::from(&mask_u8),
+            MaskView::from(strided.t()),
+            MaskView::from(strided_u8.t()),
+        ];
+        for mask in masks {
+            let want = match mask {
+                MaskView::U8(_) => Error::MaskValue {
+                    row,
+                    token,
+                    value: i64::from(value as u8),
+                },
+                _ => Error::MaskValue { row, token, value },
+            };
+            for name in EstimatorConfig::NAMES {
+                let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+                let input = every.input(mask);
+                assert_eq!(est.estimate(&input).unwrap_err(), want, "{name} {mask:?}");
+                let mut a = Array2::<f32>::zeros((4, 19));
+                let err = est
+                    .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+                    .unwrap_err();
+                assert_eq!(err, want, "{name} estimate_into {mask:?}");
+            }
+        }
+    }
+}
+
 /// The same rule in the token functions: the broadcast tests entries as it writes them (a
 /// row of a strided mask too), the prefix lengths and the span writer check first.
 #[test]
@@ -381,4 +426,75 @@ fn token_functions_reject_integer_entries_other_than_0_and_1() {
     let fine = ndarray::array![[1u8, 1, 0], [1, 0, 1]];
     broadcast_into(&[1.0, 2.0], &fine, &mut out).unwrap();
     assert_eq!(out, ndarray::array![[1.0, 1.0, 0.0], [2.0, 0.0, 2.0]]);
+}
+
+/// Which error a bad mask entry gives when the input has another fault too: the same for
+/// every estimator, whether its mask is tested up front or in the pass that reads it. A
+/// non-finite token reward is reported first (the rewards are checked before the mask, in
+/// verl's argument order); the mask entry before a non-finite value of a later column (GAE's
+/// values) and before any error a mask read as "nonzero = generated" would lead to (a lone
+/// 2 in an empty mask is one generated token: whitening's "fewer than two tokens", OPO's
+/// "empty group").
+#[test]
+fn a_bad_mask_entry_is_reported_in_a_fixed_order() {
+    let every = common::EveryColumn::new();
+    let mut lone = Array2::<i64>::zeros((4, 3));
+    lone[[1, 1]] = 2;
+    let mut bad = Array2::<i64>::ones((4, 3));
+    bad[[1, 2]] = 5;
+    let ones = Array2::<i64>::ones((4, 3));
+    let mut nan_rewards = every.rewards.clone();
+    nan_rewards[[2, 1]] = f64::NAN;
+    let mut inf_values = every.rewards.clone();
+    inf_values[[0, 0]] = f64::INFINITY;
+    let (lone_u8, bad_u8) = (lone.mapv(|v| v as u8), bad.mapv(|v| v as u8));
+    let run = |est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>| {
+        let fresh = match est.estimate(input) {
+            Ok(_) => panic!("{}: no error", est.name()),
+            Err(e) => e,
+        };
+        let mut a = Array2::<f32>::zeros((4, 3));
+        let mut b = Array2::<f32>::zeros((4, 3));
+        let into = est
+            .estimate_into(
+                input,
+                (&mut a).into(),
+                Some((&mut b).into()),
+                &mut Workspace::new(),
+            )
+            .unwrap_err();
+        assert_eq!(format!("{fresh:?}"), format!("{into:?}"), "{}", est.name());
+        fresh
+    };
+    for name in EstimatorConfig::NAMES {
+        let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        for (lone, bad) in [
+            (MaskView::from(&lone), MaskView::from(&bad)),
+            (MaskView::from(&lone_u8), MaskView::from(&bad_u8)),
+        ] {
+            let lone_err = run(est.as_ref(), &every.input(lone));
+            assert_eq!(
+                lone_err,
+                Error::MaskValue {
+                    row: 1,
+                    token: 1,
+                    value: 2
+                },
+                "{name} {lone:?}"
+            );
+            let want_bad = Error::MaskValue {
+                row: 1,
+                token: 2,
+                value: 5,
+            };
+            let values_err = run(est.as_ref(), &every.input(bad).with_values(&inf_values));
+            assert_eq!(values_err, want_bad, "{name} {bad:?}");
+            // With a NaN reward (errors compared as text: NaN ≠ NaN): the error the same input gives under a valid mask.
+            let with_nan = |mask| every.input(mask).with_token_level_rewards(&nan_rewards);
+            let want = run(est.as_ref(), &with_nan(MaskView::from(&ones)));
+            assert!(!matches!(want, Error::MaskValue { .. }), "{name}: {want:?}");
+            let got = run(est.as_ref(), &with_nan(bad));
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{name} {bad:?}");
+        }
+    }
 }
