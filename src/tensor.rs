@@ -117,9 +117,15 @@ pub(crate) trait MaskBits: MaskElem {
     fn extra_bits(self) -> Self::Extra;
     /// The two's complement bits, widened (for [`unit_prefix_len`]'s sum).
     fn bits(self) -> u64;
+    /// The entry's low 32 bits: 1 or 0 for a valid entry (for [`write_row`]'s select).
+    fn unit(self) -> u32;
 }
 
 impl MaskBits for bool {
+    #[inline(always)]
+    fn unit(self) -> u32 {
+        u32::from(self)
+    }
     // Always 0 or 1: the test compiles away.
     type Extra = u8;
     #[inline(always)]
@@ -133,6 +139,10 @@ impl MaskBits for bool {
 }
 
 impl MaskBits for u8 {
+    #[inline(always)]
+    fn unit(self) -> u32 {
+        u32::from(self)
+    }
     type Extra = u8;
     #[inline(always)]
     fn extra_bits(self) -> u8 {
@@ -145,6 +155,11 @@ impl MaskBits for u8 {
 }
 
 impl MaskBits for i64 {
+    #[inline(always)]
+    fn unit(self) -> u32 {
+        // Truncation on purpose: 0 and 1 keep their value, and other entries are reported.
+        self as u32
+    }
     type Extra = u64;
     #[inline(always)]
     fn extra_bits(self) -> u64 {
@@ -694,7 +709,11 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
 }
 
 /// [`write_masked`] for one output dtype; false when an integer entry is neither 0 nor 1.
-fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut ArrayViewMut2<'_, O>) -> bool {
+fn write_masked_as<O: SelectBits>(
+    values: &[f64],
+    mask: &MaskView<'_>,
+    out: &mut ArrayViewMut2<'_, O>,
+) -> bool {
     match mask {
         MaskView::Bool(m) => write_masked_elems(values, m, out),
         MaskView::U8(m) => write_masked_elems(values, m, out),
@@ -732,7 +751,7 @@ fn write_masked_as<O: Float>(values: &[f64], mask: &MaskView<'_>, out: &mut Arra
     }
 }
 
-fn write_masked_elems<M: MaskBits, O: Float>(
+fn write_masked_elems<M: MaskBits, O: SelectBits>(
     values: &[f64],
     mask: &ArrayView2<'_, M>,
     out: &mut ArrayViewMut2<'_, O>,
@@ -775,19 +794,52 @@ fn write_masked_elems<M: MaskBits, O: Float>(
     extra == M::Extra::default()
 }
 
-/// One row: `o[t] = if m[t] set { v } else { 0 }`, a select the compiler vectorizes, with the
-/// OR of the entries' [extra bits](MaskBits::extra_bits) folded in (returned; nonzero iff
-/// some entry is neither 0 nor 1). One pass: the test costs no read of its own.
+/// One row: `o[t] = if m[t] set { v } else { +0.0 }`, with the OR of the entries'
+/// [extra bits](MaskBits::extra_bits) folded in (returned; nonzero iff some entry is neither 0
+/// nor 1). One pass: the test costs no read of its own.
+///
+/// The select is a bitwise AND of `v`'s bits with an all-ones or all-zeros word made from the
+/// entry (`0 − m`: 1 gives all ones, 0 gives +0.0's zero bits), in chunks of eight tokens with
+/// eight OR lanes, so that it vectorizes as integer ops in the mask's width without a compare
+/// (an `i64` compare is not in SSE2). An entry other than 0 and 1 writes unspecified bits; the
+/// caller reports it ([`Error::MaskValue`]).
 #[inline]
-fn write_row<M: MaskBits, O: Float>(m: &[M], o: &mut [O], v: O) -> M::Extra {
+fn write_row<M: MaskBits, O: SelectBits>(m: &[M], o: &mut [O], v: O) -> M::Extra {
     let n = m.len().min(o.len());
     let (m, o) = (&m[..n], &mut o[..n]);
-    let mut extra = M::Extra::default();
-    for t in 0..n {
-        extra = extra | m[t].extra_bits();
-        o[t] = if m[t].is_set() { v } else { O::ZERO };
+    let mut lanes = [M::Extra::default(); 8];
+    let (mut mc, mut oc) = (m.chunks_exact(8), o.chunks_exact_mut(8));
+    for (m, o) in (&mut mc).zip(&mut oc) {
+        for j in 0..8 {
+            lanes[j] = lanes[j] | m[j].extra_bits();
+            o[j] = v.select(m[j].unit());
+        }
+    }
+    let mut extra = lanes.into_iter().fold(M::Extra::default(), |a, b| a | b);
+    for (m, o) in mc.remainder().iter().zip(oc.into_remainder()) {
+        extra = extra | m.extra_bits();
+        *o = v.select(m.unit());
     }
     extra
+}
+
+/// An output float's bitwise select (internal): `v` where `unit` is 1, +0.0 where it is 0.
+pub(crate) trait SelectBits: Float {
+    fn select(self, unit: u32) -> Self;
+}
+
+impl SelectBits for f32 {
+    #[inline(always)]
+    fn select(self, unit: u32) -> f32 {
+        f32::from_bits(self.to_bits() & 0u32.wrapping_sub(unit))
+    }
+}
+
+impl SelectBits for f64 {
+    #[inline(always)]
+    fn select(self, unit: u32) -> f64 {
+        f64::from_bits(self.to_bits() & 0u64.wrapping_sub(u64::from(unit)))
+    }
 }
 
 #[cfg(test)]

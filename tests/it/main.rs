@@ -23,6 +23,7 @@ mod fast_path_equivalence;
 mod fuzz_regressions;
 mod gigpo_properties;
 mod gigpo_reference;
+mod masked_writes;
 mod numeric_edges;
 mod parity_beacon_official;
 mod parity_difflib;
