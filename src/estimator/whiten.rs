@@ -241,6 +241,7 @@ impl<'s> Lanes<'s> {
     /// The block of stage rows `pre` and their `mask`, with `ret`, `a` and `b` taken from the
     /// scratch buffers (each `PAGE / 8` longer than the block) at the starts [`skew`]
     /// picks: a quarter page apart from the stage and from one another. Nothing seen yet.
+    #[inline(always)]
     fn new(
         ret: &'s mut [f64],
         a: &'s mut [f64],
