@@ -213,11 +213,13 @@ fn gae_block(
         return;
     }
     let rows = lanes.a.chunks_exact_mut(n).zip(lanes.b.chunks_exact_mut(n));
+    let mut mask_ok = true;
     for (l, ((a, b), m)) in rows.zip(lanes.mask.chunks_exact_mut(n)).enumerate() {
         float_row(rewards, r0 + l, a);
         float_row(values, r0 + l, b);
-        lanes.mask_ok &= mask_row(mask, r0 + l, m);
+        mask_ok &= mask_row(mask, r0 + l, m);
     }
+    lanes.mask_ok &= mask_ok;
     let (a, b, m) = (&*lanes.a, &*lanes.b, &*lanes.mask);
     if lanes.pre.len() == LANES * n {
         gae_scan::<LANES>(gamma, gamma_lambda, n, a, b, m, lanes.pre, lanes.ret);

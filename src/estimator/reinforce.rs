@@ -182,6 +182,7 @@ fn returns_block(
     if n == 0 {
         return;
     }
+    let mut mask_ok = true;
     for (l, (a, m)) in lanes
         .a
         .chunks_exact_mut(n)
@@ -189,8 +190,9 @@ fn returns_block(
         .enumerate()
     {
         float_row(rewards, r0 + l, a);
-        lanes.mask_ok &= mask_row(mask, r0 + l, m);
+        mask_ok &= mask_row(mask, r0 + l, m);
     }
+    lanes.mask_ok &= mask_ok;
     let (a, m) = (&*lanes.a, &*lanes.mask);
     if lanes.pre.len() == LANES * n {
         returns_scan::<LANES>(discount, n, a, m, lanes.ret);
