@@ -399,35 +399,46 @@ pub(crate) fn check_steps_out(input: &EstimatorInput<'_>, advantages: &[f64]) ->
 }
 
 /// The number of generated tokens of every row, into `counts`. Integer entries are tested for
-/// 0/1 as they are counted, so that a bad entry is reported before any error the counts
-/// lead to.
+/// 0/1 as they are counted ([`lane_counts`]), so that a bad entry is reported before any
+/// error the counts lead to.
 ///
 /// # Errors
 /// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
 pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Result<()> {
-    /// One row's count, its entries' extra bits ORed into `extra`.
-    #[inline(always)]
-    fn row_count<'x, M: MaskBits + 'x>(row: impl Iterator<Item = &'x M>, extra: &mut M::Extra) -> usize {
-        let (c, e) = row.fold((0usize, *extra), |(c, e), x| {
-            (c + usize::from(x.is_set()), e | x.extra_bits())
-        });
-        *extra = e;
-        c
-    }
-    fn count<M: MaskBits>(m: &ndarray::ArrayView2<'_, M>, counts: &mut Vec<usize>) -> bool {
-        let mut extra = M::Extra::default();
+    fn count_bool(m: &ArrayView2<'_, bool>, counts: &mut Vec<usize>) {
         let cols = m.ncols();
+        let row_count = |row: &[bool]| row.iter().map(|&x| usize::from(x)).sum::<usize>();
+        match m.as_slice() {
+            Some(s) if cols > 0 => counts.extend(s.chunks_exact(cols).map(row_count)),
+            _ => counts.extend(
+                m.rows()
+                    .into_iter()
+                    .map(|row| row.iter().map(|&x| usize::from(x)).sum::<usize>()),
+            ),
+        }
+    }
+    fn count<M: MaskBits>(m: &ArrayView2<'_, M>, counts: &mut Vec<usize>) -> bool {
+        let mut seen = 0u64;
+        let cols = m.ncols();
+        // Wrapping: an invalid entry's bits may overflow (its sum is never used).
+        let total = |c: [u64; SUM_LANES]| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)) as usize;
         match m.as_slice() {
             Some(s) if cols > 0 => {
-                counts.extend(s.chunks_exact(cols).map(|row| row_count(row.iter(), &mut extra)))
+                counts.extend(s.chunks_exact(cols).map(|row| total(lane_counts(row, &mut seen))))
             }
-            _ => counts.extend(m.rows().into_iter().map(|row| row_count(row.iter(), &mut extra))),
+            _ => counts.extend(m.rows().into_iter().map(|row| match row.as_slice() {
+                Some(s) => total(lane_counts(s, &mut seen)),
+                None => total(lane_counts_strided(row.iter(), &mut seen)),
+            })),
         }
-        extra == M::Extra::default()
+        seen & !1 == 0
     }
     counts.clear();
     let valid = match mask {
-        MaskView::Bool(m) => count(m, counts),
+        MaskView::Bool(m) => {
+            count_bool(m, counts);
+            true
+        }
         MaskView::U8(m) => count(m, counts),
         MaskView::I64(m) => count(m, counts),
         MaskView::Lengths { lengths, cols } => {
@@ -440,6 +451,47 @@ pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Res
     } else {
         Err(mask.value_error())
     }
+}
+
+/// Per class t mod [`SUM_LANES`], the sum of one contiguous integer mask row's entries (their
+/// bits, wrapping), with the OR of those bits folded into `seen`: the row holds only 0 and 1
+/// iff `seen` has no bit but bit 0, and then the sums are the counts of generated tokens.
+/// One add and one OR per entry, in lanes of [`SUM_LANES`] (branch-free and vectorizable;
+/// no 64-bit compare `!= 0`, which SSE2 lacks for an `i64`). A row with an invalid entry
+/// gives sums that are never used (the caller reports [`Error::MaskValue`]).
+#[inline(always)]
+fn lane_counts<M: MaskBits>(row: &[M], seen: &mut u64) -> [u64; SUM_LANES] {
+    let mut c = [0u64; SUM_LANES];
+    let mut e = [0u64; SUM_LANES];
+    let mut chunks = row.chunks_exact(SUM_LANES);
+    for ch in &mut chunks {
+        for j in 0..SUM_LANES {
+            let b = ch[j].bits();
+            c[j] = c[j].wrapping_add(b);
+            e[j] |= b;
+        }
+    }
+    for (j, x) in chunks.remainder().iter().enumerate() {
+        let b = x.bits();
+        c[j] = c[j].wrapping_add(b);
+        e[j] |= b;
+    }
+    *seen |= e.iter().fold(0, |a, &x| a | x);
+    c
+}
+
+/// [`lane_counts`] of a row that is not contiguous.
+fn lane_counts_strided<'x, M: MaskBits + 'x>(
+    row: impl Iterator<Item = &'x M>,
+    seen: &mut u64,
+) -> [u64; SUM_LANES] {
+    let mut c = [0u64; SUM_LANES];
+    for (t, x) in row.enumerate() {
+        let b = x.bits();
+        c[t % SUM_LANES] = c[t % SUM_LANES].wrapping_add(b);
+        *seen |= b;
+    }
+    c
 }
 
 /// `if m { v } else { +0.0 }` as a bit mask (exactly the select, but integer ops that
@@ -726,57 +778,62 @@ pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) -> bool {
 
 /// Per row, how many generated tokens fall in each class t mod [`SUM_LANES`] (the partial
 /// sums of [`row_sum`](super::whiten::row_sum)): `counts[r · SUM_LANES + j]`. Integer
-/// entries are tested for 0/1 as they are counted (the OR of their extra bits), so that a bad
-/// entry is reported before any error the counts lead to (e.g. whitening's "fewer than two
-/// tokens").
+/// entries are tested for 0/1 as they are counted ([`lane_counts`]), so that a bad entry is
+/// reported before any error the counts lead to (e.g. whitening's "fewer than two tokens").
 ///
 /// # Errors
 /// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
 pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Result<()> {
-    fn row_counts<'x, M: MaskBits + 'x>(
-        row: impl Iterator<Item = &'x M>,
-        out: &mut [usize],
-        extra: &mut M::Extra,
-    ) {
+    // bool: the count alone (no entry can be invalid).
+    fn row_counts<'x>(row: impl Iterator<Item = &'x bool>, out: &mut [usize]) {
         let mut c = [0usize; SUM_LANES];
-        for (t, x) in row.enumerate() {
-            *extra = *extra | x.extra_bits();
-            c[t % SUM_LANES] += usize::from(x.is_set());
+        for (t, &x) in row.enumerate() {
+            c[t % SUM_LANES] += usize::from(x);
         }
         out.copy_from_slice(&c);
     }
-    fn count<M: MaskBits>(m: &ArrayView2<'_, M>, counts: &mut [usize]) -> bool {
-        let mut extra = M::Extra::default();
+    fn count_bool(m: &ArrayView2<'_, bool>, counts: &mut [usize]) {
         for (row, out) in m.rows().into_iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
             match row.as_slice() {
                 Some(s) => {
                     // Whole chunks of SUM_LANES tokens first: a branch-free, vectorizable count.
                     let mut c = [0usize; SUM_LANES];
-                    let mut e = [M::Extra::default(); SUM_LANES];
                     let mut chunks = s.chunks_exact(SUM_LANES);
                     for ch in &mut chunks {
-                        for ((c, e), x) in c.iter_mut().zip(e.iter_mut()).zip(ch) {
-                            *e = *e | x.extra_bits();
-                            *c += usize::from(x.is_set());
+                        for (c, &x) in c.iter_mut().zip(ch) {
+                            *c += usize::from(x);
                         }
                     }
-                    for ((c, e), x) in c.iter_mut().zip(e.iter_mut()).zip(chunks.remainder()) {
-                        *e = *e | x.extra_bits();
-                        *c += usize::from(x.is_set());
+                    for (c, &x) in c.iter_mut().zip(chunks.remainder()) {
+                        *c += usize::from(x);
                     }
-                    extra = e.iter().fold(extra, |a, &e| a | e);
                     out.copy_from_slice(&c);
                 }
-                None => row_counts(row.iter(), out, &mut extra),
+                None => row_counts(row.iter(), out),
             }
         }
-        extra == M::Extra::default()
+    }
+    fn count<M: MaskBits>(m: &ArrayView2<'_, M>, counts: &mut [usize]) -> bool {
+        let mut seen = 0u64;
+        for (row, out) in m.rows().into_iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
+            let lanes = match row.as_slice() {
+                Some(s) => lane_counts(s, &mut seen),
+                None => lane_counts_strided(row.iter(), &mut seen),
+            };
+            for (o, c) in out.iter_mut().zip(lanes) {
+                *o = c as usize;
+            }
+        }
+        seen & !1 == 0
     }
     let rows = mask.dim().0;
     counts.clear();
     counts.resize(rows * SUM_LANES, 0);
     let valid = match mask {
-        MaskView::Bool(m) => count(m, counts),
+        MaskView::Bool(m) => {
+            count_bool(m, counts);
+            true
+        }
         MaskView::U8(m) => count(m, counts),
         MaskView::I64(m) => count(m, counts),
         MaskView::Lengths { lengths, cols } => {
