@@ -106,6 +106,8 @@ mod stats;
 pub mod token;
 
 mod hash;
+// Fresh outputs backed by transparent huge pages (Linux).
+mod huge_pages;
 
 pub use batch::{BatchBuilder, RolloutBatch};
 pub use error::{Error, Result};

@@ -688,6 +688,7 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
     let (r, cols) = mask.dim();
     out.clear();
     out.reserve_exact(r * cols);
+    crate::huge_pages::advise_vec(out);
     let valid = match mask {
         MaskView::Bool(m) => rows(values, m, out),
         MaskView::U8(m) => rows(values, m, out),

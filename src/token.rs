@@ -448,6 +448,20 @@ mod tests {
             row_sums_into(&m, &mut [0.0; 3]),
             Err(Error::LengthMismatch { .. })
         ));
+        // Rows of 21 tokens (chunks of eight and a tail) of wildly different magnitudes, so
+        // that any other order of additions changes bits: each row's sum is the bits of the
+        // plain left-to-right `Iterator::sum` over the widened values.
+        let mut rng = crate::ablation::SplitMix64::new(3);
+        let wide = Array2::from_shape_fn((19, 21), |_| {
+            let scale = 10f64.powi((rng.next_u64() % 24) as i32 - 8);
+            ((rng.next_f64() - 0.5) * scale) as f32
+        });
+        let mut got = vec![f64::NAN; 19];
+        row_sums_into(&wide, &mut got).unwrap();
+        for (r, row) in wide.rows().into_iter().enumerate() {
+            let want: f64 = row.iter().map(|&x| f64::from(x)).sum();
+            assert_eq!(got[r].to_bits(), want.to_bits(), "row {r}");
+        }
     }
 
     #[test]

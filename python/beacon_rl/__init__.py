@@ -131,14 +131,52 @@ def _keys(caller: _Caller, x: Any, what: str) -> np.ndarray:
     raise TypeError(f"{what}: expected integer, string or object keys, got {a.dtype} array")
 
 
+def _madvise() -> Any:
+    """libc's ``madvise`` on Linux (else None), for :func:`_advise_huge_pages`."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        f = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    f.restype = ctypes.c_int
+    return f
+
+
+_MADVISE = _madvise()
+_MADV_HUGEPAGE = 14
+_HUGE_PAGE = 2 << 20
+
+
+def _advise_huge_pages(a: np.ndarray) -> None:
+    """Asks the kernel to back a fresh output of 4 MiB or more with 2 MiB pages (Linux
+    ``madvise(MADV_HUGEPAGE)``, the same advice the crate gives its own fresh outputs), before
+    its first write: each 4 KiB page of fresh memory otherwise faults on that write, which at
+    30,720 × 512 float32 costs more than the estimator. Contents are unaffected; a refusal
+    (transparent huge pages off) is ignored."""
+    if _MADVISE is None or a.nbytes < 2 * _HUGE_PAGE:
+        return
+    start = a.ctypes.data
+    lo = -(-start // _HUGE_PAGE) * _HUGE_PAGE
+    hi = (start + a.nbytes) // _HUGE_PAGE * _HUGE_PAGE
+    if hi > lo:
+        _MADVISE(lo, hi - lo, _MADV_HUGEPAGE)
+
+
 def _empty(caller: _Caller, shape: Tuple[int, int], dtype: np.dtype) -> Tuple[Array, np.ndarray]:
-    """A fresh output in the caller's type, and its numpy view."""
+    """A fresh output in the caller's type, and its numpy view (advised for huge pages)."""
     if caller.torch_device is not None:
         import torch
 
         t = torch.empty(shape, dtype=torch.float32 if dtype == np.float32 else torch.float64)
-        return t, t.numpy()
+        a = t.numpy()
+        _advise_huge_pages(a)
+        return t, a
     a = np.empty(shape, dtype=dtype)
+    _advise_huge_pages(a)
     return a, a
 
 

@@ -14,7 +14,7 @@ Every row prints the median and range (min–max) of --reps timed runs after one
 wall-clock and in CPU time (time.process_time, all threads of the process: robust to the
 scheduler on a loaded machine, but it adds up torch's intra-op threads where verl uses them).
 Ratios are taken between medians of the same process run; the binding's overhead is also given
-per interleaved pair (binding call, then the crate call), as the median and range of the
+per interleaved pair (binding call and crate call, in an order that alternates between reps), as the median and range of the
 ratios.
 
 - grpo: verl's compute_grpo_outcome_advantage and compute_grpo_vectorized_outcome_advantage
@@ -168,17 +168,34 @@ def main():
         py, rust, rust_len = Timing([], []), Timing([], []), Timing([], [])
         py_bool, rust_bool = Timing([], []), Timing([], [])
         beacon_rl.estimate("grpo", rewards, mask, index, out=(buf, buf))
-        for _ in range(args.reps):
-            for acc, m in ((py, mask), (py_bool, mask_bool)):
-                w, c = run_once(lambda: beacon_rl.estimate("grpo", rewards, m, index, out=(buf, buf)))
-                acc.wall.append(w)
-                acc.cpu.append(c)
-            for acc, m, extra in ((rust, m_np, {}), (rust_len, m_np, {"lengths": lengths}), (rust_bool, mb_np, {})):
-                w, c = _native._time_crate_call(
-                    "grpo", b_np, token_level_rewards=r_np, response_mask=m, index=ids, reps=1, **extra
-                )
-                acc.wall += w
-                acc.cpu += c
+        def binding(acc, m):
+            # One untimed run first, as `_time_crate_call` does before its timed run.
+            call = lambda: beacon_rl.estimate("grpo", rewards, m, index, out=(buf, buf))  # noqa: E731
+            call()
+            w, c = run_once(call)
+            acc.wall.append(w)
+            acc.cpu.append(c)
+
+        def crate(acc, m, extra):
+            w, c = _native._time_crate_call(
+                "grpo", b_np, token_level_rewards=r_np, response_mask=m, index=ids, reps=1, **extra
+            )
+            acc.wall += w
+            acc.cpu += c
+
+        calls = [
+            lambda: binding(py, mask),
+            lambda: binding(py_bool, mask_bool),
+            lambda: crate(rust, m_np, {}),
+            lambda: crate(rust_len, m_np, {"lengths": lengths}),
+            lambda: crate(rust_bool, mb_np, {}),
+        ]
+        for rep in range(args.reps):
+            # The order alternates (forward, then backward), so that each call follows each
+            # other as often: at B the inputs nearly fit in the last-level cache, and what the
+            # previous call left there shifts a call's time by more than the binding costs.
+            for call in calls if rep % 2 == 0 else calls[::-1]:
+                call()
         res["  binding, int64 mask: estimate(out=(buf, buf))"] = py
         res["  crate call, int64 mask matrix"] = rust
         res["  crate call, mask as lengths"] = rust_len

@@ -227,3 +227,27 @@ def test_torch_bad_dtype_is_a_type_error():
         beacon_rl.estimate("grpo", torch.tensor(REWARDS).bfloat16(), torch.tensor(MASK), UIDS)
     with pytest.raises(TypeError):
         beacon_rl.estimate("grpo", torch.tensor(REWARDS).half(), torch.tensor(MASK), UIDS)
+
+
+@pytest.mark.parametrize("torch_out", [False, True])
+def test_large_fresh_outputs_advised_for_huge_pages_equal_the_out_path(torch_out):
+    # 2,048 x 1,024 float32 = 8 MiB: above the 4 MiB from which fresh outputs are advised
+    # for transparent huge pages. The fresh result must equal the kept-buffer result.
+    rng = np.random.default_rng(5)
+    rows, cols = 2048, 1024
+    lengths = rng.integers(0, cols + 1, rows)
+    mask = (np.arange(cols)[None, :] < lengths[:, None]).astype(np.int64)
+    rewards = np.zeros((rows, cols), np.float32)
+    rewards[np.arange(rows), np.maximum(lengths - 1, 0)] = rng.random(rows, dtype=np.float32)
+    index = np.arange(rows) // 8
+    if torch_out:
+        torch = pytest.importorskip("torch")
+        rewards, mask = torch.from_numpy(rewards), torch.from_numpy(mask)
+    fresh, _ = beacon_rl.estimate("grpo", rewards, mask, index)
+    kept = np.full((rows, cols), np.nan, np.float32)
+    beacon_rl.estimate("grpo", np.asarray(rewards), np.asarray(mask), index, out=(kept, kept))
+    assert np.array_equal(np.asarray(fresh), kept)
+    # The advice itself leaves an array's contents as they are.
+    a = np.arange(3 << 20, dtype=np.float32)
+    beacon_rl._advise_huge_pages(a)
+    assert np.array_equal(a, np.arange(3 << 20, dtype=np.float32))
