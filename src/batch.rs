@@ -458,7 +458,9 @@ impl RolloutBatch {
         for (j, &reward) in self.terminal_rewards.iter().enumerate() {
             for &r in self.trajectory_rows(j) {
                 let s = score(r);
-                let agree = (s - reward).abs() <= 1e-6 * s.abs().max(reward.abs()).max(1.0);
+                // An infinite score must not pass: its tolerance, 1e-6·|s|, would be infinite
+                // too (terminal rewards are finite, checked on construction).
+                let agree = s.is_finite() && (s - reward).abs() <= 1e-6 * s.abs().max(reward.abs()).max(1.0);
                 if !agree && first.map_or(true, |(b, _, _)| r < b) {
                     first = Some((r, reward, s));
                 }
@@ -1066,5 +1068,22 @@ mod tests {
             RolloutBatch::from_row_keys(&[0, 0], &["x", "y"], &[1.0, 0.0]).unwrap()
         );
         assert_eq!(rebuilt.step_rows(), &[0, 1]);
+    }
+
+    #[test]
+    fn infinite_token_scores_disagree_with_finite_episode_rewards() {
+        // |±inf − 1| ≤ 1e-6·max(inf, 1, 1) = inf held before: an infinite score "agreed".
+        let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0]).unwrap();
+        for bad in [f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(
+                batch.check_row_scores(&[bad, 0.0]),
+                Err(Error::EpisodeRewardMismatch {
+                    row: 0,
+                    batch: 1.0,
+                    tokens: bad
+                })
+            );
+        }
+        assert!(batch.check_row_scores(&[1.0, 0.0]).is_ok());
     }
 }

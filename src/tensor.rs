@@ -16,9 +16,9 @@
 //! there, while a reader that takes "nonzero" as generated would not: any value other than 0
 //! and 1 in a `u8` or `i64` mask is [`Error::MaskValue`] (row, token, value), from every
 //! estimator and every function of [`token`](crate::token). The check costs no extra pass
-//! where it matters: the outcome estimators and the token broadcast test each entry in the
-//! loop that writes its token, and the other readers check the mask once up front
-//! ([`MaskView::validate`]).
+//! where it matters: the estimators and the token broadcast test each entry in the loop that
+//! first reads it (writes its token, or converts or counts the mask), and the other token
+//! functions check the mask once up front ([`MaskView::validate`]).
 //!
 //! # Precision contract
 //! `f32` inputs are widened to `f64` exactly (every `f32` is an `f64`), the estimator computes
@@ -466,11 +466,19 @@ impl MaskView<'_> {
         }
     }
 
-    /// The error for a mask in which a kernel saw an invalid value while reading it.
+    /// The error for a mask in which a kernel saw an invalid value while reading it: the
+    /// first such entry, found by a second read (error path only).
+    ///
+    /// A kernel that reports an entry the mask does not hold is a bug in this crate: debug
+    /// builds stop on it; release builds still return an error (never a panic, never `Ok`).
     pub(crate) fn value_error(&self) -> Error {
-        match self.first_invalid_value() {
+        let found = self.first_invalid_value();
+        debug_assert!(
+            found.is_some(),
+            "a mask reader reported an invalid entry the mask does not hold"
+        );
+        match found {
             Some((row, token, value)) => Error::MaskValue { row, token, value },
-            // Unreachable for a kernel that reports honestly; say what was claimed.
             None => Error::Undefined("a mask reader reported an invalid entry the mask does not hold".into()),
         }
     }
@@ -926,6 +934,29 @@ mod tests {
                 cols: 3
             })
         );
+    }
+
+    #[test]
+    fn value_error_names_the_first_invalid_entry() {
+        // Row-major order: (0, 2) comes before (1, 0).
+        let m = array![[1i64, 0, -3], [7, 1, 1]];
+        assert_eq!(
+            MaskView::from(&m).value_error(),
+            Error::MaskValue {
+                row: 0,
+                token: 2,
+                value: -3
+            }
+        );
+    }
+
+    /// A reader that claims a bad entry in a valid mask is a crate bug: debug builds stop,
+    /// release builds return an error rather than panic.
+    #[test]
+    #[cfg_attr(debug_assertions, should_panic(expected = "does not hold"))]
+    fn value_error_on_a_valid_mask_is_a_bug() {
+        let m = array![[1u8, 0]];
+        assert!(matches!(MaskView::from(&m).value_error(), Error::Undefined(_)));
     }
 
     #[test]

@@ -163,8 +163,8 @@ impl Gae {
     }
 
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        // Shapes only: input finiteness is checked inside the scan (see FiniteCheck), and the
-        // eager checks run only to report an error.
+        // Shapes only: input finiteness and the mask's entries are checked inside the scan
+        // (see FiniteCheck, mask_row), and the eager checks run only to report an error.
         let checked = input.checked_views().and_then(|(rewards, mask)| {
             let values = input.values.ok_or(Error::MissingInput("values"))?;
             check_matrix_shape("values", values.dim(), rewards.dim())?;
@@ -184,7 +184,7 @@ impl Gae {
         );
         let (advantages, returns) = out.direct(dim)?;
         whiten_rows(
-            dim,
+            &mask,
             false,
             &mut ws.rows,
             advantages,
@@ -213,11 +213,13 @@ fn gae_block(
         return;
     }
     let rows = lanes.a.chunks_exact_mut(n).zip(lanes.b.chunks_exact_mut(n));
+    let mut mask_ok = true;
     for (l, ((a, b), m)) in rows.zip(lanes.mask.chunks_exact_mut(n)).enumerate() {
         float_row(rewards, r0 + l, a);
         float_row(values, r0 + l, b);
-        mask_row(mask, r0 + l, m);
+        mask_ok &= mask_row(mask, r0 + l, m);
     }
+    lanes.mask_ok &= mask_ok;
     let (a, b, m) = (&*lanes.a, &*lanes.b, &*lanes.mask);
     if lanes.pre.len() == LANES * n {
         gae_scan::<LANES>(gamma, gamma_lambda, n, a, b, m, lanes.pre, lanes.ret);

@@ -299,20 +299,21 @@ impl<'a> EstimatorInput<'a> {
         Ok(rewards)
     }
 
-    /// The response mask, checked against `dim` (rows × L) and ([`MaskView::validate`]) its
-    /// entries: 0/1 for integer masks, lengths ≤ L.
+    /// The response mask, checked against `dim` (rows × L), and its lengths ≤ L. Not the
+    /// entries of an integer mask: every reader tests them for 0/1 as it reads them (no pass
+    /// of its own), see [`Tokens::mask`] and [`mask_row`].
     pub(crate) fn checked_mask(&self, dim: (usize, usize)) -> Result<MaskView<'a>> {
         let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
         let (rows, cols) = mask.dim();
         check_len("response_mask rows", dim.0, rows)?;
         check_len("response_mask columns", dim.1, cols)?;
-        mask.validate()?;
+        mask.validate_lengths()?;
         Ok(mask)
     }
 
     /// `token_level_rewards` and `response_mask` as the caller's views, shapes checked against
-    /// each other and the batch (not their finiteness: the kernels that read them check it,
-    /// see [`FiniteCheck`]).
+    /// each other and the batch (not the rewards' finiteness nor the mask's entries: the
+    /// kernels that read them check both, see [`FiniteCheck`] and [`mask_row`]).
     pub(crate) fn checked_views(&self) -> Result<(FloatView<'a>, MaskView<'a>)> {
         let rewards = self
             .token_level_rewards
@@ -325,7 +326,10 @@ impl<'a> EstimatorInput<'a> {
         Ok((rewards, self.checked_mask(rewards.dim())?))
     }
 
-    /// `token_level_rewards` and `response_mask`, checked against each other and the batch.
+    /// `token_level_rewards` and `response_mask`, checked against each other and the batch,
+    /// the mask's entries while it is converted. In this order: rewards present, their rows,
+    /// (eager) their finiteness, then the mask's presence, shape, lengths and entries; so a
+    /// non-finite reward is reported before a bad mask entry.
     pub(crate) fn checked_rewards_and_mask(
         &self,
         check: FiniteCheck,
@@ -333,7 +337,7 @@ impl<'a> EstimatorInput<'a> {
     ) -> Result<(Tokens<'a, f64>, Tokens<'a, bool>)> {
         let rewards = self.checked_rewards(check, &mut bufs.rewards)?;
         let mask = self.checked_mask(rewards.dim())?;
-        Ok((rewards, Tokens::mask(mask, &mut bufs.mask)))
+        Ok((rewards, Tokens::mask(mask, &mut bufs.mask)?))
     }
 
     /// Row scores (Σ_t token_level_rewards over all L positions, into `scores`) and the
@@ -433,8 +437,8 @@ pub(crate) fn validate_deferred<T>(
     })
 }
 
-/// Called when a kernel saw a non-finite input value: the eager validation's error (error
-/// path only, so it may allocate).
+/// Called when a kernel saw a non-finite input value or an integer mask entry other than 0
+/// and 1: the eager validation's error (error path only, so it may allocate).
 pub(crate) fn report_non_finite_input<T>(
     build: impl Fn(FiniteCheck, &mut InputBufs) -> Result<T>,
 ) -> Result<()> {

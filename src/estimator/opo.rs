@@ -41,7 +41,7 @@ pub struct Opo;
 impl Opo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
         let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        masked_counts(&mask, &mut ws.counts);
+        masked_counts(&mask, &mut ws.counts)?;
         let (scores, lengths) = (&ws.scores, &ws.counts);
         let batch = input.batch;
         let scalars = &mut ws.scalars;

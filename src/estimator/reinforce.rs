@@ -142,8 +142,8 @@ impl ReinforcePlusPlus {
 
 impl ReinforcePlusPlus {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        // Shapes only: reward finiteness is checked inside the scan (see FiniteCheck), and the
-        // eager checks run only to report an error.
+        // Shapes only: reward finiteness and the mask's entries are checked inside the scan
+        // (see FiniteCheck, mask_row), and the eager checks run only to report an error.
         let eager = || report_non_finite_input(|check, bufs| input.checked_rewards_and_mask(check, bufs));
         let (rewards, mask) = match input.checked_views() {
             Ok(v) => v,
@@ -156,7 +156,7 @@ impl ReinforcePlusPlus {
         let discount = self.config.discount;
         let (advantages, returns) = out.direct(dim)?;
         whiten_rows(
-            dim,
+            &mask,
             true,
             &mut ws.rows,
             advantages,
@@ -182,6 +182,7 @@ fn returns_block(
     if n == 0 {
         return;
     }
+    let mut mask_ok = true;
     for (l, (a, m)) in lanes
         .a
         .chunks_exact_mut(n)
@@ -189,8 +190,9 @@ fn returns_block(
         .enumerate()
     {
         float_row(rewards, r0 + l, a);
-        mask_row(mask, r0 + l, m);
+        mask_ok &= mask_row(mask, r0 + l, m);
     }
+    lanes.mask_ok &= mask_ok;
     let (a, m) = (&*lanes.a, &*lanes.mask);
     if lanes.pre.len() == LANES * n {
         returns_scan::<LANES>(discount, n, a, m, lanes.ret);

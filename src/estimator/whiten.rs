@@ -63,7 +63,7 @@ use crate::tensor::MaskView;
 #[cfg(test)]
 pub(crate) fn masked_whiten(values: &mut Array2<f64>, mask: ArrayView2<'_, bool>) -> Result<()> {
     super::check_matrix_shape("response_mask", mask.dim(), values.dim())?;
-    let mask = Tokens::mask(MaskView::Bool(mask), &mut Vec::new());
+    let mask = Tokens::mask(MaskView::Bool(mask), &mut Vec::new())?;
     let cols = values.ncols();
     match values.as_slice_mut() {
         Some(v) => whiten_in_place(v, mask.as_slice(), cols),
@@ -152,7 +152,7 @@ pub(crate) fn whiten_outcome(
     counts: &mut Vec<usize>,
     whitened: &mut Vec<f64>,
 ) -> Result<()> {
-    masked_class_counts(mask, counts);
+    masked_class_counts(mask, counts)?;
     let classes = || counts.chunks_exact(SUM_LANES);
     let mut acc = MaskedSum::default();
     for (&s, c) in scalars.iter().zip(classes()) {
@@ -210,7 +210,8 @@ pub(crate) struct RowSlabs {
 /// the block at `l · L ..`): `pre` the values to whiten and `mask` the rows' response mask
 /// (both the block's rows of the whole-batch stage; the mask as 0/1 bytes), `ret` the returns; `a` and `b` are free
 /// for the scan's widened input rows. The scan folds its inputs and returns into `finite`
-/// (see [`FiniteCheck`](super::FiniteCheck)).
+/// (see [`FiniteCheck`](super::FiniteCheck)) and clears `mask_ok` when it converted an
+/// integer mask entry other than 0 and 1 ([`mask_row`](super::mask_row)).
 pub(crate) struct Lanes<'s> {
     pub(crate) pre: &'s mut [f64],
     pub(crate) ret: &'s mut [f64],
@@ -218,6 +219,7 @@ pub(crate) struct Lanes<'s> {
     pub(crate) a: &'s mut [f64],
     pub(crate) b: &'s mut [f64],
     pub(crate) finite: FiniteAcc,
+    pub(crate) mask_ok: bool,
 }
 
 /// 4 KiB: loads and stores whose addresses agree in their low 12 bits are taken for the same
@@ -235,16 +237,34 @@ fn skew(buf: &[f64], anchor: &[f64], target: usize) -> usize {
     (anchor.wrapping_add(target).wrapping_sub(buf) % PAGE) / 8
 }
 
-/// The block's length and the starts of `ret`, `a` and `b` for the stage rows `pre` (see
-/// [`skew`]): a quarter page apart from the stage and from one another.
-fn skews(ret: &[f64], a: &[f64], b: &[f64], pre: &[f64]) -> (usize, usize, usize, usize) {
-    let len = pre.len();
-    (
-        len,
-        skew(ret, pre, 3 * PAGE / 4),
-        skew(a, pre, PAGE / 4),
-        skew(b, pre, PAGE / 2),
-    )
+impl<'s> Lanes<'s> {
+    /// The block of stage rows `pre` and their `mask`, with `ret`, `a` and `b` taken from the
+    /// scratch buffers (each `PAGE / 8` longer than the block) at the starts [`skew`]
+    /// picks: a quarter page apart from the stage and from one another. Nothing seen yet.
+    #[inline(always)]
+    fn new(
+        ret: &'s mut [f64],
+        a: &'s mut [f64],
+        b: &'s mut [f64],
+        pre: &'s mut [f64],
+        mask: &'s mut [u8],
+    ) -> Self {
+        let len = pre.len();
+        let (o_ret, o_a, o_b) = (
+            skew(ret, pre, 3 * PAGE / 4),
+            skew(a, pre, PAGE / 4),
+            skew(b, pre, PAGE / 2),
+        );
+        Self {
+            ret: &mut ret[o_ret..][..len],
+            a: &mut a[o_a..][..len],
+            b: &mut b[o_b..][..len],
+            pre,
+            mask,
+            finite: FiniteAcc::default(),
+            mask_ok: true,
+        }
+    }
 }
 
 /// The `K` rows (`cols` each) of a row-major block, as separate slices of length `cols`.
@@ -272,10 +292,13 @@ pub(crate) fn rows_of_mut<T, const K: usize>(block: &mut [T], cols: usize) -> [&
 /// `pre` and the mask straight into their rows of the stage; while the block is in cache its
 /// returns are written out, and its masked count and [`row_sum`]s and the range of `pre` are
 /// taken. Only `pre` (`f64`, which the whitening's two further passes need) and the mask
-/// (`bool`) are kept rows × L. `inputs_error` gives the eager input check's error when the
-/// scan saw a non-finite value.
+/// (`bool`) are kept rows × L. `response_mask` is the mask the scan converts (rows × L, the
+/// shape of every input). `inputs_error` gives the eager input checks' error, in their order
+/// (a non-finite reward before a bad mask entry before a non-finite value of a later
+/// column), when the scan saw a non-finite value or an integer mask entry other than 0 and 1:
+/// no pass of its own tests the mask first.
 pub(crate) fn whiten_rows(
-    dim: (usize, usize),
+    response_mask: &MaskView<'_>,
     remask: bool,
     slabs: &mut RowSlabs,
     advantages: &mut FloatViewMut<'_>,
@@ -283,7 +306,7 @@ pub(crate) fn whiten_rows(
     mut fill: impl FnMut(usize, &mut Lanes<'_>),
     inputs_error: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let (rows, cols) = dim;
+    let (rows, cols) = response_mask.dim();
     let n = LANES * cols;
     let RowSlabs {
         ret,
@@ -303,21 +326,15 @@ pub(crate) fn whiten_rows(
         return MaskedSum::default().mean().map(|_| ());
     }
     let mut finite = FiniteAcc::default();
+    let mut mask_ok = true;
     let mut sum = MaskedSum::default();
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
     for (i, (pre, mask)) in blocks.enumerate() {
-        let (len, o_ret, o_a, o_b) = skews(ret, a, b, pre);
-        let mut lanes = Lanes {
-            ret: &mut ret[o_ret..][..len],
-            a: &mut a[o_a..][..len],
-            b: &mut b[o_b..][..len],
-            pre,
-            mask,
-            finite,
-        };
+        let mut lanes = Lanes::new(ret, a, b, pre, mask);
         fill(i * LANES, &mut lanes);
-        finite = lanes.finite;
+        finite.merge(lanes.finite);
+        mask_ok &= lanes.mask_ok;
         let Lanes { pre, mask, ret, .. } = lanes;
         let block = pre.chunks_exact(cols).zip(mask.chunks_exact(cols));
         for (l, ((p, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
@@ -328,21 +345,17 @@ pub(crate) fn whiten_rows(
             (lo, hi) = range(p, lo, hi);
         }
     }
-    if !finite.all() {
+    if !(finite.all() && mask_ok) {
         inputs_error()?;
+        if !mask_ok {
+            // Reached only if the eager checks missed the entry the scan saw (a crate bug).
+            return Err(response_mask.value_error());
+        }
         // The first non-finite return, in row-major order (error path: allocates).
         let mut all = Vec::with_capacity(rows * cols);
         let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
         for (i, (pre, mask)) in blocks.enumerate() {
-            let (len, o_ret, o_a, o_b) = skews(ret, a, b, pre);
-            let mut lanes = Lanes {
-                ret: &mut ret[o_ret..][..len],
-                a: &mut a[o_a..][..len],
-                b: &mut b[o_b..][..len],
-                pre,
-                mask,
-                finite: FiniteAcc::default(),
-            };
+            let mut lanes = Lanes::new(ret, a, b, pre, mask);
             fill(i * LANES, &mut lanes);
             all.extend_from_slice(lanes.ret);
         }

@@ -16,3 +16,53 @@ pub fn parity_err(ours: f64, expected: f64) -> f64 {
 pub fn parity_ok(ours: f64, expected: f64) -> bool {
     parity_err(ours, expected) <= PARITY_TOL
 }
+
+use beacon_rl::estimator::EstimatorInput;
+use beacon_rl::tensor::MaskView;
+use beacon_rl::RolloutBatch;
+use ndarray::Array2;
+
+/// A small batch with every column some estimator reads, for tests that run every
+/// estimator in the registry on one input: 4 rows in 2 groups ({0, 1}, {2, 3}), L = 3
+/// (or `cols`), token rewards r + t (so row r sums to 3r + 3, which is also its episode
+/// reward: the step-level estimators, which check both sources, accept the input).
+pub struct EveryColumn {
+    pub batch: RolloutBatch,
+    pub rewards: Array2<f64>,
+    pub log_probs: Array2<f64>,
+}
+
+impl EveryColumn {
+    pub fn new() -> Self {
+        Self::with_cols(3)
+    }
+
+    /// Rows of `cols` tokens (row r's episode reward Σ_t (r + t) = cols·r + cols(cols − 1)/2).
+    pub fn with_cols(cols: usize) -> Self {
+        let rewards = Array2::from_shape_fn((4, cols), |(r, t)| (r + t) as f64);
+        let sums: Vec<f64> = (0..4)
+            .map(|r| (cols * r + cols * cols.saturating_sub(1) / 2) as f64)
+            .collect();
+        let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &sums).unwrap();
+        let log_probs = -&rewards;
+        Self {
+            batch,
+            rewards,
+            log_probs,
+        }
+    }
+
+    /// The input with every column set (values and Σπ² reuse the rewards) under `mask`.
+    pub fn input<'a>(&'a self, mask: impl Into<MaskView<'a>>) -> EstimatorInput<'a> {
+        EstimatorInput::new(&self.batch)
+            .with_token_level_rewards(&self.rewards)
+            .with_response_mask(mask)
+            .with_values(&self.rewards)
+            .with_old_log_probs(&self.log_probs)
+            .with_sum_pi_squared(&self.rewards)
+            .with_reward_baselines(&[0.0; 4])
+            .with_milestones(&[false; 4])
+            .with_step_rewards(&[0.0; 4])
+            .with_anchor_obs(&["s"; 4])
+    }
+}

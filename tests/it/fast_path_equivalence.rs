@@ -21,6 +21,8 @@ use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2};
 use proptest::prelude::*;
 
+use crate::common;
+
 /// Advantages and returns (the latter equal to the former for outcome estimators), as the
 /// old API returned them.
 #[derive(Debug)]
@@ -1338,22 +1340,9 @@ proptest! {
 
 #[test]
 fn estimate_into_rejects_misshapen_buffers() {
-    // Episode rewards = the token rewards' row sums (r + 0) + (r + 1) + (r + 2) = 3r + 3, so
-    // the step-level estimators, which check both sources, accept the input.
-    let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[3.0, 6.0, 9.0, 12.0]).unwrap();
-    let rewards = Array2::from_shape_fn((4, 3), |(r, t)| (r + t) as f64);
+    let every = common::EveryColumn::new();
     let mask = Array2::from_elem((4, 3), true);
-    let log_probs = -&rewards;
-    let input = EstimatorInput::new(&batch)
-        .with_token_level_rewards(&rewards)
-        .with_response_mask(&mask)
-        .with_values(&rewards)
-        .with_old_log_probs(&log_probs)
-        .with_sum_pi_squared(&rewards)
-        .with_reward_baselines(&[0.0; 4])
-        .with_milestones(&[false; 4])
-        .with_step_rewards(&[0.0; 4])
-        .with_anchor_obs(&["s"; 4]);
+    let input = every.input(&mask);
     for name in EstimatorConfig::NAMES {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         for (adv_dim, ret_dim, what) in [((4, 2), (4, 3), "advantages"), ((4, 3), (3, 4), "returns")] {

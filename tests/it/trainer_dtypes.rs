@@ -14,6 +14,8 @@ use beacon_rl::token::broadcast;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 
+use crate::common;
+
 struct Case {
     batch: RolloutBatch,
     rewards: Array2<f32>,
@@ -289,11 +291,7 @@ fn step_rows_match_the_token_path() {
 /// reader taking "nonzero" as generated would give another number, silently.
 #[test]
 fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
-    // Episode rewards = the token rewards' row sums (3r + 3), so the step-level estimators,
-    // which check both sources, accept the input.
-    let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[3.0, 6.0, 9.0, 12.0]).unwrap();
-    let rewards = Array2::from_shape_fn((4, 3), |(r, t)| (r + t) as f64);
-    let log_probs = -&rewards;
+    let every = common::EveryColumn::new();
     let ones = Array2::<i64>::ones((4, 3));
     // (row, token, value): a 2 that keeps the row's sum a plausible prefix length (row 1 =
     // [1, 2, 0] sums to 3), a 2 after a gap, a negative entry, the extremes of i64.
@@ -328,16 +326,7 @@ fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
             if u8_value <= 1 && matches!(mask, MaskView::U8(_)) {
                 continue; // The value wraps to a valid u8 (e.g. i64::MIN as u8 = 0).
             }
-            let input = EstimatorInput::new(&batch)
-                .with_token_level_rewards(&rewards)
-                .with_response_mask(mask)
-                .with_values(&rewards)
-                .with_old_log_probs(&log_probs)
-                .with_sum_pi_squared(&rewards)
-                .with_reward_baselines(&[0.0; 4])
-                .with_milestones(&[false; 4])
-                .with_step_rewards(&[0.0; 4])
-                .with_anchor_obs(&["s"; 4]);
+            let input = every.input(mask);
             for name in EstimatorConfig::NAMES {
                 let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
                 assert_eq!(
@@ -356,6 +345,51 @@ fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
                     )
                     .unwrap_err();
                 assert_eq!(err, *want, "{name} estimate_into {mask:?}");
+            }
+        }
+    }
+}
+
+/// The same rule on rows longer than one chunk of the readers' 8-wide loops (L = 19: two
+/// chunks and a tail of 3), contiguous and strided: a bad entry in the first chunk, the
+/// second, or the tail, in the last row, is found wherever the pass that reads the mask
+/// tests it. In a mask of ones, and alone in a mask of zeros (read as "nonzero = generated",
+/// one token: whitening and OPO would fail on that before writing anything).
+#[test]
+fn bad_mask_entries_in_long_rows_are_a_typed_error() {
+    let every = common::EveryColumn::with_cols(19);
+    let placements = [(0, 5, 2i64), (2, 12, -1), (3, 17, 3), (3, 7, 255)];
+    let bases = [Array2::<i64>::ones((4, 19)), Array2::<i64>::zeros((4, 19))];
+    for (base, (row, token, value)) in bases.iter().flat_map(|b| placements.map(|p| (b, p))) {
+        let mut mask = base.clone();
+        mask[[row, token]] = value;
+        let mask_u8 = mask.mapv(|v| v as u8);
+        let strided = mask.t().as_standard_layout().into_owned();
+        let strided_u8 = mask_u8.t().as_standard_layout().into_owned();
+        let masks = [
+            MaskView::from(&mask),
+            MaskView::from(&mask_u8),
+            MaskView::from(strided.t()),
+            MaskView::from(strided_u8.t()),
+        ];
+        for mask in masks {
+            let want = match mask {
+                MaskView::U8(_) => Error::MaskValue {
+                    row,
+                    token,
+                    value: i64::from(value as u8),
+                },
+                _ => Error::MaskValue { row, token, value },
+            };
+            for name in EstimatorConfig::NAMES {
+                let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+                let input = every.input(mask);
+                assert_eq!(est.estimate(&input).unwrap_err(), want, "{name} {mask:?}");
+                let mut a = Array2::<f32>::zeros((4, 19));
+                let err = est
+                    .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+                    .unwrap_err();
+                assert_eq!(err, want, "{name} estimate_into {mask:?}");
             }
         }
     }
@@ -392,4 +426,75 @@ fn token_functions_reject_integer_entries_other_than_0_and_1() {
     let fine = ndarray::array![[1u8, 1, 0], [1, 0, 1]];
     broadcast_into(&[1.0, 2.0], &fine, &mut out).unwrap();
     assert_eq!(out, ndarray::array![[1.0, 1.0, 0.0], [2.0, 0.0, 2.0]]);
+}
+
+/// Which error a bad mask entry gives when the input has another fault too: the same for
+/// every estimator, whether its mask is tested up front or in the pass that reads it. A
+/// non-finite token reward is reported first (the rewards are checked before the mask, in
+/// verl's argument order); the mask entry before a non-finite value of a later column (GAE's
+/// values) and before any error a mask read as "nonzero = generated" would lead to (a lone
+/// 2 in an empty mask is one generated token: whitening's "fewer than two tokens", OPO's
+/// "empty group").
+#[test]
+fn a_bad_mask_entry_is_reported_in_a_fixed_order() {
+    let every = common::EveryColumn::new();
+    let mut lone = Array2::<i64>::zeros((4, 3));
+    lone[[1, 1]] = 2;
+    let mut bad = Array2::<i64>::ones((4, 3));
+    bad[[1, 2]] = 5;
+    let ones = Array2::<i64>::ones((4, 3));
+    let mut nan_rewards = every.rewards.clone();
+    nan_rewards[[2, 1]] = f64::NAN;
+    let mut inf_values = every.rewards.clone();
+    inf_values[[0, 0]] = f64::INFINITY;
+    let (lone_u8, bad_u8) = (lone.mapv(|v| v as u8), bad.mapv(|v| v as u8));
+    let run = |est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>| {
+        let fresh = match est.estimate(input) {
+            Ok(_) => panic!("{}: no error", est.name()),
+            Err(e) => e,
+        };
+        let mut a = Array2::<f32>::zeros((4, 3));
+        let mut b = Array2::<f32>::zeros((4, 3));
+        let into = est
+            .estimate_into(
+                input,
+                (&mut a).into(),
+                Some((&mut b).into()),
+                &mut Workspace::new(),
+            )
+            .unwrap_err();
+        assert_eq!(format!("{fresh:?}"), format!("{into:?}"), "{}", est.name());
+        fresh
+    };
+    for name in EstimatorConfig::NAMES {
+        let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        for (lone, bad) in [
+            (MaskView::from(&lone), MaskView::from(&bad)),
+            (MaskView::from(&lone_u8), MaskView::from(&bad_u8)),
+        ] {
+            let lone_err = run(est.as_ref(), &every.input(lone));
+            assert_eq!(
+                lone_err,
+                Error::MaskValue {
+                    row: 1,
+                    token: 1,
+                    value: 2
+                },
+                "{name} {lone:?}"
+            );
+            let want_bad = Error::MaskValue {
+                row: 1,
+                token: 2,
+                value: 5,
+            };
+            let values_err = run(est.as_ref(), &every.input(bad).with_values(&inf_values));
+            assert_eq!(values_err, want_bad, "{name} {bad:?}");
+            // With a NaN reward (errors compared as text: NaN ≠ NaN): the error the same input gives under a valid mask.
+            let with_nan = |mask| every.input(mask).with_token_level_rewards(&nan_rewards);
+            let want = run(est.as_ref(), &with_nan(MaskView::from(&ones)));
+            assert!(!matches!(want, Error::MaskValue { .. }), "{name}: {want:?}");
+            let got = run(est.as_ref(), &with_nan(bad));
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{name} {bad:?}");
+        }
+    }
 }
