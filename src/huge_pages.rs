@@ -2,13 +2,12 @@
 //!
 //! An output the crate allocates itself ([`estimate`](crate::estimator::AdvantageEstimator::estimate)'s
 //! arrays) is written in full right away, and on its first write every page of fresh memory
-//! faults into the kernel, which maps and zeroes it. With 4 KiB pages that is 15,360 faults for
-//! a 60 MiB output, and under a hypervisor each costs more than the bytes it maps: filling a
-//! fresh 30,720 × 512 `f32` array took 31 ms against 8 ms for a kept one
-//! (`python/bench/bench_verl.py`'s machine, see the README). Advising the kernel to back the
-//! buffer with 2 MiB pages (Linux `madvise(MADV_HUGEPAGE)`, honoured when
-//! `/sys/kernel/mm/transparent_hugepage/enabled` is `always` or `madvise`) makes that one fault
-//! per 2 MiB: 13 ms.
+//! faults into the kernel, which maps and zeroes it: with 4 KiB pages, 30,720 faults for a
+//! 30,720 × 512 `f64` output, and under a hypervisor each costs more than the bytes it maps.
+//! Advising the kernel to back the buffer with 2 MiB pages (Linux `madvise(MADV_HUGEPAGE)`,
+//! honoured when `/sys/kernel/mm/transparent_hugepage/enabled` is `always` or `madvise`) makes
+//! that one fault per 2 MiB. Measured (README, "Fourth round"): `grpo`'s `estimate` at that
+//! size 84–91 ms before, 52–58 ms after (`cargo bench --bench trainer -- trainer_C/grpo`).
 //!
 //! The advice covers the 2 MiB-aligned part of a buffer of at least [`MIN_BYTES`], before its
 //! first write. It never changes contents or validity; where it is unsupported (another OS,

@@ -46,6 +46,7 @@
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 
 use crate::error::{Error, Result};
+use crate::stream::Chunk;
 
 mod sealed {
     pub trait Sealed {}
@@ -710,11 +711,11 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
 }
 
 /// [`write_masked`] for one output dtype; false when an integer entry is neither 0 nor 1.
-fn write_masked_as<O: SelectBits<8> + SelectBits<16>>(
-    values: &[f64],
-    mask: &MaskView<'_>,
-    out: &mut ArrayViewMut2<'_, O>,
-) -> bool {
+fn write_masked_as<O: SelectBits>(values: &[f64], mask: &MaskView<'_>, out: &mut ArrayViewMut2<'_, O>) -> bool
+where
+    [O; 8]: Chunk,
+    [O; 16]: Chunk,
+{
     match mask {
         // Chunks of 16 tokens for byte masks, of 8 for i64 (whose 16-token chunk spills
         // registers under SSE2 and measured slower).
@@ -754,11 +755,14 @@ fn write_masked_as<O: SelectBits<8> + SelectBits<16>>(
     }
 }
 
-fn write_masked_elems<M: MaskBits, O: SelectBits<N>, const N: usize>(
+fn write_masked_elems<M: MaskBits, O: SelectBits, const N: usize>(
     values: &[f64],
     mask: &ArrayView2<'_, M>,
     out: &mut ArrayViewMut2<'_, O>,
-) -> bool {
+) -> bool
+where
+    [O; N]: Chunk,
+{
     let cols = mask.ncols();
     if cols == 0 {
         return true;
@@ -811,16 +815,20 @@ fn write_masked_elems<M: MaskBits, O: SelectBits<N>, const N: usize>(
 /// nor 1). One pass: the test costs no read of its own.
 ///
 /// The select is a bitwise AND of `v`'s bits with an all-ones or all-zeros word made from the
-/// entry (`0 − m`: 1 gives all ones, 0 gives +0.0's zero bits), in chunks of eight tokens with
-/// eight OR lanes, so that it vectorizes as integer ops in the mask's width without a compare
-/// (an `i64` compare is not in SSE2). An entry other than 0 and 1 writes unspecified bits; the
-/// caller reports it ([`Error::MaskValue`]).
+/// entry (`0 − m`: 1 gives all ones, 0 gives +0.0's zero bits), in chunks of `N` tokens with
+/// `N` OR lanes, so that it vectorizes as integer ops in the mask's width without a compare
+/// (an `i64` compare is not in SSE2). With `STREAM` each chunk is stored with
+/// [`crate::stream::store`]. An entry other than 0 and 1 writes unspecified bits; the caller
+/// reports it ([`Error::MaskValue`]).
 #[inline]
-fn write_row<M: MaskBits, O: SelectBits<N>, const N: usize, const STREAM: bool>(
+fn write_row<M: MaskBits, O: SelectBits, const N: usize, const STREAM: bool>(
     m: &[M],
     o: &mut [O],
     v: O,
-) -> M::Extra {
+) -> M::Extra
+where
+    [O; N]: Chunk,
+{
     let n = m.len().min(o.len());
     let (m, o) = (&m[..n], &mut o[..n]);
     let mut lanes = [M::Extra::default(); N];
@@ -833,7 +841,7 @@ fn write_row<M: MaskBits, O: SelectBits<N>, const N: usize, const STREAM: bool>(
             let w: [O; N] = std::array::from_fn(|j| v.select(m[j].unit()));
             // (A chunk always converts: `chunks_exact_mut(N)` gives N elements.)
             if let Ok(o) = <&mut [O; N]>::try_from(o) {
-                O::store_chunk(o, w);
+                crate::stream::store(o, w);
             }
         } else {
             for j in 0..N {
@@ -850,34 +858,18 @@ fn write_row<M: MaskBits, O: SelectBits<N>, const N: usize, const STREAM: bool>(
 }
 
 /// An output float's bitwise select (internal): `v` where `unit` is 1, +0.0 where it is 0.
-pub(crate) trait SelectBits<const N: usize>: Float {
+pub(crate) trait SelectBits: Float {
     fn select(self, unit: u32) -> Self;
-    /// A chunk of N written with [`crate::stream::store`].
-    fn store_chunk(dst: &mut [Self; N], src: [Self; N]);
 }
 
-impl<const N: usize> SelectBits<N> for f32
-where
-    [f32; N]: crate::stream::Chunk,
-{
-    #[inline(always)]
-    fn store_chunk(dst: &mut [f32; N], src: [f32; N]) {
-        crate::stream::store(dst, src);
-    }
+impl SelectBits for f32 {
     #[inline(always)]
     fn select(self, unit: u32) -> f32 {
         f32::from_bits(self.to_bits() & 0u32.wrapping_sub(unit))
     }
 }
 
-impl<const N: usize> SelectBits<N> for f64
-where
-    [f64; N]: crate::stream::Chunk,
-{
-    #[inline(always)]
-    fn store_chunk(dst: &mut [f64; N], src: [f64; N]) {
-        crate::stream::store(dst, src);
-    }
+impl SelectBits for f64 {
     #[inline(always)]
     fn select(self, unit: u32) -> f64 {
         f64::from_bits(self.to_bits() & 0u64.wrapping_sub(u64::from(unit)))

@@ -407,18 +407,6 @@ pub(crate) fn check_steps_out(input: &EstimatorInput<'_>, advantages: &[f64]) ->
 /// # Errors
 /// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
 pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Result<()> {
-    fn count_bool(m: &ArrayView2<'_, bool>, counts: &mut Vec<usize>) {
-        let cols = m.ncols();
-        let row_count = |row: &[bool]| row.iter().map(|&x| usize::from(x)).sum::<usize>();
-        match m.as_slice() {
-            Some(s) if cols > 0 => counts.extend(s.chunks_exact(cols).map(row_count)),
-            _ => counts.extend(
-                m.rows()
-                    .into_iter()
-                    .map(|row| row.iter().map(|&x| usize::from(x)).sum::<usize>()),
-            ),
-        }
-    }
     fn count<M: MaskBits>(m: &ArrayView2<'_, M>, counts: &mut Vec<usize>) -> bool {
         let mut seen = 0u64;
         let cols = m.ncols();
@@ -436,11 +424,9 @@ pub(crate) fn masked_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Res
         seen & !1 == 0
     }
     counts.clear();
+    // `bool` through the same counting: its bits are 0 or 1, so it always passes the test.
     let valid = match mask {
-        MaskView::Bool(m) => {
-            count_bool(m, counts);
-            true
-        }
+        MaskView::Bool(m) => count(m, counts),
         MaskView::U8(m) => count(m, counts),
         MaskView::I64(m) => count(m, counts),
         MaskView::Lengths { lengths, cols } => {
@@ -800,35 +786,6 @@ pub(crate) fn mask_row(mask: &MaskView<'_>, r: usize, buf: &mut [u8]) -> bool {
 /// # Errors
 /// [`Error::MaskValue`] for the first integer entry (row-major) other than 0 and 1.
 pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) -> Result<()> {
-    // bool: the count alone (no entry can be invalid).
-    fn row_counts<'x>(row: impl Iterator<Item = &'x bool>, out: &mut [usize]) {
-        let mut c = [0usize; SUM_LANES];
-        for (t, &x) in row.enumerate() {
-            c[t % SUM_LANES] += usize::from(x);
-        }
-        out.copy_from_slice(&c);
-    }
-    fn count_bool(m: &ArrayView2<'_, bool>, counts: &mut [usize]) {
-        for (row, out) in m.rows().into_iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
-            match row.as_slice() {
-                Some(s) => {
-                    // Whole chunks of SUM_LANES tokens first: a branch-free, vectorizable count.
-                    let mut c = [0usize; SUM_LANES];
-                    let mut chunks = s.chunks_exact(SUM_LANES);
-                    for ch in &mut chunks {
-                        for (c, &x) in c.iter_mut().zip(ch) {
-                            *c += usize::from(x);
-                        }
-                    }
-                    for (c, &x) in c.iter_mut().zip(chunks.remainder()) {
-                        *c += usize::from(x);
-                    }
-                    out.copy_from_slice(&c);
-                }
-                None => row_counts(row.iter(), out),
-            }
-        }
-    }
     fn count<M: MaskBits>(m: &ArrayView2<'_, M>, counts: &mut [usize]) -> bool {
         let mut seen = 0u64;
         for (row, out) in m.rows().into_iter().zip(counts.chunks_exact_mut(SUM_LANES)) {
@@ -845,11 +802,9 @@ pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) 
     let rows = mask.dim().0;
     counts.clear();
     counts.resize(rows * SUM_LANES, 0);
+    // `bool` through the same counting: its bits are 0 or 1, so it always passes the test.
     let valid = match mask {
-        MaskView::Bool(m) => {
-            count_bool(m, counts);
-            true
-        }
+        MaskView::Bool(m) => count(m, counts),
         MaskView::U8(m) => count(m, counts),
         MaskView::I64(m) => count(m, counts),
         MaskView::Lengths { lengths, cols } => {
