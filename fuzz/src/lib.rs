@@ -7,6 +7,7 @@
 
 pub mod bytes;
 pub mod detectors;
+pub mod discover;
 pub mod estimators;
 pub mod records;
 pub mod token;

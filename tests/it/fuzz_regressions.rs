@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 mod bytes;
 #[path = "../../fuzz/src/detectors.rs"]
 mod detectors;
+#[path = "../../fuzz/src/discover.rs"]
+mod discover;
 #[path = "../../fuzz/src/estimators.rs"]
 mod estimators;
 #[cfg(feature = "serde")]
@@ -79,6 +81,11 @@ fn token() {
     replay("token", token::run);
 }
 
+#[test]
+fn discover() {
+    replay("discover", discover::run);
+}
+
 /// The replay is not vacuous: a well-formed input reaches the oracles and a small corpus
 /// of hand-made inputs passes them.
 #[test]
@@ -92,6 +99,7 @@ fn oracles_accept_well_formed_inputs() {
         estimators::run(&data);
         detectors::run(&data);
         token::run(&data);
+        discover::run(&data);
     }
 }
 
