@@ -3,6 +3,8 @@
 //!
 //! Masks are `bool`, `u8` or `i64` matrices in either memory layout; integer masks are mostly
 //! 0/1 and sometimes hold any value.
+//! Shapes are up to 12 × 12, and for one mode byte in 32 about 4 MiB of output (just under or
+//! over the size from which the masked writer streams its stores), with a repeated mask pattern.
 //!
 //! Oracles: no panic; `Ok` exactly when the documented preconditions hold (checked here
 //! independently); an integer entry other than 0 and 1 is `Error::MaskValue` naming the first
@@ -50,10 +52,26 @@ impl Bits for f64 {
     }
 }
 
+/// Output bytes from which the masked writer streams its stores (`stream::MIN_BYTES`).
+const STREAM_BYTES: usize = 4 << 20;
+
 fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
-    let rows = u.range(0, 12);
-    let cols = u.range(0, 12);
-    let values: Vec<f64> = (0..u.range(0, 12)).map(|_| u.f64()).collect();
+    // Mode bytes 0xf8..=0xff: an output of about `STREAM_BYTES`, just under or over, so that
+    // the streaming stores (and their unaligned-row fallback) run; the mask is then a fuzzed
+    // pattern repeated, as the input cannot hold a million entries.
+    let large = mode >= 0xf8;
+    let (rows, cols) = if large {
+        let rows = u.range(1, 8);
+        let elems = STREAM_BYTES / std::mem::size_of::<T>();
+        (rows, elems.div_ceil(rows) - 1 + u.range(0, 15))
+    } else {
+        (u.range(0, 12), u.range(0, 12))
+    };
+    let values: Vec<f64> = if large && u.u8() < 224 {
+        (0..rows).map(|_| u.f64()).collect()
+    } else {
+        (0..u.range(0, 12)).map(|_| u.f64()).collect()
+    };
     // The mask's entries as i64; `kind` picks the dtype the functions see (bool: 0/1 only).
     let kind = u.u8() % 3;
     let wild = kind != 0 && u.u8() < 64;
@@ -65,7 +83,15 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
             (_, true) => u.u64() as i64,
         }
     };
-    let vals = if fortran {
+    let vals = if large {
+        let pattern: Vec<i64> = (0..u.range(1, 64)).map(|_| entry(u)).collect();
+        let at = |(r, j): (usize, usize)| pattern[(r * cols + j) % pattern.len()];
+        if fortran {
+            Array2::from_shape_fn((rows, cols).f(), at)
+        } else {
+            Array2::from_shape_fn((rows, cols), at)
+        }
+    } else if fortran {
         Array2::from_shape_fn((rows, cols).f(), |_| entry(u))
     } else {
         Array2::from_shape_fn((rows, cols), |_| entry(u))
