@@ -400,7 +400,8 @@ impl MilestoneDiscovery {
     /// `tasks[g]` names the task of group g (rollouts of one task share a memory across
     /// batches; the group id works when a group is one task). `step(row, t)` gives row's
     /// transition (t = its 0-based step in its trajectory); only its `action` and
-    /// `next_observation` are read: scores, flags and subgoals are ignored.
+    /// `next_observation` are read, and with `novelty` the first step's `observation` (the
+    /// start state s_0, module docs): scores, flags and subgoals are ignored.
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`.
