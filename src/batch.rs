@@ -641,7 +641,9 @@ impl BatchBuilder {
         group_keys: &[G],
         rewards: &[f64],
     ) -> Result<()> {
-        self.build_keyed(group_keys, None::<fn(usize) -> usize>, rewards.len(), rewards)?;
+        // No trajectory keys: their count is the group keys' (as in `from_group_keys`), so a
+        // short reward column is named as such.
+        self.build_keyed(group_keys, None::<fn(usize) -> usize>, group_keys.len(), rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
@@ -967,6 +969,24 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn group_keys_errors_are_the_same_built_or_rebuilt() {
+        // 2 keys, 1 reward: the reward column is the short one, whether the batch is new or
+        // rebuilt in place (the rebuild once named `traj_keys`, a column it is not given).
+        let want = Err(Error::LengthMismatch {
+            what: "row_rewards",
+            expected: 2,
+            actual: 1,
+        });
+        assert_eq!(RolloutBatch::from_group_keys(&[1u64, 2], &[0.0]), want);
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_group_keys(&[1u64], &[0.0]).unwrap();
+        assert_eq!(
+            builder.rebuild_from_group_keys(&mut batch, &[1u64, 2], &[0.0]),
+            want.map(|_: RolloutBatch| ())
+        );
     }
 
     #[test]
