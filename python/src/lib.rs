@@ -190,45 +190,54 @@ fn borrow_err(what: &str) -> impl Fn(numpy::BorrowError) -> PyErr + '_ {
 }
 
 /// Group or trajectory keys as the caller holds them: int64 arrays are read in place; object
-/// arrays of `str` (verl's uuids) are read as the strings' UTF-8 (no copy: CPython caches it
-/// in the object) and compared by value in the crate's batch builder; any other object array
-/// is interned with a dict, so keys that compare equal in Python get one id.
+/// arrays are interned into ids numbered by first appearance, with the GIL held. Exact `str`
+/// keys (verl's uuids) are compared by their UTF-8 (no copy: CPython caches it in the object);
+/// a row holding the same object as the previous row (verl's `np.repeat` copies one reference
+/// over a group's rows) takes its id without a lookup. Any other object array goes through a
+/// dict, so keys that compare equal in Python get one id.
 enum KeyCol<'py> {
     Ints(PyReadonlyArray1<'py, i64>),
-    /// One strong reference per row (keeps each string alive while the GIL is released).
-    Strs(Vec<Bound<'py, PyString>>),
+    /// A non-contiguous int64 column, copied.
+    Copied(Vec<i64>),
+    /// Ids numbered by first appearance.
     Interned(Vec<i64>),
 }
 
 impl KeyCol<'_> {
-    /// Borrowed keys; `strs` holds the `&str`s of a `Strs` column.
-    fn keys<'s>(&'s self, strs: &'s mut Vec<&'s str>) -> PyResult<adapter::Keys<'s>> {
+    fn keys(&self) -> PyResult<adapter::Keys<'_>> {
         Ok(match self {
-            // `keys` interns non-contiguous int64 columns, so this one is contiguous.
-            KeyCol::Ints(a) => adapter::Keys::Ints(
+            // `keys` copies non-contiguous int64 columns, so this one is contiguous.
+            KeyCol::Ints(a) => adapter::Keys::ints(
                 a.as_slice()
                     .map_err(|_| PyValueError::new_err("internal: non-contiguous key column"))?,
             ),
-            KeyCol::Interned(v) => adapter::Keys::Ints(v),
-            KeyCol::Strs(objs) => {
-                strs.clear();
-                strs.reserve(objs.len());
-                // verl repeats one uuid object over a group's rows (np.repeat copies
-                // references): the same object as the previous row reuses its &str.
-                let mut prev: Option<(*mut pyo3::ffi::PyObject, &str)> = None;
-                for o in objs {
-                    let ptr = o.as_ptr();
-                    let s = match prev {
-                        Some((p, s)) if p == ptr => s,
-                        _ => o.to_str()?,
-                    };
-                    prev = Some((ptr, s));
-                    strs.push(s);
-                }
-                adapter::Keys::Strs(strs)
-            }
+            KeyCol::Copied(v) => adapter::Keys::ints(v),
+            KeyCol::Interned(v) => adapter::Keys::interned(v),
         })
     }
+}
+
+/// First-appearance ids of an object column whose entries are all exact `str` with a UTF-8
+/// form, compared by value; `None` as soon as an entry is anything else (a `str` subclass may
+/// redefine equality; a lone surrogate has no UTF-8), for the dict to decide.
+fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>) -> Option<Vec<i64>> {
+    let mut ids = Vec::with_capacity(keys.len());
+    let mut table: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    let mut prev: Option<(*mut pyo3::ffi::PyObject, i64)> = None;
+    for key in keys.iter() {
+        let ptr = key.as_ptr();
+        let id = match prev {
+            Some((p, id)) if p == ptr => id,
+            _ => {
+                let s = key.bind(py).cast_exact::<PyString>().ok()?.to_str().ok()?;
+                let next = table.len() as i64;
+                *table.entry(s).or_insert(next)
+            }
+        };
+        prev = Some((ptr, id));
+        ids.push(id);
+    }
+    Some(ids)
 }
 
 fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
@@ -237,36 +246,14 @@ fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
         if a.as_slice().is_ok() {
             return Ok(KeyCol::Ints(a));
         }
-        return Ok(KeyCol::Interned(a.as_array().to_vec()));
+        return Ok(KeyCol::Copied(a.as_array().to_vec()));
     }
     if let Ok(a) = obj.cast::<PyArray1<Py<PyAny>>>() {
         let py = obj.py();
         let a = a.try_readonly().map_err(borrow_err(what))?;
-        // Strings first: one type check per distinct consecutive object.
-        let mut strs: Vec<Bound<'py, PyString>> = Vec::with_capacity(a.len());
-        let mut all_str = true;
-        for key in a.as_array().iter() {
-            let key = key.bind(py);
-            match strs.last() {
-                Some(last) if last.as_ptr() == key.as_ptr() => {
-                    let same = last.clone();
-                    strs.push(same);
-                }
-                // Exact str only (a subclass may redefine equality), with a UTF-8 form (no
-                // lone surrogates); anything else goes through the dict.
-                _ => match key.cast_exact::<PyString>() {
-                    Ok(s) if s.to_str().is_ok() => strs.push(s.clone()),
-                    _ => {
-                        all_str = false;
-                        break;
-                    }
-                },
-            }
+        if let Some(ids) = intern_strs(py, a.as_array()) {
+            return Ok(KeyCol::Interned(ids));
         }
-        if all_str {
-            return Ok(KeyCol::Strs(strs));
-        }
-        drop(strs);
         let ids = PyDict::new(py);
         let mut out = Vec::with_capacity(a.len());
         for (row, key) in a.as_array().iter().enumerate() {
@@ -345,7 +332,6 @@ fn estimate<'py>(
     let mask = m2("response_mask", response_mask)?;
     let index = keys("index", index)?;
     let traj = traj_index.map(|t| keys("traj_index", t)).transpose()?;
-    let (mut index_strs, mut traj_strs) = (Vec::new(), Vec::new());
     let episode = f1("episode_rewards", episode_rewards)?;
     let values = f2("values", values)?;
     let olp = f2("old_log_probs", old_log_probs)?;
@@ -361,8 +347,8 @@ fn estimate<'py>(
         .transpose()?;
     let mut adv = o2("out_advantages", out_advantages)?;
     let mut ret = out_returns.map(|r| o2("out_returns", r)).transpose()?;
-    let index = index.keys(&mut index_strs)?;
-    let traj = traj.as_ref().map(|t| t.keys(&mut traj_strs)).transpose()?;
+    let index = index.keys()?;
+    let traj = traj.as_ref().map(KeyCol::keys).transpose()?;
     let req = Request {
         token_level_rewards: rewards.as_ref().map(F2::view),
         response_mask: mask.as_ref().map(M2::view),
@@ -402,7 +388,7 @@ fn output_shape<'py>(
     let req = Request {
         token_level_rewards: rewards.as_ref().map(F2::view),
         response_mask: mask.as_ref().map(M2::view),
-        index: adapter::Keys::Ints(&dummy),
+        index: adapter::Keys::ints(&dummy),
         traj_index: None,
         episode_rewards: None,
         values: None,
@@ -448,8 +434,7 @@ fn estimate_turns<'py>(
     let index = keys("index", index)?;
     let mut adv = o2("out_advantages", out_advantages)?;
     let mut ret = out_returns.map(|r| o2("out_returns", r)).transpose()?;
-    let mut strs = Vec::new();
-    let index = index.keys(&mut strs)?;
+    let index = index.keys()?;
     let (rv, mv) = (rewards.view(), mask.view());
     let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
     let stats = py.detach(|| adapter::estimate_turns(&est, &rv, &mv, index, a, r))?;

@@ -209,3 +209,88 @@ def test_step_estimators_still_reject_bad_token_rewards():
         disagree[1, 2] = 0.5
         with pytest.raises(ValueError):
             beacon_rl.estimate(name, disagree, mask, uid, traj_index=traj, milestones=flags)
+
+
+# --- verl's layout: each group's rows one contiguous run -----------------------------------
+# The binding interns object keys into first-appearance ids (a row holding the previous row's
+# object takes its id without a lookup) and builds the batch of a verl layout directly from the
+# runs' offsets, skipping the batch builder. Any other layout goes through the builder. Both
+# must give the same bits and the same errors.
+
+
+def verl_layout(rng, groups, per_group, cols, keys):
+    """Rows as verl holds them: one uuid object per group repeated over its rows (np.repeat),
+    prefix masks of random length, a 0/1/2 score on each row's last valid token."""
+    rows = groups * per_group
+    lens = rng.integers(0, cols + 1, rows)
+    mask = (np.arange(cols)[None, :] < lens[:, None]).astype(np.int64)
+    rewards = np.zeros((rows, cols), dtype=np.float32)
+    rewards[np.arange(rows), np.maximum(lens - 1, 0)] = rng.integers(0, 3, rows)
+    if keys == "same-object":
+        uids = np.array([f"uid-{g}-{rng.integers(1 << 30)}" for g in range(groups)], dtype=object)
+        index = np.repeat(uids, per_group)
+    elif keys == "equal-strings":
+        # Equal keys in distinct str objects: grouped by value, not by identity.
+        index = np.array(["".join(["uid-", str(g)]) for g in np.repeat(np.arange(groups), per_group)], dtype=object)
+    else:
+        # Integer keys, not numbered from 0 nor increasing.
+        index = np.repeat(rng.permutation(groups) * 7 + 3, per_group).astype(np.int64)
+    return rewards, mask, index
+
+
+@pytest.mark.parametrize("keys", ["same-object", "equal-strings", "int"])
+@pytest.mark.parametrize("groups,per_group", [(16, 8), (1, 12), (9, 1), (5, 3)])
+def test_contiguous_groups_give_the_bits_of_scattered_rows(keys, groups, per_group):
+    rng = np.random.default_rng(groups * 100 + per_group)
+    rewards, mask, index = verl_layout(rng, groups, per_group, 11, keys)
+    contiguous, _ = beacon_rl.estimate("grpo", rewards, mask, index)
+    np.testing.assert_allclose(contiguous, grpo_reference(rewards, mask, index), rtol=1e-5, atol=1e-6)
+    # The same rows shuffled (groups interleaved: the batch builder's path) give each row the
+    # very same bits.
+    perm = rng.permutation(len(index))
+    scattered, _ = beacon_rl.estimate("grpo", rewards[perm], mask[perm], index[perm])
+    np.testing.assert_array_equal(scattered, contiguous[perm])
+    for name in ("grpo_vectorized", "rloo", "opo"):
+        a, _ = beacon_rl.estimate(name, rewards, mask, index)
+        b, _ = beacon_rl.estimate(name, rewards[perm], mask[perm], index[perm])
+        np.testing.assert_array_equal(b, a[perm], err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        # A group whose rows come back after another group's: one group of four rows, not two
+        # groups of two (a run-by-run batch would split it).
+        np.array(["a", "a", "b", "b", "a", "a"], dtype=object),
+        np.repeat(np.array(["a", "b", "a"], dtype=object), 2),  # the same object each time
+        np.array([5, 5, 3, 3, 5, 5], dtype=np.int64),
+        np.array([5, 5, 3, 3, 5, 5], dtype=np.int64)[::-1],  # non-contiguous int64 column
+        np.array([2, 2, 1, 1, 2, 2], dtype=np.int64),
+    ],
+    ids=["str", "repeated-objects", "int64", "int64-strided", "int64-decreasing"],
+)
+def test_a_group_that_comes_back_is_one_group(index):
+    rewards = np.array([[1.0], [0.0], [1.0], [1.0], [1.0], [0.0]], dtype=np.float32)
+    mask = np.ones((6, 1), dtype=np.int64)
+    adv, _ = beacon_rl.estimate("grpo", rewards, mask, index)
+    np.testing.assert_allclose(adv, grpo_reference(rewards, mask, index), rtol=1e-6)
+    # Hand check for the str case: group a = rows 0, 1, 4, 5 with scores 1, 0, 1, 0 (mean 0.5,
+    # unbiased std sqrt(1/3)); group b = rows 2, 3 with scores 1, 1 (all 0).
+    if index[0] == "a":
+        a = 0.5 / (np.sqrt(1 / 3) + 1e-6)
+        np.testing.assert_allclose(adv[:, 0], [a, -a, 0, 0, a, -a], rtol=1e-6)
+
+
+def test_verl_layout_errors_are_the_builders():
+    # Rows of a contiguous layout and the same rows scattered fail with one message: the
+    # shortcut is only taken where the batch builder could not fail.
+    mask = np.ones((4, 2), dtype=np.int64)
+    rewards = np.zeros((4, 2), dtype=np.float32)
+    flags = np.zeros(4, dtype=bool)
+    for index in (np.array(["a", "a", "b", "b"], dtype=object), np.array(["a", "b", "a", "b"], dtype=object)):
+        with pytest.raises(ValueError, match=r"^non-finite value NaN in row_rewards at index 1$"):
+            beacon_rl.estimate(
+                "beacon_official", rewards, mask, index, episode_rewards=np.array([0, np.nan, 0, 0]), milestones=flags
+            )
+        with pytest.raises(ValueError, match=r"^length mismatch: row_rewards has 3 entries, expected 4$"):
+            beacon_rl.estimate("beacon_official", rewards, mask, index, episode_rewards=np.zeros(3), milestones=flags)
