@@ -249,5 +249,5 @@ def test_large_fresh_outputs_advised_for_huge_pages_equal_the_out_path(torch_out
     assert np.array_equal(np.asarray(fresh), kept)
     # The advice itself leaves an array's contents as they are.
     a = np.arange(3 << 20, dtype=np.float32)
-    beacon_rl._advise_huge_pages(a)
+    beacon_rl._advise_huge_pages(a.ctypes.data, a.nbytes)
     assert np.array_equal(a, np.arange(3 << 20, dtype=np.float32))
