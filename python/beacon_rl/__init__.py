@@ -37,6 +37,8 @@ __all__ = [
     "estimate_turns",
     "validate",
     "STEP_ESTIMATORS",
+    "set_num_threads",
+    "get_num_threads",
 ]
 
 #: Estimators that credit steps (rows of a step batch, or turns of a dialogue).
@@ -54,6 +56,22 @@ def names() -> list[str]:
 def verl_names() -> list[str]:
     """The names that are verl's own estimators (reproduced by the crate)."""
     return list(_native.verl_names())
+
+
+def set_num_threads(n: int) -> None:
+    """Compute on ``n`` threads from the next call on (default 1: the calling thread).
+
+    The crate's parallel paths split independent groups and row blocks over the threads and
+    give the very bits of the serial path. More threads cut wall-clock time on the
+    memory-bound passes over rows × L (not in proportion: cores share the memory bus) and add
+    CPU time; a trainer's process also runs torch's threads, hence the default of one.
+    Raises ``ValueError`` for 0."""
+    _native.set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """The number of threads the estimators compute on (1: the calling thread)."""
+    return int(_native.get_num_threads())
 
 
 def validate(name: str, config: Optional[Mapping[str, Any]] = None) -> None:

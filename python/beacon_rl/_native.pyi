@@ -77,3 +77,10 @@ def _time_crate_call(
     """Benchmark helper, not API: wall-clock and CPU (``time.process_time``) seconds of each
     of ``reps`` runs of the crate's own call (kept batch builder and workspace, int64 group
     ids, the mask as given or as ``lengths``), with no binding around it."""
+
+def set_num_threads(n: int) -> None:
+    """Compute on ``n`` threads from the next call on (1, the default: the calling thread).
+    Raises ValueError for 0."""
+
+def get_num_threads() -> int:
+    """The number of threads the estimators compute on."""

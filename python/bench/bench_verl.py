@@ -19,7 +19,8 @@ ratios.
 
 - grpo: verl's compute_grpo_outcome_advantage and compute_grpo_vectorized_outcome_advantage
   against beacon_rl.estimate("grpo") returning a fresh torch float32 tensor (verl's contract)
-  and with out= a kept buffer.
+  and with out= a kept buffer; both again on two threads (beacon_rl.set_num_threads(2), opt-in;
+  the script checks that the result equals the serial one bit for bit).
 - binding overhead: beacon_rl.estimate("grpo", ..., out=(buf, buf)) from the torch tensors and
   uuid keys, against the crate's own call on the same arrays with int64 group ids and no Python
   around it (`_native._time_crate_call`: kept BatchBuilder + Workspace, `estimate_into` the f32
@@ -154,9 +155,20 @@ def main():
         res["beacon_rl grpo, out=(buf, buf)"] = timeit(
             lambda: beacon_rl.estimate("grpo", rewards, mask, index, out=(buf, buf)), args.reps
         )
+        # The same on two threads (beacon_rl.set_num_threads(2), opt-in: the crate's parallel
+        # row passes, same bits; CPU time adds both threads).
+        beacon_rl.set_num_threads(2)
+        res["beacon_rl grpo -> fresh, 2 threads"] = timeit(lambda: beacon_rl.estimate("grpo", rewards, mask, index), args.reps)
+        res["beacon_rl grpo, out=, 2 threads"] = timeit(
+            lambda: beacon_rl.estimate("grpo", rewards, mask, index, out=(buf, buf)), args.reps
+        )
+        threaded, _ = beacon_rl.estimate("grpo", rewards, mask, index)
+        beacon_rl.set_num_threads(1)
         want, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, index)
         got, _ = beacon_rl.estimate("grpo", rewards, mask, index)
         err = (got - want).abs().max().item()
+        if not torch.equal(threaded, got):
+            sys.exit("grpo on 2 threads differs from the serial result")
 
         # The binding's overhead over the crate's own call, interleaved pairs.
         r_np, m_np, b_np = rewards.numpy(), mask.numpy(), buf.numpy()
@@ -244,6 +256,10 @@ def main():
             print(f"  [{clock}] grpo: {med['verl grpo'] / fresh:.1f}× verl grpo, "
                   f"{med['verl grpo_vectorized'] / fresh:.1f}× grpo_vectorized (fresh tensor); "
                   f"with out=: {med['verl grpo'] / out:.1f}×, {med['verl grpo_vectorized'] / out:.1f}×")
+            fresh2, out2 = med["beacon_rl grpo -> fresh, 2 threads"], med["beacon_rl grpo, out=, 2 threads"]
+            print(f"  [{clock}] grpo, 2 threads: {med['verl grpo'] / fresh2:.1f}× verl grpo, "
+                  f"{med['verl grpo_vectorized'] / fresh2:.1f}× grpo_vectorized (fresh tensor); "
+                  f"with out=: {med['verl grpo'] / out2:.1f}×, {med['verl grpo_vectorized'] / out2:.1f}×")
             for what, top, base in (
                 ("int64 mask / crate, int64 matrix", py, rust),
                 ("int64 mask / crate, lengths", py, rust_len),

@@ -8,6 +8,7 @@
 //! tensors and verl.
 
 mod adapter;
+mod threads;
 
 use numpy::{
     PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2,
@@ -365,7 +366,7 @@ fn estimate<'py>(
         anchor_obs: anchor_strs.as_deref(),
     };
     let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
-    py.detach(|| adapter::estimate(&est, &req, a, r))?;
+    py.detach(|| threads::run(|| adapter::estimate(&est, &req, a, r)))?;
     Ok(())
 }
 
@@ -437,7 +438,7 @@ fn estimate_turns<'py>(
     let index = index.keys()?;
     let (rv, mv) = (rewards.view(), mask.view());
     let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
-    let stats = py.detach(|| adapter::estimate_turns(&est, &rv, &mv, index, a, r))?;
+    let stats = py.detach(|| threads::run(|| adapter::estimate_turns(&est, &rv, &mv, index, a, r)))?;
     Ok((stats.turns, stats.milestones, stats.empty_rows))
 }
 
@@ -520,9 +521,24 @@ fn _time_crate_call<'py>(
     )?)
 }
 
+/// Runs the crate's parallel paths (groups, row blocks) on a pool of `n` threads from now on;
+/// 1 (the default) computes on the caller's thread. Results are bit-identical either way.
+/// Raises ValueError for 0 or when the pool cannot be built.
+#[pyfunction]
+fn set_num_threads(n: usize) -> PyResult<()> {
+    threads::set(n).map_err(|e| PyValueError::new_err(e.0))
+}
+
+/// The number of threads `estimate` computes on (1: the caller's thread).
+#[pyfunction]
+fn get_num_threads() -> usize {
+    threads::get()
+}
+
 /// The compiled part of `beacon_rl`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    threads::init();
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_turns, m)?)?;
     m.add_function(wrap_pyfunction!(output_shape, m)?)?;
@@ -531,5 +547,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(has_returns, m)?)?;
     m.add_function(wrap_pyfunction!(_time_crate_call, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     Ok(())
 }

@@ -1,0 +1,79 @@
+//! Where the crate computes: on the caller's thread (the default), or on a pool of threads the
+//! caller asked for with `set_num_threads`.
+//!
+//! The binding builds the crate with its `rayon` feature, whose parallel paths split groups and
+//! row blocks into chunks, one per thread of the current rayon pool, and give the serial bits
+//! whatever the pool size. Outside any pool the crate sees rayon's global pool, which this
+//! module fixes at one thread (an idle worker; the crate then takes its serial path on the
+//! caller's thread), so that more threads are only ever used on request: a trainer's process
+//! already runs torch's threads, and two threads cost more CPU time than one (memory-bound
+//! passes over rows × L do not halve).
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rayon::{ThreadPool, ThreadPoolBuilder};
+
+use crate::adapter::Failure;
+
+/// The caller's pool when it asked for more than one thread.
+static POOL: Mutex<Option<Arc<ThreadPool>>> = Mutex::new(None);
+
+/// A one-thread pool, used only if rayon's global pool could not be fixed at one thread.
+static SERIAL: OnceLock<Option<ThreadPool>> = OnceLock::new();
+
+/// Fixes rayon's global pool at one thread (at module import, before any call).
+pub fn init() {
+    // Fails only if this library's global pool already exists; `run` then checks its size.
+    let _ = ThreadPoolBuilder::new().num_threads(1).build_global();
+}
+
+/// The pool of the last `set` with more than one thread, if any.
+fn pool() -> Option<Arc<ThreadPool>> {
+    match POOL.lock() {
+        Ok(p) => p.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// Runs `f` where the caller asked (on its pool, else on this thread with the crate serial).
+pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if let Some(p) = pool() {
+        return p.install(f);
+    }
+    if rayon::current_num_threads() > 1 {
+        // The global pool is not ours to size: run inside a pool of one.
+        if let Some(p) = SERIAL.get_or_init(|| ThreadPoolBuilder::new().num_threads(1).build().ok()) {
+            return p.install(f);
+        }
+    }
+    f()
+}
+
+/// Computes on `n` threads from the next call on (1: the caller's thread).
+pub fn set(n: usize) -> Result<(), Failure> {
+    let new = match n {
+        0 => {
+            return Err(Failure(
+                "set_num_threads: expected at least 1 thread, got 0".into(),
+            ))
+        }
+        1 => None,
+        n => Some(Arc::new(
+            ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(|i| format!("beacon-rl-{i}"))
+                .build()
+                .map_err(|e| Failure(format!("set_num_threads({n}): {e}")))?,
+        )),
+    };
+    match POOL.lock() {
+        Ok(mut p) => *p = new,
+        Err(poisoned) => *poisoned.into_inner() = new,
+    }
+    Ok(())
+}
+
+/// The number of threads the next call computes on.
+pub fn get() -> usize {
+    pool().map_or(1, |p| p.current_num_threads())
+}
