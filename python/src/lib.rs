@@ -490,6 +490,9 @@ fn _time_crate_call<'py>(
     reps: usize,
     lengths: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<(Vec<f64>, Vec<f64>)> {
+    // The crate on the caller's thread, as `estimate` runs it by default (the Python clock read
+    // around each run needs this thread and the GIL).
+    threads::init();
     let est = Estimator::new(name, None)?;
     let rewards = f2("token_level_rewards", Some(token_level_rewards))?
         .ok_or_else(|| PyTypeError::new_err("token_level_rewards: required"))?;
@@ -538,7 +541,6 @@ fn get_num_threads() -> usize {
 /// The compiled part of `beacon_rl`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    threads::init();
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_turns, m)?)?;
     m.add_function(wrap_pyfunction!(output_shape, m)?)?;

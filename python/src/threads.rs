@@ -4,12 +4,13 @@
 //! The binding builds the crate with its `rayon` feature, whose parallel paths split groups and
 //! row blocks into chunks, one per thread of the current rayon pool, and give the serial bits
 //! whatever the pool size. Outside any pool the crate sees rayon's global pool, which this
-//! module fixes at one thread (an idle worker; the crate then takes its serial path on the
-//! caller's thread), so that more threads are only ever used on request: a trainer's process
-//! already runs torch's threads, and two threads cost more CPU time than one (memory-bound
-//! passes over rows × L do not halve).
+//! module fixes at one thread on the first call (importing the package starts no thread; from
+//! the first call on, one idle worker sleeps), so that the crate takes its serial path on the
+//! caller's thread and more threads are only used on request: a trainer's process already runs
+//! torch's threads, and two threads cost more CPU time than one (memory-bound passes over
+//! rows × L do not halve).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
@@ -21,10 +22,14 @@ static POOL: Mutex<Option<Arc<ThreadPool>>> = Mutex::new(None);
 /// A one-thread pool, used only if rayon's global pool could not be fixed at one thread.
 static SERIAL: OnceLock<Option<ThreadPool>> = OnceLock::new();
 
-/// Fixes rayon's global pool at one thread (at module import, before any call).
+/// Fixes rayon's global pool at one thread, once, before the crate first asks rayon for it
+/// (every path into the crate's estimators calls this or [`run`]).
 pub fn init() {
-    // Fails only if this library's global pool already exists; `run` then checks its size.
-    let _ = ThreadPoolBuilder::new().num_threads(1).build_global();
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        // Fails only if this library's global pool already exists; `run` then checks its size.
+        let _ = ThreadPoolBuilder::new().num_threads(1).build_global();
+    });
 }
 
 /// The pool of the last `set` with more than one thread, if any.
@@ -37,6 +42,7 @@ fn pool() -> Option<Arc<ThreadPool>> {
 
 /// Runs `f` where the caller asked (on its pool, else on this thread with the crate serial).
 pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    init();
     if let Some(p) = pool() {
         return p.install(f);
     }
