@@ -16,8 +16,10 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 
 use crate::adapter::Failure;
 
-/// The caller's pool when it asked for more than one thread.
-static POOL: Mutex<Option<Arc<ThreadPool>>> = Mutex::new(None);
+/// The caller's pool when it asked for more than one thread, and the process that built it: a
+/// child forked afterwards has none of the pool's threads (only the forking thread survives a
+/// fork), so it computes on its own thread instead of waiting for workers that do not exist.
+static POOL: Mutex<Option<(u32, Arc<ThreadPool>)>> = Mutex::new(None);
 
 /// A one-thread pool, used only if rayon's global pool could not be fixed at one thread.
 static SERIAL: OnceLock<Option<ThreadPool>> = OnceLock::new();
@@ -32,12 +34,13 @@ pub fn init() {
     });
 }
 
-/// The pool of the last `set` with more than one thread, if any.
+/// The pool of the last `set` with more than one thread, if any, when this process built it.
 fn pool() -> Option<Arc<ThreadPool>> {
-    match POOL.lock() {
+    let entry = match POOL.lock() {
         Ok(p) => p.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
-    }
+    };
+    entry.and_then(|(pid, p)| (pid == std::process::id()).then_some(p))
 }
 
 /// Runs `f` where the caller asked (on its pool, else on this thread with the crate serial).
@@ -64,12 +67,15 @@ pub fn set(n: usize) -> Result<(), Failure> {
             ))
         }
         1 => None,
-        n => Some(Arc::new(
-            ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("beacon-rl-{i}"))
-                .build()
-                .map_err(|e| Failure(format!("set_num_threads({n}): {e}")))?,
+        n => Some((
+            std::process::id(),
+            Arc::new(
+                ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("beacon-rl-{i}"))
+                    .build()
+                    .map_err(|e| Failure(format!("set_num_threads({n}): {e}")))?,
+            ),
         )),
     };
     match POOL.lock() {
@@ -79,7 +85,7 @@ pub fn set(n: usize) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The number of threads the next call computes on.
+/// The number of threads the next call computes on (1 in a child forked after `set`).
 pub fn get() -> usize {
     pool().map_or(1, |p| p.current_num_threads())
 }

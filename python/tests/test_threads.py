@@ -90,3 +90,37 @@ def test_default_is_the_calling_thread_and_zero_is_refused(restore_threads):
     assert beacon_rl.get_num_threads() == 1
     # Back to one: the pool's threads are gone.
     assert pool_threads(0) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_computes_on_its_own_thread(restore_threads):
+    # A child forked after set_num_threads(2) has none of the pool's threads: waiting for them
+    # would hang it. It computes on its own thread, with the serial bits.
+    rng = np.random.default_rng(11)
+    rewards, mask, uid, *_ = step_batch(rng, 8, 4, 10, 512)
+    want, _ = beacon_rl.estimate("grpo", rewards, mask, uid)
+    beacon_rl.set_num_threads(2)
+    beacon_rl.estimate("grpo", rewards, mask, uid)  # the pool has run
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report the result's bytes and the thread count, then exit at once
+        try:
+            os.close(r)
+            got, _ = beacon_rl.estimate("grpo", rewards, mask, uid)
+            ok = np.array_equal(got, want) and beacon_rl.get_num_threads() == 1
+            os.write(w, b"ok" if ok else b"differs")
+        finally:
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while True:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung in estimate")
+        time.sleep(0.02)
+    with os.fdopen(r, "rb") as f:
+        assert f.read() == b"ok"
