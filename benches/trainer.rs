@@ -245,8 +245,9 @@ fn bench_size(c: &mut Criterion, label: &str, rows: usize) {
     group.finish();
 }
 
-/// `--features rayon`: the outcome estimators at C (f32 rewards → f32 advantages) on a
-/// 1-thread pool (the serial path) and a 2-thread pool, in one group.
+/// `--features rayon`: the outcome estimators at C (f32 rewards → f32 advantages) and the
+/// whitening scans (GAE, REINFORCE++: f32 advantages + returns, i64 mask) on a 1-thread pool
+/// (the serial path) and a 2-thread pool, in one group.
 #[cfg(feature = "rayon")]
 fn bench_parallel(c: &mut Criterion) {
     let rows = 30720;
@@ -278,6 +279,28 @@ fn bench_parallel(c: &mut Criterion) {
                     b.iter(|| {
                         est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
                             .expect("estimate_into")
+                    })
+                })
+            });
+        }
+        // The whitening scans: f32 advantages and returns.
+        let mut ret = Array2::<f32>::zeros((rows, TOKENS));
+        for name in ["gae", "reinforce_plus_plus"] {
+            let est = build(name);
+            let input = EstimatorInput::new(&d.batch)
+                .with_token_level_rewards(&d.rewards)
+                .with_values(&d.values)
+                .with_response_mask(&d.mask);
+            group.bench_function(format!("{name}/i64/threads_{threads}"), |b| {
+                pool.install(|| {
+                    b.iter(|| {
+                        est.estimate_into(
+                            black_box(&input),
+                            (&mut adv).into(),
+                            Some((&mut ret).into()),
+                            &mut ws,
+                        )
+                        .expect("estimate_into")
                     })
                 })
             });

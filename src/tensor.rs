@@ -598,6 +598,20 @@ impl FloatViewMut<'_> {
         }
     }
 
+    /// The rows before `at` and the rest (row-parallel writers).
+    pub(crate) fn split_rows(self, at: usize) -> (Self, Self) {
+        match self {
+            Self::F32(v) => {
+                let (a, b) = v.split_at(ndarray::Axis(0), at);
+                (Self::F32(a), Self::F32(b))
+            }
+            Self::F64(v) => {
+                let (a, b) = v.split_at(ndarray::Axis(0), at);
+                (Self::F64(a), Self::F64(b))
+            }
+        }
+    }
+
     /// Checks that the buffer has the shape `dim`.
     pub(crate) fn check_dim(&self, what: &'static str, dim: (usize, usize)) -> Result<()> {
         let (r, c) = self.dim();

@@ -633,7 +633,7 @@ fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, 
 }
 
 /// Tokens per chunk below which splitting a row-parallel loop costs more than it saves.
-const PAR_TOKENS: usize = 1 << 16;
+pub(crate) const PAR_TOKENS: usize = 1 << 16;
 
 /// Runs `f(first_row, rows)` over `out` (`per_row` elements per row, `tokens_per_row` tokens
 /// of work per row), on the crate's one chunking mechanism ([`crate::parallel`]): with the

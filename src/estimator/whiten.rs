@@ -195,15 +195,24 @@ pub(crate) fn whiten_outcome(
     out.outcome(whitened, mask)
 }
 
-/// Buffers of [`whiten_rows`], reused across calls: one block of [`LANES`] rows for the scan
-/// (`ret`, `a`, `b`), and the values to whiten and the mask, rows × L.
+/// Buffers of [`whiten_rows`], reused across calls: the scan's block buffers, one set per
+/// chunk of rows ([`BlockBufs`]); the values to whiten and the mask, rows × L; and per row,
+/// its masked count and sum, then its Σ(x − μ)².
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RowSlabs {
+    blocks: Vec<BlockBufs>,
+    stage: Vec<f64>,
+    stage_mask: Vec<u8>,
+    row_n: Vec<u64>,
+    row_s: Vec<f64>,
+}
+
+/// One chunk's block of [`LANES`] rows for the scan (`ret`, `a`, `b` of [`Lanes`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BlockBufs {
     ret: Vec<f64>,
     a: Vec<f64>,
     b: Vec<f64>,
-    stage: Vec<f64>,
-    stage_mask: Vec<u8>,
 }
 
 /// One block of k ≤ [`LANES`] rows as a scan fills it, each slice k × L row-major (row l of
@@ -284,8 +293,14 @@ pub(crate) fn rows_of_mut<T, const K: usize>(block: &mut [T], cols: usize) -> [&
 
 /// A token scan followed by verl's batch whitening, writing straight into the caller's
 /// buffers (any dtype): returns `ret` rounded once, advantages `(pre − μ)·scale` rounded once
-/// (times the mask when `remask`), μ and scale from [`MaskedSum::stats`] over the whole `pre`
-/// matrix: the bits of the whole-matrix computation.
+/// (times the mask when `remask`), μ and scale from the masked sums over the whole `pre`
+/// matrix in [`MaskedSum`]'s order: the bits of the whole-matrix computation.
+///
+/// Rows are independent until the statistics, so each of the three passes (the scan, each
+/// row's Σ(x − μ)², the whitened writes) runs on contiguous chunks of rows, in parallel under
+/// the `rayon` feature ([`crate::parallel`]). The chunks keep one [`row_sum`] and one
+/// [`row_sq`] per row, and these are added in row order after the pass, so μ and the scale
+/// have the serial bits however the rows were split.
 ///
 /// `fill(r0, lanes)` computes the block's rows `r0 ..` (k ≤ [`LANES`] of them, in lockstep)
 /// from the caller's inputs in their dtype, one block at a time while it is in cache, writing
@@ -302,77 +317,146 @@ pub(crate) fn whiten_rows(
     remask: bool,
     slabs: &mut RowSlabs,
     advantages: &mut FloatViewMut<'_>,
-    mut returns: Option<&mut FloatViewMut<'_>>,
-    mut fill: impl FnMut(usize, &mut Lanes<'_>),
+    returns: Option<&mut FloatViewMut<'_>>,
+    fill: impl Fn(usize, &mut Lanes<'_>) + Sync,
     inputs_error: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let (rows, cols) = response_mask.dim();
     let n = LANES * cols;
+    let chunks = crate::parallel::chunk_count(rows.saturating_mul(cols), PAR_TOKENS);
     let RowSlabs {
-        ret,
-        a,
-        b,
+        blocks,
         stage,
         stage_mask,
+        row_n,
+        row_s,
     } = slabs;
-    for v in [&mut *ret, &mut *a, &mut *b] {
-        v.resize(n + PAGE / 8, 0.0);
+    blocks.resize_with(chunks.max(blocks.len()), BlockBufs::default);
+    for bufs in blocks.iter_mut().take(chunks) {
+        for v in [&mut bufs.ret, &mut bufs.a, &mut bufs.b] {
+            v.resize(n + PAGE / 8, 0.0);
+        }
     }
     stage.resize(rows * cols, 0.0);
     stage_mask.resize(rows * cols, 0);
+    row_n.resize(rows, 0);
+    row_s.resize(rows, 0.0);
     let (stage, stage_mask) = (&mut stage[..rows * cols], &mut stage_mask[..rows * cols]);
+    let (row_n, row_s) = (&mut row_n[..rows], &mut row_s[..rows]);
     if cols == 0 {
         // No token: verl raises on the empty mask.
         return MaskedSum::default().mean().map(|_| ());
     }
-    let mut finite = FiniteAcc::default();
-    let mut mask_ok = true;
-    let mut sum = MaskedSum::default();
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
-    for (i, (pre, mask)) in blocks.enumerate() {
-        let mut lanes = Lanes::new(ret, a, b, pre, mask);
-        fill(i * LANES, &mut lanes);
-        finite.merge(lanes.finite);
-        mask_ok &= lanes.mask_ok;
-        let Lanes { pre, mask, ret, .. } = lanes;
-        let block = pre.chunks_exact(cols).zip(mask.chunks_exact(cols));
-        for (l, ((p, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
-            if let Some(out) = returns.as_deref_mut() {
-                put_row_from(out, i * LANES + l, g, |x| x);
+    let mut bounds = [0; crate::parallel::MAX_CHUNKS + 1];
+    let bounds = crate::parallel::balance(rows, chunks, |r| r, &mut bounds);
+    let mut accs = [ChunkAcc::default(); crate::parallel::MAX_CHUNKS];
+
+    // Pass 1, per chunk of rows: the scan one block at a time while it is in cache, then the
+    // block's returns written out and each row's masked count and sum taken.
+    let whole = Part {
+        r0: 0,
+        cols,
+        stage: &mut *stage,
+        mask: &mut *stage_mask,
+        out: returns.map(|r| r.reborrow()),
+        n: &mut *row_n,
+        s: &mut *row_s,
+        blocks: &mut blocks[..chunks],
+        accs: &mut accs[..chunks],
+    };
+    crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
+        let (BlockBufs { ret, a, b }, acc) = (&mut p.blocks[0], &mut p.accs[0]);
+        let rows = p.stage.chunks_mut(n).zip(p.mask.chunks_mut(n));
+        for (i, (pre, mask)) in rows.enumerate() {
+            let mut lanes = Lanes::new(ret, a, b, pre, mask);
+            fill(p.r0 + i * LANES, &mut lanes);
+            acc.finite.merge(lanes.finite);
+            acc.mask_ok &= lanes.mask_ok;
+            let Lanes { pre, mask, ret, .. } = lanes;
+            let block = pre.chunks_exact(cols).zip(mask.chunks_exact(cols));
+            for (l, ((pr, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
+                let r = i * LANES + l;
+                if let Some(out) = p.out.as_mut() {
+                    put_row_from(out, r, g, |x| x);
+                }
+                (p.n[r], p.s[r]) = row_sum(pr, m);
+                (acc.lo, acc.hi) = range(pr, acc.lo, acc.hi);
             }
-            sum.add_row(p, m);
-            (lo, hi) = range(p, lo, hi);
         }
-    }
-    if !(finite.all() && mask_ok) {
+    });
+    let acc = accs[..chunks].iter().fold(ChunkAcc::default(), |a, c| a.merge(c));
+    if !(acc.finite.all() && acc.mask_ok) {
         inputs_error()?;
-        if !mask_ok {
+        if !acc.mask_ok {
             // Reached only if the eager checks missed the entry the scan saw (a crate bug).
             return Err(response_mask.value_error());
         }
         // The first non-finite return, in row-major order (error path: allocates).
+        let BlockBufs { ret, a, b } = &mut blocks[0];
         let mut all = Vec::with_capacity(rows * cols);
-        let blocks = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
-        for (i, (pre, mask)) in blocks.enumerate() {
+        let block = stage.chunks_mut(n).zip(stage_mask.chunks_mut(n));
+        for (i, (pre, mask)) in block.enumerate() {
             let mut lanes = Lanes::new(ret, a, b, pre, mask);
             fill(i * LANES, &mut lanes);
             all.extend_from_slice(lanes.ret);
         }
         check_finite("returns", &all)?;
     }
-    let (mean, scale) = sum.stats(stage, stage_mask, cols)?;
+    // The row sums added in row order from +0.0: the serial order, however the rows were
+    // split.
+    let mut sum = MaskedSum::default();
+    for (&count, &s) in row_n.iter().zip(&*row_s) {
+        sum.add(count, s);
+    }
+    let (mean, denom) = sum.mean()?;
+
+    // Pass 2, per chunk: each row's Σ(x − μ)², added in row order as pass 1's sums.
+    let whole = Part {
+        r0: 0,
+        cols,
+        stage: &mut *stage,
+        mask: &mut *stage_mask,
+        out: None,
+        n: &mut [],
+        s: &mut *row_s,
+        blocks: &mut [],
+        accs: &mut [],
+    };
+    crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, p: Part<'_>| {
+        let rows = p.stage.chunks_exact(cols).zip(p.mask.chunks_exact(cols));
+        for ((v, m), s) in rows.zip(p.s.iter_mut()) {
+            *s = row_sq(v, m, mean);
+        }
+    });
+    let sq = row_s.iter().fold(0.0f64, |a, &s| a + s);
+    let (mean, scale) = sum.finish(mean, denom, sq, stage, stage_mask)?;
+
     // (x − μ)·scale rounded is non-decreasing in x (scale > 0), so every whitened value is
     // finite iff those of the smallest and the largest value are.
-    if ((lo - mean) * scale).is_finite() && ((hi - mean) * scale).is_finite() {
-        let rows = stage.chunks_exact(cols).zip(stage_mask.chunks_exact(cols));
-        for (r, (p, m)) in rows.enumerate() {
-            if remask {
-                put_row_masked(advantages, r, p, m, |x| (x - mean) * scale);
-            } else {
-                put_row_from(advantages, r, p, |x| (x - mean) * scale);
+    if ((acc.lo - mean) * scale).is_finite() && ((acc.hi - mean) * scale).is_finite() {
+        // Pass 3, per chunk: the whitened rows.
+        let whole = Part {
+            r0: 0,
+            cols,
+            stage: &mut *stage,
+            mask: &mut *stage_mask,
+            out: Some(advantages.reborrow()),
+            n: &mut [],
+            s: &mut [],
+            blocks: &mut [],
+            accs: &mut [],
+        };
+        crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
+            let Some(out) = p.out.as_mut() else { return };
+            let rows = p.stage.chunks_exact(cols).zip(p.mask.chunks_exact(cols));
+            for (r, (v, m)) in rows.enumerate() {
+                if remask {
+                    put_row_masked(out, r, v, m, |x| (x - mean) * scale);
+                } else {
+                    put_row_from(out, r, v, |x| (x - mean) * scale);
+                }
             }
-        }
+        });
         return Ok(());
     }
     // Overflow: the whole-matrix computation's error (first position in row-major order).
@@ -380,6 +464,102 @@ pub(crate) fn whiten_rows(
         apply_remasked(stage, stage_mask, &mut vec![0.0; stage.len()], mean, scale)
     } else {
         apply_in_place(&mut stage.to_vec(), mean, scale)
+    }
+}
+
+/// Tokens per chunk below which splitting [`whiten_rows`] costs more than it saves (the
+/// outcome estimators' threshold).
+const PAR_TOKENS: usize = super::kernel::PAR_TOKENS;
+
+/// What one chunk of [`whiten_rows`]' first pass saw: its inputs' and returns' finiteness,
+/// whether its integer mask entries were all 0 or 1, and the range of its values to whiten.
+#[derive(Debug, Clone, Copy)]
+struct ChunkAcc {
+    finite: FiniteAcc,
+    mask_ok: bool,
+    lo: f64,
+    hi: f64,
+}
+
+impl Default for ChunkAcc {
+    fn default() -> Self {
+        Self {
+            finite: FiniteAcc::default(),
+            mask_ok: true,
+            lo: f64::INFINITY,
+            hi: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl ChunkAcc {
+    /// Both chunks' observations (min and max do not depend on the order).
+    fn merge(mut self, other: &Self) -> Self {
+        self.finite.merge(other.finite);
+        self.mask_ok &= other.mask_ok;
+        self.lo = self.lo.min(other.lo);
+        self.hi = self.hi.max(other.hi);
+        self
+    }
+}
+
+/// The rows `r0 ..` of [`whiten_rows`]' buffers that one chunk works on: their stage rows and
+/// mask, their rows of an output (returns in the first pass, advantages in the last), their
+/// per-row counts and sums, and the chunk's block buffers and accumulator (`blocks[0]`,
+/// `accs[0]`). A pass leaves the parts it does not use empty.
+struct Part<'a> {
+    r0: usize,
+    cols: usize,
+    stage: &'a mut [f64],
+    mask: &'a mut [u8],
+    out: Option<FloatViewMut<'a>>,
+    n: &'a mut [u64],
+    s: &'a mut [f64],
+    blocks: &'a mut [BlockBufs],
+    accs: &'a mut [ChunkAcc],
+}
+
+impl<'a> Part<'a> {
+    /// The rows before absolute row `at` (`left` chunks) and the rest.
+    fn split(self, at: usize, left: usize) -> (Self, Self) {
+        let (k, cols) = (at - self.r0, self.cols);
+        let (stage_a, stage_b) = self.stage.split_at_mut(k * cols);
+        let (mask_a, mask_b) = self.mask.split_at_mut(k * cols);
+        let (out_a, out_b) = match self.out {
+            Some(o) => {
+                let (a, b) = o.split_rows(k);
+                (Some(a), Some(b))
+            }
+            None => (None, None),
+        };
+        let (n_a, n_b) = self.n.split_at_mut(k.min(self.n.len()));
+        let (s_a, s_b) = self.s.split_at_mut(k.min(self.s.len()));
+        let (blocks_a, blocks_b) = self.blocks.split_at_mut(left.min(self.blocks.len()));
+        let (accs_a, accs_b) = self.accs.split_at_mut(left.min(self.accs.len()));
+        (
+            Part {
+                r0: self.r0,
+                cols,
+                stage: stage_a,
+                mask: mask_a,
+                out: out_a,
+                n: n_a,
+                s: s_a,
+                blocks: blocks_a,
+                accs: accs_a,
+            },
+            Part {
+                r0: at,
+                cols,
+                stage: stage_b,
+                mask: mask_b,
+                out: out_b,
+                n: n_b,
+                s: s_b,
+                blocks: blocks_b,
+                accs: accs_b,
+            },
+        )
     }
 }
 
@@ -513,9 +693,15 @@ pub(crate) struct MaskedSum {
 
 impl MaskedSum {
     /// Adds one row's masked values ([`row_sum`]).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn add_row(&mut self, values: &[f64], mask: &[u8]) {
         let (count, sum) = row_sum(values, mask);
+        self.add(count, sum);
+    }
+
+    /// Adds a row's masked count and [`row_sum`].
+    #[inline]
+    pub(crate) fn add(&mut self, count: u64, sum: f64) {
         self.n += count;
         self.sum += sum;
     }
@@ -560,6 +746,7 @@ impl MaskedSum {
 
     /// Mean and scale of the masked `values` (rows of `cols`) this sum was accumulated over:
     /// the second pass, Σ(x − μ)² per row by [`row_sq`], rows added in order from +0.0.
+    #[cfg(test)]
     pub(crate) fn stats(&self, values: &[f64], mask: &[u8], cols: usize) -> Result<(f64, f64)> {
         let (mean, denom) = self.mean()?;
         let mut sq = 0.0f64;
@@ -568,6 +755,19 @@ impl MaskedSum {
                 sq += row_sq(v, m, mean);
             }
         }
+        self.finish(mean, denom, sq, values, mask)
+    }
+
+    /// Mean and scale from [`mean`](Self::mean)'s `(mean, denom)` and Σ_mask (x − μ)² =
+    /// `sq`, or the overflow fallback over the masked `values`.
+    pub(crate) fn finish(
+        &self,
+        mean: f64,
+        denom: f64,
+        sq: f64,
+        values: &[f64],
+        mask: &[u8],
+    ) -> Result<(f64, f64)> {
         match self.scale(mean, denom, sq) {
             Ok(scale) => Ok((mean, scale)),
             Err(_) => self.rescaled(values.iter().zip(mask).map(|(&x, &m)| (x, usize::from(m))), denom),

@@ -74,3 +74,4 @@ mod layout {
     }
 }
 mod parallel_outcome;
+mod parallel_whiten;
