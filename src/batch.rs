@@ -135,7 +135,7 @@ impl RolloutBatch {
     /// ```
     pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
         let mut builder = BatchBuilder::new();
-        builder.build_keyed(group_keys, None::<fn(usize) -> usize>, group_keys.len(), rewards)?;
+        builder.build_grouped(group_keys, rewards)?;
         Ok(builder.spare)
     }
 
@@ -495,6 +495,11 @@ impl RolloutBatch {
 /// row of each trajectory and of each group is hashed. Any `Hash + Eq` key works: `&str`,
 /// `String`, or the `u64` ids a trainer holds.
 ///
+/// With group keys only ([`BatchBuilder::rebuild_from_group_keys`]), rows whose groups are each
+/// one contiguous run (verl's `uid` column: a prompt's responses adjacent) are recognised by
+/// hashing one key per run, and the batch, already in row order, is written in place with no
+/// sort: the same batch as for any other row order of those keys, only cheaper.
+///
 /// ```
 /// use beacon_rl::BatchBuilder;
 /// use beacon_rl::RolloutBatch;
@@ -523,6 +528,10 @@ pub struct BatchBuilder {
     row_traj: Vec<usize>,
     slot_of_traj: Vec<usize>,
     cursor: Vec<usize>,
+    /// Group-key builds: the first row of each run of equal adjacent keys, then the row count.
+    run_start: Vec<usize>,
+    /// Group-key builds: each run's group id.
+    run_group: Vec<usize>,
     /// The batch being built; swapped with the caller's on success.
     spare: RolloutBatch,
 }
@@ -540,6 +549,8 @@ impl Default for BatchBuilder {
             row_traj: Vec::new(),
             slot_of_traj: Vec::new(),
             cursor: Vec::new(),
+            run_start: Vec::new(),
+            run_group: Vec::new(),
             // Never seen by a caller before a successful build fills it.
             spare: RolloutBatch {
                 group_offsets: Vec::new(),
@@ -622,17 +633,31 @@ impl BatchBuilder {
     }
 
     /// Rebuilds `batch` in place with every row its own one-step trajectory, as
-    /// [`RolloutBatch::from_group_keys`].
+    /// [`RolloutBatch::from_group_keys`]: no allocation once both have grown to the batch size.
+    /// On error `batch` is unchanged.
+    ///
+    /// Only one key per run of equal adjacent keys is hashed. When each group's rows form one
+    /// contiguous run (no key recurs after a different one), the rows are already in step
+    /// order and the batch is written without sorting them; otherwise rows are ordered by
+    /// group (stably). Both give the batch [`RolloutBatch::from_group_keys`] describes.
     ///
     /// # Errors
-    /// As [`RolloutBatch::from_row_keys`].
+    /// As [`RolloutBatch::from_row_keys`] (a trajectory cannot span groups here, nor disagree
+    /// on its reward).
     ///
     /// ```
     /// use beacon_rl::BatchBuilder;
     /// let mut builder = BatchBuilder::new();
     /// let mut batch = builder.from_row_keys(&[0u64], &[0u64], &[0.0])?;
+    /// // Group 3 recurs after group 4: its rows are gathered.
     /// builder.rebuild_from_group_keys(&mut batch, &[3u64, 4, 3], &[1.0, 0.0, 0.0])?;
     /// assert_eq!(batch.step_rows(), &[0, 2, 1]);
+    /// assert!(!batch.rows_in_step_order());
+    /// // verl's layout, a prompt's rows adjacent: group offsets at the runs, rows in order.
+    /// builder.rebuild_from_group_keys(&mut batch, &["p", "p", "q", "r", "r"], &[1.0, 0.0, 1.0, 0.5, 0.0])?;
+    /// assert_eq!(batch.group_offsets(), &[0, 2, 3, 5]);
+    /// assert_eq!(batch.step_rows(), &[0, 1, 2, 3, 4]);
+    /// assert!(batch.rows_in_step_order());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn rebuild_from_group_keys<G: Hash + Eq>(
@@ -641,9 +666,7 @@ impl BatchBuilder {
         group_keys: &[G],
         rewards: &[f64],
     ) -> Result<()> {
-        // No trajectory keys: their count is the group keys' (as in `from_group_keys`), so a
-        // short reward column is named as such.
-        self.build_keyed(group_keys, None::<fn(usize) -> usize>, group_keys.len(), rewards)?;
+        self.build_grouped(group_keys, rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
@@ -654,38 +677,113 @@ impl BatchBuilder {
         T: Hash + Eq,
     {
         check_len("traj_keys", group_keys.len(), traj_keys.len())?;
-        self.build_keyed(group_keys, Some(|r| &traj_keys[r]), traj_keys.len(), row_rewards)
+        self.build_keyed(group_keys, |r| &traj_keys[r], row_rewards)
     }
 
-    /// The one implementation behind every key constructor: `traj_key(r)` is row r's
-    /// trajectory key (rows `0..traj_rows`); `None` when every row is its own trajectory
-    /// (the group-key constructors), which needs no trajectory table: trajectory = row.
-    fn build_keyed<G, T, F>(
-        &mut self,
-        group_keys: &[G],
-        traj_key: Option<F>,
-        traj_rows: usize,
-        row_rewards: &[f64],
-    ) -> Result<()>
+    /// The checks every key constructor makes first, in this order (their errors are the
+    /// same built or rebuilt, with or without trajectory keys; `traj_keys` is checked by the
+    /// caller).
+    fn check_rows(rows: usize, row_rewards: &[f64]) -> Result<()> {
+        check_len("row_rewards", rows, row_rewards.len())?;
+        if rows == 0 {
+            return Err(Error::EmptyBatch);
+        }
+        check_finite("row_rewards", row_rewards)
+    }
+
+    /// The group-key constructors: every row is its own one-step trajectory, so trajectory =
+    /// row and no trajectory table is needed.
+    ///
+    /// Rows are read as runs of equal adjacent keys, and one key per run is hashed. When every
+    /// run's key is new (each group's rows are one contiguous run, as verl's `uid` column
+    /// holds them), the rows are already in step order: the batch is written straight into
+    /// the spare buffers (group offsets at the runs, one step per trajectory, rewards as
+    /// given), the batch the general path below gives for these keys. When a key recurs, rows
+    /// are ordered by group with a counting sort (stable: row order within a group).
+    fn build_grouped<G: Hash + Eq>(&mut self, group_keys: &[G], row_rewards: &[f64]) -> Result<()> {
+        let rows = group_keys.len();
+        Self::check_rows(rows, row_rewards)?;
+
+        // Runs of equal adjacent keys: `run_start` = [0, start of each later run, rows].
+        self.run_start.clear();
+        self.run_start.push(0);
+        for row in 1..rows {
+            if group_keys[row] != group_keys[row - 1] {
+                self.run_start.push(row);
+            }
+        }
+        self.run_start.push(rows);
+        let runs = self.run_start.len() - 1;
+
+        // One lookup per run (a table sized for the runs: groups ≤ runs).
+        let bits = table_bits(runs);
+        reset_table(&mut self.group_table, bits);
+        self.group_first_row.clear();
+        self.run_group.clear();
+        for &start in &self.run_start[..runs] {
+            let g = intern(
+                &mut self.group_table,
+                bits,
+                &mut self.group_first_row,
+                start,
+                |r| &group_keys[r],
+            );
+            self.run_group.push(g);
+        }
+        let num_groups = self.group_first_row.len();
+        let b = &mut self.spare;
+        b.traj_offsets.clear();
+        b.traj_offsets.extend(0..=rows);
+        if num_groups == runs {
+            // No key recurs: group g is run g, and rows are in step order.
+            b.group_offsets.clear();
+            b.group_offsets.extend_from_slice(&self.run_start);
+            b.terminal_rewards.clear();
+            b.terminal_rewards.extend_from_slice(row_rewards);
+            b.step_rows.cleared().extend(0..rows);
+            b.identity_rows = true;
+            return Ok(());
+        }
+
+        // A key recurs: counting sort of rows by group (trajectory = row, one step each).
+        fill(&mut b.group_offsets, num_groups + 1, 0);
+        for (k, &g) in self.run_group.iter().enumerate() {
+            b.group_offsets[g + 1] += self.run_start[k + 1] - self.run_start[k];
+        }
+        prefix_sum(&mut b.group_offsets);
+        self.cursor.clear();
+        self.cursor.extend_from_slice(&b.group_offsets[..num_groups]);
+        fill(&mut b.terminal_rewards, rows, 0.0);
+        // Overwritten: a lazy identity index of an earlier batch is not built first.
+        fill(b.step_rows.cleared(), rows, 0);
+        for (k, &g) in self.run_group.iter().enumerate() {
+            let (start, end) = (self.run_start[k], self.run_start[k + 1]);
+            for (row, &reward) in (start..end).zip(&row_rewards[start..end]) {
+                let slot = self.cursor[g];
+                b.step_rows[slot] = row;
+                b.terminal_rewards[slot] = reward;
+                self.cursor[g] += 1;
+            }
+        }
+        b.identity_rows = b.step_rows.iter().enumerate().all(|(s, &r)| s == r);
+        Ok(())
+    }
+
+    /// The row-key constructors: `traj_key(r)` is row r's trajectory key (the caller has
+    /// checked that there is one per row).
+    fn build_keyed<G, T, F>(&mut self, group_keys: &[G], traj_key: F, row_rewards: &[f64]) -> Result<()>
     where
         G: Hash + Eq,
         T: Hash + Eq,
         F: Fn(usize) -> T,
     {
         let rows = group_keys.len();
-        check_len("traj_keys", rows, traj_rows)?;
-        check_len("row_rewards", rows, row_rewards.len())?;
-        if rows == 0 {
-            return Err(Error::EmptyBatch);
-        }
-        check_finite("row_rewards", row_rewards)?;
+        Self::check_rows(rows, row_rewards)?;
 
         // Intern keys: first-appearance numbering of groups and trajectories.
         let bits = table_bits(rows);
         reset_table(&mut self.group_table, bits);
-        if traj_key.is_some() {
-            reset_table(&mut self.traj_table, bits);
-        }
+        reset_table(&mut self.traj_table, bits);
         self.group_first_row.clear();
         self.traj_first_row.clear();
         self.traj_group.clear();
@@ -702,10 +800,16 @@ impl BatchBuilder {
                     &group_keys[r]
                 })
             };
-            let t = match &traj_key {
-                None => row,
-                Some(key) if row > 0 && key(row) == key(row - 1) => prev_t,
-                Some(key) => intern(&mut self.traj_table, bits, &mut self.traj_first_row, row, key),
+            let t = if row > 0 && traj_key(row) == traj_key(row - 1) {
+                prev_t
+            } else {
+                intern(
+                    &mut self.traj_table,
+                    bits,
+                    &mut self.traj_first_row,
+                    row,
+                    &traj_key,
+                )
             };
             (prev_g, prev_t) = (g, t);
             if t == self.traj_group.len() {
@@ -987,6 +1091,120 @@ mod tests {
             builder.rebuild_from_group_keys(&mut batch, &[1u64, 2], &[0.0]),
             want.map(|_: RolloutBatch| ())
         );
+    }
+
+    #[test]
+    fn contiguous_group_keys_are_the_offsets_batch() {
+        // Runs 7 7 7 | 2 2 | 9: three groups, each one run, rows already in step order.
+        // Group offsets at the run starts 0, 3, 5 and the end 6; one step per trajectory.
+        let r = [1.0, 0.0, 0.5, 1.0, 1.0, 0.25];
+        let want = RolloutBatch::from_offsets(vec![0, 3, 5, 6], (0..=6).collect(), r.to_vec()).unwrap();
+        let fresh = RolloutBatch::from_group_keys(&[7u64, 7, 7, 2, 2, 9], &r).unwrap();
+        assert_eq!(fresh, want);
+        assert_eq!(fresh.step_rows(), &[0, 1, 2, 3, 4, 5]);
+        assert!(fresh.rows_in_step_order());
+        // Rebuilt in place over a batch of another shape (more groups, rows out of order).
+        let mut builder = BatchBuilder::new();
+        let mut batch =
+            RolloutBatch::from_group_keys(&["a", "b", "a", "c", "d", "e", "f"], &[0.0; 7]).unwrap();
+        builder
+            .rebuild_from_group_keys(&mut batch, &["x", "x", "x", "y", "y", "z"], &r)
+            .unwrap();
+        assert_eq!(batch, want);
+        // One run; every row its own run.
+        assert_eq!(
+            RolloutBatch::from_group_keys(&[5; 3], &[0.0, 1.0, 0.0]).unwrap(),
+            RolloutBatch::from_offsets(vec![0, 3], vec![0, 1, 2, 3], vec![0.0, 1.0, 0.0]).unwrap()
+        );
+        assert_eq!(
+            RolloutBatch::from_group_keys(&[3, 1, 2], &[0.0, 1.0, 0.0]).unwrap(),
+            RolloutBatch::from_offsets(vec![0, 1, 2, 3], vec![0, 1, 2, 3], vec![0.0, 1.0, 0.0]).unwrap()
+        );
+    }
+
+    #[test]
+    fn recurring_group_keys_are_gathered_by_group() {
+        // rows:    0  1  2  3  4  5
+        // keys:    a  a  b  a  c  b   (a recurs at row 3, b at row 5)
+        // reward: .1 .2 .3 .4 .5 .6
+        // Groups by first appearance: a = rows 0 1 3, b = rows 2 5, c = row 4.
+        // group_offsets [0, 3, 5, 6]; steps in group order: rows 0 1 3 | 2 5 | 4, each its
+        // own trajectory, so terminal rewards are the rows' rewards in that order.
+        let r = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6];
+        let keys = ["a", "a", "b", "a", "c", "b"];
+        let fresh = RolloutBatch::from_group_keys(&keys, &r).unwrap();
+        assert_eq!(fresh.group_offsets(), &[0, 3, 5, 6]);
+        assert_eq!(fresh.trajectory_offsets(), &[0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(fresh.step_rows(), &[0, 1, 3, 2, 5, 4]);
+        assert_eq!(fresh.terminal_rewards(), &[0.1, 0.2, 0.4, 0.3, 0.6, 0.5]);
+        assert!(!fresh.rows_in_step_order());
+        // A builder that just took the contiguous path, and one that just built row keys.
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_group_keys(&["p"; 9], &[1.0; 9]).unwrap();
+        builder
+            .rebuild_from_group_keys(&mut batch, &["q", "q", "r"], &[0.0; 3])
+            .unwrap();
+        builder.rebuild_from_group_keys(&mut batch, &keys, &r).unwrap();
+        assert_eq!(batch, fresh);
+        builder
+            .rebuild_from_row_keys(&mut batch, &[0, 0], &[1, 2], &[0.0, 1.0])
+            .unwrap();
+        builder.rebuild_from_group_keys(&mut batch, &keys, &r).unwrap();
+        assert_eq!(batch, fresh);
+        // x y x: one recurrence, in the last run. Groups x = rows 0 2, y = row 1.
+        let xyx = RolloutBatch::from_group_keys(&["x", "y", "x"], &[0.0, 0.5, 1.0]).unwrap();
+        assert_eq!(xyx.group_offsets(), &[0, 2, 3]);
+        assert_eq!(xyx.step_rows(), &[0, 2, 1]);
+        assert_eq!(xyx.terminal_rewards(), &[0.0, 1.0, 0.5]);
+        // a b a b: the last two runs both recur. Groups a = rows 0 2, b = rows 1 3.
+        let ab = RolloutBatch::from_group_keys(&[1, 2, 1, 2], &[0.0; 4]).unwrap();
+        assert_eq!(ab.group_offsets(), &[0, 2, 4]);
+        assert_eq!(ab.step_rows(), &[0, 2, 1, 3]);
+    }
+
+    #[test]
+    fn group_key_errors_in_order_on_either_path() {
+        // Contiguous (a a b) or recurring (a b a) keys: the checks come before the layout,
+        // in the order length, emptiness, finiteness; a failed rebuild changes nothing.
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_group_keys(&[9, 9], &[0.5, 0.5]).unwrap();
+        let before = batch.clone();
+        for keys in [[1, 1, 2], [1, 2, 1]] {
+            let short = Error::LengthMismatch {
+                what: "row_rewards",
+                expected: 3,
+                actual: 2,
+            };
+            // Short and non-finite: the length is named.
+            assert_eq!(
+                RolloutBatch::from_group_keys(&keys, &[f64::NAN, 0.0]),
+                Err(short.clone())
+            );
+            assert_eq!(
+                builder.rebuild_from_group_keys(&mut batch, &keys, &[f64::NAN, 0.0]),
+                Err(short)
+            );
+            let nan = builder.rebuild_from_group_keys(&mut batch, &keys, &[0.0, f64::INFINITY, f64::NAN]);
+            assert!(matches!(nan, Err(Error::NonFinite { index: 1, .. })), "{nan:?}");
+            assert_eq!(
+                RolloutBatch::from_group_keys(&keys, &[0.0, f64::INFINITY, f64::NAN]),
+                nan.map(|()| before.clone())
+            );
+            assert_eq!(batch, before);
+        }
+        assert_eq!(
+            builder.rebuild_from_group_keys::<u64>(&mut batch, &[], &[]),
+            Err(Error::EmptyBatch)
+        );
+        assert_eq!(
+            builder.rebuild_from_group_keys::<u64>(&mut batch, &[], &[1.0]),
+            Err(Error::LengthMismatch {
+                what: "row_rewards",
+                expected: 0,
+                actual: 1
+            })
+        );
+        assert_eq!(batch, before);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `BatchBuilder`: in-place rebuilds equal fresh builds and a plain HashMap reference, report the
 //! same errors, and allocate nothing after warm-up (counted by a global counting allocator);
-//! one source of truth for the episode reward through the estimators.
+//! one source of truth for the episode reward through the estimators. Group keys whose rows
+//! form contiguous runs (no sort needed) give the batch that the row-key path and the reference
+//! give, for random key sequences with and without recurring groups (proptest).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -12,6 +14,7 @@ use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
 use beacon_rl::BatchBuilder;
 use beacon_rl::{Error, RolloutBatch};
+use proptest::prelude::*;
 
 struct Counting;
 
@@ -186,15 +189,30 @@ fn no_allocation_after_warm_up() {
             )
         })
         .collect();
+    // The same uids sorted: each group one contiguous run (verl's layout), which the builder
+    // writes without a sort; as integers and as strings.
+    let runs: Vec<(Vec<u64>, Vec<String>)> = data
+        .iter()
+        .map(|(u, _, _)| {
+            let mut sorted = u.clone();
+            sorted.sort_unstable();
+            let text = sorted.iter().map(|x| format!("u{x}")).collect();
+            (sorted, text)
+        })
+        .collect();
     let mut builder = BatchBuilder::new();
     let (u, t, r) = &data[0];
     let mut batch = builder.from_row_keys(u, t, r).unwrap();
     // Warm-up: both the builder's spare and the batch (they swap) grow to the largest size.
     let rebuild_all = |builder: &mut BatchBuilder, batch: &mut RolloutBatch| {
-        for ((u, t, r), (us, ts)) in data.iter().zip(&strings) {
+        for (((u, t, r), (us, ts)), (sorted, text)) in data.iter().zip(&strings).zip(&runs) {
             builder.rebuild_from_row_keys(batch, u, t, r).unwrap();
             builder.rebuild_from_row_keys(batch, us, ts, r).unwrap();
             builder.rebuild_from_group_keys(batch, u, r).unwrap();
+            builder.rebuild_from_group_keys(batch, sorted, r).unwrap();
+            assert!(batch.rows_in_step_order());
+            builder.rebuild_from_group_keys(batch, text, r).unwrap();
+            assert!(batch.rows_in_step_order());
         }
     };
     for _ in 0..2 {
@@ -277,4 +295,93 @@ fn gigpo_takes_integer_or_text_anchors_through_the_trait() {
         sim.build().unwrap().estimate(&base.with_anchor_ids(&ids)),
         Err(Error::InvalidConfig { name: "grouping", .. })
     ));
+}
+
+/// Group-key batch by plain hash maps: groups by first appearance, each group's rows in row
+/// order, every row its own trajectory. Returns (group offsets, step rows, terminal rewards).
+fn group_reference<G: Hash + Eq>(g: &[G], r: &[f64]) -> (Vec<usize>, Vec<usize>, Vec<f64>) {
+    let mut gid = HashMap::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (row, key) in g.iter().enumerate() {
+        let n = gid.len();
+        let id = *gid.entry(key).or_insert(n);
+        if id == members.len() {
+            members.push(Vec::new());
+        }
+        members[id].push(row);
+    }
+    let mut offsets = vec![0];
+    for m in &members {
+        offsets.push(offsets.last().unwrap() + m.len());
+    }
+    let steps: Vec<usize> = members.concat();
+    let rewards = steps.iter().map(|&row| r[row]).collect();
+    (offsets, steps, rewards)
+}
+
+/// True when no key's rows are split into two runs (each group one contiguous block).
+fn contiguous<G: Eq>(g: &[G]) -> bool {
+    let starts: Vec<&G> = (0..g.len())
+        .filter(|&row| row == 0 || g[row] != g[row - 1])
+        .map(|row| &g[row])
+        .collect();
+    (0..starts.len()).all(|i| (i + 1..starts.len()).all(|j| starts[i] != starts[j]))
+}
+
+/// Group keys: any sequence over a small alphabet (recurring groups are common), runs of
+/// distinct keys (contiguous), or such runs followed by one earlier run's key (one recurrence
+/// at the end, the case a run-by-run check must not miss).
+fn group_keys() -> impl Strategy<Value = Vec<u8>> {
+    let runs = prop::collection::vec(1usize..5, 1..12).prop_map(|lens| {
+        lens.iter()
+            .enumerate()
+            .flat_map(|(k, &n)| std::iter::repeat((k * 7 % 12) as u8).take(n))
+            .collect::<Vec<u8>>()
+    });
+    prop_oneof![
+        prop::collection::vec(0u8..5, 1..40),
+        runs.clone(),
+        (runs, any::<prop::sample::Index>()).prop_map(|(mut keys, pick)| {
+            let again = keys[pick.index(keys.len())];
+            keys.push(again);
+            keys
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The group-key batch, built fresh or rebuilt in place after any earlier batch, is the
+    /// reference's and the row-key path's (trajectory key = row), for integer and string
+    /// keys; its rows are in step order exactly when the groups are contiguous.
+    #[test]
+    fn group_keys_give_the_row_key_batch(
+        keys in group_keys(),
+        before in group_keys(),
+        seed in 0usize..5,
+    ) {
+        let rows = keys.len();
+        let rewards: Vec<f64> = (0..rows).map(|row| ((row * 7 + seed) % 5) as f64 * 0.25).collect();
+        let fresh = RolloutBatch::from_group_keys(&keys, &rewards).unwrap();
+        let row_ids: Vec<usize> = (0..rows).collect();
+        prop_assert_eq!(&fresh, &RolloutBatch::from_row_keys(&keys, &row_ids, &rewards).unwrap());
+        let (offsets, steps, terminal) = group_reference(&keys, &rewards);
+        prop_assert_eq!(fresh.group_offsets(), &offsets[..]);
+        prop_assert_eq!(fresh.trajectory_offsets(), &row_ids.iter().copied().chain([rows]).collect::<Vec<_>>()[..]);
+        prop_assert_eq!(fresh.step_rows(), &steps[..]);
+        prop_assert_eq!(fresh.terminal_rewards(), &terminal[..]);
+        prop_assert_eq!(fresh.rows_in_step_order(), contiguous(&keys));
+
+        // In place, after a group-key batch and after a row-key batch of other keys.
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_group_keys(&before, &vec![1.0; before.len()]).unwrap();
+        builder.rebuild_from_group_keys(&mut batch, &before, &vec![0.5; before.len()]).unwrap();
+        builder.rebuild_from_group_keys(&mut batch, &keys, &rewards).unwrap();
+        prop_assert_eq!(&batch, &fresh);
+        builder.rebuild_from_row_keys(&mut batch, &before, &before, &vec![0.0; before.len()]).unwrap();
+        let text: Vec<String> = keys.iter().map(|k| format!("uid-{k}")).collect();
+        builder.rebuild_from_group_keys(&mut batch, &text, &rewards).unwrap();
+        prop_assert_eq!(&batch, &fresh);
+    }
 }

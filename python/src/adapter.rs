@@ -36,15 +36,14 @@ pub type Res<T> = std::result::Result<T, Failure>;
 
 /// What the binding keeps between calls on one thread: the crate's scratch space, the batch
 /// builder's key tables and the last batch, rebuilt in place by the next call. Once they have
-/// grown to the batch size, a call allocates nothing in the crate (the batch of contiguous
-/// groups, below, is built fresh: three row-long arrays).
+/// grown to the batch size, a call allocates nothing in the crate. verl's layout (each group's
+/// rows one contiguous run, as `np.repeat` of one uuid per prompt gives) is the builder's own
+/// cheap case: one key hashed per run, no sort.
 #[derive(Default)]
 struct State {
     ws: Workspace,
     builder: BatchBuilder,
     batch: Option<RolloutBatch>,
-    /// Scratch for [`Keys::contiguous_runs`] on integer keys.
-    run_keys: Vec<i64>,
 }
 
 impl State {
@@ -74,31 +73,6 @@ impl State {
             .ok_or_else(|| Failure("internal: no batch after a successful build".into()))?;
         Ok((batch, &mut self.ws))
     }
-
-    /// [`rebuild`](Self::rebuild) for any key columns.
-    ///
-    /// verl's layout (every row its own trajectory, each group's rows one contiguous run, as
-    /// `np.repeat` of one uuid per prompt gives) is the batch `RolloutBatch::from_offsets`
-    /// describes directly: group offsets at the runs, one step per trajectory, rows in step
-    /// order. The batch builder would reach the very same batch (groups numbered by first
-    /// appearance, trajectories in row order) through a hash table and a scatter over every row;
-    /// for verl's 3,840 rows at B that costs about as much as the rest of the binding's fixed
-    /// cost. The shortcut is taken only when the builder could not fail (rows, finite rewards
-    /// of the right length), so every error still comes from the builder with its message.
-    fn rebuild_keys(&mut self, groups: &Keys<'_>, trajs: Option<&Keys<'_>>, episode: &[f64]) -> Res<()> {
-        let rows = groups.len();
-        if trajs.is_none() && rows > 0 && episode.len() == rows && episode.iter().all(|r| r.is_finite()) {
-            if let Some(runs) = groups.contiguous_runs(&mut self.run_keys) {
-                self.batch = Some(RolloutBatch::from_offsets(
-                    runs,
-                    (0..=rows).collect(),
-                    episode.to_vec(),
-                )?);
-                return Ok(());
-            }
-        }
-        self.rebuild(groups.ids, trajs.map(|t| t.ids), episode)
-    }
 }
 
 thread_local! {
@@ -121,63 +95,16 @@ fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
 #[derive(Clone, Copy)]
 pub struct Keys<'a> {
     ids: &'a [i64],
-    /// Numbered by first appearance from 0 (the binding's interned ids).
-    first_appearance: bool,
 }
 
 impl<'a> Keys<'a> {
-    /// The caller's integer keys (any values).
+    /// The caller's integer keys or the binding's interned ids (any values).
     pub fn ints(ids: &'a [i64]) -> Self {
-        Self {
-            ids,
-            first_appearance: false,
-        }
-    }
-
-    /// Ids numbered by first appearance: row 0 has id 0 and a row with a key not seen before
-    /// has the largest id so far plus one.
-    pub fn interned(ids: &'a [i64]) -> Self {
-        Self {
-            ids,
-            first_appearance: true,
-        }
+        Self { ids }
     }
 
     pub fn len(&self) -> usize {
         self.ids.len()
-    }
-
-    /// Row offsets of the key runs (`[0, end of the first run, …, rows]`) when every key's
-    /// rows form one contiguous run, else `None`. First-appearance ids form such runs exactly
-    /// when each change of id is to the next new id (+1); other integers when the runs' keys
-    /// are distinct (sorted in `scratch`).
-    fn contiguous_runs(&self, scratch: &mut Vec<i64>) -> Option<Vec<usize>> {
-        let ids = self.ids;
-        let mut runs = vec![0];
-        if self.first_appearance {
-            for (r, w) in ids.windows(2).enumerate() {
-                match w[1].wrapping_sub(w[0]) {
-                    0 => {}
-                    1 => runs.push(r + 1),
-                    _ => return None,
-                }
-            }
-        } else {
-            scratch.clear();
-            scratch.extend(ids.first());
-            for (r, w) in ids.windows(2).enumerate() {
-                if w[1] != w[0] {
-                    runs.push(r + 1);
-                    scratch.push(w[1]);
-                }
-            }
-            scratch.sort_unstable();
-            if scratch.windows(2).any(|w| w[0] == w[1]) {
-                return None;
-            }
-        }
-        runs.push(ids.len());
-        Some(runs)
     }
 }
 
@@ -510,7 +437,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
     with_state(|st| {
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
         let mask = req.response_mask.as_ref().map(Mask2::view);
-        st.rebuild_keys(&req.index, req.traj_index.as_ref(), &episode)?;
+        st.rebuild(req.index.ids, req.traj_index.map(|t| t.ids), &episode)?;
         let (batch, ws) = st.parts()?;
         let mut input = EstimatorInput::new(batch);
         if let Some(r) = req.token_level_rewards.as_ref().filter(|_| check_token_rewards) {

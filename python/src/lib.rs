@@ -212,8 +212,7 @@ impl KeyCol<'_> {
                 a.as_slice()
                     .map_err(|_| PyValueError::new_err("internal: non-contiguous key column"))?,
             ),
-            KeyCol::Copied(v) => adapter::Keys::ints(v),
-            KeyCol::Interned(v) => adapter::Keys::interned(v),
+            KeyCol::Copied(v) | KeyCol::Interned(v) => adapter::Keys::ints(v),
         })
     }
 }

@@ -213,9 +213,9 @@ def test_step_estimators_still_reject_bad_token_rewards():
 
 # --- verl's layout: each group's rows one contiguous run -----------------------------------
 # The binding interns object keys into first-appearance ids (a row holding the previous row's
-# object takes its id without a lookup) and builds the batch of a verl layout directly from the
-# runs' offsets, skipping the batch builder. Any other layout goes through the builder. Both
-# must give the same bits and the same errors.
+# object takes its id without a lookup); the crate's batch builder writes the batch of a verl
+# layout straight from the runs (one key hashed per run, no sort) and sorts any other layout's
+# rows by group. Both must give the same bits and the same errors.
 
 
 def verl_layout(rng, groups, per_group, cols, keys):
