@@ -57,6 +57,7 @@ def test_threads_give_the_serial_bits(threads, restore_threads):
         "grpo": dict(),
         "rloo": dict(),
         "reinforce_plus_plus": dict(),
+        "gae": dict(values=rng.standard_normal(rewards.shape).astype(np.float32)),
         "beacon_official": dict(traj_index=traj, milestones=milestones),
         "beacon": dict(traj_index=traj, milestones=milestones),
         "gigpo": dict(traj_index=traj, step_rewards=rewards.sum(1), anchor_obs=anchors),
