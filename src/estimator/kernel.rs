@@ -824,21 +824,19 @@ pub(crate) fn masked_class_counts(mask: &MaskView<'_>, counts: &mut Vec<usize>) 
     }
 }
 
-/// Writes `src` (length L), rounded once to the buffer's type, into row `r` of `out`.
-pub(crate) fn put_row_from(out: &mut FloatViewMut<'_>, r: usize, src: &[f64], f: impl Fn(f64) -> f64) {
-    fn put<O: crate::tensor::Float>(
-        mut row: ndarray::ArrayViewMut1<'_, O>,
-        src: &[f64],
-        f: impl Fn(f64) -> f64,
-    ) {
-        match row.as_slice_mut() {
-            Some(s) => s.iter_mut().zip(src).for_each(|(o, &x)| *o = O::from_f64(f(x))),
-            None => row.iter_mut().zip(src).for_each(|(o, &x)| *o = O::from_f64(f(x))),
-        }
-    }
+/// Writes `src` (length L), rounded once to the buffer's type, into row `r` of `out`. With
+/// `stream` a contiguous row is written with streaming stores ([`crate::stream`]: no read of
+/// each output line first); the writer calls [`crate::stream::fence`] after its last row.
+pub(crate) fn put_row_from(
+    out: &mut FloatViewMut<'_>,
+    r: usize,
+    src: &[f64],
+    stream: bool,
+    f: impl Fn(f64) -> f64,
+) {
     match out {
-        FloatViewMut::F32(o) => put(o.row_mut(r), src, f),
-        FloatViewMut::F64(o) => put(o.row_mut(r), src, f),
+        FloatViewMut::F32(o) => put_row(o.row_mut(r), src, None, stream, f),
+        FloatViewMut::F64(o) => put_row(o.row_mut(r), src, None, stream, f),
     }
 }
 
@@ -849,28 +847,55 @@ pub(crate) fn put_row_masked(
     r: usize,
     src: &[f64],
     mask: &[u8],
+    stream: bool,
     f: impl Fn(f64) -> f64,
 ) {
-    fn put<O: crate::tensor::Float>(
-        mut row: ndarray::ArrayViewMut1<'_, O>,
-        src: &[f64],
-        mask: &[u8],
-        f: impl Fn(f64) -> f64,
-    ) {
-        let pairs = src.iter().zip(mask);
-        match row.as_slice_mut() {
-            Some(s) => s
-                .iter_mut()
-                .zip(pairs)
-                .for_each(|(o, (&x, &m))| *o = O::from_f64(select(m != 0, f(x)))),
-            None => row
-                .iter_mut()
-                .zip(pairs)
-                .for_each(|(o, (&x, &m))| *o = O::from_f64(select(m != 0, f(x)))),
-        }
-    }
     match out {
-        FloatViewMut::F32(o) => put(o.row_mut(r), src, mask, f),
-        FloatViewMut::F64(o) => put(o.row_mut(r), src, mask, f),
+        FloatViewMut::F32(o) => put_row(o.row_mut(r), src, Some(mask), stream, f),
+        FloatViewMut::F64(o) => put_row(o.row_mut(r), src, Some(mask), stream, f),
+    }
+}
+
+/// One output row: `f(src[t])` rounded once, times the mask when there is one (see
+/// [`put_row_from`]).
+#[inline]
+fn put_row<O: crate::tensor::Float>(
+    mut row: ndarray::ArrayViewMut1<'_, O>,
+    src: &[f64],
+    mask: Option<&[u8]>,
+    stream: bool,
+    f: impl Fn(f64) -> f64,
+) where
+    [O; 8]: crate::stream::Chunk,
+{
+    let value = |t: usize, x: f64| match mask {
+        Some(m) => O::from_f64(select(m[t] != 0, f(x))),
+        None => O::from_f64(f(x)),
+    };
+    match row.as_slice_mut() {
+        Some(s) if stream => {
+            let (mut oc, mut xc) = (s.chunks_exact_mut(8), src.chunks_exact(8));
+            for (c, (o, x)) in (&mut oc).zip(&mut xc).enumerate() {
+                let w: [O; 8] = std::array::from_fn(|j| value(8 * c + j, x[j]));
+                // (A chunk always converts: `chunks_exact_mut(8)` gives 8 elements.)
+                if let Ok(o) = <&mut [O; 8]>::try_from(o) {
+                    crate::stream::store(o, w);
+                }
+            }
+            let t0 = src.len() - xc.remainder().len();
+            for (t, (o, &x)) in oc.into_remainder().iter_mut().zip(xc.remainder()).enumerate() {
+                *o = value(t0 + t, x);
+            }
+        }
+        Some(s) => s
+            .iter_mut()
+            .zip(src)
+            .enumerate()
+            .for_each(|(t, (o, &x))| *o = value(t, x)),
+        None => row
+            .iter_mut()
+            .zip(src)
+            .enumerate()
+            .for_each(|(t, (o, &x))| *o = value(t, x)),
     }
 }

@@ -364,6 +364,15 @@ pub(crate) fn whiten_rows(
         blocks: &mut blocks[..chunks],
         accs: &mut accs[..chunks],
     };
+    let stream = |o: &FloatViewMut<'_>| {
+        let (r, c) = o.dim();
+        let elem = match o {
+            FloatViewMut::F32(_) => 4,
+            FloatViewMut::F64(_) => 8,
+        };
+        r.saturating_mul(c).saturating_mul(elem) >= crate::stream::MIN_BYTES
+    };
+    let stream_ret = whole.out.as_ref().is_some_and(stream);
     crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
         let (BlockBufs { ret, a, b }, acc) = (&mut p.blocks[0], &mut p.accs[0]);
         let rows = p.stage.chunks_mut(n).zip(p.mask.chunks_mut(n));
@@ -377,11 +386,14 @@ pub(crate) fn whiten_rows(
             for (l, ((pr, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
                 let r = i * LANES + l;
                 if let Some(out) = p.out.as_mut() {
-                    put_row_from(out, r, g, |x| x);
+                    put_row_from(out, r, g, stream_ret, |x| x);
                 }
                 (p.n[r], p.s[r]) = row_sum(pr, m);
                 (acc.lo, acc.hi) = range(pr, acc.lo, acc.hi);
             }
+        }
+        if stream_ret {
+            crate::stream::fence();
         }
     });
     let acc = accs[..chunks].iter().fold(ChunkAcc::default(), |a, c| a.merge(c));
@@ -446,15 +458,19 @@ pub(crate) fn whiten_rows(
             blocks: &mut [],
             accs: &mut [],
         };
+        let stream_adv = whole.out.as_ref().is_some_and(stream);
         crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
             let Some(out) = p.out.as_mut() else { return };
             let rows = p.stage.chunks_exact(cols).zip(p.mask.chunks_exact(cols));
             for (r, (v, m)) in rows.enumerate() {
                 if remask {
-                    put_row_masked(out, r, v, m, |x| (x - mean) * scale);
+                    put_row_masked(out, r, v, m, stream_adv, |x| (x - mean) * scale);
                 } else {
-                    put_row_from(out, r, v, |x| (x - mean) * scale);
+                    put_row_from(out, r, v, stream_adv, |x| (x - mean) * scale);
                 }
+            }
+            if stream_adv {
+                crate::stream::fence();
             }
         });
         return Ok(());
