@@ -324,3 +324,88 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
         "{a:?}"
     );
 }
+
+#[test]
+fn w_whitened_overflow_after_the_last_generated_token_is_reported_there() {
+    // The overflow check sees the positions after a row's last generated token too (a
+    // whitening pass that kept rows only up to that token, as one experiment did, must not
+    // lose them). One row, mask 1 1 0 0, rewards
+    // 0 2e305 0 0, values 0, γ = λ = 1.
+    // GAE, backwards: t=3, 2 padding: Â = 0. t=1: δ = 2e305 + 0 − 0, Â = 2e305. t=0: δ = 0 +
+    // V_next (0) − 0 = 0, Â = 0 + 2e305. REINFORCE++'s returns are the same: 2e305, 2e305, 0, 0.
+    // Masked values 2e305, 2e305: μ = 2·2e305 / f32(2) = 2e305, Σ(x − μ)² = 0, scale =
+    // 1/√(0 + 1e-8) = 1e4. Whitening every position (verl; REINFORCE++ re-masks after), the
+    // masked ones give 0 but t=2 gives (0 − 2e305)·1e4 = −inf: the first non-finite value,
+    // row-major index 2, for both estimators.
+    let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+    let rewards = ndarray::array![[0.0, 2e305, 0.0, 0.0]];
+    let mask = ndarray::array![[true, true, false, false]];
+    let values = Array2::<f64>::zeros((1, 4));
+    let input = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&rewards)
+        .with_response_mask(&mask)
+        .with_values(&values);
+    // A kept workspace that last whitened a batch generated to the end, rewards 0 0 2e305 0:
+    // its values (GAE's Â and REINFORCE++'s returns alike) were 2e305 2e305 2e305 0. Had t=2
+    // and t=3 come from that call, t=2 would whiten to 0 and the error would name t=3 (a
+    // mutation of the experiment that skipped rebuilding them failed here).
+    let full = ndarray::array![[0.0, 0.0, 2e305, 0.0]];
+    let all = ndarray::array![[true, true, true, true]];
+    let before = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&full)
+        .with_response_mask(&all)
+        .with_values(&values);
+    for name in ["gae", "reinforce_plus_plus"] {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut ws = Workspace::new();
+        let mut adv = Array2::<f64>::zeros((1, 4));
+        est.estimate_into(&before, (&mut adv).into(), None, &mut ws)
+            .unwrap();
+        match est.estimate_into(&input, (&mut adv).into(), None, &mut ws) {
+            Err(Error::NonFinite { index, value, .. }) => {
+                assert_eq!((index, value), (2, f64::NEG_INFINITY), "{name}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn w_whitening_overflow_fallback_reads_only_this_calls_values() {
+    // As W above, with a tail: two rows × 2 tokens, mask 1 0 / 1 0, REINFORCE++ (γ = 1) on
+    // rewards 1e200 0 / −1e200 0: returns ±1e200 then 0; Σ(x − μ)² = 2e400 overflows, and
+    // the fallback in units of 1e200 gives ±1/√2 at t=0 and the re-masked 0 at t=1. The
+    // fallback reads every masked value of this call only: the kept workspace last held a
+    // call with rewards 0 1e200 on both rows under a full mask (returns 1e200 1e200). Were
+    // its values or mask read at t=1, μ would be (1 + 1 − 1 + 1)/2 = 1 (in units of 1e200)
+    // and row 0's advantage 0.
+    let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0, 0.0]).unwrap();
+    let before_rewards = ndarray::array![[0.0, 1e200], [0.0, 1e200]];
+    let all = ndarray::array![[true, true], [true, true]];
+    let rewards = ndarray::array![[1e200, 0.0], [-1e200, 0.0]];
+    let mask = ndarray::array![[true, false], [true, false]];
+    let est = "reinforce_plus_plus"
+        .parse::<beacon_rl::estimator::EstimatorConfig>()
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut ws = Workspace::new();
+    let mut adv = Array2::<f64>::zeros((2, 2));
+    let before = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&before_rewards)
+        .with_response_mask(&all);
+    est.estimate_into(&before, (&mut adv).into(), None, &mut ws)
+        .unwrap();
+    let input = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&rewards)
+        .with_response_mask(&mask);
+    est.estimate_into(&input, (&mut adv).into(), None, &mut ws)
+        .unwrap();
+    assert!((adv[[0, 0]] - HALF_SQRT2).abs() < 1e-15, "{adv:?}");
+    assert!((adv[[1, 0]] + HALF_SQRT2).abs() < 1e-15, "{adv:?}");
+    assert_eq!((adv[[0, 1]], adv[[1, 1]]), (0.0, 0.0));
+}
