@@ -66,3 +66,12 @@ impl EveryColumn {
             .with_anchor_obs(&["s"; 4])
     }
 }
+
+/// A rayon pool of `threads` threads (the `rayon` feature's bit-identity tests).
+#[cfg(feature = "rayon")]
+pub fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("pool")
+}

@@ -11,6 +11,8 @@ use beacon_rl::tensor::MaskView;
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 
+use crate::common::pool;
+
 const ROWS: usize = 3000;
 const COLS: usize = 64;
 
@@ -25,13 +27,6 @@ const OUTCOME: [&str; 9] = [
     "gpg",
     "reinforce_plus_plus_baseline",
 ];
-
-fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("pool")
-}
 
 /// Advantages of `name` under `mask` in a pool of `threads`, as bits (`f32` and `f64` outputs).
 fn run(threads: usize, name: &str, input: &EstimatorInput<'_>) -> (Vec<u32>, Vec<u64>) {

@@ -13,15 +13,10 @@ use beacon_rl::tensor::MaskView;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 
+use crate::common::pool;
+
 const ROWS: usize = 3000;
 const COLS: usize = 64;
-
-fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("pool")
-}
 
 type Bits = (Vec<u32>, Vec<u32>, Vec<u64>, Vec<u64>);
 
