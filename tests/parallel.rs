@@ -1,8 +1,9 @@
 //! The `rayon` feature changes no bit: BEACON (both flavours), GiGPO and the token broadcast
 //! give identical results on a 1-thread pool (one chunk: the serial path) and on 2- and
 //! 4-thread pools (groups / token rows split into chunks), on random batches large enough to be
-//! split. Also counts heap allocations on every thread: after a warm-up call, a parallel call
-//! allocates nothing (per-chunk workspaces are kept in the `Workspace`).
+//! split (GAE and REINFORCE++: `tests/it/parallel_whiten.rs`). Also counts heap allocations on
+//! every thread: after a warm-up call, a parallel call allocates nothing (per-chunk workspaces
+//! are kept in the `Workspace`), for these and for GAE and REINFORCE++.
 //!
 //! `cargo test --features rayon --test parallel`
 #![cfg(feature = "rayon")]
@@ -252,6 +253,47 @@ fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
         let (mut ws, mut out) = (Workspace::new(), Array2::<f32>::zeros((rows, 64)));
         let mut call = || {
             two.install(|| est.estimate_into(&input, (&mut out).into(), None, &mut ws))
+                .unwrap()
+        };
+        call();
+        COUNT.store(0, Ordering::SeqCst);
+        ON.store(true, Ordering::SeqCst);
+        call();
+        ON.store(false, Ordering::SeqCst);
+        assert_eq!(
+            COUNT.load(Ordering::SeqCst),
+            0,
+            "{name}: allocations after warm-up"
+        );
+    }
+}
+
+/// GAE and REINFORCE++ on a 2-thread pool (rows split into chunks, each with its own block
+/// buffers from the `Workspace`): no allocation on any thread after the warm-up call.
+#[test]
+fn whitening_scans_allocate_nothing_after_warm_up_on_a_pool() {
+    let _serial = one_at_a_time();
+    // 3,000 rows × 64 tokens: above twice the split threshold (65,536 tokens), so the
+    // 2-thread pool gets two chunks.
+    let (rows, cols) = (3000, 64);
+    let batch = RolloutBatch::from_group_keys(&vec![0; rows], &vec![0.0; rows]).unwrap();
+    let rewards = Array2::from_shape_fn((rows, cols), |(r, t)| ((r * 7 + t) % 5) as f32 - 2.0);
+    let values = Array2::from_shape_fn((rows, cols), |(r, t)| ((r + t * 3) % 7) as f32 * 0.25);
+    let mask = Array2::from_shape_fn((rows, cols), |(r, t)| i64::from(t < 1 + r % cols && t != 2));
+    let input = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&rewards)
+        .with_values(&values)
+        .with_response_mask(&mask);
+    for name in ["gae", "reinforce_plus_plus"] {
+        let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        let two = pool(2);
+        let mut ws = Workspace::new();
+        let (mut adv, mut ret) = (
+            Array2::<f32>::zeros((rows, cols)),
+            Array2::<f32>::zeros((rows, cols)),
+        );
+        let mut call = || {
+            two.install(|| est.estimate_into(&input, (&mut adv).into(), Some((&mut ret).into()), &mut ws))
                 .unwrap()
         };
         call();
