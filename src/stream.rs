@@ -16,6 +16,12 @@
 /// benches ran on (8 MiB), where a written output would not stay cached for its reader anyway.
 pub(crate) const MIN_BYTES: usize = 4 << 20;
 
+/// Whether an output of `bytes` bytes is written with streaming stores (at least
+/// [`MIN_BYTES`]).
+pub(crate) fn pays(bytes: usize) -> bool {
+    bytes >= MIN_BYTES
+}
+
 /// A chunk of output elements whose size is a multiple of 16 bytes.
 pub(crate) trait Chunk: Copy {}
 impl Chunk for [f32; 8] {}

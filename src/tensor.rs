@@ -598,6 +598,17 @@ impl FloatViewMut<'_> {
         }
     }
 
+    /// Whether the buffer is large enough to be written with streaming stores
+    /// ([`crate::stream::pays`]).
+    pub(crate) fn streams(&self) -> bool {
+        let (r, c) = self.dim();
+        let elem = match self {
+            Self::F32(_) => 4,
+            Self::F64(_) => 8,
+        };
+        crate::stream::pays(r.saturating_mul(c).saturating_mul(elem))
+    }
+
     /// The rows before `at` and the rest (row-parallel writers).
     pub(crate) fn split_rows(self, at: usize) -> (Self, Self) {
         match self {
@@ -786,7 +797,7 @@ where
         // pool under the `rayon` feature).
         let invalid = std::sync::atomic::AtomicBool::new(false);
         // Large outputs bypass the cache (see `crate::stream`); same bits either way.
-        let stream = std::mem::size_of_val(o) >= crate::stream::MIN_BYTES;
+        let stream = crate::stream::pays(std::mem::size_of_val(o));
         crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
             let m = &m[r0 * cols..];
             let mut extra = M::Extra::default();

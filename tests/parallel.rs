@@ -226,6 +226,16 @@ fn broadcast_is_bit_identical_on_every_pool() {
     }
 }
 
+/// Heap allocations (on every thread) of a second call of `call`, after a warm-up call.
+fn allocations_after_warm_up(call: &mut impl FnMut()) -> usize {
+    call();
+    COUNT.store(0, Ordering::SeqCst);
+    ON.store(true, Ordering::SeqCst);
+    call();
+    ON.store(false, Ordering::SeqCst);
+    COUNT.load(Ordering::SeqCst)
+}
+
 /// The trait path a trainer takes, end to end into f32 tokens, and its allocations: none on
 /// any thread after the warm-up call.
 #[test]
@@ -255,13 +265,8 @@ fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
             two.install(|| est.estimate_into(&input, (&mut out).into(), None, &mut ws))
                 .unwrap()
         };
-        call();
-        COUNT.store(0, Ordering::SeqCst);
-        ON.store(true, Ordering::SeqCst);
-        call();
-        ON.store(false, Ordering::SeqCst);
         assert_eq!(
-            COUNT.load(Ordering::SeqCst),
+            allocations_after_warm_up(&mut call),
             0,
             "{name}: allocations after warm-up"
         );
@@ -296,13 +301,8 @@ fn whitening_scans_allocate_nothing_after_warm_up_on_a_pool() {
             two.install(|| est.estimate_into(&input, (&mut adv).into(), Some((&mut ret).into()), &mut ws))
                 .unwrap()
         };
-        call();
-        COUNT.store(0, Ordering::SeqCst);
-        ON.store(true, Ordering::SeqCst);
-        call();
-        ON.store(false, Ordering::SeqCst);
         assert_eq!(
-            COUNT.load(Ordering::SeqCst),
+            allocations_after_warm_up(&mut call),
             0,
             "{name}: allocations after warm-up"
         );

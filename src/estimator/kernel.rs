@@ -835,8 +835,10 @@ pub(crate) fn put_row_from(
     f: impl Fn(f64) -> f64,
 ) {
     match out {
-        FloatViewMut::F32(o) => put_row(o.row_mut(r), src, None, stream, f),
-        FloatViewMut::F64(o) => put_row(o.row_mut(r), src, None, stream, f),
+        FloatViewMut::F32(o) => put_row(o.row_mut(r), src, stream, |_, x| {
+            <f32 as crate::tensor::Float>::from_f64(f(x))
+        }),
+        FloatViewMut::F64(o) => put_row(o.row_mut(r), src, stream, |_, x| f(x)),
     }
 }
 
@@ -850,28 +852,26 @@ pub(crate) fn put_row_masked(
     stream: bool,
     f: impl Fn(f64) -> f64,
 ) {
+    let masked = |t: usize, x: f64| select(mask[t] != 0, f(x));
     match out {
-        FloatViewMut::F32(o) => put_row(o.row_mut(r), src, Some(mask), stream, f),
-        FloatViewMut::F64(o) => put_row(o.row_mut(r), src, Some(mask), stream, f),
+        FloatViewMut::F32(o) => put_row(o.row_mut(r), src, stream, |t, x| {
+            <f32 as crate::tensor::Float>::from_f64(masked(t, x))
+        }),
+        FloatViewMut::F64(o) => put_row(o.row_mut(r), src, stream, masked),
     }
 }
 
-/// One output row: `f(src[t])` rounded once, times the mask when there is one (see
-/// [`put_row_from`]).
+/// One output row: `value(t, src[t])` at every token t (see [`put_row_from`]), in chunks of 8
+/// when `stream`. `value` is a closure per caller, so each writer compiles to its own loop.
 #[inline]
 fn put_row<O: crate::tensor::Float>(
     mut row: ndarray::ArrayViewMut1<'_, O>,
     src: &[f64],
-    mask: Option<&[u8]>,
     stream: bool,
-    f: impl Fn(f64) -> f64,
+    value: impl Fn(usize, f64) -> O,
 ) where
     [O; 8]: crate::stream::Chunk,
 {
-    let value = |t: usize, x: f64| match mask {
-        Some(m) => O::from_f64(select(m[t] != 0, f(x))),
-        None => O::from_f64(f(x)),
-    };
     match row.as_slice_mut() {
         Some(s) if stream => {
             let (mut oc, mut xc) = (s.chunks_exact_mut(8), src.chunks_exact(8));

@@ -364,15 +364,7 @@ pub(crate) fn whiten_rows(
         blocks: &mut blocks[..chunks],
         accs: &mut accs[..chunks],
     };
-    let stream = |o: &FloatViewMut<'_>| {
-        let (r, c) = o.dim();
-        let elem = match o {
-            FloatViewMut::F32(_) => 4,
-            FloatViewMut::F64(_) => 8,
-        };
-        r.saturating_mul(c).saturating_mul(elem) >= crate::stream::MIN_BYTES
-    };
-    let stream_ret = whole.out.as_ref().is_some_and(stream);
+    let stream_ret = whole.out.as_ref().is_some_and(FloatViewMut::streams);
     crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
         let (BlockBufs { ret, a, b }, acc) = (&mut p.blocks[0], &mut p.accs[0]);
         let rows = p.stage.chunks_mut(n).zip(p.mask.chunks_mut(n));
@@ -447,6 +439,7 @@ pub(crate) fn whiten_rows(
     // finite iff those of the smallest and the largest value are.
     if ((acc.lo - mean) * scale).is_finite() && ((acc.hi - mean) * scale).is_finite() {
         // Pass 3, per chunk: the whitened rows.
+        let stream_adv = advantages.streams();
         let whole = Part {
             r0: 0,
             cols,
@@ -458,7 +451,6 @@ pub(crate) fn whiten_rows(
             blocks: &mut [],
             accs: &mut [],
         };
-        let stream_adv = whole.out.as_ref().is_some_and(stream);
         crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
             let Some(out) = p.out.as_mut() else { return };
             let rows = p.stage.chunks_exact(cols).zip(p.mask.chunks_exact(cols));
