@@ -98,10 +98,7 @@ pub fn row_sums_into<'r>(rewards: impl Into<FloatView<'r>>, sums: &mut [f64]) ->
             actual: sums.len(),
         });
     }
-    match rewards {
-        FloatView::F32(r) => crate::estimator::row_sums_to(r, sums),
-        FloatView::F64(r) => crate::estimator::row_sums_to(r, sums),
-    }
+    crate::estimator::row_sums_to(rewards, sums);
     Ok(())
 }
 

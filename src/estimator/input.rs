@@ -350,10 +350,7 @@ impl<'a> EstimatorInput<'a> {
             .ok_or(Error::MissingInput("token_level_rewards"))?;
         let dim = rewards.dim();
         check_len("token_level_rewards rows", self.batch.num_steps(), dim.0)?;
-        match rewards {
-            FloatView::F32(r) => row_sums(r, scores),
-            FloatView::F64(r) => row_sums(r, scores),
-        }
+        row_sums(rewards, scores);
         if !all_finite(scores) {
             if let Some((index, value)) = rewards.first_non_finite() {
                 return Err(Error::NonFinite {

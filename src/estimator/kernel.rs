@@ -567,17 +567,27 @@ pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
 ///
 /// A row's sum is a chain of dependent additions (latency-bound); summing 8 rows at once
 /// keeps 8 independent chains in flight without changing any row's order of additions.
-// Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
-#[allow(clippy::needless_range_loop)]
-pub(crate) fn row_sums<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut Vec<f64>) {
+pub(crate) fn row_sums(rewards: FloatView<'_>, out: &mut Vec<f64>) {
     out.clear();
-    out.resize(rewards.nrows(), 0.0);
+    out.resize(rewards.dim().0, 0.0);
     row_sums_to(rewards, out);
 }
 
 /// [`row_sums`] into a slice of one entry per row (the public `token::row_sums_into` and the
 /// estimators share this one implementation).
-pub(crate) fn row_sums_to<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut [f64]) {
+pub(crate) fn row_sums_to(rewards: FloatView<'_>, out: &mut [f64]) {
+    match rewards {
+        FloatView::F32(r) => row_sums_typed(r, out, row_sums_block_f32),
+        FloatView::F64(r) => row_sums_typed(r, out, row_sums_block::<f64>),
+    }
+}
+
+/// [`row_sums_to`] for one element type, with `block` summing whole blocks of rows.
+fn row_sums_typed<R: crate::tensor::Float>(
+    rewards: ArrayView2<'_, R>,
+    out: &mut [f64],
+    block: fn(&[R], usize, f64, &mut [f64]),
+) {
     let cols = rewards.ncols();
     // The start value of `Iterator::sum` for f64 (-0.0 in current std), so that every row
     // (including an empty one) gets the very bits `iter().sum()` gives.
@@ -593,35 +603,38 @@ pub(crate) fn row_sums_to<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, o
         return;
     };
     for_row_chunks(out, 1, cols, |r0, sums| {
-        row_sums_block(&data[r0 * cols..(r0 + sums.len()) * cols], cols, start, sums);
+        block(&data[r0 * cols..(r0 + sums.len()) * cols], cols, start, sums);
     });
 }
 
+/// Rows summed at once by the block kernels: independent chains of additions in flight.
+const SUM_ROWS: usize = 8;
+
 /// [`row_sums`] of the row-major rows `data` (`cols` > 0 each) into `out`.
+// Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
 #[allow(clippy::needless_range_loop)]
 fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, out: &mut [f64]) {
-    const LANES: usize = 8;
     const CHUNK: usize = 8;
-    let mut blocks = data.chunks_exact(LANES * cols);
-    let mut sums = out.chunks_exact_mut(LANES);
+    let mut blocks = data.chunks_exact(SUM_ROWS * cols);
+    let mut sums = out.chunks_exact_mut(SUM_ROWS);
     for (block, sums) in (&mut blocks).zip(&mut sums) {
-        let lane: [&[R]; LANES] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
-        let mut acc = [start; LANES];
+        let lane: [&[R]; SUM_ROWS] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
+        let mut acc = [start; SUM_ROWS];
         // Eight tokens of each row loaded as one chunk, then added token by token: each
         // row's additions stay in order, and the loads are contiguous (one token of eight
         // rows at a time was eight scalar loads per step; this reaches the speed of a plain
         // read of the rewards at C).
         let whole = cols - cols % CHUNK;
         for t in (0..whole).step_by(CHUNK) {
-            let x: [&[R]; LANES] = std::array::from_fn(|k| &lane[k][t..t + CHUNK]);
+            let x: [&[R]; SUM_ROWS] = std::array::from_fn(|k| &lane[k][t..t + CHUNK]);
             for j in 0..CHUNK {
-                for k in 0..LANES {
+                for k in 0..SUM_ROWS {
                     acc[k] += x[k][j].to_f64();
                 }
             }
         }
         for t in whole..cols {
-            for k in 0..LANES {
+            for k in 0..SUM_ROWS {
                 acc[k] += lane[k][t].to_f64();
             }
         }
@@ -630,6 +643,65 @@ fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, 
     for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
         *s = row.iter().fold(start, |a, x| a + x.to_f64());
     }
+}
+
+/// [`row_sums_block`] for `f32` rewards (verl's dtype) with SSE2's two-lane `f64` additions:
+/// lane 0 of a register carries one row's chain, lane 1 the next row's, so each addition
+/// instruction advances two rows by one token, in each row's own order (the same bits as the
+/// scalar chains; SSE2 is part of x86-64 and has no fused or reassociated additions). Four
+/// tokens of a row pair are loaded at once, interleaved (`unpack`) and widened two at a time
+/// (`cvtps2pd`): half the additions and conversions of the scalar loop, which at B is bound
+/// by them rather than by reading the rewards.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code, unused_unsafe)]
+fn row_sums_block_f32(data: &[f32], cols: usize, start: f64, out: &mut [f64]) {
+    use std::arch::x86_64::{
+        _mm_add_pd, _mm_cvtps_pd, _mm_loadu_ps, _mm_movehl_ps, _mm_set1_pd, _mm_storeu_pd, _mm_unpackhi_ps,
+        _mm_unpacklo_ps,
+    };
+    const PAIRS: usize = SUM_ROWS / 2;
+    let mut blocks = data.chunks_exact(SUM_ROWS * cols);
+    let mut sums = out.chunks_exact_mut(SUM_ROWS);
+    let whole = cols - cols % 4;
+    for (block, sums) in (&mut blocks).zip(&mut sums) {
+        let lane: [&[f32]; SUM_ROWS] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
+        // SAFETY (every `unsafe` below): SSE2 is part of x86-64, and the loads and stores
+        // touch 16 bytes inside the slices named (4 f32 of a row, 2 f64 of `s`).
+        let mut acc = [unsafe { _mm_set1_pd(start) }; PAIRS];
+        for t in (0..whole).step_by(4) {
+            for (p, acc) in acc.iter_mut().enumerate() {
+                let (a, b) = (&lane[2 * p][t..t + 4], &lane[2 * p + 1][t..t + 4]);
+                unsafe {
+                    let (a, b) = (_mm_loadu_ps(a.as_ptr()), _mm_loadu_ps(b.as_ptr()));
+                    let lo = _mm_unpacklo_ps(a, b); // a0 b0 a1 b1
+                    let hi = _mm_unpackhi_ps(a, b); // a2 b2 a3 b3
+                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(lo));
+                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
+                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(hi));
+                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
+                }
+            }
+        }
+        let mut s = [start; SUM_ROWS];
+        for (pair, acc) in s.chunks_exact_mut(2).zip(&acc) {
+            unsafe { _mm_storeu_pd(pair.as_mut_ptr(), *acc) };
+        }
+        for t in whole..cols {
+            for (s, lane) in s.iter_mut().zip(&lane) {
+                *s += f64::from(lane[t]);
+            }
+        }
+        sums.copy_from_slice(&s);
+    }
+    for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
+        *s = row.iter().fold(start, |a, &x| a + f64::from(x));
+    }
+}
+
+/// The scalar chains where there is no SSE2.
+#[cfg(not(target_arch = "x86_64"))]
+fn row_sums_block_f32(data: &[f32], cols: usize, start: f64, out: &mut [f64]) {
+    row_sums_block(data, cols, start, out)
 }
 
 /// Tokens per chunk below which splitting a row-parallel loop costs more than it saves.

@@ -32,6 +32,7 @@ mod parity_verl;
 mod properties_baselines;
 mod properties_beacon;
 mod record;
+mod row_sums;
 mod testbed;
 mod trainer_dtypes;
 
