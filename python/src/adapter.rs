@@ -180,50 +180,21 @@ impl Floats2<'_> {
         }
     }
 
-    /// Each row's sum in `f64` (non-finite sums become 0 so that the estimator's own check
-    /// names the offending token). A row's sum is a chain of dependent additions: eight rows
-    /// are summed at once (eight chains in flight, as the crate's own row sums), each in
-    /// column order, so every sum has the bits a plain `iter().sum()` gives.
-    /// Also returns whether every sum was finite.
-    fn row_sums(&self) -> (Vec<f64>, bool) {
-        fn sums<T: Copy + Into<f64>>(a: &ArrayView2<'_, T>) -> (Vec<f64>, bool) {
-            const LANES: usize = 8;
-            let (rows, cols) = a.dim();
-            let plain = |row: ndarray::ArrayView1<'_, T>| -> f64 { row.iter().map(|&x| x.into()).sum() };
-            let mut out: Vec<f64> = Vec::with_capacity(rows);
-            match a.as_slice() {
-                Some(data) if cols > 0 => {
-                    let start: f64 = std::iter::empty::<f64>().sum();
-                    let blocks = data.chunks_exact(LANES * cols);
-                    let tail = blocks.remainder();
-                    for block in blocks {
-                        let mut acc = [start; LANES];
-                        for t in 0..cols {
-                            for (k, acc) in acc.iter_mut().enumerate() {
-                                *acc += block[k * cols + t].into();
-                            }
-                        }
-                        out.extend_from_slice(&acc);
-                    }
-                    for row in tail.chunks_exact(cols) {
-                        out.push(row.iter().map(|&x| x.into()).sum());
-                    }
-                }
-                _ => out.extend(a.rows().into_iter().map(plain)),
+    /// Each row's sum in `f64` (the crate's `token::row_sums_into`: every sum has the bits
+    /// of a plain left-to-right `iter().sum()`); non-finite sums become 0 so that the
+    /// estimator's own check names the offending token. Also returns whether every sum was
+    /// finite.
+    fn row_sums(&self) -> Res<(Vec<f64>, bool)> {
+        let mut out = vec![0.0; self.dim().0];
+        beacon_rl::token::row_sums_into(self.view(), &mut out)?;
+        let mut all_finite = true;
+        for s in &mut out {
+            if !s.is_finite() {
+                *s = 0.0;
+                all_finite = false;
             }
-            let mut all_finite = true;
-            for s in &mut out {
-                if !s.is_finite() {
-                    *s = 0.0;
-                    all_finite = false;
-                }
-            }
-            (out, all_finite)
         }
-        match self {
-            Floats2::F32(a) => sums(a),
-            Floats2::F64(a) => sums(a),
-        }
+        Ok((out, all_finite))
     }
 }
 
@@ -420,7 +391,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
     let episode: std::borrow::Cow<'_, [f64]> = match (&req.episode_rewards, &req.token_level_rewards) {
         (Some(e), _) => e.to_f64(),
         (None, Some(r)) if reads_batch_rewards => {
-            let (sums, all_finite) = r.row_sums();
+            let (sums, all_finite) = r.row_sums()?;
             check_token_rewards = !(all_finite && is_step_estimator(est.name()));
             std::borrow::Cow::Owned(sums)
         }
