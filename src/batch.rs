@@ -878,7 +878,7 @@ impl TrajSource for RowPerTraj {
 /// Marks an empty table slot.
 const NIL: usize = usize::MAX;
 
-/// log2 of the table size for `n` keys: a power of two ≥ 2n (load ≤ 1/2).
+/// log2 of the table size for `n` keys: a power of two ≥ 2n (load ≤ 1/2), at least 8 slots.
 fn table_bits(n: usize) -> u32 {
     (2 * n).next_power_of_two().max(8).trailing_zeros()
 }
@@ -898,7 +898,7 @@ fn hash_of<K: Hash>(key: &K) -> u64 {
 /// table of ids (`first_row[id]` is the row that introduced key `id`, through which keys are
 /// compared: no borrowed key is kept). The table doubles when more than half full, and a
 /// build starts at the size the previous one needed (at most its own row count's): it costs
-/// the distinct keys, not the rows (a group-key build of 16 groups clears 256 slots, not 2¹³),
+/// the distinct keys, not the rows (a group-key build of 3,840 rows in 16 groups clears 32 slots, not 2¹³),
 /// and rebuilds of one shape never grow it.
 #[derive(Debug, Clone, Default)]
 struct KeyTable {
@@ -1395,8 +1395,8 @@ mod tests {
 
     #[test]
     fn key_tables_grow_past_their_first_size() {
-        // 300 groups (a table starts at 256 slots, half full at 128 keys), each at rows k and
-        // k + 300: group k = rows k, k + 300. Offsets step by 2; steps 0 300 1 301 ...
+        // 300 groups (a fresh table has 8 slots and doubles whenever it is half full), each at
+        // rows k and k + 300: group k = rows k, k + 300. Offsets step by 2; steps 0 300 1 301 ...
         let keys: Vec<u64> = (0..600).map(|row| (row % 300) * 1_000_003).collect();
         let r: Vec<f64> = (0..600).map(|row| row as f64).collect();
         let offsets: Vec<usize> = (0..=300).map(|k| 2 * k).collect();
