@@ -714,12 +714,23 @@ impl BatchBuilder {
         for row in 0..rows {
             // A row with the previous row's key needs no lookup.
             if row == 0 || group_keys[row] != group_keys[row - 1] {
+                if S::PER_ROW && !in_order {
+                    // Rows since the last key change are group g's.
+                    self.traj_group.resize(row, g);
+                }
                 let id = self.groups.id(row, |r| &group_keys[r]);
-                in_order &= id >= g;
+                if id < g {
+                    if S::PER_ROW && in_order {
+                        self.groups.runs_into(&mut self.traj_group, row);
+                    }
+                    in_order = false;
+                }
                 g = id;
             }
             if S::PER_ROW {
-                // Trajectory = row: nothing to intern, check or record.
+                // Trajectory = row: nothing to intern or check. Its group (`traj_group`, for
+                // the sort) is recorded only once the rows are known to need one, and then a
+                // run at a time.
                 continue;
             }
             if row == 0 || trajs.key(row) != trajs.key(row - 1) {
@@ -744,6 +755,9 @@ impl BatchBuilder {
             self.row_traj.push(t);
         }
 
+        if S::PER_ROW && !in_order {
+            self.traj_group.resize(rows, g);
+        }
         let num_groups = self.groups.len();
         let num_traj = if S::PER_ROW { rows } else { self.traj_group.len() };
         let b = &mut self.spare;
@@ -775,19 +789,6 @@ impl BatchBuilder {
             b.step_rows.cleared().extend(0..rows);
             b.identity_rows = true;
             return Ok(());
-        }
-
-        if S::PER_ROW {
-            // Each row's (trajectory's) group, not recorded while the rows could still have
-            // been in order: read back from the table, one lookup per run.
-            self.traj_group.clear();
-            let mut g = 0;
-            for row in 0..rows {
-                if row > 0 && group_keys[row] != group_keys[row - 1] {
-                    g = self.groups.id(row, |r| &group_keys[r]);
-                }
-                self.traj_group.push(g);
-            }
         }
 
         // Order trajectories by group (stable: first appearance within the group).
@@ -878,9 +879,10 @@ impl TrajSource for RowPerTraj {
 /// Marks an empty table slot.
 const NIL: usize = usize::MAX;
 
-/// log2 of the table size for `n` keys: a power of two ≥ 2n (load ≤ 1/2), at least 8 slots.
+/// log2 of the table size for `n` keys: a power of two ≥ 4n, at least 8 slots. At load ≤ 1/4 a
+/// lookup of a present key probes about 1.2 slots (1.5 at 1/2).
 fn table_bits(n: usize) -> u32 {
-    (2 * n).next_power_of_two().max(8).trailing_zeros()
+    (4 * n).next_power_of_two().max(8).trailing_zeros()
 }
 
 fn fill<T: Copy>(v: &mut Vec<T>, len: usize, value: T) {
@@ -896,13 +898,13 @@ fn hash_of<K: Hash>(key: &K) -> u64 {
 
 /// The distinct keys of a build's rows, numbered by first appearance, in an open-addressing
 /// table of ids (`first_row[id]` is the row that introduced key `id`, through which keys are
-/// compared: no borrowed key is kept). The table doubles when more than half full, and a
+/// compared: no borrowed key is kept). The table doubles when more than a quarter full, and a
 /// build starts at the size the previous one needed (at most its own row count's): it costs
-/// the distinct keys, not the rows (a group-key build of 3,840 rows in 16 groups clears 32 slots, not 2¹³),
-/// and rebuilds of one shape never grow it.
+/// the distinct keys, not the rows (a group-key build of 3,840 rows in 16 groups clears 64
+/// slots, not 2¹³), and rebuilds of one shape never grow it.
 #[derive(Debug, Clone, Default)]
 struct KeyTable {
-    /// `NIL` or an id; a power of two ≥ 2 × ids.
+    /// `NIL` or an id; a power of two ≥ 4 × ids.
     slots: Vec<usize>,
     first_row: Vec<usize>,
 }
@@ -920,6 +922,16 @@ impl KeyTable {
 
     fn first_rows(&self) -> &[usize] {
         &self.first_row
+    }
+
+    /// Writes the id of each of the first `end` rows into `ids`, for rows whose ids never
+    /// decreased so far: key `id`'s rows are then the run from its first row to the next key's.
+    fn runs_into(&self, ids: &mut Vec<usize>, end: usize) {
+        ids.clear();
+        for (id, &next) in self.first_row.iter().enumerate().skip(1) {
+            ids.resize(next, id - 1);
+        }
+        ids.resize(end, self.first_row.len() - 1);
     }
 
     /// The slot where a probe for `hash` starts (Fx mixes into the high bits: index by them).
@@ -945,7 +957,7 @@ impl KeyTable {
         }
         let id = self.first_row.len();
         self.first_row.push(row);
-        if 2 * self.first_row.len() > self.slots.len() {
+        if 4 * self.first_row.len() > self.slots.len() {
             self.grow(key);
         } else {
             self.slots[slot] = id;
@@ -1395,7 +1407,7 @@ mod tests {
 
     #[test]
     fn key_tables_grow_past_their_first_size() {
-        // 300 groups (a fresh table has 8 slots and doubles whenever it is half full), each at
+        // 300 groups (a fresh table has 8 slots and doubles whenever a quarter full), each at
         // rows k and k + 300: group k = rows k, k + 300. Offsets step by 2; steps 0 300 1 301 ...
         let keys: Vec<u64> = (0..600).map(|row| (row % 300) * 1_000_003).collect();
         let r: Vec<f64> = (0..600).map(|row| row as f64).collect();
