@@ -784,8 +784,8 @@ impl BatchBuilder {
             } else {
                 &self.traj_reward
             });
-            // Keeps the index's allocation (a lazy identity would be rebuilt on the next
-            // batch that needs its rows ordered).
+            // Written, not a lazy identity: that would drop the index's allocation, and the
+            // next rebuild that sorts would allocate it again.
             b.step_rows.cleared().extend(0..rows);
             b.identity_rows = true;
             return Ok(());
