@@ -114,7 +114,7 @@ impl RolloutBatch {
         T: Hash + Eq,
     {
         let mut builder = BatchBuilder::new();
-        builder.build(group_keys, traj_keys, row_rewards)?;
+        builder.build(group_keys, TrajKeys(traj_keys), row_rewards)?;
         Ok(builder.spare)
     }
 
@@ -135,7 +135,7 @@ impl RolloutBatch {
     /// ```
     pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
         let mut builder = BatchBuilder::new();
-        builder.build_grouped(group_keys, rewards)?;
+        builder.build(group_keys, RowPerTraj, rewards)?;
         Ok(builder.spare)
     }
 
@@ -490,15 +490,20 @@ impl RolloutBatch {
 /// [`BatchBuilder::rebuild_from_row_keys`] rebuilds a batch in place: after the first batches
 /// (once buffers reached the batch size) it allocates nothing. Keys are interned in
 /// open-addressing tables of ids kept here (keys are compared through the first row that
-/// carried them, so the tables hold no borrowed keys), and a row whose key equals the previous
-/// row's is not hashed at all: for trajectory-major rows (verl-agent's layout) only the first
-/// row of each trajectory and of each group is hashed. Any `Hash + Eq` key works: `&str`,
-/// `String`, or the `u64` ids a trainer holds.
+/// carried them, so the tables hold no borrowed keys; a table is sized for the distinct keys,
+/// not the rows), and a row whose key equals the previous row's is not hashed at all: for
+/// trajectory-major rows (verl-agent's layout) only the first row of each trajectory and of
+/// each group is hashed. Any `Hash + Eq` key works: `&str`, `String`, or the `u64` ids a
+/// trainer holds.
 ///
-/// With group keys only ([`BatchBuilder::rebuild_from_group_keys`]), rows whose groups are each
-/// one contiguous run (verl's `uid` column: a prompt's responses adjacent) are recognised by
-/// hashing one key per run, and the batch, already in row order, is written in place with no
-/// sort: the same batch as for any other row order of those keys, only cheaper.
+/// Row keys and group keys ([`BatchBuilder::rebuild_from_group_keys`], where each row is its
+/// own trajectory, numbered by its row, with no trajectory table) go through one builder.
+/// While interning, it notes whether every row's group id and trajectory id is the previous
+/// row's or a new one. When so (each trajectory's rows adjacent, each group's trajectories
+/// adjacent: verl-agent's trajectory-major rows, verl's `uid` column with a prompt's responses
+/// adjacent), the rows are already in step order and the batch is written in place, with no
+/// sort; otherwise trajectories are ordered by group and rows scattered into step order
+/// (counting sorts, stable). Both give the batch [`RolloutBatch::from_row_keys`] describes.
 ///
 /// ```
 /// use beacon_rl::BatchBuilder;
@@ -513,25 +518,24 @@ impl RolloutBatch {
 ///     let reward = [1.0, 1.0, 0.0, 0.0];
 ///     builder.rebuild_from_row_keys(&mut batch, &uid, &traj, &reward)?;
 ///     assert_eq!(batch, RolloutBatch::from_row_keys(&uid, &traj, &reward)?);
+///     assert!(batch.rows_in_step_order()); // trajectory-major rows: no sort
 /// }
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct BatchBuilder {
-    group_table: Vec<usize>,
-    traj_table: Vec<usize>,
-    group_first_row: Vec<usize>,
-    traj_first_row: Vec<usize>,
+    groups: KeyTable,
+    /// Row-key builds only (group-key builds number trajectories by row).
+    trajs: KeyTable,
+    /// Each trajectory's group. Group-key builds fill it (each row's group) only when the rows
+    /// need sorting.
     traj_group: Vec<usize>,
+    /// Row-key builds: each trajectory's reward and step count, each row's trajectory.
     traj_reward: Vec<f64>,
     traj_len: Vec<usize>,
     row_traj: Vec<usize>,
     slot_of_traj: Vec<usize>,
     cursor: Vec<usize>,
-    /// Group-key builds: the first row of each run of equal adjacent keys, then the row count.
-    run_start: Vec<usize>,
-    /// Group-key builds: each run's group id.
-    run_group: Vec<usize>,
     /// The batch being built; swapped with the caller's on success.
     spare: RolloutBatch,
 }
@@ -539,18 +543,14 @@ pub struct BatchBuilder {
 impl Default for BatchBuilder {
     fn default() -> Self {
         Self {
-            group_table: Vec::new(),
-            traj_table: Vec::new(),
-            group_first_row: Vec::new(),
-            traj_first_row: Vec::new(),
+            groups: KeyTable::default(),
+            trajs: KeyTable::default(),
             traj_group: Vec::new(),
             traj_reward: Vec::new(),
             traj_len: Vec::new(),
             row_traj: Vec::new(),
             slot_of_traj: Vec::new(),
             cursor: Vec::new(),
-            run_start: Vec::new(),
-            run_group: Vec::new(),
             // Never seen by a caller before a successful build fills it.
             spare: RolloutBatch {
                 group_offsets: Vec::new(),
@@ -595,7 +595,7 @@ impl BatchBuilder {
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        self.build(group_keys, traj_keys, row_rewards)?;
+        self.build(group_keys, TrajKeys(traj_keys), row_rewards)?;
         Ok(self.spare.clone())
     }
 
@@ -627,7 +627,7 @@ impl BatchBuilder {
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        self.build(group_keys, traj_keys, row_rewards)?;
+        self.build(group_keys, TrajKeys(traj_keys), row_rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
@@ -636,10 +636,12 @@ impl BatchBuilder {
     /// [`RolloutBatch::from_group_keys`]: no allocation once both have grown to the batch size.
     /// On error `batch` is unchanged.
     ///
-    /// Only one key per run of equal adjacent keys is hashed. When each group's rows form one
-    /// contiguous run (no key recurs after a different one), the rows are already in step
-    /// order and the batch is written without sorting them; otherwise rows are ordered by
-    /// group (stably). Both give the batch [`RolloutBatch::from_group_keys`] describes.
+    /// A row's trajectory is numbered by its row (nothing is hashed for it), and a group key is
+    /// hashed only where it differs from the previous row's: one lookup per run of equal
+    /// adjacent keys. When each group's rows form one contiguous run (no key recurs after a
+    /// different one), the rows are already in step order and the batch is written without
+    /// sorting them; otherwise rows are ordered by group (stably). Both give the batch
+    /// [`RolloutBatch::from_group_keys`] describes.
     ///
     /// # Errors
     /// As [`RolloutBatch::from_row_keys`] (a trajectory cannot span groups here, nor disagree
@@ -666,23 +668,13 @@ impl BatchBuilder {
         group_keys: &[G],
         rewards: &[f64],
     ) -> Result<()> {
-        self.build_grouped(group_keys, rewards)?;
+        self.build(group_keys, RowPerTraj, rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
 
-    fn build<G, T>(&mut self, group_keys: &[G], traj_keys: &[T], row_rewards: &[f64]) -> Result<()>
-    where
-        G: Hash + Eq,
-        T: Hash + Eq,
-    {
-        check_len("traj_keys", group_keys.len(), traj_keys.len())?;
-        self.build_keyed(group_keys, |r| &traj_keys[r], row_rewards)
-    }
-
     /// The checks every key constructor makes first, in this order (their errors are the
-    /// same built or rebuilt, with or without trajectory keys; `traj_keys` is checked by the
-    /// caller).
+    /// same built or rebuilt, with or without trajectory keys; `traj_keys` is checked before).
     fn check_rows(rows: usize, row_rewards: &[f64]) -> Result<()> {
         check_len("row_rewards", rows, row_rewards.len())?;
         if rows == 0 {
@@ -691,127 +683,61 @@ impl BatchBuilder {
         check_finite("row_rewards", row_rewards)
     }
 
-    /// The group-key constructors: every row is its own one-step trajectory, so trajectory =
-    /// row and no trajectory table is needed.
+    /// The one builder behind every key constructor, into `self.spare`.
     ///
-    /// Rows are read as runs of equal adjacent keys, and one key per run is hashed. When every
-    /// run's key is new (each group's rows are one contiguous run, as verl's `uid` column
-    /// holds them), the rows are already in step order: the batch is written straight into
-    /// the spare buffers (group offsets at the runs, one step per trajectory, rewards as
-    /// given), the batch the general path below gives for these keys. When a key recurs, rows
-    /// are ordered by group with a counting sort (stable: row order within a group).
-    fn build_grouped<G: Hash + Eq>(&mut self, group_keys: &[G], row_rewards: &[f64]) -> Result<()> {
+    /// Groups and trajectories are numbered by first appearance, so along the rows an id is
+    /// the previous row's, a new one (above every earlier id), or a recurring one (below the
+    /// previous). `in_order` records that no id recurred. Then each trajectory's rows are
+    /// adjacent and in row order, and trajectory t's group id never decreases with t: the
+    /// layout is the identity (slot of trajectory t = t, step s = row s), written directly.
+    /// Otherwise trajectories are ordered by group and rows scattered into step order.
+    fn build<G: Hash + Eq, S: TrajSource>(
+        &mut self,
+        group_keys: &[G],
+        trajs: S,
+        row_rewards: &[f64],
+    ) -> Result<()> {
         let rows = group_keys.len();
+        trajs.check(rows)?;
         Self::check_rows(rows, row_rewards)?;
 
-        // Runs of equal adjacent keys: `run_start` = [0, start of each later run, rows].
-        self.run_start.clear();
-        self.run_start.push(0);
-        for row in 1..rows {
-            if group_keys[row] != group_keys[row - 1] {
-                self.run_start.push(row);
-            }
+        self.groups.reset(rows);
+        if !S::PER_ROW {
+            self.trajs.reset(rows);
+            self.traj_group.clear();
+            self.traj_reward.clear();
+            self.traj_len.clear();
+            self.row_traj.clear();
         }
-        self.run_start.push(rows);
-        let runs = self.run_start.len() - 1;
-
-        // One lookup per run (a table sized for the runs: groups ≤ runs).
-        let bits = table_bits(runs);
-        reset_table(&mut self.group_table, bits);
-        self.group_first_row.clear();
-        self.run_group.clear();
-        for &start in &self.run_start[..runs] {
-            let g = intern(
-                &mut self.group_table,
-                bits,
-                &mut self.group_first_row,
-                start,
-                |r| &group_keys[r],
-            );
-            self.run_group.push(g);
-        }
-        let num_groups = self.group_first_row.len();
-        let b = &mut self.spare;
-        b.traj_offsets.clear();
-        b.traj_offsets.extend(0..=rows);
-        if num_groups == runs {
-            // No key recurs: group g is run g, and rows are in step order.
-            b.group_offsets.clear();
-            b.group_offsets.extend_from_slice(&self.run_start);
-            b.terminal_rewards.clear();
-            b.terminal_rewards.extend_from_slice(row_rewards);
-            b.step_rows.cleared().extend(0..rows);
-            b.identity_rows = true;
-            return Ok(());
-        }
-
-        // A key recurs: counting sort of rows by group (trajectory = row, one step each).
-        fill(&mut b.group_offsets, num_groups + 1, 0);
-        for (k, &g) in self.run_group.iter().enumerate() {
-            b.group_offsets[g + 1] += self.run_start[k + 1] - self.run_start[k];
-        }
-        prefix_sum(&mut b.group_offsets);
-        self.cursor.clear();
-        self.cursor.extend_from_slice(&b.group_offsets[..num_groups]);
-        fill(&mut b.terminal_rewards, rows, 0.0);
-        // Overwritten: a lazy identity index of an earlier batch is not built first.
-        fill(b.step_rows.cleared(), rows, 0);
-        for (k, &g) in self.run_group.iter().enumerate() {
-            let (start, end) = (self.run_start[k], self.run_start[k + 1]);
-            for (row, &reward) in (start..end).zip(&row_rewards[start..end]) {
-                let slot = self.cursor[g];
-                b.step_rows[slot] = row;
-                b.terminal_rewards[slot] = reward;
-                self.cursor[g] += 1;
-            }
-        }
-        b.identity_rows = b.step_rows.iter().enumerate().all(|(s, &r)| s == r);
-        Ok(())
-    }
-
-    /// The row-key constructors: `traj_key(r)` is row r's trajectory key (the caller has
-    /// checked that there is one per row).
-    fn build_keyed<G, T, F>(&mut self, group_keys: &[G], traj_key: F, row_rewards: &[f64]) -> Result<()>
-    where
-        G: Hash + Eq,
-        T: Hash + Eq,
-        F: Fn(usize) -> T,
-    {
-        let rows = group_keys.len();
-        Self::check_rows(rows, row_rewards)?;
-
-        // Intern keys: first-appearance numbering of groups and trajectories.
-        let bits = table_bits(rows);
-        reset_table(&mut self.group_table, bits);
-        reset_table(&mut self.traj_table, bits);
-        self.group_first_row.clear();
-        self.traj_first_row.clear();
-        self.traj_group.clear();
-        self.traj_reward.clear();
-        self.traj_len.clear();
-        self.row_traj.clear();
-        let (mut prev_g, mut prev_t) = (NIL, NIL);
+        let mut in_order = true;
+        let (mut g, mut t) = (0, 0);
         for row in 0..rows {
             // A row with the previous row's key needs no lookup.
-            let g = if row > 0 && group_keys[row] == group_keys[row - 1] {
-                prev_g
-            } else {
-                intern(&mut self.group_table, bits, &mut self.group_first_row, row, |r| {
-                    &group_keys[r]
-                })
-            };
-            let t = if row > 0 && traj_key(row) == traj_key(row - 1) {
-                prev_t
-            } else {
-                intern(
-                    &mut self.traj_table,
-                    bits,
-                    &mut self.traj_first_row,
-                    row,
-                    &traj_key,
-                )
-            };
-            (prev_g, prev_t) = (g, t);
+            if row == 0 || group_keys[row] != group_keys[row - 1] {
+                if S::PER_ROW && !in_order {
+                    // Rows since the last key change are group g's.
+                    self.traj_group.resize(row, g);
+                }
+                let id = self.groups.id(row, |r| &group_keys[r]);
+                if id < g {
+                    if S::PER_ROW && in_order {
+                        self.groups.runs_into(&mut self.traj_group, row);
+                    }
+                    in_order = false;
+                }
+                g = id;
+            }
+            if S::PER_ROW {
+                // Trajectory = row: nothing to intern or check. Its group (`traj_group`, for
+                // the sort) is recorded only once the rows are known to need one, and then a
+                // run at a time.
+                continue;
+            }
+            if row == 0 || trajs.key(row) != trajs.key(row - 1) {
+                let id = self.trajs.id(row, |r| trajs.key(r));
+                in_order &= id >= t;
+                t = id;
+            }
             if t == self.traj_group.len() {
                 self.traj_group.push(g);
                 self.traj_reward.push(row_rewards[row]);
@@ -829,17 +755,50 @@ impl BatchBuilder {
             self.row_traj.push(t);
         }
 
-        // Order trajectories by group (stable: first appearance within the group).
-        let num_groups = self.group_first_row.len();
-        let num_traj = self.traj_group.len();
+        if S::PER_ROW && !in_order {
+            self.traj_group.resize(rows, g);
+        }
+        let num_groups = self.groups.len();
+        let num_traj = if S::PER_ROW { rows } else { self.traj_group.len() };
         let b = &mut self.spare;
+        if in_order {
+            // Group g starts at its first row's trajectory; trajectory t at its first row.
+            b.group_offsets.clear();
+            if S::PER_ROW {
+                b.group_offsets.extend_from_slice(self.groups.first_rows());
+            } else {
+                let first = self.groups.first_rows().iter();
+                b.group_offsets.extend(first.map(|&r| self.row_traj[r]));
+            }
+            b.group_offsets.push(num_traj);
+            b.traj_offsets.clear();
+            if S::PER_ROW {
+                b.traj_offsets.extend(0..rows);
+            } else {
+                b.traj_offsets.extend_from_slice(self.trajs.first_rows());
+            }
+            b.traj_offsets.push(rows);
+            b.terminal_rewards.clear();
+            b.terminal_rewards.extend_from_slice(if S::PER_ROW {
+                row_rewards
+            } else {
+                &self.traj_reward
+            });
+            // Written, not a lazy identity: that would drop the index's allocation, and the
+            // next rebuild that sorts would allocate it again.
+            b.step_rows.cleared().extend(0..rows);
+            b.identity_rows = true;
+            return Ok(());
+        }
+
+        // Order trajectories by group (stable: first appearance within the group).
         fill(&mut b.group_offsets, num_groups + 1, 0);
         for &g in &self.traj_group {
             b.group_offsets[g + 1] += 1;
         }
         prefix_sum(&mut b.group_offsets);
         self.cursor.clear();
-        self.cursor.extend_from_slice(&b.group_offsets);
+        self.cursor.extend_from_slice(&b.group_offsets[..num_groups]);
         self.slot_of_traj.clear();
         for &g in &self.traj_group {
             self.slot_of_traj.push(self.cursor[g]);
@@ -848,8 +807,13 @@ impl BatchBuilder {
         fill(&mut b.traj_offsets, num_traj + 1, 0);
         fill(&mut b.terminal_rewards, num_traj, 0.0);
         for (t, &slot) in self.slot_of_traj.iter().enumerate() {
-            b.traj_offsets[slot + 1] = self.traj_len[t];
-            b.terminal_rewards[slot] = self.traj_reward[t];
+            let (len, reward) = if S::PER_ROW {
+                (1, row_rewards[t])
+            } else {
+                (self.traj_len[t], self.traj_reward[t])
+            };
+            b.traj_offsets[slot + 1] = len;
+            b.terminal_rewards[slot] = reward;
         }
         prefix_sum(&mut b.traj_offsets);
 
@@ -859,26 +823,66 @@ impl BatchBuilder {
             .extend(self.slot_of_traj.iter().map(|&s| b.traj_offsets[s]));
         // Overwritten: a lazy identity index of an earlier batch is not built first.
         fill(b.step_rows.cleared(), rows, 0);
-        for (row, &t) in self.row_traj.iter().enumerate() {
+        for row in 0..rows {
+            let t = if S::PER_ROW { row } else { self.row_traj[row] };
             b.step_rows[self.cursor[t]] = row;
             self.cursor[t] += 1;
         }
-        b.identity_rows = b.step_rows.iter().enumerate().all(|(s, &r)| s == r);
+        // Never the identity here: were it, rows would run through the slots in order, each
+        // trajectory's rows adjacent, so first-appearance ids would equal slot ranks (groups
+        // in slot order too): no id would recur, and `in_order` would have held.
+        debug_assert!(b.step_rows.iter().enumerate().any(|(s, &r)| s != r));
+        b.identity_rows = false;
         Ok(())
     }
+}
+
+/// Where a build's trajectory ids come from. Monomorphised, so the group-key build's row
+/// loop carries no test of the mode.
+trait TrajSource {
+    /// Every row is its own one-step trajectory, numbered by its row (group-key builds): no
+    /// key is read, no table kept.
+    const PER_ROW: bool;
+    type Key: Hash + Eq;
+    /// The trajectory-key column's length check (before the common checks: error order).
+    fn check(&self, rows: usize) -> Result<()>;
+    /// Row `row`'s trajectory key (row-key builds).
+    fn key(&self, row: usize) -> Self::Key;
+}
+
+/// Row-key builds: the caller's `traj_keys`.
+struct TrajKeys<'a, T>(&'a [T]);
+
+impl<'a, T: Hash + Eq> TrajSource for TrajKeys<'a, T> {
+    const PER_ROW: bool = false;
+    type Key = &'a T;
+    fn check(&self, rows: usize) -> Result<()> {
+        check_len("traj_keys", rows, self.0.len())
+    }
+    fn key(&self, row: usize) -> &'a T {
+        &self.0[row]
+    }
+}
+
+/// Group-key builds.
+struct RowPerTraj;
+
+impl TrajSource for RowPerTraj {
+    const PER_ROW: bool = true;
+    type Key = ();
+    fn check(&self, _rows: usize) -> Result<()> {
+        Ok(())
+    }
+    fn key(&self, _row: usize) {}
 }
 
 /// Marks an empty table slot.
 const NIL: usize = usize::MAX;
 
-/// log2 of the table size for `n` keys: a power of two ≥ 2n (load ≤ 1/2).
+/// log2 of the table size for `n` keys: a power of two ≥ 4n, at least 8 slots. At load ≤ 1/4 a
+/// lookup of a present key probes about 1.2 slots (1.5 at 1/2).
 fn table_bits(n: usize) -> u32 {
-    (2 * n).next_power_of_two().max(8).trailing_zeros()
-}
-
-fn reset_table(table: &mut Vec<usize>, bits: u32) {
-    table.clear();
-    table.resize(1 << bits, NIL);
+    (4 * n).next_power_of_two().max(8).trailing_zeros()
 }
 
 fn fill<T: Copy>(v: &mut Vec<T>, len: usize, value: T) {
@@ -886,29 +890,96 @@ fn fill<T: Copy>(v: &mut Vec<T>, len: usize, value: T) {
     v.resize(len, value);
 }
 
-/// The id of row `row`'s key in an open-addressing table of ids (first appearance numbering;
-/// `first_row[id]` is the row that introduced key `id`, through which keys are compared).
-fn intern<K, F>(table: &mut [usize], bits: u32, first_row: &mut Vec<usize>, row: usize, key: F) -> usize
-where
-    K: Hash + Eq,
-    F: Fn(usize) -> K,
-{
-    let k = key(row);
+fn hash_of<K: Hash>(key: &K) -> u64 {
     let mut h = FxHasher::default();
-    k.hash(&mut h);
-    let mask = (1usize << bits) - 1;
-    // Fx mixes into the high bits: index by them.
-    let mut slot = (h.finish() >> (64 - bits)) as usize;
-    loop {
-        match table[slot] {
-            NIL => {
-                let id = first_row.len();
-                first_row.push(row);
-                table[slot] = id;
-                return id;
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The distinct keys of a build's rows, numbered by first appearance, in an open-addressing
+/// table of ids (`first_row[id]` is the row that introduced key `id`, through which keys are
+/// compared: no borrowed key is kept). The table doubles when more than a quarter full, and a
+/// build starts at the size the previous one needed (at most its own row count's): it costs
+/// the distinct keys, not the rows (a group-key build of 3,840 rows in 16 groups clears 64
+/// slots, not 2¹³), and rebuilds of one shape never grow it.
+#[derive(Debug, Clone, Default)]
+struct KeyTable {
+    /// `NIL` or an id; a power of two ≥ 4 × ids.
+    slots: Vec<usize>,
+    first_row: Vec<usize>,
+}
+
+impl KeyTable {
+    fn reset(&mut self, rows: usize) {
+        let bits = table_bits(self.first_row.len().min(rows));
+        self.first_row.clear();
+        fill(&mut self.slots, 1 << bits, NIL);
+    }
+
+    fn len(&self) -> usize {
+        self.first_row.len()
+    }
+
+    fn first_rows(&self) -> &[usize] {
+        &self.first_row
+    }
+
+    /// Writes the id of each of the first `end` rows into `ids`, for rows whose ids never
+    /// decreased so far: key `id`'s rows are then the run from its first row to the next key's.
+    fn runs_into(&self, ids: &mut Vec<usize>, end: usize) {
+        ids.clear();
+        for (id, &next) in self.first_row.iter().enumerate().skip(1) {
+            ids.resize(next, id - 1);
+        }
+        ids.resize(end, self.first_row.len() - 1);
+    }
+
+    /// The slot where a probe for `hash` starts (Fx mixes into the high bits: index by them).
+    fn home(&self, hash: u64) -> usize {
+        (hash >> (64 - self.slots.len().trailing_zeros())) as usize
+    }
+
+    /// The id of row `row`'s key `key(row)`, a new one if the key was not seen.
+    fn id<K, F>(&mut self, row: usize, key: F) -> usize
+    where
+        K: Hash + Eq,
+        F: Fn(usize) -> K,
+    {
+        let k = key(row);
+        let mask = self.slots.len() - 1;
+        let mut slot = self.home(hash_of(&k));
+        loop {
+            match self.slots[slot] {
+                NIL => break,
+                id if key(self.first_row[id]) == k => return id,
+                _ => slot = (slot + 1) & mask,
             }
-            id if key(first_row[id]) == k => return id,
-            _ => slot = (slot + 1) & mask,
+        }
+        let id = self.first_row.len();
+        self.first_row.push(row);
+        if 4 * self.first_row.len() > self.slots.len() {
+            self.grow(key);
+        } else {
+            self.slots[slot] = id;
+        }
+        id
+    }
+
+    /// Doubles the table and re-inserts every id (the new one included).
+    fn grow<K, F>(&mut self, key: F)
+    where
+        K: Hash,
+        F: Fn(usize) -> K,
+    {
+        let len = 2 * self.slots.len();
+        fill(&mut self.slots, len, NIL);
+        let mask = self.slots.len() - 1;
+        for (id, &row) in self.first_row.iter().enumerate() {
+            let mut slot = self.home(hash_of(&key(row)));
+            while self.slots[slot] != NIL {
+                slot = (slot + 1) & mask;
+            }
+            self.slots[slot] = id;
         }
     }
 }
@@ -1205,6 +1276,165 @@ mod tests {
             })
         );
         assert_eq!(batch, before);
+    }
+
+    #[test]
+    fn trajectory_major_row_keys_are_written_in_place() {
+        // rows:   0  1  2  3  4  5
+        // group:  u  u  u  v  v  w
+        // traj:   a  a  b  c  c  d
+        // Group ids 0 0 0 1 1 2 and trajectory ids 0 0 1 2 2 3 never decrease: identity.
+        // Groups u = {a, b}, v = {c}, w = {d}: group_offsets [0, 2, 3, 4]. Trajectories start
+        // at rows 0, 2, 3, 5: traj_offsets [0, 2, 3, 5, 6]. Rewards a 1, b 0, c 0.5, d 0.25.
+        let g = ["u", "u", "u", "v", "v", "w"];
+        let t = ["a", "a", "b", "c", "c", "d"];
+        let r = [1.0, 1.0, 0.0, 0.5, 0.5, 0.25];
+        let fresh = RolloutBatch::from_row_keys(&g, &t, &r).unwrap();
+        assert_eq!(fresh.group_offsets(), &[0, 2, 3, 4]);
+        assert_eq!(fresh.trajectory_offsets(), &[0, 2, 3, 5, 6]);
+        assert_eq!(fresh.step_rows(), &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(fresh.terminal_rewards(), &[1.0, 0.0, 0.5, 0.25]);
+        assert!(fresh.rows_in_step_order());
+        let want =
+            RolloutBatch::from_offsets(vec![0, 2, 3, 4], vec![0, 2, 3, 5, 6], vec![1.0, 0.0, 0.5, 0.25])
+                .unwrap();
+        assert_eq!(fresh, want);
+        // Rebuilt in place after a batch that needed sorting, and the reverse.
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_row_keys(&[1, 2, 1], &[5, 6, 7], &[0.0; 3]).unwrap();
+        builder.rebuild_from_row_keys(&mut batch, &g, &t, &r).unwrap();
+        assert_eq!(batch, want);
+        assert!(batch.rows_in_step_order());
+        builder
+            .rebuild_from_row_keys(&mut batch, &[1, 2, 1], &[5, 6, 7], &[0.0; 3])
+            .unwrap();
+        assert_eq!(batch.step_rows(), &[0, 2, 1]);
+        assert!(!batch.rows_in_step_order());
+    }
+
+    #[test]
+    fn a_recurring_trajectory_within_in_order_groups_is_sorted() {
+        // rows:   0  1  2  3
+        // group:  u  u  u  v    ids 0 0 0 1 (never decrease)
+        // traj:   a  b  a  c    ids 0 1 0 2 (a recurs at row 2: not the identity)
+        // u = {a: rows 0 2, b: row 1}, v = {c: row 3}. Steps a0 a2 | b1 | c3.
+        let fresh = RolloutBatch::from_row_keys(
+            &["u", "u", "u", "v"],
+            &["a", "b", "a", "c"],
+            &[1.0, 0.0, 1.0, 0.5],
+        )
+        .unwrap();
+        assert_eq!(fresh.group_offsets(), &[0, 2, 3]);
+        assert_eq!(fresh.trajectory_offsets(), &[0, 2, 3, 4]);
+        assert_eq!(fresh.step_rows(), &[0, 2, 1, 3]);
+        assert_eq!(fresh.terminal_rewards(), &[1.0, 0.0, 0.5]);
+        assert!(!fresh.rows_in_step_order());
+    }
+
+    #[test]
+    fn a_recurring_group_with_in_order_trajectories_is_sorted() {
+        // rows:   0  1  2  3
+        // group:  p  p  q  p    ids 0 0 1 0 (p recurs at row 3: not the identity)
+        // traj:   a  a  b  c    ids 0 0 1 2 (never decrease)
+        // p = {a: rows 0 1, c: row 3}, q = {b: row 2}: slots a, c, b.
+        // traj_offsets: lengths 2, 1, 1 -> [0, 2, 3, 4]; steps 0 1 | 3 | 2.
+        let (g, t, r) = (["p", "p", "q", "p"], ["a", "a", "b", "c"], [1.0, 1.0, 0.0, 0.5]);
+        let fresh = RolloutBatch::from_row_keys(&g, &t, &r).unwrap();
+        assert_eq!(fresh.group_offsets(), &[0, 2, 3]);
+        assert_eq!(fresh.trajectory_offsets(), &[0, 2, 3, 4]);
+        assert_eq!(fresh.step_rows(), &[0, 1, 3, 2]);
+        assert_eq!(fresh.terminal_rewards(), &[1.0, 0.5, 0.0]);
+        assert!(!fresh.rows_in_step_order());
+        // g0 g1 g0, one step each: p = {a, c}, q = {b}.
+        let one = RolloutBatch::from_row_keys(&[0, 1, 0], &["a", "b", "c"], &[1.0, 0.0, 0.5]).unwrap();
+        assert_eq!(one.group_offsets(), &[0, 2, 3]);
+        assert_eq!(one.trajectory_offsets(), &[0, 1, 2, 3]);
+        assert_eq!(one.step_rows(), &[0, 2, 1]);
+        assert_eq!(one.terminal_rewards(), &[1.0, 0.5, 0.0]);
+    }
+
+    #[test]
+    fn row_key_errors_at_the_same_row_in_either_layout() {
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_row_keys(&[9], &[9], &[0.0]).unwrap();
+        let before = batch.clone();
+        let across = Err(Error::TrajectoryAcrossGroups { row: 3 });
+        let reward = |row| {
+            Err(Error::InconsistentTerminalReward {
+                row,
+                expected: 1.0,
+                value: 0.5,
+            })
+        };
+        // Group keys, trajectory keys, rewards, the error.
+        type Case = (
+            &'static [&'static str],
+            &'static [&'static str],
+            &'static [f64],
+            Result<()>,
+        );
+        let cases: [Case; 5] = [
+            // Rows 0..3 in order (ids 0 0 1 | 0 0 1), then trajectory a under group q.
+            (
+                &["p", "p", "q", "q"],
+                &["a", "a", "b", "a"],
+                &[0.0; 4],
+                across.clone(),
+            ),
+            // Rows 0..3 out of order (groups 0 1 0), then the same.
+            (&["p", "q", "p", "q"], &["a", "b", "a", "a"], &[0.0; 4], across),
+            // Adjacent rows with one trajectory key and two group keys (no lookup of a).
+            (
+                &["p", "q"],
+                &["a", "a"],
+                &[0.0; 2],
+                Err(Error::TrajectoryAcrossGroups { row: 1 }),
+            ),
+            // Trajectory a's second row, in order (a a b) and out of order (a b a).
+            (&["p", "p", "p"], &["a", "a", "b"], &[1.0, 0.5, 0.0], reward(1)),
+            (&["p", "p", "p"], &["a", "b", "a"], &[1.0, 0.0, 0.5], reward(2)),
+        ];
+        for (g, t, r, want) in cases {
+            assert_eq!(
+                RolloutBatch::from_row_keys(g, t, r).map(|_| ()),
+                want,
+                "{g:?} {t:?}"
+            );
+            assert_eq!(builder.rebuild_from_row_keys(&mut batch, g, t, r), want);
+            assert_eq!(batch, before);
+        }
+    }
+
+    #[test]
+    fn key_tables_grow_past_their_first_size() {
+        // 300 groups (a fresh table has 8 slots and doubles whenever a quarter full), each at
+        // rows k and k + 300: group k = rows k, k + 300. Offsets step by 2; steps 0 300 1 301 ...
+        let keys: Vec<u64> = (0..600).map(|row| (row % 300) * 1_000_003).collect();
+        let r: Vec<f64> = (0..600).map(|row| row as f64).collect();
+        let offsets: Vec<usize> = (0..=300).map(|k| 2 * k).collect();
+        let steps: Vec<usize> = (0..300).flat_map(|k| [k, k + 300]).collect();
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        for _ in 0..2 {
+            builder.rebuild_from_group_keys(&mut batch, &keys, &r).unwrap();
+            assert_eq!(batch.group_offsets(), &offsets[..]);
+            assert_eq!(batch.step_rows(), &steps[..]);
+            // The same keys as trajectories (one per row pair) under one group each.
+            builder
+                .rebuild_from_row_keys(&mut batch, &keys, &keys, &r)
+                .unwrap_err();
+            let traj: Vec<u64> = (0..600).map(|row| row * 7).collect();
+            builder
+                .rebuild_from_row_keys(&mut batch, &keys, &traj, &r)
+                .unwrap();
+            assert_eq!(batch.group_offsets(), &offsets[..]);
+            assert_eq!(batch.step_rows(), &steps[..]);
+            // A small batch in between: the tables shrink back.
+            builder
+                .rebuild_from_group_keys(&mut batch, &[1, 1, 2], &[0.0; 3])
+                .unwrap();
+            assert_eq!(batch.group_offsets(), &[0, 2, 3]);
+        }
     }
 
     #[test]

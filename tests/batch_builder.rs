@@ -2,7 +2,10 @@
 //! same errors, and allocate nothing after warm-up (counted by a global counting allocator);
 //! one source of truth for the episode reward through the estimators. Group keys whose rows
 //! form contiguous runs (no sort needed) give the batch that the row-key path and the reference
-//! give, for random key sequences with and without recurring groups (proptest).
+//! give, for random key sequences with and without recurring groups (proptest). Row keys in
+//! trajectory-major order (written in place), with groups or trajectories recurring, or
+//! shuffled, give a HashMap reference's batch (proptest), and rebuilds alternating the two
+//! layouts allocate nothing.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -384,4 +387,183 @@ proptest! {
         builder.rebuild_from_group_keys(&mut batch, &text, &rewards).unwrap();
         prop_assert_eq!(&batch, &fresh);
     }
+}
+
+/// Group offsets, trajectory offsets, step rows, terminal rewards.
+type Layout4 = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<f64>);
+
+/// Row-key batch by plain hash maps, written independently of the builder: groups and
+/// trajectories by first appearance, trajectories ordered stably by group, each trajectory's
+/// rows in row order. Returns (group offsets, trajectory offsets, step rows, terminal rewards).
+fn row_reference<G: Hash + Eq, T: Hash + Eq>(g: &[G], t: &[T], r: &[f64]) -> Layout4 {
+    let (mut gid, mut tid) = (HashMap::new(), HashMap::new());
+    // Per trajectory: (group id, reward, rows).
+    let mut trajs: Vec<(usize, f64, Vec<usize>)> = Vec::new();
+    for row in 0..g.len() {
+        let n = gid.len();
+        let gi = *gid.entry(&g[row]).or_insert(n);
+        let n = tid.len();
+        let ti = *tid.entry(&t[row]).or_insert(n);
+        if ti == trajs.len() {
+            trajs.push((gi, r[row], Vec::new()));
+        }
+        trajs[ti].2.push(row);
+    }
+    let mut group_offsets = vec![0];
+    let (mut traj_offsets, mut steps, mut rewards) = (vec![0], Vec::new(), Vec::new());
+    for group in 0..gid.len() {
+        for (_, reward, rows) in trajs.iter().filter(|j| j.0 == group) {
+            steps.extend_from_slice(rows);
+            traj_offsets.push(steps.len());
+            rewards.push(*reward);
+        }
+        group_offsets.push(rewards.len());
+    }
+    (group_offsets, traj_offsets, steps, rewards)
+}
+
+/// Rows of trajectories `(group key, trajectory key, reward, steps)`, interleaved at random
+/// (each trajectory's steps in order) by picking a trajectory with steps left per row.
+fn interleave(trajs: &[(u64, u64, f64, usize)], rng: &mut SplitMix64) -> Vec<(u64, u64, f64)> {
+    let mut left: Vec<usize> = trajs.iter().map(|j| j.3).collect();
+    let mut open: Vec<usize> = (0..trajs.len()).collect();
+    let mut rows = Vec::new();
+    while !open.is_empty() {
+        let k = (rng.next_u64() % open.len() as u64) as usize;
+        let j = open[k];
+        rows.push((trajs[j].0, trajs[j].1, trajs[j].2));
+        left[j] -= 1;
+        if left[j] == 0 {
+            open.remove(k);
+        }
+    }
+    rows
+}
+
+/// The four layouts of one set of groups: trajectory-major (the identity); trajectories
+/// contiguous but in shuffled order (groups recur, trajectory ids never do); groups
+/// contiguous but their trajectories interleaved (trajectories recur, groups never do);
+/// everything interleaved.
+fn layouts(spec: &[Vec<usize>], seed: u64) -> Vec<Vec<(u64, u64, f64)>> {
+    let mut rng = SplitMix64::new(seed);
+    let trajs: Vec<Vec<(u64, u64, f64, usize)>> = spec
+        .iter()
+        .enumerate()
+        .map(|(g, lens)| {
+            let g = g as u64;
+            let each = lens.iter().enumerate();
+            each.map(|(t, &n)| (g * 13 + 1, g * 100 + t as u64, (g + t as u64) as f64 * 0.5, n))
+                .collect()
+        })
+        .collect();
+    let steps = |j: &(u64, u64, f64, usize)| std::iter::repeat((j.0, j.1, j.2)).take(j.3);
+    let major: Vec<_> = trajs.iter().flatten().flat_map(steps).collect();
+    let mut blocks: Vec<_> = trajs.iter().flatten().collect();
+    for i in (1..blocks.len()).rev() {
+        blocks.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let blocks: Vec<_> = blocks.into_iter().flat_map(steps).collect();
+    let within: Vec<_> = trajs
+        .iter()
+        .flat_map(|group| interleave(group, &mut rng))
+        .collect();
+    let all: Vec<_> = trajs.iter().flatten().copied().collect();
+    let shuffled = interleave(&all, &mut rng);
+    vec![major, blocks, within, shuffled]
+}
+
+/// Group keys, trajectory keys, rewards.
+type Columns = (Vec<u64>, Vec<u64>, Vec<f64>);
+
+fn columns(rows: &[(u64, u64, f64)]) -> Columns {
+    (
+        rows.iter().map(|r| r.0).collect(),
+        rows.iter().map(|r| r.1).collect(),
+        rows.iter().map(|r| r.2).collect(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Row-key batches in each layout, fresh and rebuilt in place by one builder that goes
+    /// through all of them in turn (and a group-key batch), are the reference's; the rows
+    /// are in step order exactly when the reference's step rows are `0..rows`, which the
+    /// trajectory-major layout always is.
+    #[test]
+    fn row_keys_in_any_layout_give_the_reference_batch(
+        spec in prop::collection::vec(prop::collection::vec(1usize..5, 1..4), 1..7),
+        seed in any::<u64>(),
+    ) {
+        let mut builder = BatchBuilder::new();
+        let mut batch = RolloutBatch::from_group_keys(&[3u64, 4, 3], &[0.0; 3]).unwrap();
+        for (k, rows) in layouts(&spec, seed).iter().enumerate() {
+            let (g, t, r) = columns(rows);
+            let (offsets, traj_offsets, steps, rewards) = row_reference(&g, &t, &r);
+            let identity = steps.iter().enumerate().all(|(s, &row)| s == row);
+            prop_assert!(k != 0 || identity);
+            let fresh = RolloutBatch::from_row_keys(&g, &t, &r).unwrap();
+            prop_assert_eq!(fresh.group_offsets(), &offsets[..]);
+            prop_assert_eq!(fresh.trajectory_offsets(), &traj_offsets[..]);
+            prop_assert_eq!(fresh.step_rows(), &steps[..]);
+            prop_assert_eq!(fresh.terminal_rewards(), &rewards[..]);
+            prop_assert_eq!(fresh.rows_in_step_order(), identity);
+            builder.rebuild_from_row_keys(&mut batch, &g, &t, &r).unwrap();
+            prop_assert_eq!(&batch, &fresh);
+            let text: Vec<String> = t.iter().map(|x| format!("traj-{x}")).collect();
+            builder.rebuild_from_row_keys(&mut batch, &g, &text, &r).unwrap();
+            prop_assert_eq!(&batch, &fresh);
+            builder.rebuild_from_group_keys(&mut batch, &g, &r).unwrap();
+        }
+    }
+}
+
+/// Rebuilds that alternate the in-place (identity) layout and the sorted one, for row keys
+/// and for group keys, at varying sizes (the key tables grow and shrink), allocate nothing
+/// once warm.
+#[test]
+fn no_allocation_alternating_identity_and_sorted_layouts() {
+    let specs: Vec<Vec<Vec<usize>>> = [(40usize, 3usize), (3, 2), (60, 4), (1, 1)]
+        .iter()
+        .map(|&(groups, trajs)| {
+            (0..groups)
+                .map(|g| (0..trajs).map(|t| 1 + (g + t) % 5).collect())
+                .collect()
+        })
+        .collect();
+    let cases: Vec<Vec<Columns>> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            layouts(spec, 7 + i as u64)
+                .iter()
+                .map(|rows| columns(rows))
+                .collect()
+        })
+        .collect();
+    let mut builder = BatchBuilder::new();
+    let mut batch = RolloutBatch::from_group_keys(&[0u64], &[0.0]).unwrap();
+    let mut in_order = Vec::new();
+    let rebuild_all = |builder: &mut BatchBuilder, batch: &mut RolloutBatch, in_order: &mut Vec<bool>| {
+        for layouts in &cases {
+            for (g, t, r) in layouts {
+                builder.rebuild_from_row_keys(batch, g, t, r).unwrap();
+                in_order.push(batch.rows_in_step_order());
+                builder.rebuild_from_group_keys(batch, g, r).unwrap();
+                in_order.push(batch.rows_in_step_order());
+            }
+        }
+    };
+    for _ in 0..2 {
+        rebuild_all(&mut builder, &mut batch, &mut in_order);
+    }
+    // Both paths ran, for both key kinds (row keys: layout 0 in order, layout 3 not; group
+    // keys: layout 0 in order, layout 1 (groups recur) not, for the larger specs).
+    assert!(in_order[0] && !in_order[6] && in_order[1] && !in_order[3]);
+    in_order.reserve(1000);
+    let before = allocations();
+    for _ in 0..3 {
+        rebuild_all(&mut builder, &mut batch, &mut in_order);
+    }
+    assert_eq!(allocations() - before, 0);
 }
