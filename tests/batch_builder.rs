@@ -77,47 +77,6 @@ fn keys(seed: u64, groups: u64) -> (Vec<u64>, Vec<u64>, Vec<f64>) {
     (uid, traj, reward)
 }
 
-/// The obvious construction: hash maps, first-appearance ids, trajectories grouped stably.
-fn reference<G: Hash + Eq, T: Hash + Eq>(g: &[G], t: &[T], r: &[f64]) -> RolloutBatch {
-    let (mut gid, mut tid) = (HashMap::new(), HashMap::new());
-    let mut trajs: Vec<(usize, f64, Vec<usize>)> = Vec::new();
-    for row in 0..g.len() {
-        let n = gid.len();
-        let gi = *gid.entry(&g[row]).or_insert(n);
-        let n = tid.len();
-        let ti = *tid.entry(&t[row]).or_insert(n);
-        if ti == trajs.len() {
-            trajs.push((gi, r[row], Vec::new()));
-        }
-        trajs[ti].2.push(row);
-    }
-    let mut order: Vec<usize> = (0..trajs.len()).collect();
-    order.sort_by_key(|&j| trajs[j].0); // stable
-    let mut group_offsets = vec![0];
-    let mut traj_offsets = vec![0];
-    let mut rewards = Vec::new();
-    for (k, &j) in order.iter().enumerate() {
-        if k > 0 && trajs[j].0 != trajs[order[k - 1]].0 {
-            group_offsets.push(k);
-        }
-        traj_offsets.push(traj_offsets.last().unwrap() + trajs[j].2.len());
-        rewards.push(trajs[j].1);
-    }
-    group_offsets.push(order.len());
-    let steps: Vec<usize> = order.iter().flat_map(|&j| trajs[j].2.clone()).collect();
-    let batch = RolloutBatch::from_offsets(group_offsets, traj_offsets, rewards).unwrap();
-    assert_eq!(batch.num_steps(), steps.len());
-    // from_offsets has identity rows: compare the layout and the row map separately.
-    let _ = steps;
-    batch
-}
-
-fn same_layout(a: &RolloutBatch, b: &RolloutBatch) {
-    assert_eq!(a.group_offsets(), b.group_offsets());
-    assert_eq!(a.trajectory_offsets(), b.trajectory_offsets());
-    assert_eq!(a.terminal_rewards(), b.terminal_rewards());
-}
-
 #[test]
 fn rebuilds_equal_fresh_builds_and_the_reference() {
     let mut builder = BatchBuilder::new();
@@ -128,7 +87,11 @@ fn rebuilds_equal_fresh_builds_and_the_reference() {
             .rebuild_from_row_keys(&mut batch, &uid, &traj, &reward)
             .unwrap();
         assert_eq!(batch, RolloutBatch::from_row_keys(&uid, &traj, &reward).unwrap());
-        same_layout(&batch, &reference(&uid, &traj, &reward));
+        let (offsets, traj_offsets, steps, rewards) = reference(&uid, &traj, &reward);
+        assert_eq!(batch.group_offsets(), &offsets[..]);
+        assert_eq!(batch.trajectory_offsets(), &traj_offsets[..]);
+        assert_eq!(batch.step_rows(), &steps[..]);
+        assert_eq!(batch.terminal_rewards(), &rewards[..]);
         // Rows of each trajectory in row order, trajectories as the reference orders them.
         for j in 0..batch.num_trajectories() {
             let rows = batch.trajectory_rows(j);
@@ -395,7 +358,7 @@ type Layout4 = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<f64>);
 /// Row-key batch by plain hash maps, written independently of the builder: groups and
 /// trajectories by first appearance, trajectories ordered stably by group, each trajectory's
 /// rows in row order. Returns (group offsets, trajectory offsets, step rows, terminal rewards).
-fn row_reference<G: Hash + Eq, T: Hash + Eq>(g: &[G], t: &[T], r: &[f64]) -> Layout4 {
+fn reference<G: Hash + Eq, T: Hash + Eq>(g: &[G], t: &[T], r: &[f64]) -> Layout4 {
     let (mut gid, mut tid) = (HashMap::new(), HashMap::new());
     // Per trajectory: (group id, reward, rows).
     let mut trajs: Vec<(usize, f64, Vec<usize>)> = Vec::new();
@@ -499,7 +462,7 @@ proptest! {
         let mut batch = RolloutBatch::from_group_keys(&[3u64, 4, 3], &[0.0; 3]).unwrap();
         for (k, rows) in layouts(&spec, seed).iter().enumerate() {
             let (g, t, r) = columns(rows);
-            let (offsets, traj_offsets, steps, rewards) = row_reference(&g, &t, &r);
+            let (offsets, traj_offsets, steps, rewards) = reference(&g, &t, &r);
             let identity = steps.iter().enumerate().all(|(s, &row)| s == row);
             prop_assert!(k != 0 || identity);
             let fresh = RolloutBatch::from_row_keys(&g, &t, &r).unwrap();
