@@ -750,12 +750,22 @@ where
         MaskView::Lengths { lengths, .. } => {
             let cols = out.ncols();
             if let (Some(o), true) = (out.as_slice_mut(), cols > 0) {
+                // Large outputs bypass the cache as the matrix masks' do (see `crate::stream`):
+                // a plain fill first reads every output line it writes.
+                let stream = crate::stream::pays(std::mem::size_of_val(o));
                 crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
                     let rows = o.chunks_exact_mut(cols).zip(&values[r0..]).zip(&lengths[r0..]);
-                    for ((o, &v), &n) in rows {
-                        let n = n.min(cols);
-                        o[..n].fill(O::from_f64(v));
-                        o[n..].fill(O::ZERO);
+                    if stream {
+                        for ((o, &v), &n) in rows {
+                            stream_prefix_row::<O, 16>(o, n, O::from_f64(v));
+                        }
+                        crate::stream::fence();
+                    } else {
+                        for ((o, &v), &n) in rows {
+                            let n = n.min(cols);
+                            o[..n].fill(O::from_f64(v));
+                            o[n..].fill(O::ZERO);
+                        }
                     }
                 });
                 return true;
@@ -777,6 +787,36 @@ where
             }
             true
         }
+    }
+}
+
+/// One row of a [`Lengths`](MaskView::Lengths) mask: `o[..n] = v`, `o[n..] = +0.0`, in chunks
+/// of `N` stored with [`crate::stream::store`] (the tail past the last whole chunk plainly).
+#[inline]
+fn stream_prefix_row<O: SelectBits, const N: usize>(o: &mut [O], n: usize, v: O)
+where
+    [O; N]: Chunk,
+{
+    let (len, n) = (o.len(), n.min(o.len()));
+    let mut chunks = o.chunks_exact_mut(N);
+    let (full, zero) = ([v; N], [O::ZERO; N]);
+    for (k, c) in (&mut chunks).enumerate() {
+        let start = k * N;
+        let w = if start + N <= n {
+            full
+        } else if start >= n {
+            zero
+        } else {
+            std::array::from_fn(|j| if start + j < n { v } else { O::ZERO })
+        };
+        // (A chunk always converts: `chunks_exact_mut(N)` gives N elements.)
+        if let Ok(c) = <&mut [O; N]>::try_from(c) {
+            crate::stream::store(c, w);
+        }
+    }
+    let tail = chunks.into_remainder();
+    for (t, x) in (len - tail.len()..).zip(tail) {
+        *x = if t < n { v } else { O::ZERO };
     }
 }
 

@@ -116,3 +116,46 @@ fn large_outputs_are_streamed_with_the_same_bits() {
         })
     );
 }
+
+/// The same for a prefix mask given as per-row lengths: each row is `value` on its first n
+/// tokens and `+0.0` after, streamed in chunks of 16 (the chunk that holds the boundary mixes
+/// both), with rows starting at every 4-byte offset modulo 16 and lengths at 0, L, chunk
+/// boundaries and anywhere between. A value of -0.0 keeps its sign on the prefix.
+#[test]
+fn large_prefix_outputs_are_streamed_with_the_same_bits() {
+    let (rows, cols) = (2_100, 517);
+    assert!(rows * cols * 4 >= 4 << 20, "large enough to stream");
+    let mut rng = SplitMix64::new(12);
+    let values: Vec<f64> = (0..rows)
+        .map(|r| {
+            if r % 7 == 0 {
+                -0.0
+            } else {
+                rng.next_f64() * 2.0 - 1.0
+            }
+        })
+        .collect();
+    let lengths: Vec<usize> = (0..rows)
+        .map(|r| match r % 5 {
+            0 => 0,
+            1 => cols,
+            2 => 16 * (rng.next_u64() as usize % 32),
+            _ => rng.next_u64() as usize % (cols + 1),
+        })
+        .collect();
+    let mask = MaskView::Lengths {
+        lengths: &lengths,
+        cols,
+    };
+    let mut out32 = Array2::<f32>::from_elem((rows, cols), f32::NAN);
+    let mut out64 = Array2::<f64>::from_elem((rows, cols), f64::NAN);
+    broadcast_into(&values, mask, &mut out32).unwrap();
+    broadcast_into(&values, mask, &mut out64).unwrap();
+    for r in 0..rows {
+        for t in 0..cols {
+            let want = if t < lengths[r] { values[r] } else { 0.0 };
+            assert_eq!(out64[[r, t]].to_bits(), want.to_bits(), "f64 ({r}, {t})");
+            assert_eq!(out32[[r, t]].to_bits(), (want as f32).to_bits(), "f32 ({r}, {t})");
+        }
+    }
+}
