@@ -173,18 +173,44 @@ impl MaskBits for i64 {
 }
 
 /// `Some(n)` when the row is exactly n ones followed by zeros (so every entry is 0 or 1),
-/// else `None` (a row with a gap, or with an invalid value). Three branch-free folds that
-/// vectorize with plain SSE2 adds, xors and ors: the wrapping sum gives the only possible n,
-/// then the row must be `1` on `..n` and `0` on `n..` (the second and third read the row from
-/// cache).
+/// else `None` (a row with a gap, or with an invalid value). One branch-free pass that
+/// vectorizes with plain SSE2 adds, and-nots and ors: the row is such a prefix iff its first
+/// entry is 0 or 1 and no later entry b has a bit its predecessor a lacks (`b & !a == 0`):
+/// after a 1 only 0 or 1 may follow, after a 0 only 0, so by induction every entry is 0 or 1
+/// and no 1 follows a 0. Then the wrapping sum of the entries is n.
 #[inline]
+// Index loops on purpose: lane j of the accumulators takes token j of each chunk.
+#[allow(clippy::needless_range_loop)]
 pub(crate) fn unit_prefix_len<M: MaskBits>(row: &[M]) -> Option<usize> {
-    let sum = row.iter().fold(0u64, |a, &m| a.wrapping_add(m.bits()));
-    let n = usize::try_from(sum).ok().filter(|&n| n <= row.len())?;
-    let (ones, zeros) = row.split_at(n);
-    let off =
-        ones.iter().fold(0u64, |a, &m| a | (m.bits() ^ 1)) | zeros.iter().fold(0u64, |a, &m| a | m.bits());
-    (off == 0).then_some(n)
+    const LANES: usize = 8;
+    let Some((first, rest)) = row.split_first() else {
+        return Some(0);
+    };
+    let (mut sum, mut bad) = ([0u64; LANES], [0u64; LANES]);
+    // Entry t + 1 (in `rest`) against entry t (in `row`), LANES tokens at a time.
+    let mut next = rest.chunks_exact(LANES);
+    let mut this = row.chunks_exact(LANES);
+    for (b, a) in (&mut next).zip(&mut this) {
+        for j in 0..LANES {
+            let (a, b) = (a[j].bits(), b[j].bits());
+            sum[j] = sum[j].wrapping_add(b);
+            bad[j] |= b & !a;
+        }
+    }
+    let done = rest.len() - next.remainder().len();
+    let (mut sum, mut bad) = (
+        sum.iter().fold(first.bits(), |x, &y| x.wrapping_add(y)),
+        bad.iter().fold(first.bits() & !1, |x, &y| x | y),
+    );
+    for (b, a) in next.remainder().iter().zip(&row[done..]) {
+        let (a, b) = (a.bits(), b.bits());
+        sum = sum.wrapping_add(b);
+        bad |= b & !a;
+    }
+    if bad != 0 {
+        return None;
+    }
+    usize::try_from(sum).ok()
 }
 
 impl MaskElem for bool {
@@ -945,6 +971,53 @@ impl SelectBits for f64 {
 mod tests {
     use super::*;
     use ndarray::array;
+    use proptest::prelude::*;
+
+    /// The definition, token by token: every entry 0 or 1, and no 1 after a 0.
+    fn naive_prefix_len(row: &[i64]) -> Option<usize> {
+        let mut seen_zero = false;
+        for &m in row {
+            match m {
+                0 => seen_zero = true,
+                1 if !seen_zero => {}
+                _ => return None,
+            }
+        }
+        Some(row.iter().filter(|&&m| m == 1).count())
+    }
+
+    /// A prefix row of `len` tokens with `n` ones, and maybe one entry replaced: (position,
+    /// value) with the position inside the row.
+    fn prefix_rows() -> impl Strategy<Value = (usize, usize, Option<(usize, i64)>)> {
+        (1usize..41).prop_flat_map(|len| {
+            let values = prop::sample::select(vec![0i64, 1, 0, 1, 2, 255, -1, 1 << 40, i64::MIN]);
+            (Just(len), 0..=len, prop::option::of((0..len, values)))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Prefix rows of every length up to 40 (chunks of eight and tails of every length),
+        /// some with one entry replaced (a gap, a late 1, or a value that is not a mask
+        /// value), in every dtype that can hold the replacement.
+        #[test]
+        fn unit_prefix_len_is_the_definition((len, n, hit) in prefix_rows()) {
+            let mut row: Vec<i64> = (0..len).map(|t| i64::from(t < n)).collect();
+            if let Some((at, value)) = hit {
+                row[at] = value;
+            }
+            let want = naive_prefix_len(&row);
+            prop_assert_eq!(unit_prefix_len(&row), want);
+            if row.iter().all(|&m| (0..=255).contains(&m)) {
+                let bytes: Vec<u8> = row.iter().map(|&m| m as u8).collect();
+                prop_assert_eq!(unit_prefix_len(&bytes), want);
+            }
+            if row.iter().all(|&m| m == 0 || m == 1) {
+                let flags: Vec<bool> = row.iter().map(|&m| m == 1).collect();
+                prop_assert_eq!(unit_prefix_len(&flags), want);
+            }
+        }
+    }
 
     #[test]
     fn every_mask_dtype_writes_the_same_tokens() {
