@@ -10,10 +10,16 @@
 //! independently); an integer entry other than 0 and 1 is `Error::MaskValue` naming the first
 //! one in row-major order (when the shapes are valid); on `Ok` every output element equals the
 //! definition bit for bit (`v as T` on a masked-in token of a covering span, `0` elsewhere).
+//!
+//! On the broadcast inputs also: `token::prefix_lengths_into` gives the first bad entry, else
+//! `Error::NotPrefixMask` at the first row with a 1 after a 0 (at that 1), else each row's
+//! count of ones, and the broadcast under those lengths (`MaskView::Lengths`, streamed when
+//! large) writes the same bits as under the matrix; `token::row_sums_into` of fuzzed `f32` and
+//! `f64` matrices (small shapes) equals each row's left-to-right `Iterator::sum` (or both NaN).
 
 use beacon_rl::tensor::Float;
 use beacon_rl::tensor::{FloatViewMut, MaskView};
-use beacon_rl::token::{broadcast_into, spans_into, TokenSpan};
+use beacon_rl::token::{broadcast_into, prefix_lengths_into, row_sums_into, spans_into, TokenSpan};
 use beacon_rl::Error;
 use ndarray::{Array2, ShapeBuilder};
 
@@ -127,8 +133,19 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
     };
 
     if mode & 1 == 0 {
-        let got = broadcast_into(&values, view, T::out(&mut out));
         let shapes = mask.nrows() == values.len() && out_dim == (rows, cols);
+        check_prefix_lengths::<T>(
+            view,
+            mask,
+            first_bad.as_ref(),
+            &values,
+            shapes,
+            out.is_standard_layout(),
+        );
+        if !large {
+            check_row_sums(u, rows, cols);
+        }
+        let got = broadcast_into(&values, view, T::out(&mut out));
         if let (true, Some(bad)) = (shapes, &first_bad) {
             assert_eq!(got.as_ref().err(), Some(bad), "broadcast_into");
             return;
@@ -213,4 +230,81 @@ fn spans_valid(spans: &[TokenSpan], steps: usize, rows: usize, cols: usize) -> b
         .windows(2)
         .all(|w| w[1].seq > w[0].seq || (w[1].seq == w[0].seq && w[1].start >= w[0].end));
     in_range && ordered
+}
+
+/// `prefix_lengths_into` against the definition, and the lengths mask's broadcast against the
+/// matrix's (`want` is the matrix's output by definition: `v` on a set token, `0` elsewhere).
+fn check_prefix_lengths<T: Bits>(
+    view: MaskView<'_>,
+    mask: &Array2<bool>,
+    first_bad: Option<&Error>,
+    values: &[f64],
+    shapes: bool,
+    standard: bool,
+) {
+    let (rows, cols) = mask.dim();
+    let mut lengths = vec![usize::MAX; rows];
+    let got = prefix_lengths_into(view, &mut lengths);
+    if let Some(bad) = first_bad {
+        assert_eq!(got.as_ref().err(), Some(bad), "prefix_lengths_into");
+        return;
+    }
+    let gap = (0..rows).find_map(|r| {
+        let row = mask.row(r);
+        let zero = row.iter().position(|&m| !m)?;
+        let token = (zero..cols).find(|&t| row[t])?;
+        Some(Error::NotPrefixMask { row: r, token })
+    });
+    if let Some(gap) = gap {
+        assert_eq!(got.err(), Some(gap), "prefix_lengths_into");
+        return;
+    }
+    assert!(got.is_ok(), "prefix_lengths_into: {got:?}");
+    for (r, &n) in lengths.iter().enumerate() {
+        assert_eq!(
+            n,
+            mask.row(r).iter().filter(|&&m| m).count(),
+            "prefix length of row {r}"
+        );
+    }
+    if !shapes {
+        return;
+    }
+    let garbage = T::from_f64(f64::NAN);
+    let mut out = if standard {
+        Array2::from_elem((rows, cols), garbage)
+    } else {
+        Array2::from_elem((rows, cols).f(), garbage)
+    };
+    let prefix = MaskView::Lengths {
+        lengths: &lengths,
+        cols,
+    };
+    broadcast_into(values, prefix, T::out(&mut out)).expect("a valid lengths mask broadcasts");
+    for ((r, j), &o) in out.indexed_iter() {
+        let want = if mask[[r, j]] {
+            T::from_f64(values[r])
+        } else {
+            T::ZERO
+        };
+        assert_eq!(o.bits(), want.bits(), "lengths broadcast out[{r}, {j}]");
+    }
+}
+
+/// `row_sums_into` of fuzzed matrices against each row's `Iterator::sum`.
+fn check_row_sums(u: &mut Bytes<'_>, rows: usize, cols: usize) {
+    let wide = Array2::from_shape_fn((rows, cols), |_| u.f64());
+    let narrow = wide.mapv(|x| x as f32);
+    let same = |got: f64, want: f64| got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+    let mut sums = vec![0.5; rows];
+    row_sums_into(&narrow, &mut sums).expect("one sum per row");
+    for (r, row) in narrow.rows().into_iter().enumerate() {
+        let want: f64 = row.iter().map(|&x| f64::from(x)).sum();
+        assert!(same(sums[r], want), "f32 row sum {r}: {} vs {want}", sums[r]);
+    }
+    row_sums_into(&wide, &mut sums).expect("one sum per row");
+    for (r, row) in wide.rows().into_iter().enumerate() {
+        let want: f64 = row.iter().sum();
+        assert!(same(sums[r], want), "f64 row sum {r}: {} vs {want}", sums[r]);
+    }
 }
