@@ -577,17 +577,21 @@ pub(crate) fn row_sums(rewards: FloatView<'_>, out: &mut Vec<f64>) {
 /// estimators share this one implementation).
 pub(crate) fn row_sums_to(rewards: FloatView<'_>, out: &mut [f64]) {
     match rewards {
-        FloatView::F32(r) => row_sums_typed(r, out, row_sums_block_f32),
-        FloatView::F64(r) => row_sums_typed(r, out, row_sums_block::<f64>),
+        FloatView::F32(r) => row_sums_typed(r, out, lead_f32),
+        FloatView::F64(r) => row_sums_typed(r, out, lead_chunks::<f64>),
     }
 }
 
-/// [`row_sums_to`] for one element type, with `block` summing whole blocks of rows.
-fn row_sums_typed<R: crate::tensor::Float>(
-    rewards: ArrayView2<'_, R>,
-    out: &mut [f64],
-    block: fn(&[R], usize, f64, &mut [f64]),
-) {
+/// Rows summed at once: independent chains of additions in flight.
+const SUM_ROWS: usize = 8;
+
+/// Advances the sums of [`SUM_ROWS`] rows over their first tokens, each row's additions in
+/// its own order, and returns how many tokens it added (the rest are added one by one).
+type Lead<R> = fn(&[&[R]; SUM_ROWS], &mut [f64; SUM_ROWS]) -> usize;
+
+/// [`row_sums_to`] for one element type: blocks of [`SUM_ROWS`] rows through `lead`, then
+/// their remaining tokens, then the rows after the last whole block, each left to right.
+fn row_sums_typed<R: crate::tensor::Float>(rewards: ArrayView2<'_, R>, out: &mut [f64], lead: Lead<R>) {
     let cols = rewards.ncols();
     // The start value of `Iterator::sum` for f64 (-0.0 in current std), so that every row
     // (including an empty one) gets the very bits `iter().sum()` gives.
@@ -602,51 +606,48 @@ fn row_sums_typed<R: crate::tensor::Float>(
         }
         return;
     };
-    for_row_chunks(out, 1, cols, |r0, sums| {
-        block(&data[r0 * cols..(r0 + sums.len()) * cols], cols, start, sums);
+    for_row_chunks(out, 1, cols, |r0, out| {
+        let data = &data[r0 * cols..(r0 + out.len()) * cols];
+        let mut blocks = data.chunks_exact(SUM_ROWS * cols);
+        let mut sums = out.chunks_exact_mut(SUM_ROWS);
+        for (block, sums) in (&mut blocks).zip(&mut sums) {
+            let lane: [&[R]; SUM_ROWS] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
+            let mut acc = [start; SUM_ROWS];
+            for t in lead(&lane, &mut acc)..cols {
+                for (acc, lane) in acc.iter_mut().zip(&lane) {
+                    *acc += lane[t].to_f64();
+                }
+            }
+            sums.copy_from_slice(&acc);
+        }
+        for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
+            *s = row.iter().fold(start, |a, x| a + x.to_f64());
+        }
     });
 }
 
-/// Rows summed at once by the block kernels: independent chains of additions in flight.
-const SUM_ROWS: usize = 8;
-
-/// [`row_sums`] of the row-major rows `data` (`cols` > 0 each) into `out`.
-// Index loops on purpose: t walks 8 rows in lockstep (one column at a time).
+/// The scalar [`Lead`]: eight tokens of each row loaded as one chunk, then added token by
+/// token (one token of eight rows at a time was eight scalar loads per step; this reaches
+/// the speed of a plain read of the rewards at C).
+// Index loops on purpose: j walks 8 rows in lockstep (one column at a time).
 #[allow(clippy::needless_range_loop)]
-fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, out: &mut [f64]) {
+fn lead_chunks<R: crate::tensor::Float>(lane: &[&[R]; SUM_ROWS], acc: &mut [f64; SUM_ROWS]) -> usize {
     const CHUNK: usize = 8;
-    let mut blocks = data.chunks_exact(SUM_ROWS * cols);
-    let mut sums = out.chunks_exact_mut(SUM_ROWS);
-    for (block, sums) in (&mut blocks).zip(&mut sums) {
-        let lane: [&[R]; SUM_ROWS] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
-        let mut acc = [start; SUM_ROWS];
-        // Eight tokens of each row loaded as one chunk, then added token by token: each
-        // row's additions stay in order, and the loads are contiguous (one token of eight
-        // rows at a time was eight scalar loads per step; this reaches the speed of a plain
-        // read of the rewards at C).
-        let whole = cols - cols % CHUNK;
-        for t in (0..whole).step_by(CHUNK) {
-            let x: [&[R]; SUM_ROWS] = std::array::from_fn(|k| &lane[k][t..t + CHUNK]);
-            for j in 0..CHUNK {
-                for k in 0..SUM_ROWS {
-                    acc[k] += x[k][j].to_f64();
-                }
-            }
-        }
-        for t in whole..cols {
+    let cols = lane[0].len();
+    let whole = cols - cols % CHUNK;
+    for t in (0..whole).step_by(CHUNK) {
+        let x: [&[R]; SUM_ROWS] = std::array::from_fn(|k| &lane[k][t..t + CHUNK]);
+        for j in 0..CHUNK {
             for k in 0..SUM_ROWS {
-                acc[k] += lane[k][t].to_f64();
+                acc[k] += x[k][j].to_f64();
             }
         }
-        sums.copy_from_slice(&acc);
     }
-    for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
-        *s = row.iter().fold(start, |a, x| a + x.to_f64());
-    }
+    whole
 }
 
-/// [`row_sums_block`] for `f32` rewards (verl's dtype) with SSE2's two-lane `f64` additions:
-/// lane 0 of a register carries one row's chain, lane 1 the next row's, so each addition
+/// The [`Lead`] for `f32` rewards (verl's dtype) with SSE2's two-lane `f64` additions: lane
+/// 0 of a register carries one row's chain, lane 1 the next row's, so each addition
 /// instruction advances two rows by one token, in each row's own order (the same bits as the
 /// scalar chains; SSE2 is part of x86-64 and has no fused or reassociated additions). Four
 /// tokens of a row pair are loaded at once, interleaved (`unpack`) and widened two at a time
@@ -654,54 +655,41 @@ fn row_sums_block<R: crate::tensor::Float>(data: &[R], cols: usize, start: f64, 
 /// by them rather than by reading the rewards.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code, unused_unsafe)]
-fn row_sums_block_f32(data: &[f32], cols: usize, start: f64, out: &mut [f64]) {
+fn lead_f32(lane: &[&[f32]; SUM_ROWS], acc: &mut [f64; SUM_ROWS]) -> usize {
     use std::arch::x86_64::{
-        _mm_add_pd, _mm_cvtps_pd, _mm_loadu_ps, _mm_movehl_ps, _mm_set1_pd, _mm_storeu_pd, _mm_unpackhi_ps,
+        _mm_add_pd, _mm_cvtps_pd, _mm_loadu_pd, _mm_loadu_ps, _mm_movehl_ps, _mm_storeu_pd, _mm_unpackhi_ps,
         _mm_unpacklo_ps,
     };
-    const PAIRS: usize = SUM_ROWS / 2;
-    let mut blocks = data.chunks_exact(SUM_ROWS * cols);
-    let mut sums = out.chunks_exact_mut(SUM_ROWS);
+    let cols = lane[0].len();
     let whole = cols - cols % 4;
-    for (block, sums) in (&mut blocks).zip(&mut sums) {
-        let lane: [&[f32]; SUM_ROWS] = std::array::from_fn(|k| &block[k * cols..(k + 1) * cols]);
-        // SAFETY (every `unsafe` below): SSE2 is part of x86-64, and the loads and stores
-        // touch 16 bytes inside the slices named (4 f32 of a row, 2 f64 of `s`).
-        let mut acc = [unsafe { _mm_set1_pd(start) }; PAIRS];
-        for t in (0..whole).step_by(4) {
-            for (p, acc) in acc.iter_mut().enumerate() {
-                let (a, b) = (&lane[2 * p][t..t + 4], &lane[2 * p + 1][t..t + 4]);
-                unsafe {
-                    let (a, b) = (_mm_loadu_ps(a.as_ptr()), _mm_loadu_ps(b.as_ptr()));
-                    let lo = _mm_unpacklo_ps(a, b); // a0 b0 a1 b1
-                    let hi = _mm_unpackhi_ps(a, b); // a2 b2 a3 b3
-                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(lo));
-                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
-                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(hi));
-                    *acc = _mm_add_pd(*acc, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
-                }
+    // SAFETY (every `unsafe` below): SSE2 is part of x86-64, and the loads and stores touch
+    // 16 bytes inside the slices named (4 f32 of a row, 2 f64 of `acc`).
+    let mut sums: [_; SUM_ROWS / 2] = std::array::from_fn(|p| unsafe { _mm_loadu_pd(acc[2 * p..].as_ptr()) });
+    // Token-major, so that the four pairs' chains are in flight together.
+    for t in (0..whole).step_by(4) {
+        for (p, sum) in sums.iter_mut().enumerate() {
+            let (a, b) = (&lane[2 * p][t..t + 4], &lane[2 * p + 1][t..t + 4]);
+            unsafe {
+                let (a, b) = (_mm_loadu_ps(a.as_ptr()), _mm_loadu_ps(b.as_ptr()));
+                let lo = _mm_unpacklo_ps(a, b); // a0 b0 a1 b1
+                let hi = _mm_unpackhi_ps(a, b); // a2 b2 a3 b3
+                *sum = _mm_add_pd(*sum, _mm_cvtps_pd(lo));
+                *sum = _mm_add_pd(*sum, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
+                *sum = _mm_add_pd(*sum, _mm_cvtps_pd(hi));
+                *sum = _mm_add_pd(*sum, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
             }
         }
-        let mut s = [start; SUM_ROWS];
-        for (pair, acc) in s.chunks_exact_mut(2).zip(&acc) {
-            unsafe { _mm_storeu_pd(pair.as_mut_ptr(), *acc) };
-        }
-        for t in whole..cols {
-            for (s, lane) in s.iter_mut().zip(&lane) {
-                *s += f64::from(lane[t]);
-            }
-        }
-        sums.copy_from_slice(&s);
     }
-    for (row, s) in blocks.remainder().chunks_exact(cols).zip(sums.into_remainder()) {
-        *s = row.iter().fold(start, |a, &x| a + f64::from(x));
+    for (pair, sum) in acc.chunks_exact_mut(2).zip(&sums) {
+        unsafe { _mm_storeu_pd(pair.as_mut_ptr(), *sum) };
     }
+    whole
 }
 
 /// The scalar chains where there is no SSE2.
 #[cfg(not(target_arch = "x86_64"))]
-fn row_sums_block_f32(data: &[f32], cols: usize, start: f64, out: &mut [f64]) {
-    row_sums_block(data, cols, start, out)
+fn lead_f32(lane: &[&[f32]; SUM_ROWS], acc: &mut [f64; SUM_ROWS]) -> usize {
+    lead_chunks(lane, acc)
 }
 
 /// Tokens per chunk below which splitting a row-parallel loop costs more than it saves.
