@@ -153,14 +153,7 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
         let valid = shapes;
         assert_eq!(got.is_ok(), valid, "broadcast_into: {got:?}");
         if valid {
-            for ((r, j), &o) in out.indexed_iter() {
-                let want = if mask[[r, j]] {
-                    T::from_f64(values[r])
-                } else {
-                    T::ZERO
-                };
-                assert_eq!(o.bits(), want.bits(), "broadcast_into out[{r}, {j}]");
-            }
+            assert_broadcast(&out, mask, &values, "broadcast_into");
         }
         return;
     }
@@ -281,13 +274,18 @@ fn check_prefix_lengths<T: Bits>(
         cols,
     };
     broadcast_into(values, prefix, T::out(&mut out)).expect("a valid lengths mask broadcasts");
+    assert_broadcast(&out, mask, values, "lengths broadcast");
+}
+
+/// The broadcast's definition, bit for bit: `v as T` on a set token of row r, `0` elsewhere.
+fn assert_broadcast<T: Bits>(out: &Array2<T>, mask: &Array2<bool>, values: &[f64], what: &str) {
     for ((r, j), &o) in out.indexed_iter() {
         let want = if mask[[r, j]] {
             T::from_f64(values[r])
         } else {
             T::ZERO
         };
-        assert_eq!(o.bits(), want.bits(), "lengths broadcast out[{r}, {j}]");
+        assert_eq!(o.bits(), want.bits(), "{what} out[{r}, {j}]");
     }
 }
 
