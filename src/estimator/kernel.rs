@@ -653,38 +653,82 @@ fn lead_chunks<R: crate::tensor::Float>(lane: &[&[R]; SUM_ROWS], acc: &mut [f64;
 /// tokens of a row pair are loaded at once, interleaved (`unpack`) and widened two at a time
 /// (`cvtps2pd`): half the additions and conversions of the scalar loop, which at B is bound
 /// by them rather than by reading the rewards.
+///
+/// Four tokens of all eight rows that are all ±0.0 are skipped: verl places a response's
+/// reward on its last token, so most of a row is zeros. Adding ±0.0 leaves a sum unchanged
+/// unless the sum is -0.0 (then +0.0 makes it +0.0), and a sum of `f64`s is -0.0 only while
+/// every value added so far was -0.0 (an exact zero from nonzero values is +0.0, and an
+/// addition near zero is exact). So the first four tokens are always added, and the skip
+/// runs only when none of the eight sums is -0.0 after them. After [`DENSE_RUN`] chunks in
+/// a row that hold a nonzero, the rest of the block is added without the test.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code, unused_unsafe)]
 fn lead_f32(lane: &[&[f32]; SUM_ROWS], acc: &mut [f64; SUM_ROWS]) -> usize {
     use std::arch::x86_64::{
-        _mm_add_pd, _mm_cvtps_pd, _mm_loadu_pd, _mm_loadu_ps, _mm_movehl_ps, _mm_storeu_pd, _mm_unpackhi_ps,
-        _mm_unpacklo_ps,
+        __m128, __m128d, _mm_add_pd, _mm_castps_si128, _mm_cmpeq_epi32, _mm_cvtps_pd, _mm_loadu_pd,
+        _mm_loadu_ps, _mm_movehl_ps, _mm_movemask_epi8, _mm_or_ps, _mm_setzero_si128, _mm_slli_epi32,
+        _mm_storeu_pd, _mm_unpackhi_ps, _mm_unpacklo_ps,
     };
     let cols = lane[0].len();
     let whole = cols - cols % 4;
+    if whole == 0 {
+        return 0;
+    }
     // SAFETY (every `unsafe` below): SSE2 is part of x86-64, and the loads and stores touch
     // 16 bytes inside the slices named (4 f32 of a row, 2 f64 of `acc`).
-    let mut sums: [_; SUM_ROWS / 2] = std::array::from_fn(|p| unsafe { _mm_loadu_pd(acc[2 * p..].as_ptr()) });
+    let load = |t: usize| -> [__m128; SUM_ROWS] {
+        std::array::from_fn(|k| unsafe { _mm_loadu_ps(lane[k][t..t + 4].as_ptr()) })
+    };
     // Token-major, so that the four pairs' chains are in flight together.
-    for t in (0..whole).step_by(4) {
+    let add = |sums: &mut [__m128d; SUM_ROWS / 2], x: &[__m128; SUM_ROWS]| {
         for (p, sum) in sums.iter_mut().enumerate() {
-            let (a, b) = (&lane[2 * p][t..t + 4], &lane[2 * p + 1][t..t + 4]);
             unsafe {
-                let (a, b) = (_mm_loadu_ps(a.as_ptr()), _mm_loadu_ps(b.as_ptr()));
-                let lo = _mm_unpacklo_ps(a, b); // a0 b0 a1 b1
-                let hi = _mm_unpackhi_ps(a, b); // a2 b2 a3 b3
+                let lo = _mm_unpacklo_ps(x[2 * p], x[2 * p + 1]); // a0 b0 a1 b1
+                let hi = _mm_unpackhi_ps(x[2 * p], x[2 * p + 1]); // a2 b2 a3 b3
                 *sum = _mm_add_pd(*sum, _mm_cvtps_pd(lo));
                 *sum = _mm_add_pd(*sum, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
                 *sum = _mm_add_pd(*sum, _mm_cvtps_pd(hi));
                 *sum = _mm_add_pd(*sum, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
             }
         }
+    };
+    // Every one of the 32 values is ±0.0: no bit set but the sign bits.
+    let all_zero = |x: &[__m128; SUM_ROWS]| unsafe {
+        let any = x.iter().fold(x[0], |a, &v| _mm_or_ps(a, v));
+        let magnitude = _mm_slli_epi32::<1>(_mm_castps_si128(any));
+        _mm_movemask_epi8(_mm_cmpeq_epi32(magnitude, _mm_setzero_si128())) == 0xffff
+    };
+    let mut sums: [_; SUM_ROWS / 2] = std::array::from_fn(|p| unsafe { _mm_loadu_pd(acc[2 * p..].as_ptr()) });
+    add(&mut sums, &load(0));
+    let store = |sums: &[__m128d; SUM_ROWS / 2], acc: &mut [f64; SUM_ROWS]| {
+        for (pair, sum) in acc.chunks_exact_mut(2).zip(sums) {
+            unsafe { _mm_storeu_pd(pair.as_mut_ptr(), *sum) };
+        }
+    };
+    store(&sums, acc);
+    // Dense rows (a KL penalty on every token) stop the test after a few chunks in a row that
+    // hold a nonzero, so that they pay for it only a few times per block.
+    let mut tests = if acc.iter().all(|s| s.to_bits() != (-0.0f64).to_bits()) {
+        DENSE_RUN
+    } else {
+        0
+    };
+    for t in (4..whole).step_by(4) {
+        let x = load(t);
+        if tests > 0 && all_zero(&x) {
+            tests = DENSE_RUN;
+        } else {
+            tests = tests.saturating_sub(1);
+            add(&mut sums, &x);
+        }
     }
-    for (pair, sum) in acc.chunks_exact_mut(2).zip(&sums) {
-        unsafe { _mm_storeu_pd(pair.as_mut_ptr(), *sum) };
-    }
+    store(&sums, acc);
     whole
 }
+
+/// Chunks in a row holding a nonzero after which [`lead_f32`] stops looking for zeros.
+#[cfg(target_arch = "x86_64")]
+const DENSE_RUN: u32 = 4;
 
 /// The scalar chains where there is no SSE2.
 #[cfg(not(target_arch = "x86_64"))]
