@@ -13,6 +13,8 @@
 //!   `estimate_into` f32 under the mask (`i64_to_lengths`: `token::prefix_lengths_into` first,
 //!   then the lengths mask, so the i64 mask is read once);
 //! - `beacon/str_keys_i64`: the same with string keys;
+//! - `part/*`: the stages of `beacon/i64` alone; `part/row_sums_dense` sums rewards with no
+//!   zero (a KL penalty on every token), where `row_sums_into` skips nothing;
 //! - `beacon/0.1_way_i64`: the way the 0.1 trainer bench did it (left-to-right row sums one row
 //!   at a time, a fresh `RolloutBatch::from_row_keys`, the i64 mask).
 //!
@@ -62,7 +64,11 @@ fn data(rows: usize, group: usize) -> Data {
         .map(|_| 1 + (rng.next_u64() as usize) % TOKENS)
         .collect();
     let mask = Array2::from_shape_fn((rows, TOKENS), |(r, t)| i64::from(t < lengths[r]));
+    // Written, not only allocated: a fresh zeroed allocation maps every page to the kernel's
+    // one zero page until written, which no trainer's tensor does (it makes reading the
+    // mostly zero rewards cheaper or dearer than it is: one physical page, 4 KiB TLB entries).
     let mut rewards = Array2::<f32>::zeros((rows, TOKENS));
+    rewards.fill(black_box(0.0));
     for r in (STEPS - 1..rows).step_by(STEPS) {
         rewards[[r, lengths[r] - 1]] = if rng.next_f64() < 0.5 { 1.0 } else { 0.0 };
     }
@@ -220,6 +226,13 @@ fn bench_e2e(c: &mut Criterion) {
     let est = build("beacon");
     group.bench_function("part/row_sums", |b| {
         b.iter(|| row_sums_into(black_box(&d.rewards), &mut t.scores).expect("sums"))
+    });
+    // Dense token rewards (verl's `use_kl_in_reward`: a KL penalty on every token), where the
+    // row sums skip no zeros.
+    let mut rng = SplitMix64::new(7);
+    let dense = Array2::from_shape_fn(d.rewards.dim(), |_| (rng.next_f64() * 1e-3) as f32);
+    group.bench_function("part/row_sums_dense", |b| {
+        b.iter(|| row_sums_into(black_box(&dense), &mut t.scores).expect("sums"))
     });
     t.scores(&d);
     group.bench_function("part/rebuild_u64", |b| {
