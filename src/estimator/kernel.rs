@@ -360,8 +360,17 @@ macro_rules! fill_estimator {
                 let dim = input.output_dim();
                 let mut workspace = $crate::estimator::Workspace::new();
                 let mut advantages = Vec::new();
-                let mut returns = $crate::estimator::AdvantageEstimator::has_returns(self)
-                    .then(|| $crate::huge_pages::zeros(dim));
+                // Every estimator here needs `token_level_rewards` of the mask's shape. Unless
+                // the rewards (data in memory) have that shape, the inputs are rejected before
+                // anything is written: allocate nothing for the mask's dim then, which a
+                // `Lengths` mask only claims (a wrong L must be an error, not a huge
+                // allocation). The empty stand-in could only ever fail the shape check.
+                let backed = input.token_level_rewards.is_some_and(|r| r.dim() == dim);
+                let mut returns = match $crate::estimator::AdvantageEstimator::has_returns(self) {
+                    true if backed => Some($crate::huge_pages::zeros(dim)?),
+                    true => Some($crate::ndarray::Array2::zeros((0, 0))),
+                    false => None,
+                };
                 let mut out = $crate::estimator::Out::fresh(
                     &mut advantages,
                     returns.as_mut().map(|r| $crate::tensor::FloatViewMut::F64(r.view_mut())),

@@ -322,11 +322,16 @@ pub trait AdvantageEstimator: Send + Sync {
     /// and calls `estimate_into`.
     ///
     /// # Errors
-    /// As [`estimate_into`](Self::estimate_into).
+    /// As [`estimate_into`](Self::estimate_into), and [`Error::CapacityExceeded`] when the
+    /// output's rows × L (a [`MaskView::Lengths`](crate::tensor::MaskView::Lengths) mask's
+    /// L is the caller's claim) overflows or exceeds `isize::MAX` bytes.
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let dim = input.output_dim();
-        let mut advantages = crate::huge_pages::zeros(dim);
-        let mut returns = self.has_returns().then(|| crate::huge_pages::zeros(dim));
+        let mut advantages = crate::huge_pages::zeros(dim)?;
+        let mut returns = match self.has_returns() {
+            true => Some(crate::huge_pages::zeros(dim)?),
+            false => None,
+        };
         self.estimate_into(
             input,
             FloatViewMut::F64(advantages.view_mut()),
