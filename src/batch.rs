@@ -50,8 +50,10 @@ use crate::hash::FxHasher;
 /// constructors (rows of one trajectory must agree: [`Error::InconsistentTerminalReward`]).
 /// The step-level estimators (BEACON, GiGPO, the ablations) read R(τ) from the batch; the
 /// outcome estimators (verl's GRPO family, RLOO, ...) read each row's score as the sum of its
-/// `token_level_rewards`, as verl does, and do not read the batch's rewards. When a step-level
-/// estimator is given `token_level_rewards` too, both sources are present: it then checks every
+/// `token_level_rewards`, as verl does, and do not read the batch's rewards, except on step
+/// rows ([`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into),
+/// where R(τ) is the score). When a step-level estimator or entry point is given
+/// `token_level_rewards` too, both sources are present: it then checks every
 /// row's token sum against its trajectory's R(τ) and returns
 /// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
 /// trainer never silently trains on one reward while logging another

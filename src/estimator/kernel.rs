@@ -305,7 +305,8 @@ impl<'o> Out<'o> {
 /// Implements [`AdvantageEstimator`] for a verl estimator with an inherent
 /// `fn fill(&self, &EstimatorInput, &mut Out, &mut Scratch) -> Result<()>`; `returns` says
 /// whether its returns differ from its advantages, `steps` adds the step-row entry point
-/// through an inherent `fn steps(&self, &EstimatorInput, &mut [f64], &mut Scratch)`.
+/// through an inherent `fn steps(&self, &EstimatorInput, &mut [f64], &mut Scratch)` (after
+/// checking the output's length and any `token_level_rewards` against the batch's rewards).
 macro_rules! fill_estimator {
     ($ty:ty, $name:literal, returns = $returns:expr) => {
         $crate::estimator::fill_estimator!($ty, $name, returns = $returns, {});
@@ -319,6 +320,9 @@ macro_rules! fill_estimator {
                 workspace: &mut $crate::estimator::Workspace,
             ) -> $crate::error::Result<()> {
                 $crate::estimator::check_steps_out(input, advantages)?;
+                // The scores are the batch's R(τ): token rewards, when given too, must agree
+                // (one episode reward, as BEACON and GiGPO check it).
+                input.batch.check_token_scores(input.token_level_rewards)?;
                 self.steps(input, advantages, &mut workspace.scratch)
             }
         });

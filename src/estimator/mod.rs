@@ -219,8 +219,8 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 ///   ([`EstimatorInput`]), with scratch space in a [`Workspace`] the caller keeps: no heap
 ///   allocation once the workspace has seen a batch this large.
 /// - [`estimate`](Self::estimate): the same into fresh `f64` arrays.
-/// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON,
-///   GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token matrix; the
+/// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON, its
+///   ablations, GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token matrix; the
 ///   token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
 ///
 /// # Returns
@@ -342,15 +342,20 @@ pub trait AdvantageEstimator: Send + Sync {
     }
 
     /// Step-level estimators: one advantage per row into `advantages` (length = rows), no
-    /// token matrix and no response mask read. BEACON, GiGPO, and the outcome estimators
-    /// `grpo`, `grpo_vectorized`, `rloo`, `rloo_vectorized` on step rows (each row's score is
-    /// the batch's terminal reward of its trajectory, grouped by uid over rows, as verl-agent
-    /// runs them on step rows).
+    /// token matrix and no response mask read. BEACON (`beacon`, `beacon_official`,
+    /// `beacon_ablation`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
+    /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
+    /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows).
+    ///
+    /// Every one of them reads the episode reward from the batch; when `token_level_rewards`
+    /// are given too, each row's sum must equal it
+    /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).
     ///
     /// # Errors
     /// [`Error::NotStepLevel`] for token-level estimators (the default);
-    /// [`Error::OutputShape`] when `advantages` has not one entry per row; otherwise as
-    /// [`estimate_into`](Self::estimate_into).
+    /// [`Error::OutputShape`] when `advantages` has not one entry per row;
+    /// [`Error::EpisodeRewardMismatch`] when given `token_level_rewards` disagree with the
+    /// batch; otherwise as [`estimate_into`](Self::estimate_into).
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};

@@ -34,6 +34,7 @@ mod properties_baselines;
 mod properties_beacon;
 mod record;
 mod row_sums;
+mod step_rows;
 mod testbed;
 mod trainer_dtypes;
 
