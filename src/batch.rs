@@ -283,7 +283,10 @@ impl RolloutBatch {
         self.step_rows.len()
     }
 
-    /// Trajectory index range of group `g` (panics if `g >= num_groups()`, like slice indexing).
+    /// Trajectory index range of group `g`.
+    ///
+    /// # Panics
+    /// If `g >= num_groups()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
@@ -295,7 +298,10 @@ impl RolloutBatch {
         self.group_offsets[g]..self.group_offsets[g + 1]
     }
 
-    /// Internal step range of trajectory `j` (panics if out of range, like slice indexing).
+    /// Internal step range of trajectory `j`.
+    ///
+    /// # Panics
+    /// If `j >= num_trajectories()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
@@ -308,6 +314,9 @@ impl RolloutBatch {
     }
 
     /// The caller rows of trajectory `j`, in step order.
+    ///
+    /// # Panics
+    /// If `j >= num_trajectories()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
