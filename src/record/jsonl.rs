@@ -127,7 +127,12 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     }
 
     /// The next record with its 1-based line number (for errors reported later, e.g. by
-    /// [`group_rows`](super::group_rows)).
+    /// [`group_rows`](super::group_rows)); `None` at the end of the input.
+    ///
+    /// # Errors
+    /// `Some(Err(..))` as the iterator yields it: [`Error::Record`] for a malformed record,
+    /// [`Error::LineTooLong`] past the reader's line limit, [`Error::Io`] when reading fails
+    /// (the last two end the stream).
     ///
     /// ```
     /// use beacon_rl::record::read_rows;
