@@ -220,8 +220,8 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 ///   allocation once the workspace has seen a batch this large.
 /// - [`estimate`](Self::estimate): the same into fresh `f64` arrays.
 /// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON, its
-///   ablations, GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token matrix; the
-///   token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
+///   ablations, GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token
+///   matrix; the token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
 ///
 /// # Returns
 /// Only GAE, REINFORCE++, ReMax and the optimal token baselines define returns that differ
