@@ -849,6 +849,45 @@ impl BeaconAblation {
         }
     }
 
+    /// [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) as call number `call`,
+    /// without touching the counter.
+    ///
+    /// # Errors
+    /// As [`Beacon`]'s `estimate_steps_into`.
+    ///
+    /// ```
+    /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
+    /// let input = EstimatorInput::new(&batch).with_milestones(&[true; 6]);
+    /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.5 });
+    /// let e = BeaconAblation::new(c)?;
+    /// let mut ws = Workspace::new();
+    /// let (mut first, mut again) = ([0.0; 6], [0.0; 6]);
+    /// e.estimate_steps_into(&input, &mut first, &mut ws)?; // call 0
+    /// e.estimate_steps_into_at(&input, &mut again, &mut ws, 0)?;
+    /// assert_eq!(again, first);
+    /// // The token-level call's per-row values (one column without a mask).
+    /// assert_eq!(e.estimate_at(&input, 0)?.advantages.column(0).to_vec(), first);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn estimate_steps_into_at(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        workspace: &mut Workspace,
+        call: u64,
+    ) -> Result<()> {
+        match self.flags_at(input, call)? {
+            Some(flags) => self
+                .beacon
+                .estimate_steps_into(&with_flags(input, &flags), advantages, workspace),
+            None => self.beacon.estimate_steps_into(input, advantages, workspace),
+        }
+    }
+
     fn next_call(&self) -> u64 {
         self.calls.fetch_add(1, Ordering::Relaxed)
     }
@@ -884,6 +923,16 @@ impl AdvantageEstimator for BeaconAblation {
         workspace: &mut Workspace,
     ) -> Result<()> {
         self.estimate_into_at(input, advantages, returns, workspace, self.next_call())
+    }
+
+    /// BEACON's `estimate_steps_into` under the ablation; advances the call counter.
+    fn estimate_steps_into(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        workspace: &mut Workspace,
+    ) -> Result<()> {
+        self.estimate_steps_into_at(input, advantages, workspace, self.next_call())
     }
 }
 

@@ -50,8 +50,10 @@ use crate::hash::FxHasher;
 /// constructors (rows of one trajectory must agree: [`Error::InconsistentTerminalReward`]).
 /// The step-level estimators (BEACON, GiGPO, the ablations) read R(τ) from the batch; the
 /// outcome estimators (verl's GRPO family, RLOO, ...) read each row's score as the sum of its
-/// `token_level_rewards`, as verl does, and do not read the batch's rewards. When a step-level
-/// estimator is given `token_level_rewards` too, both sources are present: it then checks every
+/// `token_level_rewards`, as verl does, and do not read the batch's rewards, except on step
+/// rows ([`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into),
+/// where R(τ) is the score). When a step-level estimator or entry point is given
+/// `token_level_rewards` too, both sources are present: it then checks every
 /// row's token sum against its trajectory's R(τ) and returns
 /// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
 /// trainer never silently trains on one reward while logging another
@@ -281,7 +283,10 @@ impl RolloutBatch {
         self.step_rows.len()
     }
 
-    /// Trajectory index range of group `g` (panics if `g >= num_groups()`, like slice indexing).
+    /// Trajectory index range of group `g`.
+    ///
+    /// # Panics
+    /// If `g >= num_groups()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
@@ -293,7 +298,10 @@ impl RolloutBatch {
         self.group_offsets[g]..self.group_offsets[g + 1]
     }
 
-    /// Internal step range of trajectory `j` (panics if out of range, like slice indexing).
+    /// Internal step range of trajectory `j`.
+    ///
+    /// # Panics
+    /// If `j >= num_trajectories()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
@@ -306,6 +314,9 @@ impl RolloutBatch {
     }
 
     /// The caller rows of trajectory `j`, in step order.
+    ///
+    /// # Panics
+    /// If `j >= num_trajectories()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::RolloutBatch;

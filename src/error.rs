@@ -110,7 +110,9 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// An output buffer handed to an `_into` function has the wrong shape.
+    /// An output buffer handed to an `_into` function has the wrong shape. For a rows × L
+    /// buffer the lengths are element counts (rows · L; the expected one saturates at
+    /// `usize::MAX` when a [`Lengths`](crate::tensor::MaskView::Lengths) mask claims more).
     #[error("output buffer {what} has length {actual}, expected {expected}")]
     OutputShape {
         /// Which buffer.

@@ -33,14 +33,30 @@ pub(crate) fn advise_slice<T>(buf: &mut [T]) {
     advise(buf.as_mut_ptr() as usize, std::mem::size_of_val(buf));
 }
 
+/// The most `f64` elements one array may hold: ndarray's limit, `isize::MAX` bytes.
+pub(crate) const MAX_F64S: usize = isize::MAX as usize / std::mem::size_of::<f64>();
+
 /// A fresh zeroed `f64` array of shape `dim`, advised (large zeroed allocations come from
 /// the kernel untouched, so the advice lands before the first write).
-pub(crate) fn zeros(dim: (usize, usize)) -> ndarray::Array2<f64> {
+///
+/// # Errors
+/// [`Error::CapacityExceeded`](crate::Error::CapacityExceeded) when rows × L overflows or
+/// exceeds [`MAX_F64S`]: `dim` may come from a caller's claim (a `Lengths` mask's L), and
+/// `Array2::zeros` panics on such a shape.
+pub(crate) fn zeros(dim: (usize, usize)) -> crate::Result<ndarray::Array2<f64>> {
+    let elements = dim.0.saturating_mul(dim.1);
+    if elements > MAX_F64S {
+        return Err(crate::Error::CapacityExceeded {
+            what: "output (rows × L)",
+            requested: elements,
+            limit: MAX_F64S,
+        });
+    }
     let mut a = ndarray::Array2::zeros(dim);
     if let Some(s) = a.as_slice_mut() {
         advise_slice(s);
     }
-    a
+    Ok(a)
 }
 
 #[cfg(target_os = "linux")]

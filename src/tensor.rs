@@ -655,9 +655,11 @@ impl FloatViewMut<'_> {
         if (r, c) == dim {
             Ok(())
         } else {
+            // Saturating: `dim` may be a caller's claim (a `Lengths` mask's L), whose product
+            // can overflow; the buffer's own size cannot.
             Err(Error::OutputShape {
                 what,
-                expected: dim.0 * dim.1,
+                expected: dim.0.saturating_mul(dim.1),
                 actual: r * c,
             })
         }

@@ -52,7 +52,15 @@ pub fn broadcast_into<'m, 'o>(
     out: impl Into<FloatViewMut<'o>>,
 ) -> Result<()> {
     let (mask, mut out) = (mask.into(), out.into());
-    let (rows, cols) = mask.dim();
+    check_broadcast_mask(step_values, &mask)?;
+    out.check_dim("token advantages", mask.dim())?;
+    crate::tensor::write_masked(step_values, &mask, &mut out)
+}
+
+/// The checks of [`broadcast_into`] on its inputs: one mask row per step value, lengths ≤ L
+/// (integer entries are tested for 0/1 as the rows are written).
+fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> Result<()> {
+    let rows = mask.dim().0;
     if rows != step_values.len() {
         return Err(Error::LengthMismatch {
             what: "response_mask rows",
@@ -60,10 +68,7 @@ pub fn broadcast_into<'m, 'o>(
             actual: rows,
         });
     }
-    // Lengths here; integer entries are tested for 0/1 as the rows are written.
-    mask.validate_lengths()?;
-    out.check_dim("token advantages", (rows, cols))?;
-    crate::tensor::write_masked(step_values, &mask, &mut out)
+    mask.validate_lengths()
 }
 
 /// verl's row score, `sums[r] = Σ_t rewards[r, t]` over all L tokens (masked or not: verl's
@@ -225,7 +230,9 @@ fn for_row_blocks<T: Sync, X: Send>(
 /// Allocating form of [`broadcast_into`], returning an `f64` array of the mask's shape.
 ///
 /// # Errors
-/// As [`broadcast_into`].
+/// As [`broadcast_into`] (checked before allocating), and [`Error::CapacityExceeded`] when the
+/// mask's rows × L (a [`MaskView::Lengths`] mask's L is the caller's claim) overflows or
+/// exceeds `isize::MAX` bytes.
 ///
 /// ```
 /// use beacon_rl::token::broadcast;
@@ -236,7 +243,9 @@ fn for_row_blocks<T: Sync, X: Send>(
 /// ```
 pub fn broadcast<'m>(step_values: &[f64], mask: impl Into<MaskView<'m>>) -> Result<Array2<f64>> {
     let mask = mask.into();
-    let mut out = Array2::zeros(mask.dim());
+    // The inputs first: a mask the broadcast rejects allocates nothing of its claimed size.
+    check_broadcast_mask(step_values, &mask)?;
+    let mut out = crate::huge_pages::zeros(mask.dim())?;
     broadcast_into(step_values, mask, FloatViewMut::F64(out.view_mut()))?;
     Ok(out)
 }

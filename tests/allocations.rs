@@ -3,66 +3,22 @@
 //! kept output buffers, `estimate_into` and `estimate_steps_into` allocate nothing, for every
 //! estimator in `EstimatorConfig::NAMES`, with `f64`/`bool` and with `f32`/`i64` inputs.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 
-thread_local! {
-    // Only the measuring thread counts: the test harness allocates on other threads.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn note() {
-    // `try_with`: the thread-locals may be gone while a thread shuts down.
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every method forwards to the system allocator unchanged; counting touches only
-// const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Heap allocations made by `f` on this thread.
-fn allocations(f: impl FnOnce()) -> usize {
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|on| on.set(true));
-    f();
-    COUNTING.with(|on| on.set(false));
-    COUNT.with(|c| c.get())
-}
+// The shared counting allocator; this binary counts the measuring thread only (the test
+// harness allocates on other threads meanwhile).
+#[path = "support/counting.rs"]
+mod counting;
 
 #[test]
 fn the_counter_counts() {
-    assert_eq!(allocations(|| drop(std::hint::black_box(vec![1u8; 10]))), 1);
-    assert_eq!(allocations(|| ()), 0);
+    assert_eq!(
+        counting::this_thread(|| drop(std::hint::black_box(vec![1u8; 10]))),
+        1
+    );
+    assert_eq!(counting::this_thread(|| ()), 0);
 }
 
 #[test]
@@ -136,7 +92,7 @@ fn zero_allocations_after_the_first_call() {
             }
         };
         calls(&mut ws);
-        let n = allocations(|| calls(&mut ws));
+        let n = counting::this_thread(|| calls(&mut ws));
         report.push((*name, n));
     }
     let allocating: Vec<_> = report.iter().filter(|(_, n)| *n > 0).collect();

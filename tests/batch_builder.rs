@@ -7,8 +7,6 @@
 //! shuffled, give a HashMap reference's batch (proptest), and rebuilds alternating the two
 //! layouts allocate nothing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::Hash;
 
@@ -19,38 +17,10 @@ use beacon_rl::BatchBuilder;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 
-struct Counting;
-
-thread_local! {
-    // Per thread: the test harness runs other tests concurrently.
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count() {
-    ALLOCATIONS.with(|c| c.set(c.get() + 1));
-}
-
-fn allocations() -> usize {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// Delegates to the system allocator, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+// The shared counting allocator; this binary counts the measuring thread only (the test
+// harness runs other tests concurrently).
+#[path = "support/counting.rs"]
+mod counting;
 
 /// Rows of `groups` groups of 1..=4 trajectories of 1..=6 steps, shuffled (step order kept).
 fn keys(seed: u64, groups: u64) -> (Vec<u64>, Vec<u64>, Vec<f64>) {
@@ -184,15 +154,15 @@ fn no_allocation_after_warm_up() {
     for _ in 0..2 {
         rebuild_all(&mut builder, &mut batch);
     }
-    let before = allocations();
-    for _ in 0..3 {
-        rebuild_all(&mut builder, &mut batch);
-    }
-    assert_eq!(allocations() - before, 0);
+    let warm = counting::this_thread(|| {
+        for _ in 0..3 {
+            rebuild_all(&mut builder, &mut batch);
+        }
+    });
+    assert_eq!(warm, 0);
     // Fresh builds do allocate (the counter works).
     let (u, t, r) = &data[0];
-    let _fresh = RolloutBatch::from_row_keys(u, t, r).unwrap();
-    assert!(allocations() > before);
+    assert!(counting::this_thread(|| drop(RolloutBatch::from_row_keys(u, t, r).unwrap())) > 0);
 }
 
 #[test]
@@ -524,9 +494,10 @@ fn no_allocation_alternating_identity_and_sorted_layouts() {
     // keys: layout 0 in order, layout 1 (groups recur) not, for the larger specs).
     assert!(in_order[0] && !in_order[6] && in_order[1] && !in_order[3]);
     in_order.reserve(1000);
-    let before = allocations();
-    for _ in 0..3 {
-        rebuild_all(&mut builder, &mut batch, &mut in_order);
-    }
-    assert_eq!(allocations() - before, 0);
+    let warm = counting::this_thread(|| {
+        for _ in 0..3 {
+            rebuild_all(&mut builder, &mut batch, &mut in_order);
+        }
+    });
+    assert_eq!(warm, 0);
 }

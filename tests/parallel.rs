@@ -8,9 +8,6 @@
 //! `cargo test --features rayon --test parallel`
 #![cfg(feature = "rayon")]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 use beacon_rl::estimator::gigpo::GigpoOutput;
@@ -21,32 +18,10 @@ use beacon_rl::token::broadcast_into;
 use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;
 
-/// Counts allocations on every thread while `ON` (the pool's workers included).
-struct Counting;
-static ON: AtomicBool = AtomicBool::new(false);
-static COUNT: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; counting touches two atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if ON.load(Ordering::Relaxed) {
-            COUNT.fetch_add(1, Ordering::Relaxed);
-        }
-        System.alloc(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if ON.load(Ordering::Relaxed) {
-            COUNT.fetch_add(1, Ordering::Relaxed);
-        }
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+// The shared counting allocator; this binary counts on every thread (the pool's workers
+// allocate for the measured call), so its tests run one at a time (`one_at_a_time`).
+#[path = "support/counting.rs"]
+mod counting;
 
 /// The counter sees every thread: tests of this binary run one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -229,11 +204,7 @@ fn broadcast_is_bit_identical_on_every_pool() {
 /// Heap allocations (on every thread) of a second call of `call`, after a warm-up call.
 fn allocations_after_warm_up(call: &mut impl FnMut()) -> usize {
     call();
-    COUNT.store(0, Ordering::SeqCst);
-    ON.store(true, Ordering::SeqCst);
-    call();
-    ON.store(false, Ordering::SeqCst);
-    COUNT.load(Ordering::SeqCst)
+    counting::all_threads(call)
 }
 
 /// The trait path a trainer takes, end to end into f32 tokens, and its allocations: none on
@@ -307,4 +278,15 @@ fn whitening_scans_allocate_nothing_after_warm_up_on_a_pool() {
             "{name}: allocations after warm-up"
         );
     }
+}
+
+/// The counter sees allocations made on a pool's worker threads, not only the caller's.
+#[test]
+fn the_counter_sees_worker_threads() {
+    let _serial = one_at_a_time();
+    let pool = pool(2);
+    let on_worker = counting::all_threads(|| {
+        pool.install(|| drop(std::hint::black_box(vec![1u8; 10])));
+    });
+    assert!(on_worker >= 1, "{on_worker}");
 }

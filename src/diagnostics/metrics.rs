@@ -19,7 +19,9 @@ use crate::tensor::MaskView;
 ///
 /// # Errors
 /// [`Error::OutputShape`](crate::Error::OutputShape) when the output has no column, or a number of rows (`advantages
-/// rows`) or columns (`advantages columns`) that differs from the mask's.
+/// rows`) or columns (`advantages columns`) that differs from the mask's; then
+/// [`Error::MaskValue`](crate::Error::MaskValue) for an integer mask entry other than 0 and 1,
+/// [`Error::InvalidMask`](crate::Error::InvalidMask) for a response length past L.
 ///
 /// ```
 /// use beacon_rl::diagnostics::row_advantages;
@@ -56,6 +58,9 @@ pub fn row_advantages(adv: ArrayView2<'_, f64>, response_mask: Option<MaskView<'
             });
         }
     }
+    // As every reader of a mask: entries other than 0 and 1, and lengths past L, are errors,
+    // never read as "generated" (one pass over the mask; diagnostics are off the hot path).
+    mask.validate()?;
     Ok(adv
         .outer_iter()
         .enumerate()

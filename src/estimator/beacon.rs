@@ -377,7 +377,8 @@ impl Beacon {
     /// Computes per-row advantages and their parts. `milestones[r]` flags caller row `r`.
     ///
     /// # Errors
-    /// [`Error::LengthMismatch`] when `milestones.len() != batch.num_steps()`.
+    /// [`Error::LengthMismatch`] when `milestones.len() != batch.num_steps()`;
+    /// [`Error::NonFinite`] when a result overflows (finite but extreme rewards or weights).
     ///
     /// ```
     /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
@@ -453,7 +454,8 @@ impl Beacon {
     /// Allocation-free once `ws` has seen a batch this large.
     ///
     /// # Errors
-    /// [`Error::LengthMismatch`] for the flags, [`Error::OutputShape`] for the buffer.
+    /// [`Error::LengthMismatch`] for the flags, [`Error::OutputShape`] for the buffer,
+    /// [`Error::NonFinite`] when a result overflows.
     ///
     /// ```
     /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};

@@ -93,8 +93,9 @@ registry! {
     ///
     /// Each variant's name (serde tag `adv_estimator`, [`name`](Self::name), [`FromStr`]) is
     /// verl's string; parameter structs default to verl's values. [`build`](Self::build)
-    /// validates the parameters and returns a boxed estimator. The enum is `#[non_exhaustive]`:
-    /// more estimators (BEACON, GiGPO) join it.
+    /// validates the parameters and returns a boxed estimator. Besides verl's estimators it
+    /// holds the crate's own (`gigpo`, `beacon`, `beacon_official`, `beacon_ablation`). The
+    /// enum is `#[non_exhaustive]`: more estimators may join it.
     ///
     /// ```
     /// use beacon_rl::estimator::gae::GaeConfig;
@@ -190,7 +191,9 @@ impl EstimatorConfig {
     /// Checks the parameters without building.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the first parameter out of range.
+    /// [`Error::InvalidConfig`] naming the first parameter out of range;
+    /// [`Error::FlavourMismatch`] when `Beacon` holds an official-flavour config or
+    /// `BeaconOfficial` a paper-flavour one.
     ///
     /// ```
     /// use beacon_rl::estimator::gpg::GpgConfig;
@@ -224,7 +227,7 @@ impl EstimatorConfig {
     /// Validates the parameters and builds the estimator.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the first parameter out of range.
+    /// As [`validate`](Self::validate).
     ///
     /// ```
     /// use beacon_rl::estimator::EstimatorConfig;

@@ -94,6 +94,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert!(input.token_level_rewards.is_some());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_token_level_rewards(mut self, rewards: impl Into<FloatView<'a>>) -> Self {
         self.token_level_rewards = Some(rewards.into());
         self
@@ -109,6 +110,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert!(input.response_mask.is_some());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_response_mask(mut self, mask: impl Into<MaskView<'a>>) -> Self {
         self.response_mask = Some(mask.into());
         self
@@ -123,6 +125,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert!(input.values.is_some());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_values(mut self, values: impl Into<FloatView<'a>>) -> Self {
         self.values = Some(values.into());
         self
@@ -137,6 +140,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert_eq!(input.reward_baselines, Some(&[0.5][..]));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_reward_baselines(mut self, baselines: &'a [f64]) -> Self {
         self.reward_baselines = Some(baselines);
         self
@@ -152,6 +156,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert!(input.old_log_probs.is_some());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_old_log_probs(mut self, log_probs: impl Into<FloatView<'a>>) -> Self {
         self.old_log_probs = Some(log_probs.into());
         self
@@ -167,6 +172,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert!(input.sum_pi_squared.is_some());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_sum_pi_squared(mut self, sum_pi_squared: impl Into<FloatView<'a>>) -> Self {
         self.sum_pi_squared = Some(sum_pi_squared.into());
         self
@@ -182,6 +188,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert!(input.rollout_is_weights.is_some());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_rollout_is_weights(mut self, weights: impl Into<FloatView<'a>>) -> Self {
         self.rollout_is_weights = Some(weights.into());
         self
@@ -197,6 +204,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert_eq!(input.milestones, Some(&[true][..]));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_milestones(mut self, milestones: &'a [bool]) -> Self {
         self.milestones = Some(milestones);
         self
@@ -211,6 +219,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert_eq!(input.step_rewards, Some(&[0.0][..]));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_step_rewards(mut self, step_rewards: &'a [f64]) -> Self {
         self.step_rewards = Some(step_rewards);
         self
@@ -227,6 +236,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert_eq!(input.anchor_obs.map(|o| o.len()), Some(1));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_anchor_obs(mut self, anchor_obs: &'a [&'a str]) -> Self {
         self.anchor_obs = Some(anchor_obs);
         self
@@ -243,6 +253,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert_eq!(input.anchor_ids, Some(&[42u64][..]));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_anchor_ids(mut self, anchor_ids: &'a [u64]) -> Self {
         self.anchor_ids = Some(anchor_ids);
         self
@@ -258,6 +269,7 @@ impl<'a> EstimatorInput<'a> {
     /// assert_eq!(input.response_mask.map(|m| m.dim()), Some((1, 2)));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
+    #[must_use]
     pub fn with_response_lengths(mut self, lengths: &'a [usize], cols: usize) -> Self {
         self.response_mask = Some(MaskView::Lengths { lengths, cols });
         self

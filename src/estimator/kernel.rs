@@ -305,7 +305,8 @@ impl<'o> Out<'o> {
 /// Implements [`AdvantageEstimator`] for a verl estimator with an inherent
 /// `fn fill(&self, &EstimatorInput, &mut Out, &mut Scratch) -> Result<()>`; `returns` says
 /// whether its returns differ from its advantages, `steps` adds the step-row entry point
-/// through an inherent `fn steps(&self, &EstimatorInput, &mut [f64], &mut Scratch)`.
+/// through an inherent `fn steps(&self, &EstimatorInput, &mut [f64], &mut Scratch)` (after
+/// checking the output's length and any `token_level_rewards` against the batch's rewards).
 macro_rules! fill_estimator {
     ($ty:ty, $name:literal, returns = $returns:expr) => {
         $crate::estimator::fill_estimator!($ty, $name, returns = $returns, {});
@@ -319,6 +320,9 @@ macro_rules! fill_estimator {
                 workspace: &mut $crate::estimator::Workspace,
             ) -> $crate::error::Result<()> {
                 $crate::estimator::check_steps_out(input, advantages)?;
+                // The scores are the batch's R(τ): token rewards, when given too, must agree
+                // (one episode reward, as BEACON and GiGPO check it).
+                input.batch.check_token_scores(input.token_level_rewards)?;
                 self.steps(input, advantages, &mut workspace.scratch)
             }
         });
@@ -360,8 +364,17 @@ macro_rules! fill_estimator {
                 let dim = input.output_dim();
                 let mut workspace = $crate::estimator::Workspace::new();
                 let mut advantages = Vec::new();
-                let mut returns = $crate::estimator::AdvantageEstimator::has_returns(self)
-                    .then(|| $crate::huge_pages::zeros(dim));
+                // Every estimator here needs `token_level_rewards` of the mask's shape. Unless
+                // the rewards (data in memory) have that shape, the inputs are rejected before
+                // anything is written: allocate nothing for the mask's dim then, which a
+                // `Lengths` mask only claims (a wrong L must be an error, not a huge
+                // allocation). The empty stand-in could only ever fail the shape check.
+                let backed = input.token_level_rewards.is_some_and(|r| r.dim() == dim);
+                let mut returns = match $crate::estimator::AdvantageEstimator::has_returns(self) {
+                    true if backed => Some($crate::huge_pages::zeros(dim)?),
+                    true => Some($crate::ndarray::Array2::zeros((0, 0))),
+                    false => None,
+                };
                 let mut out = $crate::estimator::Out::fresh(
                     &mut advantages,
                     returns.as_mut().map(|r| $crate::tensor::FloatViewMut::F64(r.view_mut())),

@@ -219,9 +219,9 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 ///   ([`EstimatorInput`]), with scratch space in a [`Workspace`] the caller keeps: no heap
 ///   allocation once the workspace has seen a batch this large.
 /// - [`estimate`](Self::estimate): the same into fresh `f64` arrays.
-/// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON,
-///   GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token matrix; the
-///   token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
+/// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON, its
+///   ablations, GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token
+///   matrix; the token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
 ///
 /// # Returns
 /// Only GAE, REINFORCE++, ReMax and the optimal token baselines define returns that differ
@@ -322,11 +322,16 @@ pub trait AdvantageEstimator: Send + Sync {
     /// and calls `estimate_into`.
     ///
     /// # Errors
-    /// As [`estimate_into`](Self::estimate_into).
+    /// As [`estimate_into`](Self::estimate_into), and [`Error::CapacityExceeded`] when the
+    /// output's rows × L (a [`MaskView::Lengths`](crate::tensor::MaskView::Lengths) mask's
+    /// L is the caller's claim) overflows or exceeds `isize::MAX` bytes.
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let dim = input.output_dim();
-        let mut advantages = crate::huge_pages::zeros(dim);
-        let mut returns = self.has_returns().then(|| crate::huge_pages::zeros(dim));
+        let mut advantages = crate::huge_pages::zeros(dim)?;
+        let mut returns = match self.has_returns() {
+            true => Some(crate::huge_pages::zeros(dim)?),
+            false => None,
+        };
         self.estimate_into(
             input,
             FloatViewMut::F64(advantages.view_mut()),
@@ -337,15 +342,20 @@ pub trait AdvantageEstimator: Send + Sync {
     }
 
     /// Step-level estimators: one advantage per row into `advantages` (length = rows), no
-    /// token matrix and no response mask read. BEACON, GiGPO, and the outcome estimators
-    /// `grpo`, `grpo_vectorized`, `rloo`, `rloo_vectorized` on step rows (each row's score is
-    /// the batch's terminal reward of its trajectory, grouped by uid over rows, as verl-agent
-    /// runs them on step rows).
+    /// token matrix and no response mask read. BEACON (`beacon`, `beacon_official`,
+    /// `beacon_ablation`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
+    /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
+    /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows).
+    ///
+    /// Every one of them reads the episode reward from the batch; when `token_level_rewards`
+    /// are given too, each row's sum must equal it
+    /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).
     ///
     /// # Errors
     /// [`Error::NotStepLevel`] for token-level estimators (the default);
-    /// [`Error::OutputShape`] when `advantages` has not one entry per row; otherwise as
-    /// [`estimate_into`](Self::estimate_into).
+    /// [`Error::OutputShape`] when `advantages` has not one entry per row;
+    /// [`Error::EpisodeRewardMismatch`] when given `token_level_rewards` disagree with the
+    /// batch; otherwise as [`estimate_into`](Self::estimate_into).
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};

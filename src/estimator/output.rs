@@ -57,7 +57,11 @@ impl Advantages {
     ///
     /// ```
     /// use beacon_rl::estimator::Advantages;
-    /// # let _ = |a: Advantages| a.returns().clone();
+    /// use ndarray::array;
+    /// let defined = Advantages::new(array![[0.5]], Some(array![[2.0]]));
+    /// assert_eq!(defined.returns(), &array![[2.0]]);
+    /// let same = Advantages::new(array![[0.5]], None);
+    /// assert_eq!(same.returns(), &same.advantages);
     /// ```
     pub fn returns(&self) -> &Array2<f64> {
         self.returns.as_ref().unwrap_or(&self.advantages)

@@ -182,8 +182,10 @@ impl<'a> RecordBatch<'a> {
         self.row_record.len()
     }
 
-    /// The (record index, step index) of a row. Panics if `row >= num_rows()`, like slice
-    /// indexing.
+    /// The (record index, step index) of a row.
+    ///
+    /// # Panics
+    /// If `row >= num_rows()`, like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
@@ -202,8 +204,10 @@ impl<'a> RecordBatch<'a> {
         (record, row - self.first_row[record])
     }
 
-    /// The milestone transition of a row (see the type's docs for the field mapping). Panics
-    /// if `row >= num_rows()`, like slice indexing.
+    /// The milestone transition of a row (see the type's docs for the field mapping).
+    ///
+    /// # Panics
+    /// If `row >= num_rows()`, like slice indexing.
     ///
     /// ```
     /// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};

@@ -84,6 +84,7 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     /// assert!(matches!(err, Error::LineTooLong { line: 1, limit: 10, .. }));
     /// assert!(reader.next().is_none());
     /// ```
+    #[must_use]
     pub fn with_max_line_bytes(mut self, max: usize) -> Self {
         self.max_line = max;
         self
@@ -97,6 +98,7 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     /// let err = read_trajectories(&b"{}"[..]).with_source("a.jsonl").next().unwrap().unwrap_err();
     /// assert!(matches!(err, Error::Record { file: Some(f), line: 1, .. } if f == "a.jsonl"));
     /// ```
+    #[must_use]
     pub fn with_source(mut self, name: impl Into<String>) -> Self {
         self.source = Some(name.into());
         self
@@ -127,7 +129,12 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     }
 
     /// The next record with its 1-based line number (for errors reported later, e.g. by
-    /// [`group_rows`](super::group_rows)).
+    /// [`group_rows`](super::group_rows)); `None` at the end of the input.
+    ///
+    /// # Errors
+    /// `Some(Err(..))` as the iterator yields it: [`Error::Record`] for a malformed record,
+    /// [`Error::LineTooLong`] past the reader's line limit, [`Error::Io`] when reading fails
+    /// (the last two end the stream).
     ///
     /// ```
     /// use beacon_rl::record::read_rows;

@@ -108,7 +108,7 @@ impl Rollouts {
 /// Trains a fresh uniform policy on `env` with `method` and returns its success curve.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] for G = 0, no tasks or a non-finite or negative learning rate; a
+/// [`Error::InvalidConfig`] as [`TrainerConfig::validate`] finds it; a
 /// labeler's [`Error::LengthMismatch`]; the estimator's errors.
 ///
 /// ```
@@ -145,7 +145,7 @@ pub fn train(
     source: &mut MilestoneSource,
     config: &TrainerConfig,
 ) -> Result<TrainingRun> {
-    validate(config)?;
+    config.validate()?;
     let mut policy = TabularPolicy::new(env.num_observations(), env.num_actions());
     let mut credit = Credit::new(method)?;
     let mut rng = SplitMix64::stream(config.seed, 0);
@@ -212,24 +212,51 @@ pub fn train(
     Ok(run)
 }
 
-fn validate(config: &TrainerConfig) -> Result<()> {
-    let bad = |name, value: f64, expected| {
-        Err(Error::InvalidConfig {
-            name,
-            value,
-            expected,
-        })
-    };
-    if config.group_size == 0 {
-        return bad("group_size", 0.0, ">= 1");
+impl TrainerConfig {
+    /// Checks every parameter ([`train`] calls it first).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first bad parameter: `group_size` or
+    /// `tasks_per_iteration` 0, their product (episodes per iteration, each of at least one
+    /// step) above [`RolloutBatch::MAX_STEPS`], or `learning_rate` negative or not finite.
+    ///
+    /// ```
+    /// use beacon_rl::testbed::TrainerConfig;
+    /// use beacon_rl::Error;
+    /// assert!(TrainerConfig::default().validate().is_ok());
+    /// let err = TrainerConfig::default().with_group_size(0).validate().unwrap_err();
+    /// assert!(matches!(err, Error::InvalidConfig { name: "group_size", .. }));
+    /// let huge = TrainerConfig::default().with_group_size(usize::MAX).with_tasks_per_iteration(2);
+    /// assert!(matches!(huge.validate(), Err(Error::InvalidConfig { name: "tasks_per_iteration", .. })));
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, value: f64, expected| {
+            Err(Error::InvalidConfig {
+                name,
+                value,
+                expected,
+            })
+        };
+        if self.group_size == 0 {
+            return bad("group_size", 0.0, ">= 1");
+        }
+        if self.tasks_per_iteration == 0 {
+            return bad("tasks_per_iteration", 0.0, ">= 1");
+        }
+        // Checked: the product sizes the batch (the group offsets are k · G).
+        let episodes = self.group_size.checked_mul(self.tasks_per_iteration);
+        if episodes.map_or(true, |n| n > RolloutBatch::MAX_STEPS) {
+            return bad(
+                "tasks_per_iteration",
+                self.tasks_per_iteration as f64,
+                "group_size × tasks_per_iteration <= RolloutBatch::MAX_STEPS",
+            );
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate >= 0.0) {
+            return bad("learning_rate", self.learning_rate, "finite, >= 0");
+        }
+        Ok(())
     }
-    if config.tasks_per_iteration == 0 {
-        return bad("tasks_per_iteration", 0.0, ">= 1");
-    }
-    if !(config.learning_rate.is_finite() && config.learning_rate >= 0.0) {
-        return bad("learning_rate", config.learning_rate, "finite, >= 0");
-    }
-    Ok(())
 }
 
 /// One episode under `policy`, appended to `roll`.

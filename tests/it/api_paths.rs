@@ -301,3 +301,52 @@ fn a_second_path_is_reported() {
     let missing = |p: &Path| (p == Path::new("src/lib.rs")).then(|| "pub mod a;\n".to_string());
     assert!(scan(Path::new("src"), &missing).unwrap_err().contains("no file"));
 }
+
+/// Every consuming `with_*` setter (`fn with_x(self, ..) -> Self`) is `#[must_use]`: the
+/// builders are values (`EstimatorInput` is even `Copy`), so a setter whose result is dropped
+/// would otherwise compile without a warning and lose the column or parameter it sets.
+#[test]
+fn consuming_setters_are_must_use() {
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut paths);
+    let (mut setters, mut missing) = (0, Vec::new());
+    for path in &paths {
+        let text = std::fs::read_to_string(path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let l = line.trim_start();
+            let consuming = l.starts_with("pub fn with_")
+                && (l.contains("(mut self") || l.contains("(self"))
+                && l.contains("-> Self");
+            if !consuming {
+                continue;
+            }
+            setters += 1;
+            // The attributes directly above the signature (doc comments end before them).
+            let attrs = lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| l.trim_start().starts_with("#["))
+                .any(|l| l.trim_start().starts_with("#[must_use"));
+            if !attrs {
+                missing.push(format!("{}:{}", path.display(), i + 1));
+            }
+        }
+    }
+    // The generated config setters (src/setters.rs) and EstimatorInput's, at least.
+    assert!(
+        setters >= 20,
+        "found only {setters} setters: has the source layout changed?"
+    );
+    assert!(missing.is_empty(), "setters without #[must_use]: {missing:#?}");
+}

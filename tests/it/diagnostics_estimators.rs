@@ -5,7 +5,7 @@
 use beacon_rl::diagnostics::{compare, row_advantages, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::tensor::FloatViewMut;
+use beacon_rl::tensor::{FloatViewMut, MaskView};
 use beacon_rl::{Error, Result, RolloutBatch};
 use ndarray::Array2;
 
@@ -184,6 +184,29 @@ fn row_advantages_rules() {
         row_advantages(empty.view(), None),
         Err(Error::OutputShape { actual: 0, .. })
     ));
+    // The mask is checked as the estimators check it: an integer entry other than 0 and 1,
+    // or a length past L, is an error (it was read as "generated", and a length clipped).
+    let two = ndarray::array![[0i64, 0, 2], [0, 0, 0]];
+    assert_eq!(
+        row_advantages(out, Some((&two).into())),
+        Err(Error::MaskValue {
+            row: 0,
+            token: 2,
+            value: 2
+        })
+    );
+    let long = MaskView::Lengths {
+        lengths: &[0, 4],
+        cols: 3,
+    };
+    assert_eq!(
+        row_advantages(out, Some(long)),
+        Err(Error::InvalidMask {
+            row: 1,
+            length: 4,
+            cols: 3
+        })
+    );
 }
 
 /// An estimator that returns a fixed matrix, to provoke output errors.

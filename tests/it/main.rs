@@ -2,9 +2,10 @@
 //! `tests/<name>.rs`). One binary links the crate once instead of once per file, and the
 //! helpers in [`common`] (the parity tolerance among them) are written once.
 //!
-//! Two test files stay separate binaries, because each installs a counting
-//! `#[global_allocator]` that must see only its own test's allocations:
-//! `tests/allocations.rs` and `tests/batch_builder.rs`. A new integration test goes here as a
+//! Three test files stay separate binaries, because each installs the counting
+//! `#[global_allocator]` of `tests/support/counting.rs` (one definition, included with
+//! `#[path]`), which must see only its own binary's allocations: `tests/allocations.rs`,
+//! `tests/batch_builder.rs` and `tests/parallel.rs`. A new integration test goes here as a
 //! module (Cargo.toml has `autotests = false`, so a stray `tests/*.rs` would not be built:
 //! `layout::every_test_file_is_built` fails on one).
 
@@ -33,6 +34,7 @@ mod properties_baselines;
 mod properties_beacon;
 mod record;
 mod row_sums;
+mod step_rows;
 mod testbed;
 mod trainer_dtypes;
 
@@ -50,7 +52,8 @@ mod layout {
     }
 
     /// With `autotests = false`, Cargo builds only the declared targets: every `tests/*.rs`
-    /// must be one of the two declared binaries, and every `tests/it/*.rs` a declared module.
+    /// must be one of the three declared binaries, each of which includes the shared counting
+    /// allocator, and every `tests/it/*.rs` a declared module.
     #[test]
     fn every_test_file_is_built() {
         let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
@@ -62,6 +65,17 @@ mod layout {
             top, declared,
             "a tests/*.rs file that Cargo.toml does not declare: move it to tests/it/"
         );
+        assert_eq!(
+            rust_files(&tests.join("support")),
+            BTreeSet::from(["counting.rs".to_string()])
+        );
+        for binary in &declared {
+            let text = fs::read_to_string(tests.join(binary)).unwrap();
+            assert!(
+                text.contains("#[path = \"support/counting.rs\"]\nmod counting;"),
+                "tests/{binary} does not include the shared counting allocator"
+            );
+        }
         let main = fs::read_to_string(tests.join("it/main.rs")).unwrap();
         for file in rust_files(&tests.join("it")) {
             let module = file.trim_end_matches(".rs");

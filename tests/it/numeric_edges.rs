@@ -1,4 +1,4 @@
-//! Issue 11's numeric rows: claimed sizes (C1, C2), BEACON outputs (N1–N4), overflowing
+//! Issue 11's numeric rows: claimed sizes (C1–C5), BEACON outputs (N1–N4), overflowing
 //! variances that used to give a plausible 0 (W1–W3), diagnostics sums (D1) and the decay
 //! table's look-ups (P1). Each test failed (panic, abort, `Ok` with ∞/NaN, or a wrong 0) on the
 //! code before the fix.
@@ -7,6 +7,7 @@
 //! and unbiased σ = √(2x²/1) = √2·x, so (±x − 0)/(√2·x + ε) = ±1/√2 = ±0.70710678 whatever x
 //! is: the exact answer every overflow case below must give.
 
+use crate::common;
 use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace};
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
@@ -46,6 +47,135 @@ fn c2_from_blocks_sums_lengths_with_checked_arithmetic() {
     assert_eq!(variant(&err), "CapacityExceeded", "{err:?}");
     let err = RolloutBatch::from_blocks(2, &[1 << 40, 1], vec![0.0, 0.0]).unwrap_err();
     assert_eq!(variant(&err), "CapacityExceeded", "{err:?}");
+}
+
+/// A `Lengths` mask's L is a claim, not data in memory. 2^50 columns of 4 rows is 2^55 bytes
+/// of `f64`: below `isize::MAX`, above any address space, so allocating it aborts.
+const CLAIMED_COLS: usize = 1 << 50;
+
+#[test]
+fn c3_estimate_checks_the_rewards_against_a_claimed_mask_before_allocating_returns() {
+    // The estimators with returns allocated the returns at the mask's claimed shape before
+    // their inputs were checked: a wrong L aborted instead of the `LengthMismatch` that
+    // `estimate_into` gives.
+    let every = common::EveryColumn::new();
+    let lengths = [1, 2, 3, 0];
+    let input = every.input(beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: CLAIMED_COLS,
+    });
+    for name in [
+        "gae",
+        "reinforce_plus_plus",
+        "remax",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+    ] {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        assert!(est.has_returns(), "{name}");
+        let want = Error::LengthMismatch {
+            what: "response_mask columns",
+            expected: 3,
+            actual: CLAIMED_COLS,
+        };
+        assert_eq!(est.estimate(&input).unwrap_err(), want, "{name}");
+        // The same error as the caller-buffer path.
+        let mut a = Array2::<f64>::zeros((4, 3));
+        assert_eq!(
+            est.estimate_into(&input, (&mut a).into(), None, &mut Workspace::new()),
+            Err(want),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
+    // rows × L past `isize::MAX` bytes: `Array2::zeros` panicked ("shape too large" or
+    // "capacity overflow"), and the `OutputShape` error's `rows * L` overflowed.
+    let every = common::EveryColumn::new();
+    let lengths = [0; 4];
+    let mask = beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: usize::MAX / 2,
+    };
+    // The step-level estimators take the output's shape from the mask alone.
+    for name in ["beacon", "beacon_official", "beacon_ablation", "gigpo"] {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        let err = est.estimate(&every.input(mask)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::CapacityExceeded {
+                    requested: usize::MAX,
+                    ..
+                }
+            ),
+            "{name}: {err:?}"
+        );
+        // Into a caller buffer: the wrong shape is named, its claimed size saturated.
+        let mut a = Array2::<f64>::zeros((4, 3));
+        let err = est
+            .estimate_into(&every.input(mask), (&mut a).into(), None, &mut Workspace::new())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::OutputShape {
+                what: "advantages",
+                expected: usize::MAX,
+                actual: 12
+            },
+            "{name}"
+        );
+    }
+    let step = [0.0; 4];
+    let err = beacon_rl::token::broadcast(&step, mask).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::CapacityExceeded {
+                requested: usize::MAX,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let mut out = Array2::<f32>::zeros((4, 3));
+    assert_eq!(
+        beacon_rl::token::broadcast_into(&step, mask, &mut out),
+        Err(Error::OutputShape {
+            what: "token advantages",
+            expected: usize::MAX,
+            actual: 12
+        })
+    );
+}
+
+#[test]
+fn c5_broadcast_checks_its_inputs_before_allocating() {
+    // Five step values for a 4-row mask claiming 2^50 columns: the allocating broadcast
+    // allocated the claimed shape (an abort) before finding the row mismatch.
+    let lengths = [0; 4];
+    let mask = beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: CLAIMED_COLS,
+    };
+    assert_eq!(
+        beacon_rl::token::broadcast(&[0.0; 5], mask),
+        Err(Error::LengthMismatch {
+            what: "response_mask rows",
+            expected: 5,
+            actual: 4
+        })
+    );
 }
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs

@@ -91,3 +91,25 @@ fn a_labeler_with_the_wrong_shape_is_an_error() {
     let bad_lr = c.with_learning_rate(f64::NAN);
     assert!(train(&env, Method::Grpo, &mut MilestoneSource::Env, &bad_lr).is_err());
 }
+
+#[test]
+fn a_batch_size_past_the_limit_is_an_invalid_config() {
+    // G × tasks overflows usize: the group offsets k · G overflowed (a panic) before the
+    // config check covered the product.
+    let env = KeyChain::new(2, 4).unwrap();
+    let huge = TrainerConfig::default()
+        .with_group_size(usize::MAX)
+        .with_tasks_per_iteration(2)
+        .with_iterations(1);
+    let err = train(&env, Method::Grpo, &mut MilestoneSource::Env, &huge).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            beacon_rl::Error::InvalidConfig {
+                name: "tasks_per_iteration",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
