@@ -54,7 +54,7 @@ impl State {
         groups: &[G],
         trajs: Option<&[T]>,
         episode: &[f64],
-    ) -> Res<()> {
+    ) -> beacon_rl::Result<()> {
         let b = &mut self.builder;
         match (&mut self.batch, trajs) {
             (Some(batch), Some(t)) => b.rebuild_from_row_keys(batch, groups, t, episode)?,
@@ -120,16 +120,15 @@ pub enum Floats1<'a> {
     F64(ArrayView1<'a, f64>),
 }
 
-/// A rows × L mask in the caller's dtype (nonzero = valid; only 0 and 1 are accepted).
+/// A rows × L mask in the caller's dtype (only 0 and 1 are accepted). numpy `bool` masks
+/// come as the bytes they hold (`U8`): numpy's bool is not guaranteed to be 0 or 1.
 pub enum Mask2<'a> {
-    Bool(ArrayView2<'a, bool>),
     U8(ArrayView2<'a, u8>),
     I64(ArrayView2<'a, i64>),
 }
 
-/// One flag per row in the caller's dtype.
+/// One flag per row in the caller's dtype (`bool` as bytes, as for [`Mask2`]).
 pub enum Mask1<'a> {
-    Bool(ArrayView1<'a, bool>),
     U8(ArrayView1<'a, u8>),
     I64(ArrayView1<'a, i64>),
 }
@@ -199,6 +198,13 @@ impl Floats2<'_> {
 }
 
 impl Floats1<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Floats1::F32(a) => a.len(),
+            Floats1::F64(a) => a.len(),
+        }
+    }
+
     /// `f64` values as the crate reads per-row columns: borrowed when the caller holds
     /// contiguous `f64`, else one copy (rows long, not rows × L).
     fn to_f64(&self) -> std::borrow::Cow<'_, [f64]> {
@@ -225,7 +231,6 @@ impl Mask2<'_> {
     /// so a verl `int64` mask is read once per call).
     fn view(&self) -> MaskView<'_> {
         match self {
-            Mask2::Bool(a) => MaskView::Bool(a.view()),
             Mask2::U8(a) => MaskView::U8(a.view()),
             Mask2::I64(a) => MaskView::I64(a.view()),
         }
@@ -239,11 +244,6 @@ impl Mask2<'_> {
             }
         }
         match self {
-            Mask2::Bool(a) => {
-                for (o, &v) in out.iter_mut().zip(a.row(r)) {
-                    *o = v;
-                }
-            }
             Mask2::U8(a) => copy(a, r, out),
             Mask2::I64(a) => copy(a, r, out),
         }
@@ -251,7 +251,6 @@ impl Mask2<'_> {
 
     fn dim(&self) -> (usize, usize) {
         match self {
-            Mask2::Bool(a) => a.dim(),
             Mask2::U8(a) => a.dim(),
             Mask2::I64(a) => a.dim(),
         }
@@ -259,8 +258,14 @@ impl Mask2<'_> {
 }
 
 impl Mask1<'_> {
-    /// Per-row flags as the crate reads them: borrowed for contiguous `bool`, else one checked
-    /// copy (rows long).
+    fn len(&self) -> usize {
+        match self {
+            Mask1::U8(a) => a.len(),
+            Mask1::I64(a) => a.len(),
+        }
+    }
+
+    /// Per-row flags as the crate reads them: one checked copy (rows long).
     fn to_bool(&self, what: &str) -> Res<std::borrow::Cow<'_, [bool]>> {
         fn conv<T: Copy + Into<i64>>(a: &ArrayView1<'_, T>, what: &str) -> Res<Vec<bool>> {
             a.iter()
@@ -273,10 +278,6 @@ impl Mask1<'_> {
                 .collect()
         }
         Ok(match self {
-            Mask1::Bool(a) => match a.as_slice() {
-                Some(s) => std::borrow::Cow::Borrowed(s),
-                None => std::borrow::Cow::Owned(a.to_vec()),
-            },
             Mask1::U8(a) => std::borrow::Cow::Owned(conv(a, what)?),
             Mask1::I64(a) => std::borrow::Cow::Owned(conv(a, what)?),
         })
@@ -366,6 +367,54 @@ pub fn output_dim(req: &Request<'_>) -> (usize, usize) {
     }
 }
 
+/// Checks every per-row column against the batch's rows (the matrices' rows, else the keys'),
+/// so that a length error names the argument the caller passed (the crate's own checks name
+/// its fields: `row_rewards`, `traj_keys`, `anchors`).
+fn check_rows(req: &Request<'_>) -> Res<()> {
+    let rows = output_dim(req).0;
+    let lens = [
+        ("index", Some(req.index.len())),
+        ("traj_index", req.traj_index.map(|t| t.len())),
+        ("episode_rewards", req.episode_rewards.as_ref().map(Floats1::len)),
+        (
+            "reward_baselines",
+            req.reward_baselines.as_ref().map(Floats1::len),
+        ),
+        ("milestones", req.milestones.as_ref().map(Mask1::len)),
+        ("step_rewards", req.step_rewards.as_ref().map(Floats1::len)),
+        ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
+    ];
+    for (what, len) in lens {
+        if let Some(actual) = len.filter(|&n| n != rows) {
+            return Err(beacon_rl::Error::LengthMismatch {
+                what,
+                expected: rows,
+                actual,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The batch builder's error in the caller's words: the crate checks the rows' rewards as
+/// `row_rewards`, which reach it non-finite only from the caller's `episode_rewards` (the
+/// binding's row sums are made finite; their check is the estimator's).
+fn caller_names(e: beacon_rl::Error) -> beacon_rl::Error {
+    match e {
+        beacon_rl::Error::NonFinite {
+            what: "row_rewards",
+            index,
+            value,
+        } => beacon_rl::Error::NonFinite {
+            what: "episode_rewards",
+            index,
+            value,
+        },
+        e => e,
+    }
+}
+
 /// Runs `est` on the request and writes advantages and returns into the caller's outputs.
 ///
 /// Advantages are written in place by the crate in the caller's dtype. Returns are computed
@@ -379,10 +428,15 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             est.name()
         )));
     }
+    check_rows(req)?;
     // A row's reward for the batch: the caller's episode reward, else (verl-agent) the sum of
-    // the row's token rewards, else 0. verl's own estimators read token_level_rewards and
-    // never the batch's rewards through `estimate_into`, so they skip the pass over rows × L.
+    // the row's token rewards. verl's own estimators read token_level_rewards and never the
+    // batch's rewards through `estimate_into`, so they skip the pass over rows × L (zeros).
     let reads_batch_rewards = !verl_names().contains(&est.name());
+    if reads_batch_rewards && req.episode_rewards.is_none() && req.token_level_rewards.is_none() {
+        // Zeros would be a silent R(τ) = 0 for every trajectory.
+        return Err(beacon_rl::Error::MissingInput("episode_rewards or token_level_rewards").into());
+    }
     // The step estimators read token_level_rewards only to check that each row's sum is its
     // trajectory's reward. When the binding derived those rewards from the very same sums (all
     // finite; the batch builder has checked that rows of a trajectory agree), the check cannot
@@ -408,7 +462,8 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
     with_state(|st| {
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
         let mask = req.response_mask.as_ref().map(Mask2::view);
-        st.rebuild(req.index.ids, req.traj_index.map(|t| t.ids), &episode)?;
+        st.rebuild(req.index.ids, req.traj_index.map(|t| t.ids), &episode)
+            .map_err(caller_names)?;
         let (batch, ws) = st.parts()?;
         let mut input = EstimatorInput::new(batch);
         if let Some(r) = req.token_level_rewards.as_ref().filter(|_| check_token_rewards) {
@@ -591,6 +646,14 @@ pub fn estimate_turns(
         }
         for (k, s) in spans[first..].iter().enumerate() {
             let end_reward = rewards.get(r, s.end - 1);
+            // Every reward the convention reads must be a number (a NaN on a turn end would
+            // silently read as "no milestone").
+            if !end_reward.is_finite() {
+                return Err(Failure(format!(
+                    "non-finite value {end_reward} in token_level_rewards at index {}",
+                    r * cols + s.end - 1
+                )));
+            }
             let milestone = k + 1 < turns && end_reward > 0.0;
             stats.milestones += usize::from(milestone);
             trajs.push(r);
