@@ -275,6 +275,45 @@ def test_missing_keys_are_refused_with_their_row(index, row):
         beacon_rl.estimate("beacon", REWARDS, MASK, UIDS, traj_index=index, milestones=np.zeros(4, bool))
 
 
+def test_list_keys_are_compared_as_python_objects():
+    # np.asarray([1, "1", ...]) makes both "1": one group where Python (and an object array)
+    # sees two.
+    as_list, _ = beacon_rl.estimate("grpo", REWARDS, MASK, [1, "1", "b", "b"])
+    as_objects, _ = beacon_rl.estimate("grpo", REWARDS, MASK, np.array([1, "1", "b", "b"], dtype=object))
+    np.testing.assert_array_equal(as_list, as_objects)
+    # Rows 0 and 1 are singleton groups: GRPO gives a singleton its score / (1 + eps).
+    np.testing.assert_allclose(as_list[0], [1 / (1 + 1e-6)] * 3, rtol=1e-6)
+    np.testing.assert_array_equal(as_list[1], [0, 0, 0])
+    # Lists of one key type keep their grouping.
+    np.testing.assert_allclose(beacon_rl.estimate("grpo", REWARDS, MASK, ["a", "a", "b", "b"])[0], EXPECTED, rtol=1e-6)
+    np.testing.assert_allclose(beacon_rl.estimate("grpo", REWARDS, MASK, (5, 5, 6, 6))[0], EXPECTED, rtol=1e-6)
+
+
+# --- milestones as Python objects -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags,row",
+    [([True, 2, False, False], 1), ([0, 1, None, 0], 2), ([0, 1, 0, "0"], 3), ([float("nan"), 0, 0, 0], 0), ([0, -1, 0, 0], 1)],
+)
+def test_object_milestones_must_be_flags(flags, row):
+    # astype(bool) read 2, -1, NaN and "0" as True and None as False.
+    with pytest.raises(ValueError, match=rf"milestones: row {row} is"):
+        beacon_rl.estimate("beacon", REWARDS, MASK, UIDS, traj_index=np.arange(4), milestones=np.array(flags, dtype=object))
+
+
+def test_object_milestones_of_bools_and_0_1_are_the_bool_numbers():
+    # One group of two 2-step trajectories, a success and a failure, a milestone on the
+    # success's first step only.
+    uid = np.array(["g"] * 4, dtype=object)
+    kw = dict(traj_index=np.array([0, 0, 1, 1]), episode_rewards=np.array([1.0, 1.0, 0.0, 0.0]))
+    want, _ = beacon_rl.estimate("beacon_official", None, MASK, uid, milestones=np.array([1, 0, 0, 0], dtype=bool), **kw)
+    got, _ = beacon_rl.estimate("beacon_official", None, MASK, uid, milestones=np.array([True, 0, 0.0, np.False_], dtype=object), **kw)
+    np.testing.assert_array_equal(got, want)
+    unflagged, _ = beacon_rl.estimate("beacon_official", None, MASK, uid, milestones=np.zeros(4, dtype=bool), **kw)
+    assert not np.array_equal(want, unflagged)  # the flag matters here
+
+
 # --- missing or mis-sized per-row columns name the caller's argument ----------------------
 
 
@@ -336,6 +375,24 @@ def test_empty_batches():
 
 
 # --- the rest of the surface ---------------------------------------------------------------
+
+
+def test_config_takes_numpy_scalars_and_names_bad_values():
+    want, _ = beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, config={"std_eps": 1e-3})
+    got, _ = beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, config={"std_eps": np.float64(1e-3)})
+    np.testing.assert_array_equal(got, want)
+    got, _ = beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, config={"std_eps": np.float32(0.5)})
+    want, _ = beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, config={"std_eps": float(np.float32(0.5))})
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(TypeError, match="config: .*object is not a parameter value"):
+        beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, config={"std_eps": object()})
+
+
+def test_unsupported_torch_outputs_are_named():
+    torch = pytest.importorskip("torch")
+    out = torch.zeros(4, 3, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"out\[0\] \(advantages\): unsupported tensor"):
+        beacon_rl.estimate("grpo", torch.tensor(REWARDS), torch.tensor(MASK), UIDS, out=(out, out))
 
 
 def test_time_crate_call_refuses_negative_lengths():
