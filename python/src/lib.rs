@@ -568,23 +568,11 @@ fn output_shape<'py>(
         .cast::<PyUntypedArray>()
         .map_err(|_| type_error("index", "a 1-D array", index))?
         .len();
-    let dummy = vec![0i64; rows];
-    let req = Request {
-        token_level_rewards: rewards.as_ref().map(F2::view),
-        response_mask: mask.as_ref().map(M2::view),
-        index: adapter::Keys::ints(&dummy),
-        traj_index: None,
-        episode_rewards: None,
-        values: None,
-        old_log_probs: None,
-        sum_pi_squared: None,
-        rollout_is_weights: None,
-        reward_baselines: None,
-        milestones: None,
-        step_rewards: None,
-        anchor_obs: None,
-    };
-    Ok(adapter::output_dim(&req))
+    Ok(adapter::output_dim(
+        rewards.as_ref().map(F2::view).as_ref(),
+        mask.as_ref().map(M2::view).as_ref(),
+        rows,
+    ))
 }
 
 /// verl's multi-turn convention (see `beacon_rl.estimate_turns`): writes per-turn advantages of

@@ -3,6 +3,8 @@ contiguous copy or raises ValueError/TypeError naming the argument (and row); ne
 numbers, never a crash. Expected values come from the same call on a contiguous, well-formed
 copy of the input (the binding's layout handling is what is under test, not the estimators)."""
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -415,3 +417,50 @@ def test_turn_end_rewards_must_be_finite():
     mask = np.array([[1, 1, 0, 1]])
     with pytest.raises(ValueError, match=r"non-finite value NaN in token_level_rewards at index 1"):
         beacon_rl.estimate_turns("beacon", rewards, mask, np.array([0]))
+
+
+# --- kept per-row buffers: a call never sees the previous call's columns -------------------
+
+
+def in_fresh_thread(fn):
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("v", fn()))
+    t.start()
+    t.join()
+    return box["v"]
+
+
+def test_kept_column_buffers_give_the_fresh_numbers_as_sizes_and_dtypes_change():
+    """The binding keeps the per-row columns it derives (episode rewards, f64 copies of f32 or
+    strided columns, checked flags, the turns of estimate_turns) per thread; calls that shrink,
+    grow and change dtype in turn must each give a fresh thread's bits."""
+    rng = np.random.default_rng(2)
+
+    def call(rows, dtype, strided, name):
+        traj = np.repeat(np.arange(rows), 1)
+        uid = np.array([f"u{r % 3}" for r in range(rows)], dtype=object)
+        ep = rng.integers(0, 2, rows).astype(dtype)
+        step = rng.normal(size=rows * 2).astype(dtype)[::2] if strided else rng.normal(size=rows).astype(dtype)
+        flags = (rng.random(rows * 2) < 0.4).astype(np.int64)[::2] if strided else rng.random(rows) < 0.4
+        mask = np.ones((rows, 3), dtype=np.int64)
+        tlr = np.zeros((rows, 3), dtype=dtype)
+        tlr[:, -1] = ep
+        kw = dict(traj_index=traj, milestones=flags)
+        if name == "gigpo":
+            kw = dict(traj_index=traj, step_rewards=step, anchor_obs=np.array([f"s{r % 2}" for r in range(rows)], dtype=object))
+        with_ep = beacon_rl.estimate(name, None, mask, uid, episode_rewards=ep, **kw)[0]
+        from_sums = beacon_rl.estimate(name, tlr, mask, uid, **kw)[0]
+        # Dialogues: turns of mask 1 between masked tokens, 0/1 rewards on tokens.
+        tmask = (rng.random((rows, 7)) < 0.6).astype(np.int64)
+        trew = rng.integers(0, 2, (rows, 7)).astype(dtype)
+        turns = beacon_rl.estimate_turns("gigpo" if name == "gigpo" else "beacon", trew, tmask, uid)[0]
+        return with_ep, from_sums, turns
+
+    plan = [(12, np.float64, False, "beacon"), (5, np.float32, True, "gigpo"), (20, np.float32, False, "beacon_official"), (3, np.float64, True, "beacon")]
+    for args in plan:
+        state = rng.bit_generator.state
+        kept = call(*args)
+        rng.bit_generator.state = state
+        fresh = in_fresh_thread(lambda: call(*args))
+        for k, f in zip(kept, fresh):
+            np.testing.assert_array_equal(k, f)
