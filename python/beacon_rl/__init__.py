@@ -49,7 +49,7 @@ Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
-    ``gigpo``, ``beacon`` and ``beacon_official``."""
+    ``gigpo``, ``beacon``, ``beacon_official`` and ``beacon_ablation``."""
     return list(_native.names())
 
 

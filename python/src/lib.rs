@@ -625,7 +625,7 @@ fn estimate_turns<'py>(
 }
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
-/// `beacon`, `beacon_official`).
+/// `beacon`, `beacon_official`, `beacon_ablation`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {
     adapter::names().to_vec()
