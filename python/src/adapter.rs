@@ -392,16 +392,65 @@ pub fn output_dim(rewards: Option<&Floats2<'_>>, mask: Option<&Mask2<'_>>, rows:
     }
 }
 
-/// Checks every per-row column against the batch's rows (the matrices' rows, else the keys'),
-/// so that a length error names the argument the caller passed (the crate's own checks name
-/// its fields: `row_rewards`, `traj_keys`, `anchors`).
-fn check_rows(req: &Request<'_>) -> Res<()> {
-    let rows = output_dim(
-        req.token_level_rewards.as_ref(),
-        req.response_mask.as_ref(),
-        req.index.len(),
-    )
-    .0;
+/// Checks every input's shape before anything is read: each rows × L matrix against
+/// `token_level_rewards` (else `response_mask`), and each per-row column against the batch's
+/// rows (the matrices' rows, else the keys'). A matrix's bogus L (a zero-stride view of
+/// 2^34 columns) would otherwise be summed before the crate compares the shapes, and a length
+/// error names the argument the caller passed (the crate's own checks name its fields:
+/// `row_rewards`, `traj_keys`, `anchors`).
+fn check_shapes(req: &Request<'_>) -> Res<()> {
+    let mismatch = |what, expected, actual| -> Res<()> {
+        if expected == actual {
+            return Ok(());
+        }
+        Err(beacon_rl::Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        }
+        .into())
+    };
+    let reference = req
+        .token_level_rewards
+        .as_ref()
+        .map(Floats2::dim)
+        .or_else(|| req.response_mask.as_ref().map(Mask2::dim));
+    if let Some((rows, cols)) = reference {
+        let matrices = [
+            (
+                "response_mask rows",
+                "response_mask columns",
+                req.response_mask.as_ref().map(Mask2::dim),
+            ),
+            (
+                "values rows",
+                "values columns",
+                req.values.as_ref().map(Floats2::dim),
+            ),
+            (
+                "old_log_probs rows",
+                "old_log_probs columns",
+                req.old_log_probs.as_ref().map(Floats2::dim),
+            ),
+            (
+                "sum_pi_squared rows",
+                "sum_pi_squared columns",
+                req.sum_pi_squared.as_ref().map(Floats2::dim),
+            ),
+            (
+                "rollout_is_weights rows",
+                "rollout_is_weights columns",
+                req.rollout_is_weights.as_ref().map(Floats2::dim),
+            ),
+        ];
+        for (what_rows, what_cols, dim) in matrices {
+            if let Some((r, c)) = dim {
+                mismatch(what_rows, rows, r)?;
+                mismatch(what_cols, cols, c)?;
+            }
+        }
+    }
+    let rows = reference.map_or(req.index.len(), |d| d.0);
     let lens = [
         ("index", Some(req.index.len())),
         ("traj_index", req.traj_index.map(|t| t.len())),
@@ -415,13 +464,8 @@ fn check_rows(req: &Request<'_>) -> Res<()> {
         ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
     ];
     for (what, len) in lens {
-        if let Some(actual) = len.filter(|&n| n != rows) {
-            return Err(beacon_rl::Error::LengthMismatch {
-                what,
-                expected: rows,
-                actual,
-            }
-            .into());
+        if let Some(actual) = len {
+            mismatch(what, rows, actual)?;
         }
     }
     Ok(())
@@ -440,7 +484,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             est.name()
         )));
     }
-    check_rows(req)?;
+    check_shapes(req)?;
     // A row's reward for the batch: the caller's episode reward, else (verl-agent) the sum of
     // the row's token rewards. verl's own estimators read token_level_rewards and never the
     // batch's rewards through `estimate_into`, so they skip the pass over rows × L (zeros).

@@ -464,3 +464,14 @@ def test_kept_column_buffers_give_the_fresh_numbers_as_sizes_and_dtypes_change()
         fresh = in_fresh_thread(lambda: call(*args))
         for k, f in zip(kept, fresh):
             np.testing.assert_array_equal(k, f)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "reinforce_plus_plus", "beacon_official"])
+def test_shapes_are_checked_before_anything_is_read(name):
+    # A zero-stride view with a bogus L (torch's expand, np.broadcast_to) was summed before the
+    # crate compared its shape with the mask's: at L = 2^34 that took minutes. Filled with NaN
+    # here (L = 2^20, quick either way), reading first reports the NaN instead of the shape.
+    wide = np.broadcast_to(np.float32(np.nan), (4, 1 << 20))
+    kw = dict(STEP_KW) if name in beacon_rl.STEP_ESTIMATORS else {}
+    with pytest.raises(ValueError, match=r"^length mismatch: response_mask columns has 3 entries, expected 1048576$"):
+        beacon_rl.estimate(name, wide, MASK, UIDS, **kw)
