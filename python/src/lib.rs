@@ -356,6 +356,36 @@ enum KeyCol<'py> {
     Interned(Vec<i64>),
 }
 
+thread_local! {
+    /// Id columns of this thread's earlier calls (`index`, `traj_index`), reused so that a call
+    /// of a size seen before allocates none: a verl batch's uuid column is rows long.
+    static ID_BUFS: std::cell::RefCell<Vec<Vec<i64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty id column from this thread's pool (its capacity kept from an earlier call).
+fn id_buf() -> Vec<i64> {
+    ID_BUFS
+        .with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+        .unwrap_or_default()
+}
+
+impl Drop for KeyCol<'_> {
+    /// Gives the column's buffer back to the pool, emptied (at most the two columns a call has).
+    fn drop(&mut self) {
+        if let KeyCol::Copied(v) | KeyCol::Interned(v) = self {
+            let mut v = std::mem::take(v);
+            v.clear();
+            ID_BUFS.with(|p| {
+                if let Ok(mut p) = p.try_borrow_mut() {
+                    if p.len() < 2 {
+                        p.push(v);
+                    }
+                }
+            });
+        }
+    }
+}
+
 impl KeyCol<'_> {
     fn keys(&self) -> PyResult<adapter::Keys<'_>> {
         Ok(match self {
@@ -369,11 +399,12 @@ impl KeyCol<'_> {
     }
 }
 
-/// First-appearance ids of an object column whose entries are all exact `str` with a UTF-8
-/// form, compared by value; `None` as soon as an entry is anything else (a `str` subclass may
-/// redefine equality; a lone surrogate has no UTF-8), for the dict to decide.
-fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>) -> Option<Vec<i64>> {
-    let mut ids = Vec::with_capacity(keys.len());
+/// Appends to `ids` (empty) the first-appearance ids of an object column whose entries are all
+/// exact `str` with a UTF-8 form, compared by value; `None` as soon as an entry is anything else
+/// (a `str` subclass may redefine equality; a lone surrogate has no UTF-8), for the dict to
+/// decide.
+fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>, ids: &mut Vec<i64>) -> Option<()> {
+    ids.reserve(keys.len());
     let mut table: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
     let mut prev: Option<(*mut pyo3::ffi::PyObject, i64)> = None;
     for key in keys.iter() {
@@ -389,7 +420,7 @@ fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>) -> Opti
         prev = Some((ptr, id));
         ids.push(id);
     }
-    Some(ids)
+    Some(())
 }
 
 fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
@@ -399,16 +430,20 @@ fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
         if a.as_slice().is_ok() {
             return Ok(KeyCol::Ints(a));
         }
-        return Ok(KeyCol::Copied(a.as_array().to_vec()));
+        let mut v = id_buf();
+        v.extend(a.as_array().iter().copied());
+        return Ok(KeyCol::Copied(v));
     }
     if let Ok(a) = obj.cast::<PyArray1<Py<PyAny>>>() {
         let py = obj.py();
         let a = a.try_readonly().map_err(borrow_err(what))?;
-        if let Some(ids) = intern_strs(py, a.as_array()) {
-            return Ok(KeyCol::Interned(ids));
+        let mut out = id_buf();
+        if intern_strs(py, a.as_array(), &mut out).is_some() {
+            return Ok(KeyCol::Interned(out));
         }
+        // Some ids of the str prefix may be written: the dict numbers every row again.
+        out.clear();
         let ids = PyDict::new(py);
-        let mut out = Vec::with_capacity(a.len());
         for (row, key) in a.as_array().iter().enumerate() {
             let key = key.bind(py);
             let id = match ids
