@@ -475,3 +475,80 @@ def test_shapes_are_checked_before_anything_is_read(name):
     kw = dict(STEP_KW) if name in beacon_rl.STEP_ESTIMATORS else {}
     with pytest.raises(ValueError, match=r"^length mismatch: response_mask columns has 3 entries, expected 1048576$"):
         beacon_rl.estimate(name, wide, MASK, UIDS, **kw)
+
+
+# --- anything in any slot ------------------------------------------------------------------
+
+
+@st.composite
+def column(draw, rows, cols, kind, exact=False):
+    """One argument of `kind`, mostly of the batch's shape, sometimes a row or column off."""
+    r = rows if exact else draw(st.sampled_from([rows, rows, rows, max(rows - 1, 0), rows + 1]))
+    c = cols if exact else draw(st.sampled_from([cols, cols, cols, max(cols - 1, 0), cols + 1]))
+    if kind == "matrix":
+        dt = draw(st.sampled_from([np.float32, np.float64, np.float16]))
+        big = 6e4 if dt == np.float16 else 1e30
+        odd = [np.nan, np.inf, big] if draw(st.booleans()) else []
+        return draw(hnp.arrays(dt, (r, c), elements=st.sampled_from([0.0, 1.0, -1.0, 0.5] + odd)))
+    if kind == "mask":
+        dt = draw(st.sampled_from(["bool-bytes", np.uint8, np.int64, np.int32]))
+        values = [0, 1] if draw(st.booleans()) else [0, 1, 1, 2]
+        m = draw(hnp.arrays(np.uint8, (r, c), elements=st.sampled_from(values)))
+        return m.view(bool) if dt == "bool-bytes" else m.astype(dt)
+    if kind == "row":
+        dt = draw(st.sampled_from([np.float32, np.float64]))
+        return draw(hnp.arrays(dt, (r,), elements=st.sampled_from([0.0, 1.0, -1.0, np.nan])))
+    if kind == "flags":
+        vals = draw(st.lists(st.sampled_from([0, 1, True, False, 2, None]), min_size=r, max_size=r))
+        return np.array(vals, dtype=object)
+    if kind == "keys":
+        ints = draw(st.lists(st.integers(0, 3), min_size=r, max_size=r))
+        form = draw(st.sampled_from(["int", "str", "mixed", "list"]))
+        if form == "int":
+            return np.array(ints, dtype=np.int64)
+        if form == "list":
+            return [f"k{i}" for i in ints]
+        return np.array([i if form == "mixed" and i % 2 else f"k{i}" for i in ints], dtype=object)
+    return np.array([draw(st.sampled_from(["a", "b", 3])) for _ in range(r)], dtype=object)
+
+
+ARGS = [
+    ("token_level_rewards", "matrix"),
+    ("response_mask", "mask"),
+    ("traj_index", "keys"),
+    ("episode_rewards", "row"),
+    ("values", "matrix"),
+    ("old_log_probs", "matrix"),
+    ("sum_pi_squared", "matrix"),
+    ("rollout_is_weights", "matrix"),
+    ("reward_baselines", "row"),
+    ("milestones", "flags"),
+    ("step_rewards", "row"),
+    ("anchor_obs", "anchors"),
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_arguments_give_finite_numbers_or_a_typed_error(data):
+    """Every estimator, any subset of arguments of any of these forms (bool masks holding 2,
+    NaN, float16, short columns, None flags, mixed keys): finite arrays or ValueError/TypeError,
+    never a panic (PanicException is no ValueError) nor a crash. Without estimate_turns' check
+    of the keys' length, a short index panics here."""
+    name = data.draw(st.sampled_from(beacon_rl.names()))
+    rows, cols = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 4))
+    turns = name in beacon_rl.STEP_ESTIMATORS and data.draw(st.booleans())
+    if turns:
+        # verl's multi-turn rows: rewards and mask of one shape, the keys possibly off by one.
+        kw = {key: data.draw(column(rows, cols, kind, exact=True)) for key, kind in ARGS[:2]}
+    else:
+        kw = {key: data.draw(column(rows, cols, kind)) for key, kind in ARGS if data.draw(st.booleans())}
+    index = data.draw(column(rows, cols, "keys"))
+    try:
+        if turns:
+            adv, ret = beacon_rl.estimate_turns(name, kw["token_level_rewards"], kw["response_mask"], index)
+        else:
+            adv, ret = beacon_rl.estimate(name, index=index, **kw)
+    except (TypeError, ValueError):
+        return
+    assert np.isfinite(adv).all() and np.isfinite(ret).all()
