@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import sys
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
@@ -65,8 +66,15 @@ def set_num_threads(n: int) -> None:
     give the very bits of the serial path. More threads cut wall-clock time on the
     memory-bound passes over rows × L (not in proportion: cores share the memory bus) and add
     CPU time; a trainer's process also runs torch's threads, hence the default of one.
-    Raises ``ValueError`` for 0."""
-    _native.set_num_threads(int(n))
+    Raises ``TypeError`` unless ``n`` is an integer (``2.5`` and ``"2"`` are not) and
+    ``ValueError`` for less than 1 or more than 1024 (a pool spawns all its threads at once)."""
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError(f"set_num_threads: expected at least 1 thread, got {n}")
+    try:
+        _native.set_num_threads(n)
+    except OverflowError:  # beyond the native size type: far above the limit
+        raise ValueError(f"set_num_threads: expected at most 1024 threads, got {n}") from None
 
 
 def get_num_threads() -> int:

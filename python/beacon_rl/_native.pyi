@@ -84,7 +84,7 @@ def _time_crate_call(
 
 def set_num_threads(n: int) -> None:
     """Compute on ``n`` threads from the next call on (1, the default: the calling thread).
-    Raises ValueError for 0."""
+    Raises ValueError for 0 or more than 1024."""
 
 def get_num_threads() -> int:
     """The number of threads the estimators compute on."""

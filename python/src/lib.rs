@@ -767,7 +767,7 @@ fn _time_crate_call<'py>(
 
 /// Runs the crate's parallel paths (groups, row blocks) on a pool of `n` threads from now on;
 /// 1 (the default) computes on the caller's thread. Results are bit-identical either way.
-/// Raises ValueError for 0 or when the pool cannot be built.
+/// Raises ValueError for 0, for more than 1024, or when the pool cannot be built.
 #[pyfunction]
 fn set_num_threads(n: usize) -> PyResult<()> {
     threads::set(n).map_err(|e| PyValueError::new_err(e.0))
