@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import sys
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
@@ -49,7 +50,7 @@ Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
-    ``gigpo``, ``beacon`` and ``beacon_official``."""
+    ``gigpo``, ``beacon``, ``beacon_official`` and ``beacon_ablation``."""
     return list(_native.names())
 
 
@@ -65,8 +66,15 @@ def set_num_threads(n: int) -> None:
     give the very bits of the serial path. More threads cut wall-clock time on the
     memory-bound passes over rows × L (not in proportion: cores share the memory bus) and add
     CPU time; a trainer's process also runs torch's threads, hence the default of one.
-    Raises ``ValueError`` for 0."""
-    _native.set_num_threads(int(n))
+    Raises ``TypeError`` unless ``n`` is an integer (``2.5`` and ``"2"`` are not) and
+    ``ValueError`` for less than 1 or more than 1024 (a pool spawns all its threads at once)."""
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError(f"set_num_threads: expected at least 1 thread, got {n}")
+    try:
+        _native.set_num_threads(n)
+    except OverflowError:  # beyond the native size type: far above the limit
+        raise ValueError(f"set_num_threads: expected at most 1024 threads, got {n}") from None
 
 
 def get_num_threads() -> int:
@@ -86,7 +94,17 @@ def _config_json(config: Optional[Mapping[str, Any]]) -> Optional[str]:
         return None
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
-    return json.dumps(dict(config))
+    try:
+        return json.dumps(dict(config), default=_json_scalar)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"config: {e}") from None
+
+
+def _json_scalar(x: Any) -> Any:
+    """numpy scalars (``np.float32(0.5)``, ``np.int64(3)``) as the Python numbers they hold."""
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not a parameter value (number, string, bool or None)")
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,17 +144,33 @@ class _Caller:
             if not t.is_cpu:
                 # Not zero-copy: the crate computes on the host.
                 t = t.cpu()
-            try:
-                return t.numpy()
-            except TypeError as e:  # bfloat16 and other dtypes numpy cannot view
-                raise TypeError(f"{what}: unsupported tensor dtype {x.dtype} ({e})") from None
+            return _tensor_numpy(t, what)
         if isinstance(x, np.ndarray):
             return x
         return np.asarray(x)
 
 
+def _tensor_numpy(t: Any, what: str) -> np.ndarray:
+    """``t.numpy()`` (same memory), with the argument named when torch refuses (bfloat16 and
+    other dtypes numpy has no view for, sparse tensors)."""
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError) as e:
+        raise TypeError(f"{what}: unsupported tensor ({t.dtype}, {t.layout}): {e}") from None
+
+
 def _keys(caller: _Caller, x: Any, what: str) -> np.ndarray:
     """Group or trajectory keys as int64 or object (what the native layer interns)."""
+    if isinstance(x, (list, tuple)):
+        # A list's keys are the Python objects it holds, compared by Python's equality as in an
+        # object array: np.asarray would turn [1, "1"] into two equal strings.
+        try:
+            a = np.fromiter(x, dtype=object, count=len(x))
+        except ValueError:  # numpy < 1.23 builds no object array from an iterator
+            a = np.empty(len(x), dtype=object)
+            for i, k in enumerate(x):
+                a[i] = k
+        return a
     a = caller.numpy(x, what)
     if a is None:
         raise TypeError(f"{what}: required")
@@ -242,7 +276,7 @@ def _outputs(
                     raise ValueError(f"{name}: must be a CPU tensor to be written in place")
                 if o.requires_grad:
                     raise ValueError(f"{name}: requires grad; pass a tensor without autograd history")
-                v = o.numpy()
+                v = _tensor_numpy(o, name)
             elif isinstance(o, np.ndarray):
                 v = o
             else:
@@ -274,6 +308,32 @@ def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
         and a.dtype == b.dtype
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
+
+
+def _flags(a: np.ndarray, what: str) -> np.ndarray:
+    """One flag per row given as Python objects (verl-agent's object columns) or in a dtype the
+    native layer does not read, as bool, every entry checked to be a bool, 0 or 1:
+    ``astype(bool)`` would read 2, -1, NaN, None or "0" as True or False without a word."""
+    if a.ndim != 1:
+        raise ValueError(f"{what}: expected one flag per row (1-D), got shape {a.shape}")
+    try:
+        valid = np.asarray((a == 0) | (a == 1), dtype=bool)
+    except (TypeError, ValueError):
+        valid = np.array([_is_flag(v) for v in a.tolist()], dtype=bool)
+    if valid.shape != a.shape:
+        valid = np.array([_is_flag(v) for v in a.tolist()], dtype=bool)
+    if not valid.all():
+        row = int(np.flatnonzero(~valid)[0])
+        raise ValueError(f"{what}: row {row} is {a[row]!r}, expected a flag (bool, 0 or 1)")
+    return a.astype(bool)
+
+
+def _is_flag(v: Any) -> bool:
+    """A bool, 0 or 1 (one entry at a time, for entries numpy cannot compare at once)."""
+    try:
+        return bool(v == 0 or v == 1)
+    except (TypeError, ValueError):
+        return False
 
 
 def _float_dtype(*arrays: Optional[np.ndarray]) -> np.dtype:
@@ -308,13 +368,16 @@ def estimate(
     Arguments follow verl's names. Rows are responses (verl) or steps (verl-agent):
 
     - ``token_level_rewards`` (rows × L, float32/float64), ``response_mask`` (rows × L,
-      bool/uint8/int64, 0 or 1) and ``index`` (one group key per row: int64, or any object
-      array such as verl's uuid strings) are what verl's estimators read.
+      bool/uint8/int64, 0 or 1) and ``index`` (one group key per row: integers, strings, or
+      any object array such as verl's uuid strings, compared by Python's equality; a list's
+      entries are compared as the objects they are; None and NaN are refused) are what
+      verl's estimators read.
     - ``traj_index`` (one trajectory key per row) makes rows steps of trajectories, in row
       order; without it every row is its own trajectory.
     - ``episode_rewards`` (one per row, equal within a trajectory) is R(τ) for BEACON and
       GiGPO; without it, each row's sum of ``token_level_rewards`` (verl-agent's layout).
-    - ``milestones`` (one flag per row) for ``beacon``/``beacon_official``; ``step_rewards``
+    - ``milestones`` (one flag per row: bool/uint8/int64, or an object array of bools, 0
+      and 1) for ``beacon``/``beacon_official``; ``step_rewards``
       and ``anchor_obs`` (object array of str) for ``gigpo``; ``values`` for ``gae``;
       ``reward_baselines`` for ``remax``; ``old_log_probs``, ``sum_pi_squared``,
       ``rollout_is_weights`` for the optimal-token-baseline estimators.
@@ -332,8 +395,13 @@ def estimate(
     estimator's returns equal its advantages and no ``out`` is given, both are the **same**
     array, as verl's own estimators return ``scores, scores`` (one allocation and no copy).
 
-    Raises ``TypeError`` for an unsupported array type or dtype and ``ValueError`` with the
-    crate's message (which field, which row) for bad values or shapes.
+    Inputs may be strided, transposed or reversed views (read in place). Raises ``TypeError``
+    for an unsupported array type or dtype and ``ValueError`` with the crate's message (which
+    field, which row) for bad values or shapes, for a step estimator given neither
+    ``episode_rewards`` nor ``token_level_rewards``, for arrays the binding cannot view in
+    place (misaligned, or strides that are no whole number of items, as a field of a packed
+    structured array), and for outputs whose elements overlap (``expand``, ``as_strided``)
+    or that share memory with an input or with each other.
     """
     caller = _Caller()
     rewards = caller.numpy(token_level_rewards, "token_level_rewards")
@@ -347,7 +415,7 @@ def estimate(
     traj = None if traj_index is None else _keys(caller, traj_index, "traj_index")
     flags = caller.numpy(milestones, "milestones")
     if flags is not None and flags.dtype == object:
-        flags = flags.astype(bool)
+        flags = _flags(flags, "milestones")
     anchors = caller.numpy(anchor_obs, "anchor_obs")
     if anchors is not None and anchors.dtype.kind in "US":
         anchors = anchors.astype(object)

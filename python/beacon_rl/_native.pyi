@@ -27,9 +27,12 @@ def estimate(
 ) -> None:
     """Computes advantages and returns of estimator ``name`` into the two output arrays
     (float32 or float64, allocated by the caller; ``out_returns`` may be ``None`` when
-    ``has_returns(name)`` is false, and only the advantages are written). Inputs: float32/float64 values,
-    bool/uint8/int64 masks, int64 or object keys. Releases the GIL while computing.
-    Raises TypeError for unsupported dtypes, ValueError with the crate's message otherwise."""
+    ``has_returns(name)`` is false, and only the advantages are written). Inputs:
+    float32/float64 values, bool/uint8/int64 masks (bool read as its bytes: only 0 and 1),
+    int64 or object keys (None and NaN refused), in any aligned layout. Outputs must have
+    distinct elements and share no memory with an input or each other. Releases the GIL
+    while computing. Raises TypeError for unsupported dtypes, ValueError with the crate's
+    message otherwise."""
 
 def estimate_turns(
     name: str,
@@ -53,7 +56,8 @@ def output_shape(
     """The shape ``estimate`` writes: the mask's, else the rewards', else (rows, 1)."""
 
 def names() -> list[str]:
-    """Every estimator name the crate knows."""
+    """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus ``gigpo``,
+    ``beacon``, ``beacon_official`` and ``beacon_ablation``."""
 
 def verl_names() -> list[str]:
     """The names that are verl's own estimators."""
@@ -76,11 +80,11 @@ def _time_crate_call(
 ) -> Tuple[list[float], list[float]]:
     """Benchmark helper, not API: wall-clock and CPU (``time.process_time``) seconds of each
     of ``reps`` runs of the crate's own call (kept batch builder and workspace, int64 group
-    ids, the mask as given or as ``lengths``), with no binding around it."""
+    ids, the mask as given or as ``lengths``, each at least 0), with no binding around it."""
 
 def set_num_threads(n: int) -> None:
     """Compute on ``n`` threads from the next call on (1, the default: the calling thread).
-    Raises ValueError for 0."""
+    Raises ValueError for 0 or more than 1024."""
 
 def get_num_threads() -> int:
     """The number of threads the estimators compute on."""

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import estimate, estimate_turns, names, verl_names
+from . import _config_json, _flags, _has_returns, estimate, estimate_turns, names, verl_names
 
 __all__ = [
     "PREFIX",
@@ -223,10 +223,14 @@ def compute_step_advantages(
     ``[step_reward_key]`` (per-step rewards). Any estimator of :func:`beacon_rl.names` is
     accepted; the verl estimators group rows by ``uid``.
 
-    When ``data.batch`` already holds ``advantages``/``returns`` of the right shape and float
-    dtype on the CPU, they are overwritten in place (no allocation); otherwise new tensors in
-    ``token_level_rewards``' dtype are stored.
+    When ``data.batch`` already holds ``advantages``/``returns`` of the right shape, float32 or
+    float64, contiguous and on the CPU, they are overwritten in place (no allocation; one
+    tensor stored as both only for estimators whose returns are their advantages); otherwise
+    new tensors in ``token_level_rewards``' dtype are stored. The milestone column may hold
+    bools, 0 and 1 in any dtype (anything else raises ``ValueError`` with its row).
     """
+    import torch
+
     batch = data.batch
     ntb = data.non_tensor_batch
     rewards = batch["token_level_rewards"]
@@ -241,22 +245,38 @@ def compute_step_advantages(
             and a.device.type == "cpu"
             and r.device.type == "cpu"
             and a.dtype == r.dtype
-            and a.is_floating_point()
+            and a.dtype in (torch.float32, torch.float64)
             and not a.requires_grad
             and not r.requires_grad
+            # Distinct elements (not `expand`ed), and one buffer twice only where the
+            # estimator's returns are its advantages (the last call may have stored one
+            # tensor as both): any other pair gets fresh tensors instead of an error.
+            and a.is_contiguous()
+            and r.is_contiguous()
+            and (
+                a.untyped_storage().data_ptr() != r.untyped_storage().data_ptr()
+                or (a.data_ptr() == r.data_ptr() and not _has_returns(name, _config_json(config)))
+            )
         ):
             out = (a, r)
     kwargs: Dict[str, Any] = {}
     if _needs_milestones(name):
         if milestone_key not in ntb:
             raise ValueError(f"non_tensor_batch has no milestone column {milestone_key!r}")
-        kwargs["milestones"] = np.asarray(ntb[milestone_key]).astype(bool, copy=False)
+        flags = np.asarray(ntb[milestone_key])
+        if flags.dtype not in (np.bool_, np.uint8, np.int64):
+            # Checked: astype(bool) would read 2, NaN or None as a flag.
+            flags = _flags(flags, f"non_tensor_batch[{milestone_key!r}]")
+        kwargs["milestones"] = flags
     if name == "gigpo":
         for key in (anchor_key, step_reward_key):
             if key not in ntb:
                 raise ValueError(f"non_tensor_batch has no column {key!r} (gigpo)")
         kwargs["anchor_obs"] = ntb[anchor_key]
-        kwargs["step_rewards"] = np.asarray(ntb[step_reward_key], dtype=np.float64)
+        try:
+            kwargs["step_rewards"] = np.asarray(ntb[step_reward_key], dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"non_tensor_batch[{step_reward_key!r}]: expected numbers ({e})") from None
     for key in (uid_key,) + ((traj_key,) if _is_step(name) else ()):
         if key not in ntb:
             raise ValueError(f"non_tensor_batch has no column {key!r}")

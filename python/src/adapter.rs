@@ -35,44 +35,52 @@ impl From<beacon_rl::Error> for Failure {
 pub type Res<T> = std::result::Result<T, Failure>;
 
 /// What the binding keeps between calls on one thread: the crate's scratch space, the batch
-/// builder's key tables and the last batch, rebuilt in place by the next call. Once they have
-/// grown to the batch size, a call allocates nothing in the crate. verl's layout (each group's
-/// rows one contiguous run, as `np.repeat` of one uuid per prompt gives) is the builder's own
-/// cheap case: one key hashed per run, no sort.
+/// builder's key tables, the last batch (rebuilt in place by the next call) and the per-row
+/// columns the binding derives. Once they have grown to the batch size, a call allocates
+/// nothing in the crate nor in these columns. verl's layout (each group's rows one contiguous
+/// run, as `np.repeat` of one uuid per prompt gives) is the builder's own cheap case: one key
+/// hashed per run, no sort.
 #[derive(Default)]
 struct State {
     ws: Workspace,
     builder: BatchBuilder,
     batch: Option<RolloutBatch>,
+    cols: Columns,
+    turns: Turns,
 }
 
-impl State {
-    /// Rebuilds the kept batch from this call's keys (a new batch on the thread's first call).
-    /// On error the kept batch is left as it was and nothing of it is read.
-    fn rebuild<G: Hash + Eq, T: Hash + Eq>(
-        &mut self,
-        groups: &[G],
-        trajs: Option<&[T]>,
-        episode: &[f64],
-    ) -> Res<()> {
-        let b = &mut self.builder;
-        match (&mut self.batch, trajs) {
-            (Some(batch), Some(t)) => b.rebuild_from_row_keys(batch, groups, t, episode)?,
-            (Some(batch), None) => b.rebuild_from_group_keys(batch, groups, episode)?,
-            (slot @ None, Some(t)) => *slot = Some(b.from_row_keys(groups, t, episode)?),
-            (slot @ None, None) => *slot = Some(RolloutBatch::from_group_keys(groups, episode)?),
-        }
-        Ok(())
-    }
+/// Per-row columns the binding derives from the caller's: each row's reward (the caller's
+/// `f32` episode rewards widened, the token rewards' row sums, or zeros), `f64` copies of `f32`
+/// or strided baselines and step rewards, and milestone flags checked to be 0 or 1.
+#[derive(Default)]
+struct Columns {
+    episode: Vec<f64>,
+    baselines: Vec<f64>,
+    step: Vec<f64>,
+    flags: Vec<bool>,
+}
 
-    /// The batch the last successful rebuild left, and the workspace (disjoint borrows).
-    fn parts(&mut self) -> Res<(&RolloutBatch, &mut Workspace)> {
-        let batch = self
-            .batch
-            .as_ref()
-            .ok_or_else(|| Failure("internal: no batch after a successful build".into()))?;
-        Ok((batch, &mut self.ws))
-    }
+/// Rebuilds the kept batch in `slot` from this call's keys (a new batch on the thread's first
+/// call) and returns it. On error the kept batch is left as it was and nothing of it is read.
+fn rebuild<'s, G: Hash + Eq, T: Hash + Eq>(
+    builder: &mut BatchBuilder,
+    slot: &'s mut Option<RolloutBatch>,
+    groups: &[G],
+    trajs: Option<&[T]>,
+    episode: &[f64],
+) -> beacon_rl::Result<&'s RolloutBatch> {
+    Ok(match (slot, trajs) {
+        (Some(batch), Some(t)) => {
+            builder.rebuild_from_row_keys(batch, groups, t, episode)?;
+            batch
+        }
+        (Some(batch), None) => {
+            builder.rebuild_from_group_keys(batch, groups, episode)?;
+            batch
+        }
+        (s @ None, Some(t)) => s.insert(builder.from_row_keys(groups, t, episode)?),
+        (s @ None, None) => s.insert(RolloutBatch::from_group_keys(groups, episode)?),
+    })
 }
 
 thread_local! {
@@ -120,16 +128,15 @@ pub enum Floats1<'a> {
     F64(ArrayView1<'a, f64>),
 }
 
-/// A rows × L mask in the caller's dtype (nonzero = valid; only 0 and 1 are accepted).
+/// A rows × L mask in the caller's dtype (only 0 and 1 are accepted). numpy `bool` masks
+/// come as the bytes they hold (`U8`): numpy's bool is not guaranteed to be 0 or 1.
 pub enum Mask2<'a> {
-    Bool(ArrayView2<'a, bool>),
     U8(ArrayView2<'a, u8>),
     I64(ArrayView2<'a, i64>),
 }
 
-/// One flag per row in the caller's dtype.
+/// One flag per row in the caller's dtype (`bool` as bytes, as for [`Mask2`]).
 pub enum Mask1<'a> {
-    Bool(ArrayView1<'a, bool>),
     U8(ArrayView1<'a, u8>),
     I64(ArrayView1<'a, i64>),
 }
@@ -180,35 +187,47 @@ impl Floats2<'_> {
         }
     }
 
-    /// Each row's sum in `f64` (the crate's `token::row_sums_into`: every sum has the bits
-    /// of a plain left-to-right `iter().sum()`); non-finite sums become 0 so that the
-    /// estimator's own check names the offending token. Also returns whether every sum was
+    /// Writes each row's sum in `f64` into `out` (the crate's `token::row_sums_into`: every
+    /// sum has the bits of a plain left-to-right `iter().sum()`); non-finite sums become 0 so
+    /// that the estimator's own check names the offending token. Returns whether every sum was
     /// finite.
-    fn row_sums(&self) -> Res<(Vec<f64>, bool)> {
-        let mut out = vec![0.0; self.dim().0];
-        beacon_rl::token::row_sums_into(self.view(), &mut out)?;
+    fn row_sums_into(&self, out: &mut Vec<f64>) -> Res<bool> {
+        out.clear();
+        out.resize(self.dim().0, 0.0);
+        beacon_rl::token::row_sums_into(self.view(), out)?;
         let mut all_finite = true;
-        for s in &mut out {
+        for s in out.iter_mut() {
             if !s.is_finite() {
                 *s = 0.0;
                 all_finite = false;
             }
         }
-        Ok((out, all_finite))
+        Ok(all_finite)
     }
 }
 
 impl Floats1<'_> {
-    /// `f64` values as the crate reads per-row columns: borrowed when the caller holds
-    /// contiguous `f64`, else one copy (rows long, not rows × L).
-    fn to_f64(&self) -> std::borrow::Cow<'_, [f64]> {
+    fn len(&self) -> usize {
         match self {
-            Floats1::F64(a) => match a.as_slice() {
-                Some(s) => std::borrow::Cow::Borrowed(s),
-                None => std::borrow::Cow::Owned(a.to_vec()),
-            },
-            Floats1::F32(a) => std::borrow::Cow::Owned(a.iter().map(|&x| f64::from(x)).collect()),
+            Floats1::F32(a) => a.len(),
+            Floats1::F64(a) => a.len(),
         }
+    }
+
+    /// `f64` values as the crate reads per-row columns: borrowed when the caller holds
+    /// contiguous `f64`, else copied into `buf` (rows long, not rows × L; kept across calls).
+    fn as_f64<'s>(&'s self, buf: &'s mut Vec<f64>) -> &'s [f64] {
+        if let Floats1::F64(a) = self {
+            if let Some(s) = a.as_slice() {
+                return s;
+            }
+        }
+        buf.clear();
+        match self {
+            Floats1::F64(a) => buf.extend(a.iter().copied()),
+            Floats1::F32(a) => buf.extend(a.iter().map(|&x| f64::from(x))),
+        }
+        buf
     }
 }
 
@@ -225,7 +244,6 @@ impl Mask2<'_> {
     /// so a verl `int64` mask is read once per call).
     fn view(&self) -> MaskView<'_> {
         match self {
-            Mask2::Bool(a) => MaskView::Bool(a.view()),
             Mask2::U8(a) => MaskView::U8(a.view()),
             Mask2::I64(a) => MaskView::I64(a.view()),
         }
@@ -239,11 +257,6 @@ impl Mask2<'_> {
             }
         }
         match self {
-            Mask2::Bool(a) => {
-                for (o, &v) in out.iter_mut().zip(a.row(r)) {
-                    *o = v;
-                }
-            }
             Mask2::U8(a) => copy(a, r, out),
             Mask2::I64(a) => copy(a, r, out),
         }
@@ -251,7 +264,6 @@ impl Mask2<'_> {
 
     fn dim(&self) -> (usize, usize) {
         match self {
-            Mask2::Bool(a) => a.dim(),
             Mask2::U8(a) => a.dim(),
             Mask2::I64(a) => a.dim(),
         }
@@ -259,27 +271,40 @@ impl Mask2<'_> {
 }
 
 impl Mask1<'_> {
-    /// Per-row flags as the crate reads them: borrowed for contiguous `bool`, else one checked
-    /// copy (rows long).
-    fn to_bool(&self, what: &str) -> Res<std::borrow::Cow<'_, [bool]>> {
-        fn conv<T: Copy + Into<i64>>(a: &ArrayView1<'_, T>, what: &str) -> Res<Vec<bool>> {
-            a.iter()
-                .enumerate()
-                .map(|(i, &v)| match v.into() {
-                    0 => Ok(false),
-                    1 => Ok(true),
-                    other => Err(bad_mask(what, i, other)),
-                })
-                .collect()
+    fn len(&self) -> usize {
+        match self {
+            Mask1::U8(a) => a.len(),
+            Mask1::I64(a) => a.len(),
         }
-        Ok(match self {
-            Mask1::Bool(a) => match a.as_slice() {
-                Some(s) => std::borrow::Cow::Borrowed(s),
-                None => std::borrow::Cow::Owned(a.to_vec()),
-            },
-            Mask1::U8(a) => std::borrow::Cow::Owned(conv(a, what)?),
-            Mask1::I64(a) => std::borrow::Cow::Owned(conv(a, what)?),
-        })
+    }
+
+    /// Per-row flags as the crate reads them, every entry checked to be 0 or 1: the caller's
+    /// bytes borrowed when they are contiguous, else converted into `buf` (kept across calls).
+    fn as_flags<'s>(&'s self, what: &str, buf: &'s mut Vec<bool>) -> Res<&'s [bool]> {
+        fn check<T: Copy + Into<i64>>(a: &ArrayView1<'_, T>, what: &str) -> Res<()> {
+            match a.iter().position(|&v| !matches!(v.into(), 0 | 1)) {
+                Some(i) => Err(bad_mask(what, i, a[i].into())),
+                None => Ok(()),
+            }
+        }
+        match self {
+            Mask1::U8(a) => {
+                check(a, what)?;
+                if let Some(s) = a.as_slice() {
+                    // SAFETY: every byte was just checked to be 0 or 1, a valid `bool`, and
+                    // `bool` has the size and alignment of `u8`.
+                    return Ok(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<bool>(), s.len()) });
+                }
+                buf.clear();
+                buf.extend(a.iter().map(|&v| v != 0));
+            }
+            Mask1::I64(a) => {
+                check(a, what)?;
+                buf.clear();
+                buf.extend(a.iter().map(|&v| v != 0));
+            }
+        }
+        Ok(buf)
     }
 }
 
@@ -355,15 +380,95 @@ pub fn verl_names() -> &'static [&'static str] {
     EstimatorConfig::VERL_NAMES
 }
 
-/// The output shape `estimate` writes: the mask's (or rewards') shape, else one column.
-pub fn output_dim(req: &Request<'_>) -> (usize, usize) {
-    if let Some(m) = &req.response_mask {
+/// The output shape `estimate` writes: the mask's (or rewards') shape, else one column per
+/// key (`rows`).
+pub fn output_dim(rewards: Option<&Floats2<'_>>, mask: Option<&Mask2<'_>>, rows: usize) -> (usize, usize) {
+    if let Some(m) = mask {
         m.dim()
-    } else if let Some(r) = &req.token_level_rewards {
+    } else if let Some(r) = rewards {
         r.dim()
     } else {
-        (req.index.len(), 1)
+        (rows, 1)
     }
+}
+
+/// Checks every input's shape before anything is read: each rows × L matrix against
+/// `token_level_rewards` (else `response_mask`), and each per-row column against the batch's
+/// rows (the matrices' rows, else the keys'). A matrix's bogus L (a zero-stride view of
+/// 2^34 columns) would otherwise be summed before the crate compares the shapes, and a length
+/// error names the argument the caller passed (the crate's own checks name its fields:
+/// `row_rewards`, `traj_keys`, `anchors`).
+fn check_shapes(req: &Request<'_>) -> Res<()> {
+    let mismatch = |what, expected, actual| -> Res<()> {
+        if expected == actual {
+            return Ok(());
+        }
+        Err(beacon_rl::Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        }
+        .into())
+    };
+    let reference = req
+        .token_level_rewards
+        .as_ref()
+        .map(Floats2::dim)
+        .or_else(|| req.response_mask.as_ref().map(Mask2::dim));
+    if let Some((rows, cols)) = reference {
+        let matrices = [
+            (
+                "response_mask rows",
+                "response_mask columns",
+                req.response_mask.as_ref().map(Mask2::dim),
+            ),
+            (
+                "values rows",
+                "values columns",
+                req.values.as_ref().map(Floats2::dim),
+            ),
+            (
+                "old_log_probs rows",
+                "old_log_probs columns",
+                req.old_log_probs.as_ref().map(Floats2::dim),
+            ),
+            (
+                "sum_pi_squared rows",
+                "sum_pi_squared columns",
+                req.sum_pi_squared.as_ref().map(Floats2::dim),
+            ),
+            (
+                "rollout_is_weights rows",
+                "rollout_is_weights columns",
+                req.rollout_is_weights.as_ref().map(Floats2::dim),
+            ),
+        ];
+        for (what_rows, what_cols, dim) in matrices {
+            if let Some((r, c)) = dim {
+                mismatch(what_rows, rows, r)?;
+                mismatch(what_cols, cols, c)?;
+            }
+        }
+    }
+    let rows = reference.map_or(req.index.len(), |d| d.0);
+    let lens = [
+        ("index", Some(req.index.len())),
+        ("traj_index", req.traj_index.map(|t| t.len())),
+        ("episode_rewards", req.episode_rewards.as_ref().map(Floats1::len)),
+        (
+            "reward_baselines",
+            req.reward_baselines.as_ref().map(Floats1::len),
+        ),
+        ("milestones", req.milestones.as_ref().map(Mask1::len)),
+        ("step_rewards", req.step_rewards.as_ref().map(Floats1::len)),
+        ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
+    ];
+    for (what, len) in lens {
+        if let Some(actual) = len {
+            mismatch(what, rows, actual)?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs `est` on the request and writes advantages and returns into the caller's outputs.
@@ -379,37 +484,62 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             est.name()
         )));
     }
+    check_shapes(req)?;
     // A row's reward for the batch: the caller's episode reward, else (verl-agent) the sum of
-    // the row's token rewards, else 0. verl's own estimators read token_level_rewards and
-    // never the batch's rewards through `estimate_into`, so they skip the pass over rows × L.
+    // the row's token rewards. verl's own estimators read token_level_rewards and never the
+    // batch's rewards through `estimate_into`, so they skip the pass over rows × L (zeros).
     let reads_batch_rewards = !verl_names().contains(&est.name());
-    // The step estimators read token_level_rewards only to check that each row's sum is its
-    // trajectory's reward. When the binding derived those rewards from the very same sums (all
-    // finite; the batch builder has checked that rows of a trajectory agree), the check cannot
-    // fail, and skipping it saves a pass over rows × L.
-    let mut check_token_rewards = true;
-    let episode: std::borrow::Cow<'_, [f64]> = match (&req.episode_rewards, &req.token_level_rewards) {
-        (Some(e), _) => e.to_f64(),
-        (None, Some(r)) if reads_batch_rewards => {
-            let (sums, all_finite) = r.row_sums()?;
-            check_token_rewards = !(all_finite && is_step_estimator(est.name()));
-            std::borrow::Cow::Owned(sums)
-        }
-        _ => std::borrow::Cow::Owned(vec![0.0; req.index.len()]),
-    };
-    let baselines = req.reward_baselines.as_ref().map(Floats1::to_f64);
-    let milestones = req
-        .milestones
-        .as_ref()
-        .map(|m| m.to_bool("milestones"))
-        .transpose()?;
-    let step_rewards = req.step_rewards.as_ref().map(Floats1::to_f64);
+    if reads_batch_rewards && req.episode_rewards.is_none() && req.token_level_rewards.is_none() {
+        // Zeros would be a silent R(τ) = 0 for every trajectory.
+        return Err(beacon_rl::Error::MissingInput("episode_rewards or token_level_rewards").into());
+    }
 
     with_state(|st| {
+        let State {
+            ws,
+            builder,
+            batch,
+            cols,
+            ..
+        } = st;
+        // The step estimators read token_level_rewards only to check that each row's sum is
+        // its trajectory's reward. When the binding derived those rewards from the very same
+        // sums (all finite; the batch builder has checked that rows of a trajectory agree),
+        // the check cannot fail, and skipping it saves a pass over rows × L.
+        let mut check_token_rewards = true;
+        let episode: &[f64] = match (&req.episode_rewards, &req.token_level_rewards) {
+            (Some(e), _) => e.as_f64(&mut cols.episode),
+            (None, Some(r)) if reads_batch_rewards => {
+                let all_finite = r.row_sums_into(&mut cols.episode)?;
+                check_token_rewards = !(all_finite && is_step_estimator(est.name()));
+                &cols.episode
+            }
+            _ => {
+                cols.episode.clear();
+                cols.episode.resize(req.index.len(), 0.0);
+                &cols.episode
+            }
+        };
+        let baselines = req
+            .reward_baselines
+            .as_ref()
+            .map(|b| b.as_f64(&mut cols.baselines));
+        let milestones = req
+            .milestones
+            .as_ref()
+            .map(|m| m.as_flags("milestones", &mut cols.flags))
+            .transpose()?;
+        let step_rewards = req.step_rewards.as_ref().map(|s| s.as_f64(&mut cols.step));
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
         let mask = req.response_mask.as_ref().map(Mask2::view);
-        st.rebuild(req.index.ids, req.traj_index.map(|t| t.ids), &episode)?;
-        let (batch, ws) = st.parts()?;
+        let batch = rebuild(
+            builder,
+            batch,
+            req.index.ids,
+            req.traj_index.map(|t| t.ids),
+            episode,
+        )
+        .map_err(caller_names)?;
         let mut input = EstimatorInput::new(batch);
         if let Some(r) = req.token_level_rewards.as_ref().filter(|_| check_token_rewards) {
             input = input.with_token_level_rewards(r.view());
@@ -429,13 +559,13 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         if let Some(v) = &req.rollout_is_weights {
             input = input.with_rollout_is_weights(v.view());
         }
-        if let Some(b) = &baselines {
+        if let Some(b) = baselines {
             input = input.with_reward_baselines(b);
         }
-        if let Some(m) = &milestones {
+        if let Some(m) = milestones {
             input = input.with_milestones(m);
         }
-        if let Some(s) = &step_rewards {
+        if let Some(s) = step_rewards {
             input = input.with_step_rewards(s);
         }
         if let Some(a) = req.anchor_obs {
@@ -455,6 +585,24 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         }
         Ok(())
     })
+}
+
+/// The batch builder's error in the caller's words: the crate checks the rows' rewards as
+/// `row_rewards`, which reach it non-finite only from the caller's `episode_rewards` (the
+/// binding's row sums are made finite; their check is the estimator's).
+fn caller_names(e: beacon_rl::Error) -> beacon_rl::Error {
+    match e {
+        beacon_rl::Error::NonFinite {
+            what: "row_rewards",
+            index,
+            value,
+        } => beacon_rl::Error::NonFinite {
+            what: "episode_rewards",
+            index,
+            value,
+        },
+        e => e,
+    }
 }
 
 /// Times the crate's own call, with no binding around it, for the benchmark of the binding's
@@ -548,102 +696,6 @@ pub fn estimate_turns(
             index.len()
         )));
     }
-    let mut stats = TurnStats::default();
-    let mut spans = Vec::new();
-    // One row of the mask as flags at a time (L long), not a copy of the whole mask.
-    let mut m = vec![false; cols];
-    // Per turn: the row it came from (its group key is the row's), outcome, milestone flag,
-    // reward on its last token and position in the dialogue.
-    let (mut trajs, mut outcome, mut flags, mut turn_reward, mut turn_pos) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    for r in 0..rows {
-        let first = spans.len();
-        mask.row_into(r, &mut m);
-        let mut j = 0;
-        while j < cols {
-            if m[j] {
-                let start = j;
-                while j < cols && m[j] {
-                    j += 1;
-                }
-                spans.push(TokenSpan {
-                    seq: r,
-                    step: spans.len(),
-                    start,
-                    end: j,
-                });
-            } else {
-                j += 1;
-            }
-        }
-        let turns = spans.len() - first;
-        if turns == 0 {
-            stats.empty_rows += 1;
-            continue;
-        }
-        let last = spans[spans.len() - 1].end - 1;
-        let r_out = rewards.get(r, last);
-        if !r_out.is_finite() {
-            return Err(Failure(format!(
-                "non-finite value {r_out} in token_level_rewards at index {}",
-                r * cols + last
-            )));
-        }
-        for (k, s) in spans[first..].iter().enumerate() {
-            let end_reward = rewards.get(r, s.end - 1);
-            let milestone = k + 1 < turns && end_reward > 0.0;
-            stats.milestones += usize::from(milestone);
-            trajs.push(r);
-            outcome.push(r_out);
-            flags.push(milestone);
-            turn_reward.push(end_reward);
-            turn_pos.push(k);
-        }
-    }
-    stats.turns = spans.len();
-    if spans.is_empty() {
-        let zero = |o: Out2<'_>| match o {
-            Out2::F32(mut a) => a.fill(0.0),
-            Out2::F64(mut a) => a.fill(0.0),
-        };
-        zero(adv);
-        if let Some(ret) = ret {
-            zero(ret);
-        }
-        return Ok(stats);
-    }
-    // Reward-to-go over turn ends, per trajectory (GiGPO's step reward under this convention).
-    let mut to_go = turn_reward.clone();
-    for s in (0..to_go.len().saturating_sub(1)).rev() {
-        if trajs[s] == trajs[s + 1] {
-            to_go[s] += to_go[s + 1];
-        }
-    }
-    // Only GiGPO reads anchors: the others skip the strings.
-    let anchors: Vec<String> = if est.name() == "gigpo" {
-        turn_pos.iter().map(|k| format!("turn {k}")).collect()
-    } else {
-        Vec::new()
-    };
-    let anchors: Vec<&str> = anchors.iter().map(String::as_str).collect();
-    // Step estimators' returns equal their advantages: none are asked for.
-    let mut step_adv = ndarray::Array2::<f64>::zeros((spans.len(), 1));
-    with_state(|st| {
-        st.rebuild(&gather(index.ids, &trajs), Some(&trajs), &outcome)?;
-        let (batch, ws) = st.parts()?;
-        let mut input = EstimatorInput::new(batch)
-            .with_milestones(&flags)
-            .with_step_rewards(&to_go);
-        if !anchors.is_empty() {
-            input = input.with_anchor_obs(&anchors);
-        }
-        est.inner
-            .estimate_into(&input, FloatViewMut::F64(step_adv.view_mut()), None, ws)
-            .map_err(Failure::from)
-    })?;
-    let step_adv = step_adv
-        .as_slice()
-        .ok_or_else(|| Failure("step advantages: not contiguous".into()))?;
     let out_dim = adv.dim();
     if out_dim != (rows, cols) {
         return Err(Failure(format!(
@@ -651,16 +703,165 @@ pub fn estimate_turns(
             (rows, cols)
         )));
     }
-    spans_into(step_adv, &spans, mask_view, adv.view())?;
-    if let Some(ret) = ret {
-        copy_out(&adv, ret)?;
-    }
-    Ok(stats)
+    with_state(|st| {
+        let State {
+            ws,
+            builder,
+            batch,
+            turns: t,
+            ..
+        } = st;
+        let stats = t.read(rewards, mask, index)?;
+        if t.spans.is_empty() {
+            let zero = |o: Out2<'_>| match o {
+                Out2::F32(mut a) => a.fill(0.0),
+                Out2::F64(mut a) => a.fill(0.0),
+            };
+            zero(adv);
+            if let Some(ret) = ret {
+                zero(ret);
+            }
+            return Ok(stats);
+        }
+        // Only GiGPO reads anchors: the others skip the strings.
+        let anchors: Vec<&str> = if est.name() == "gigpo" {
+            t.grow_labels();
+            t.pos.iter().map(|&k| t.labels[k].as_str()).collect()
+        } else {
+            Vec::new()
+        };
+        let batch = rebuild(builder, batch, &t.keys, Some(&t.trajs), &t.outcome)?;
+        let mut input = EstimatorInput::new(batch)
+            .with_milestones(&t.flags)
+            .with_step_rewards(&t.to_go);
+        if !anchors.is_empty() {
+            input = input.with_anchor_obs(&anchors);
+        }
+        // Step estimators' returns equal their advantages: none are asked for.
+        t.step_adv.clear();
+        t.step_adv.resize(t.spans.len(), 0.0);
+        let step_adv = ndarray::ArrayViewMut2::from_shape((t.spans.len(), 1), &mut t.step_adv)
+            .map_err(|e| Failure(format!("internal: step advantages: {e}")))?;
+        est.inner
+            .estimate_into(&input, FloatViewMut::F64(step_adv), None, ws)?;
+        spans_into(&t.step_adv, &t.spans, mask_view, adv.view())?;
+        if let Some(ret) = ret {
+            copy_out(&adv, ret)?;
+        }
+        Ok(stats)
+    })
 }
 
-/// `keys[rows[i]]` for each i: a turn's group key is its row's.
-fn gather<K: Copy>(keys: &[K], rows: &[usize]) -> Vec<K> {
-    rows.iter().map(|&r| keys[r]).collect()
+/// The turns of one call of [`estimate_turns`], kept per thread so that a call of a size seen
+/// before allocates none of them.
+#[derive(Default)]
+struct Turns {
+    /// Each turn's tokens, in row order.
+    spans: Vec<TokenSpan>,
+    /// One row of the mask as flags (L long), not a copy of the whole mask.
+    row: Vec<bool>,
+    /// Per turn: the row it came from (its trajectory), the row's group key, the outcome, the
+    /// milestone flag, the reward-to-go over turn ends, the position in the dialogue.
+    trajs: Vec<usize>,
+    keys: Vec<i64>,
+    outcome: Vec<f64>,
+    flags: Vec<bool>,
+    to_go: Vec<f64>,
+    pos: Vec<usize>,
+    /// GiGPO's anchor of position k, "turn k", grown to the longest dialogue seen.
+    labels: Vec<String>,
+    step_adv: Vec<f64>,
+}
+
+impl Turns {
+    /// Finds the turns of every row and their per-turn columns.
+    fn read(&mut self, rewards: &Floats2<'_>, mask: &Mask2<'_>, index: Keys<'_>) -> Res<TurnStats> {
+        let (rows, cols) = mask.dim();
+        for v in [&mut self.outcome, &mut self.to_go] {
+            v.clear();
+        }
+        self.spans.clear();
+        self.trajs.clear();
+        self.keys.clear();
+        self.flags.clear();
+        self.pos.clear();
+        self.row.clear();
+        self.row.resize(cols, false);
+        let mut stats = TurnStats::default();
+        let reward = |r: usize, j: usize| {
+            let v = rewards.get(r, j);
+            // Every reward the convention reads must be a number (a NaN on a turn end would
+            // silently read as "no milestone").
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(beacon_rl::Error::NonFinite {
+                    what: "token_level_rewards",
+                    index: r * cols + j,
+                    value: v,
+                })
+            }
+        };
+        for r in 0..rows {
+            let first = self.spans.len();
+            mask.row_into(r, &mut self.row);
+            let m = &self.row;
+            let mut j = 0;
+            while j < cols {
+                if m[j] {
+                    let start = j;
+                    while j < cols && m[j] {
+                        j += 1;
+                    }
+                    self.spans.push(TokenSpan {
+                        seq: r,
+                        step: self.spans.len(),
+                        start,
+                        end: j,
+                    });
+                } else {
+                    j += 1;
+                }
+            }
+            let turns = self.spans.len() - first;
+            if turns == 0 {
+                stats.empty_rows += 1;
+                continue;
+            }
+            let r_out = reward(r, self.spans[self.spans.len() - 1].end - 1)?;
+            for k in 0..turns {
+                let end_reward = reward(r, self.spans[first + k].end - 1)?;
+                let milestone = k + 1 < turns && end_reward > 0.0;
+                stats.milestones += usize::from(milestone);
+                self.trajs.push(r);
+                // A turn's group key is its row's.
+                self.keys.push(index.ids[r]);
+                self.outcome.push(r_out);
+                self.flags.push(milestone);
+                self.to_go.push(end_reward);
+                self.pos.push(k);
+            }
+        }
+        stats.turns = self.spans.len();
+        // Reward-to-go over turn ends, per trajectory (GiGPO's step reward under this
+        // convention): turn-end rewards summed from the last turn back.
+        for s in (0..self.to_go.len().saturating_sub(1)).rev() {
+            if self.trajs[s] == self.trajs[s + 1] {
+                self.to_go[s] += self.to_go[s + 1];
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Makes "turn k", each turn's anchor state for its position k in the dialogue, exist
+    /// for every position of this call.
+    fn grow_labels(&mut self) {
+        let longest = self.pos.iter().max().map_or(0, |&k| k + 1);
+        while self.labels.len() < longest {
+            let k = self.labels.len();
+            self.labels.push(format!("turn {k}"));
+        }
+    }
 }
 
 fn copy_out(src: &Out2<'_>, dst: Out2<'_>) -> Res<()> {

@@ -11,8 +11,8 @@ mod adapter;
 mod threads;
 
 use numpy::{
-    PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2,
-    PyUntypedArray, PyUntypedArrayMethods,
+    PyArray1, PyArray2, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyReadwriteArray2, PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -47,6 +47,138 @@ fn type_error(what: &str, want: &str, obj: &Bound<'_, PyAny>) -> PyErr {
     PyTypeError::new_err(format!("{what}: expected {want}, got {}", describe(obj)))
 }
 
+/// Refuses a layout the views below would misread: rust-numpy divides each stride by the item
+/// size, so a stride that is not a whole number of items (a field of a packed structured
+/// array, `as_strided`) would read other elements than numpy's, and an unaligned pointer
+/// (`np.frombuffer(..., offset=1)`) is not a valid `f32`/`f64`/`i64` reference.
+fn check_layout(what: &str, a: &Bound<'_, PyUntypedArray>) -> PyResult<()> {
+    let item = a.dtype().itemsize() as isize;
+    let odd = a
+        .shape()
+        .iter()
+        .zip(a.strides())
+        .any(|(&n, &s)| n > 1 && s % item != 0);
+    if odd || !a.is_aligned() {
+        return Err(PyValueError::new_err(format!(
+            "{what}: unaligned {} (byte strides {:?}): pass a contiguous copy (numpy.ascontiguousarray)",
+            describe(a),
+            a.strides()
+        )));
+    }
+    Ok(())
+}
+
+/// The memory an array's elements span, as rust-numpy's borrow checker sees it: bytes
+/// `[lo, hi)`, the first element's address and the gcd of the strides (`None`: no element).
+struct Extent {
+    lo: isize,
+    hi: isize,
+    ptr: isize,
+    gcd: isize,
+}
+
+fn extent(a: &Bound<'_, PyUntypedArray>) -> Option<Extent> {
+    if a.shape().contains(&0) {
+        return None;
+    }
+    // SAFETY: `a` is a live ndarray (the GIL is held); only the data pointer is read.
+    let ptr = unsafe { (*numpy::npyffi::_PyArray_GET_ITEM_DATA(a.as_array_ptr())).data } as isize;
+    let (mut lo, mut hi) = (ptr, ptr + a.dtype().itemsize() as isize);
+    let mut gcd = 0isize;
+    for (&n, &s) in a.shape().iter().zip(a.strides()) {
+        let reach = (n as isize - 1) * s;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+        gcd = gcd_isize(gcd, s);
+    }
+    Some(Extent { lo, hi, ptr, gcd })
+}
+
+fn gcd_isize(a: isize, b: isize) -> isize {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a as isize
+}
+
+/// rust-numpy's test for two arrays that may share an element (spans overlap and the gcd of
+/// the strides divides the distance of the first elements), applied whatever the arrays'
+/// base objects: rust-numpy only compares arrays of one base, and two torch tensors over one
+/// storage (`t` and `t[:]`, a `TensorDict`'s stored views) are two bases.
+fn may_overlap(a: &Extent, b: &Extent) -> bool {
+    if a.lo >= b.hi || b.lo >= a.hi {
+        return false;
+    }
+    let g = gcd_isize(a.gcd, b.gcd);
+    g == 0 || (a.ptr - b.ptr) % g == 0
+}
+
+/// Refuses an output whose elements overlap each other (a stride of 0 over more than one
+/// element, as torch's `expand` and numpy's `as_strided` give): the rows written into it
+/// would overwrite one another and the caller would read back only the last. The test (the
+/// smaller stride at least one item, the larger at least the smaller axis' span) also refuses
+/// the rare interleaved layouts that do not overlap.
+fn check_distinct_elements(what: &str, a: &Bound<'_, PyUntypedArray>) -> PyResult<()> {
+    if a.shape().contains(&0) {
+        return Ok(());
+    }
+    let item = a.dtype().itemsize();
+    let mut axes: Vec<(usize, usize)> = a
+        .shape()
+        .iter()
+        .zip(a.strides())
+        .filter(|(&n, _)| n > 1)
+        .map(|(&n, &s)| (s.unsigned_abs(), n))
+        .collect();
+    axes.sort_unstable();
+    let mut span = item;
+    for (stride, n) in axes {
+        if stride < span {
+            return Err(PyValueError::new_err(format!(
+                "{what}: its elements overlap (byte strides {:?} for shape {:?}), so rows would overwrite each other: pass an array with distinct elements",
+                a.strides(),
+                a.shape()
+            )));
+        }
+        span = stride.saturating_mul(n);
+    }
+    Ok(())
+}
+
+/// Refuses outputs that may share memory with an input or with each other, wherever their
+/// memory comes from (see [`may_overlap`]).
+fn check_disjoint(
+    outs: &[(&str, Option<&Bound<'_, PyAny>>)],
+    ins: &[(&str, Option<&Bound<'_, PyAny>>)],
+) -> PyResult<()> {
+    let ext = |o: Option<&Bound<'_, PyAny>>| {
+        o.and_then(|o| o.cast::<PyUntypedArray>().ok().and_then(|a| extent(a)))
+    };
+    for (i, &(what, out)) in outs.iter().enumerate() {
+        let Some(e) = ext(out) else { continue };
+        for &(other, arr) in outs[..i].iter().chain(ins) {
+            if ext(arr).is_some_and(|f| may_overlap(&e, &f)) {
+                return Err(PyValueError::new_err(format!(
+                    "{what}: the same memory as {other} (an output must not share memory with an input or the other output)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The untyped array behind `obj`, its layout checked (see [`check_layout`]).
+fn checked<'a, 'py>(what: &str, obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyAny>> {
+    if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        check_layout(what, a)?;
+    }
+    Ok(obj)
+}
+
 enum F2<'py> {
     F32(PyReadonlyArray2<'py, f32>),
     F64(PyReadonlyArray2<'py, f64>),
@@ -63,6 +195,7 @@ impl F2<'_> {
 
 fn f2<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<F2<'py>>> {
     let Some(obj) = obj else { return Ok(None) };
+    let obj = checked(what, obj)?;
     if let Ok(a) = obj.cast::<PyArray2<f64>>() {
         Ok(Some(F2::F64(a.try_readonly().map_err(borrow_err(what))?)))
     } else if let Ok(a) = obj.cast::<PyArray2<f32>>() {
@@ -88,6 +221,7 @@ impl F1<'_> {
 
 fn f1<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<F1<'py>>> {
     let Some(obj) = obj else { return Ok(None) };
+    let obj = checked(what, obj)?;
     if let Ok(a) = obj.cast::<PyArray1<f64>>() {
         Ok(Some(F1::F64(a.try_readonly().map_err(borrow_err(what))?)))
     } else if let Ok(a) = obj.cast::<PyArray1<f32>>() {
@@ -95,6 +229,18 @@ fn f1<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<F1<'p
     } else {
         Err(type_error(what, "a 1-D float32 or float64 array", obj))
     }
+}
+
+/// A numpy `bool` array read as the bytes it holds. numpy reads any nonzero byte as True and
+/// a `bool` view of another array (`u8_array.view(bool)`, torch's `.view(torch.bool)`) may
+/// hold 2, which is no valid Rust `bool` (the crate's kernels would count it as 2): as `u8`,
+/// the crate's 0/1 check of integer masks names such an entry instead.
+fn bool_bytes<'a, D: ndarray::Dimension>(
+    a: &'a numpy::PyReadonlyArray<'_, bool, D>,
+) -> ndarray::ArrayView<'a, u8, D> {
+    // SAFETY: `bool` and `u8` have one size and alignment; the view borrows `a`, which keeps
+    // the array borrowed (readonly) and alive, and is never read as `bool`.
+    unsafe { a.as_raw_array().cast::<u8>().deref_into_view() }
 }
 
 enum M2<'py> {
@@ -106,7 +252,7 @@ enum M2<'py> {
 impl M2<'_> {
     fn view(&self) -> Mask2<'_> {
         match self {
-            M2::Bool(a) => Mask2::Bool(a.as_array()),
+            M2::Bool(a) => Mask2::U8(bool_bytes(a)),
             M2::U8(a) => Mask2::U8(a.as_array()),
             M2::I64(a) => Mask2::I64(a.as_array()),
         }
@@ -115,6 +261,7 @@ impl M2<'_> {
 
 fn m2<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<M2<'py>>> {
     let Some(obj) = obj else { return Ok(None) };
+    let obj = checked(what, obj)?;
     let e = borrow_err(what);
     if let Ok(a) = obj.cast::<PyArray2<bool>>() {
         Ok(Some(M2::Bool(a.try_readonly().map_err(e)?)))
@@ -136,7 +283,7 @@ enum M1<'py> {
 impl M1<'_> {
     fn view(&self) -> Mask1<'_> {
         match self {
-            M1::Bool(a) => Mask1::Bool(a.as_array()),
+            M1::Bool(a) => Mask1::U8(bool_bytes(a)),
             M1::U8(a) => Mask1::U8(a.as_array()),
             M1::I64(a) => Mask1::I64(a.as_array()),
         }
@@ -145,6 +292,7 @@ impl M1<'_> {
 
 fn m1<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<M1<'py>>> {
     let Some(obj) = obj else { return Ok(None) };
+    let obj = checked(what, obj)?;
     let e = borrow_err(what);
     if let Ok(a) = obj.cast::<PyArray1<bool>>() {
         Ok(Some(M1::Bool(a.try_readonly().map_err(e)?)))
@@ -177,6 +325,10 @@ fn o2<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<O2<'py>> {
             "{what}: not writeable, or the same memory as an input or the other output"
         ))
     };
+    let obj = checked(what, obj)?;
+    if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        check_distinct_elements(what, a)?;
+    }
     if let Ok(a) = obj.cast::<PyArray2<f64>>() {
         Ok(O2::F64(a.try_readwrite().map_err(e)?))
     } else if let Ok(a) = obj.cast::<PyArray2<f32>>() {
@@ -204,6 +356,36 @@ enum KeyCol<'py> {
     Interned(Vec<i64>),
 }
 
+thread_local! {
+    /// Id columns of this thread's earlier calls (`index`, `traj_index`), reused so that a call
+    /// of a size seen before allocates none: a verl batch's uuid column is rows long.
+    static ID_BUFS: std::cell::RefCell<Vec<Vec<i64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An empty id column from this thread's pool (its capacity kept from an earlier call).
+fn id_buf() -> Vec<i64> {
+    ID_BUFS
+        .with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+        .unwrap_or_default()
+}
+
+impl Drop for KeyCol<'_> {
+    /// Gives the column's buffer back to the pool, emptied (at most the two columns a call has).
+    fn drop(&mut self) {
+        if let KeyCol::Copied(v) | KeyCol::Interned(v) = self {
+            let mut v = std::mem::take(v);
+            v.clear();
+            ID_BUFS.with(|p| {
+                if let Ok(mut p) = p.try_borrow_mut() {
+                    if p.len() < 2 {
+                        p.push(v);
+                    }
+                }
+            });
+        }
+    }
+}
+
 impl KeyCol<'_> {
     fn keys(&self) -> PyResult<adapter::Keys<'_>> {
         Ok(match self {
@@ -217,11 +399,12 @@ impl KeyCol<'_> {
     }
 }
 
-/// First-appearance ids of an object column whose entries are all exact `str` with a UTF-8
-/// form, compared by value; `None` as soon as an entry is anything else (a `str` subclass may
-/// redefine equality; a lone surrogate has no UTF-8), for the dict to decide.
-fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>) -> Option<Vec<i64>> {
-    let mut ids = Vec::with_capacity(keys.len());
+/// Appends to `ids` (empty) the first-appearance ids of an object column whose entries are all
+/// exact `str` with a UTF-8 form, compared by value; `None` as soon as an entry is anything else
+/// (a `str` subclass may redefine equality; a lone surrogate has no UTF-8), for the dict to
+/// decide.
+fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>, ids: &mut Vec<i64>) -> Option<()> {
+    ids.reserve(keys.len());
     let mut table: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
     let mut prev: Option<(*mut pyo3::ffi::PyObject, i64)> = None;
     for key in keys.iter() {
@@ -237,25 +420,30 @@ fn intern_strs(py: Python<'_>, keys: ndarray::ArrayView1<'_, Py<PyAny>>) -> Opti
         prev = Some((ptr, id));
         ids.push(id);
     }
-    Some(ids)
+    Some(())
 }
 
 fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
+    let obj = checked(what, obj)?;
     if let Ok(a) = obj.cast::<PyArray1<i64>>() {
         let a = a.try_readonly().map_err(borrow_err(what))?;
         if a.as_slice().is_ok() {
             return Ok(KeyCol::Ints(a));
         }
-        return Ok(KeyCol::Copied(a.as_array().to_vec()));
+        let mut v = id_buf();
+        v.extend(a.as_array().iter().copied());
+        return Ok(KeyCol::Copied(v));
     }
     if let Ok(a) = obj.cast::<PyArray1<Py<PyAny>>>() {
         let py = obj.py();
         let a = a.try_readonly().map_err(borrow_err(what))?;
-        if let Some(ids) = intern_strs(py, a.as_array()) {
-            return Ok(KeyCol::Interned(ids));
+        let mut out = id_buf();
+        if intern_strs(py, a.as_array(), &mut out).is_some() {
+            return Ok(KeyCol::Interned(out));
         }
+        // Some ids of the str prefix may be written: the dict numbers every row again.
+        out.clear();
         let ids = PyDict::new(py);
-        let mut out = Vec::with_capacity(a.len());
         for (row, key) in a.as_array().iter().enumerate() {
             let key = key.bind(py);
             let id = match ids
@@ -264,6 +452,14 @@ fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
             {
                 Some(id) => id.extract::<i64>()?,
                 None => {
+                    // A new key: None (a missing uuid) or one unequal to itself (NaN) would
+                    // group rows that share nothing, or split rows one by one.
+                    if key.is_none() || key.ne(key)? {
+                        return Err(PyValueError::new_err(format!(
+                            "{what}: row {row} holds {}, not a group key",
+                            key.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into())
+                        )));
+                    }
                     let id = ids.len() as i64;
                     ids.set_item(key, id)?;
                     id
@@ -278,6 +474,7 @@ fn keys<'py>(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<KeyCol<'py>> {
 
 /// Anchor observations: an object array of `str` (verl-agent's `anchor_obs`), read in place.
 fn anchors<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> {
+    let obj = checked("anchor_obs", obj)?;
     let a = obj
         .cast::<PyArray1<Py<PyAny>>>()
         .map_err(|_| type_error("anchor_obs", "a 1-D object array of str", obj))?;
@@ -330,6 +527,7 @@ fn estimate<'py>(
     let est = Estimator::new(name, config_json)?;
     let rewards = f2("token_level_rewards", token_level_rewards)?;
     let mask = m2("response_mask", response_mask)?;
+    let (index_obj, values_obj) = (index, values);
     let index = keys("index", index)?;
     let traj = traj_index.map(|t| keys("traj_index", t)).transpose()?;
     let episode = f1("episode_rewards", episode_rewards)?;
@@ -345,6 +543,27 @@ fn estimate<'py>(
         .as_ref()
         .map(|v| v.iter().map(|s| s.to_str()).collect::<PyResult<_>>())
         .transpose()?;
+    check_disjoint(
+        &[
+            ("out_advantages", Some(out_advantages)),
+            ("out_returns", out_returns),
+        ],
+        &[
+            ("token_level_rewards", token_level_rewards),
+            ("response_mask", response_mask),
+            ("index", Some(index_obj)),
+            ("traj_index", traj_index),
+            ("episode_rewards", episode_rewards),
+            ("values", values_obj),
+            ("old_log_probs", old_log_probs),
+            ("sum_pi_squared", sum_pi_squared),
+            ("rollout_is_weights", rollout_is_weights),
+            ("reward_baselines", reward_baselines),
+            ("milestones", milestones),
+            ("step_rewards", step_rewards),
+            ("anchor_obs", anchor_obs),
+        ],
+    )?;
     let mut adv = o2("out_advantages", out_advantages)?;
     let mut ret = out_returns.map(|r| o2("out_returns", r)).transpose()?;
     let index = index.keys()?;
@@ -384,23 +603,11 @@ fn output_shape<'py>(
         .cast::<PyUntypedArray>()
         .map_err(|_| type_error("index", "a 1-D array", index))?
         .len();
-    let dummy = vec![0i64; rows];
-    let req = Request {
-        token_level_rewards: rewards.as_ref().map(F2::view),
-        response_mask: mask.as_ref().map(M2::view),
-        index: adapter::Keys::ints(&dummy),
-        traj_index: None,
-        episode_rewards: None,
-        values: None,
-        old_log_probs: None,
-        sum_pi_squared: None,
-        rollout_is_weights: None,
-        reward_baselines: None,
-        milestones: None,
-        step_rewards: None,
-        anchor_obs: None,
-    };
-    Ok(adapter::output_dim(&req))
+    Ok(adapter::output_dim(
+        rewards.as_ref().map(F2::view).as_ref(),
+        mask.as_ref().map(M2::view).as_ref(),
+        rows,
+    ))
 }
 
 /// verl's multi-turn convention (see `beacon_rl.estimate_turns`): writes per-turn advantages of
@@ -431,6 +638,17 @@ fn estimate_turns<'py>(
         .ok_or_else(|| PyTypeError::new_err("token_level_rewards: required"))?;
     let mask = m2("response_mask", Some(response_mask))?
         .ok_or_else(|| PyTypeError::new_err("response_mask: required"))?;
+    check_disjoint(
+        &[
+            ("out_advantages", Some(out_advantages)),
+            ("out_returns", out_returns),
+        ],
+        &[
+            ("token_level_rewards", Some(token_level_rewards)),
+            ("response_mask", Some(response_mask)),
+            ("index", Some(index)),
+        ],
+    )?;
     let index = keys("index", index)?;
     let mut adv = o2("out_advantages", out_advantages)?;
     let mut ret = out_returns.map(|r| o2("out_returns", r)).transpose()?;
@@ -442,7 +660,7 @@ fn estimate_turns<'py>(
 }
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
-/// `beacon`, `beacon_official`).
+/// `beacon`, `beacon_official`, `beacon_ablation`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {
     adapter::names().to_vec()
@@ -474,8 +692,8 @@ fn has_returns(name: &str, config_json: Option<&str>) -> PyResult<bool> {
 /// no binding around it (see `adapter::time_crate_call`), and returns each run's wall-clock
 /// and CPU seconds (`time.process_time`, read around each run; the GIL is held throughout, so
 /// no other Python thread runs meanwhile).
-/// `index` must be int64 group ids; `lengths` (int64, one per row) passes the mask as per-row
-/// lengths instead of the matrix.
+/// `index` must be int64 group ids; `lengths` (int64, one per row, each at least 0) passes the
+/// mask as per-row lengths instead of the matrix.
 #[pyfunction]
 #[pyo3(signature = (name, out_advantages, *, token_level_rewards, response_mask, index, reps, lengths=None))]
 #[allow(clippy::too_many_arguments)]
@@ -500,8 +718,32 @@ fn _time_crate_call<'py>(
     let ids = index
         .as_slice()
         .map_err(|_| PyValueError::new_err("index: not contiguous"))?;
-    let lengths: Option<Vec<usize>> =
-        lengths.map(|l| l.as_array().iter().map(|&n| n.max(0) as usize).collect());
+    if let Some(l) = &lengths {
+        check_layout("lengths", l.as_untyped())?;
+    }
+    let lengths: Option<Vec<usize>> = lengths
+        .map(|l| {
+            l.as_array()
+                .iter()
+                .enumerate()
+                .map(|(row, &n)| {
+                    usize::try_from(n).map_err(|_| {
+                        PyValueError::new_err(format!(
+                            "lengths: row {row} has length {n}, expected at least 0"
+                        ))
+                    })
+                })
+                .collect()
+        })
+        .transpose()?;
+    check_disjoint(
+        &[("out_advantages", Some(out_advantages))],
+        &[
+            ("token_level_rewards", Some(token_level_rewards)),
+            ("response_mask", Some(response_mask)),
+            ("index", Some(index.as_any())),
+        ],
+    )?;
     let mut adv = o2("out_advantages", out_advantages)?;
     let (rv, mv, a) = (rewards.view(), mask.view(), adv.view());
     let process_time = py.import("time")?.getattr("process_time")?;
@@ -525,7 +767,7 @@ fn _time_crate_call<'py>(
 
 /// Runs the crate's parallel paths (groups, row blocks) on a pool of `n` threads from now on;
 /// 1 (the default) computes on the caller's thread. Results are bit-identical either way.
-/// Raises ValueError for 0 or when the pool cannot be built.
+/// Raises ValueError for 0, for more than 1024, or when the pool cannot be built.
 #[pyfunction]
 fn set_num_threads(n: usize) -> PyResult<()> {
     threads::set(n).map_err(|e| PyValueError::new_err(e.0))

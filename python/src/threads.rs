@@ -58,6 +58,10 @@ pub fn run<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     f()
 }
 
+/// The most threads `set` builds a pool of: a pool's threads are all spawned at once, so a
+/// mistyped count (10**6) would spawn until the system refuses, in a trainer's process.
+pub const MAX_THREADS: usize = 1024;
+
 /// Computes on `n` threads from the next call on (1: the caller's thread).
 pub fn set(n: usize) -> Result<(), Failure> {
     let new = match n {
@@ -65,6 +69,11 @@ pub fn set(n: usize) -> Result<(), Failure> {
             return Err(Failure(
                 "set_num_threads: expected at least 1 thread, got 0".into(),
             ))
+        }
+        n if n > MAX_THREADS => {
+            return Err(Failure(format!(
+                "set_num_threads: expected at most {MAX_THREADS} threads, got {n}"
+            )))
         }
         1 => None,
         n => Some((

@@ -117,7 +117,8 @@ MASKED = ["grpo", "grpo_vectorized", "gdpo", "rloo", "rloo_vectorized", "opo", "
 @pytest.mark.parametrize("holes", [False, True], ids=["prefix", "multi-turn"])
 def test_integer_masks_give_the_bool_mask_numbers(name, holes):
     # Prefix int64/uint8 masks reach the crate as per-row lengths, others (holes: masked tool
-    # tokens between turns) as the matrix; bool masks always as the matrix.
+    # tokens between turns) as the matrix; bool masks are read as their bytes (numpy's bool may
+    # hold 2), so they take the uint8 path.
     rng = np.random.default_rng(5)
     rows, cols = 24, 11
     lens = rng.integers(0, cols + 1, rows)
@@ -283,14 +284,15 @@ def test_a_group_that_comes_back_is_one_group(index):
 
 def test_verl_layout_errors_are_the_builders():
     # Rows of a contiguous layout and the same rows scattered fail with one message: the
-    # shortcut is only taken where the batch builder could not fail.
+    # shortcut is only taken where the batch builder could not fail. The messages name the
+    # argument the caller passed (the builder's `row_rewards` are the caller's episode_rewards).
     mask = np.ones((4, 2), dtype=np.int64)
     rewards = np.zeros((4, 2), dtype=np.float32)
     flags = np.zeros(4, dtype=bool)
     for index in (np.array(["a", "a", "b", "b"], dtype=object), np.array(["a", "b", "a", "b"], dtype=object)):
-        with pytest.raises(ValueError, match=r"^non-finite value NaN in row_rewards at index 1$"):
+        with pytest.raises(ValueError, match=r"^non-finite value NaN in episode_rewards at index 1$"):
             beacon_rl.estimate(
                 "beacon_official", rewards, mask, index, episode_rewards=np.array([0, np.nan, 0, 0]), milestones=flags
             )
-        with pytest.raises(ValueError, match=r"^length mismatch: row_rewards has 3 entries, expected 4$"):
+        with pytest.raises(ValueError, match=r"^length mismatch: episode_rewards has 3 entries, expected 4$"):
             beacon_rl.estimate("beacon_official", rewards, mask, index, episode_rewards=np.zeros(3), milestones=flags)

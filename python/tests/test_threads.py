@@ -125,3 +125,20 @@ def test_a_forked_child_computes_on_its_own_thread(restore_threads):
         time.sleep(0.02)
     with os.fdopen(r, "rb") as f:
         assert f.read() == b"ok"
+
+
+def test_thread_counts_that_are_no_count_are_refused(restore_threads):
+    # int() truncated 2.5 to 2 and took "2"; -1 raised OverflowError; a mistyped 10**6 would
+    # have spawned threads until the system refused (a pool spawns all of its threads at once).
+    with pytest.raises(TypeError):
+        beacon_rl.set_num_threads(2.5)
+    with pytest.raises(TypeError):
+        beacon_rl.set_num_threads("2")
+    with pytest.raises(ValueError, match="at least 1 thread, got -1"):
+        beacon_rl.set_num_threads(-1)
+    for n in (1025, 10**6, 2**70):
+        with pytest.raises(ValueError, match=f"at most 1024 threads, got {n}"):
+            beacon_rl.set_num_threads(n)
+    assert beacon_rl.get_num_threads() == 1
+    beacon_rl.set_num_threads(np.int64(2))  # numpy integers are integers
+    assert beacon_rl.get_num_threads() == 2

@@ -212,3 +212,60 @@ def test_verl_agent_step_batch_gigpo():
     # Successful trajectories (a, c) are credited above failed ones (b, d) at every step.
     adv = data.batch["advantages"][:, 0]
     assert (adv[[0, 1, 4, 5]] > 0).all() and (adv[[2, 3, 6, 7]] < 0).all()
+
+
+def step_data(milestones, advantages=None, returns=None):
+    """A verl-agent step batch: one group of two 2-step trajectories (a success, a failure)."""
+    mask = torch.ones(4, 3, dtype=torch.int64)
+    rewards = torch.zeros(4, 3)
+    rewards[:, -1] = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    tensors = {"token_level_rewards": rewards, "response_mask": mask}
+    if advantages is not None:
+        tensors.update(advantages=advantages, returns=returns)
+    return DataProto.from_dict(
+        tensors=tensors,
+        non_tensors={
+            "uid": np.array(["g"] * 4, dtype=object),
+            "traj_uid": np.array(["a", "a", "b", "b"], dtype=object),
+            "milestone": np.array(milestones, dtype=object),
+        },
+    )
+
+
+@pytest.mark.parametrize("flags,row", [([1, 2, 0, 0], 1), ([True, None, False, False], 1), ([0.0, 0.0, np.nan, 0.0], 2)])
+def test_compute_step_advantages_checks_the_milestone_column(flags, row):
+    # astype(bool) read 2 and NaN as milestones and None as none.
+    from beacon_rl.verl import compute_step_advantages
+
+    with pytest.raises(ValueError, match=rf"non_tensor_batch\['milestone'\]: row {row} is"):
+        compute_step_advantages(step_data(flags), "beacon_official")
+    # Float and integer columns of 0/1 are read as flags.
+    want = compute_step_advantages(step_data([True, False, False, False]), "beacon_official").batch["advantages"]
+    for column in (np.array([1.0, 0.0, 0.0, 0.0]), np.array([1, 0, 0, 0], dtype=np.int32)):
+        data = step_data([0, 0, 0, 0])
+        data.non_tensor_batch["milestone"] = column
+        torch.testing.assert_close(compute_step_advantages(data, "beacon_official").batch["advantages"], want, rtol=0, atol=0)
+
+
+def test_compute_step_advantages_replaces_stored_outputs_it_cannot_write():
+    """Stored advantages/returns that cannot take this estimator's numbers in place (one tensor
+    stored as both, as the last call of an estimator without returns of its own leaves them,
+    half precision, an expanded view) are replaced by fresh tensors, not an error nor returns
+    written over the advantages."""
+    from beacon_rl.verl import compute_step_advantages
+
+    want = beacon_rl.estimate(
+        "reinforce_plus_plus", step_data([0] * 4).batch["token_level_rewards"], torch.ones(4, 3, dtype=torch.int64), np.array(["g"] * 4, dtype=object)
+    )
+    shared = torch.full((4, 3), float("nan"))
+    half = torch.zeros(4, 3, dtype=torch.float16)
+    expanded = torch.zeros(1, 3).expand(4, 3)
+    for adv, ret in [(shared, shared), (shared, shared[:]), (half, half.clone()), (expanded, expanded.clone())]:
+        data = compute_step_advantages(step_data([0] * 4, adv, ret), "reinforce_plus_plus")
+        torch.testing.assert_close(data.batch["advantages"], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(data.batch["returns"], want[1], rtol=0, atol=0)
+    # One tensor as both is written in place by an estimator whose returns are its advantages.
+    shared = torch.full((4, 3), float("nan"))
+    data = compute_step_advantages(step_data([0] * 4, shared, shared), "beacon_official")
+    assert data.batch["advantages"].data_ptr() == shared.data_ptr()
+    assert not torch.isnan(shared).any()
