@@ -2,6 +2,11 @@
 //!
 //! Tolerance: |ours − expected| ≤ 1e-5 · max(1, |expected|) for every element of advantages
 //! and returns, masked or not. Where verl raises, the crate must return a typed error.
+//!
+//! Every case runs twice: with `f64` values and a `bool` mask, and with verl's own dtypes,
+//! `f32` values and an `i64` mask (every input of these vectors is an `f32`, so both runs
+//! read the same numbers), which drive the crate's `f32` and `i64` kernels (the SSE2 row sums
+//! among them) against the same expected values.
 //! Run with `--nocapture` to see the number of cases and the max relative error per family.
 
 use beacon_rl::estimator::gae::GaeConfig;
@@ -10,6 +15,7 @@ use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
 use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
 use beacon_rl::estimator::{EstimatorConfig, EstimatorInput};
+use beacon_rl::tensor::FloatView;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 use serde_json::Value;
@@ -95,7 +101,29 @@ fn config_for(case: &Value) -> EstimatorConfig {
 }
 
 /// Runs one case; returns the max relative error, or panics naming the case and index.
-fn run_case(case: &Value) -> f64 {
+/// verl's dtypes: `f32` values (exact for these vectors, checked) and an `i64` mask.
+fn as_f32(m: &Array2<f64>) -> Array2<f32> {
+    m.mapv(|x| {
+        let y = x as f32;
+        assert_eq!(f64::from(y), x, "an input of the vectors is not an f32");
+        y
+    })
+}
+
+/// One optional input in the run's dtype.
+fn pick<'a>(
+    verl_dtypes: bool,
+    wide: &'a Option<Array2<f64>>,
+    narrow: &'a Option<Array2<f32>>,
+) -> Option<FloatView<'a>> {
+    if verl_dtypes {
+        narrow.as_ref().map(FloatView::from)
+    } else {
+        wide.as_ref().map(FloatView::from)
+    }
+}
+
+fn run_case(case: &Value, verl_dtypes: bool) -> f64 {
     let id = case["id"].as_str().expect("id");
     let inputs = &case["inputs"];
     assert!(
@@ -126,16 +154,30 @@ fn run_case(case: &Value) -> f64 {
             .collect()
     });
 
-    let mut input = EstimatorInput::new(&batch)
-        .with_token_level_rewards(&rewards)
-        .with_response_mask(&mask);
-    if let Some(v) = &values {
+    let narrow = |m: &Option<Array2<f64>>| m.as_ref().map(as_f32);
+    let (rewards32, values32, old_log_probs32, sum_pi_squared32) = (
+        as_f32(&rewards),
+        narrow(&values),
+        narrow(&old_log_probs),
+        narrow(&sum_pi_squared),
+    );
+    let mask64 = mask.mapv(i64::from);
+    let mut input = if verl_dtypes {
+        EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards32)
+            .with_response_mask(&mask64)
+    } else {
+        EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask)
+    };
+    if let Some(v) = pick(verl_dtypes, &values, &values32) {
         input = input.with_values(v);
     }
-    if let Some(v) = &old_log_probs {
+    if let Some(v) = pick(verl_dtypes, &old_log_probs, &old_log_probs32) {
         input = input.with_old_log_probs(v);
     }
-    if let Some(v) = &sum_pi_squared {
+    if let Some(v) = pick(verl_dtypes, &sum_pi_squared, &sum_pi_squared32) {
         input = input.with_sum_pi_squared(v);
     }
     if let Some(b) = &reward_baselines {
@@ -176,7 +218,9 @@ fn run_family(names: &[&str]) -> (usize, f64) {
     let mut max_rel = 0.0f64;
     for case in cases() {
         if names.contains(&case["verl_name"].as_str().expect("verl_name")) {
-            max_rel = max_rel.max(run_case(&case));
+            for verl_dtypes in [false, true] {
+                max_rel = max_rel.max(run_case(&case, verl_dtypes));
+            }
             n += 1;
         }
     }
@@ -247,6 +291,10 @@ fn every_case_is_covered() {
 #[ignore]
 fn per_case_report() {
     for case in cases() {
-        println!("{} {:.3e}", case["id"], run_case(&case));
+        println!(
+            "{} {:.3e}",
+            case["id"],
+            run_case(&case, false).max(run_case(&case, true))
+        );
     }
 }
