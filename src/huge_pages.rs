@@ -6,7 +6,7 @@
 //! 30,720 × 512 `f64` output, and under a hypervisor each costs more than the bytes it maps.
 //! Advising the kernel to back the buffer with 2 MiB pages (Linux `madvise(MADV_HUGEPAGE)`,
 //! honoured when `/sys/kernel/mm/transparent_hugepage/enabled` is `always` or `madvise`) makes
-//! that one fault per 2 MiB. Measured (README, "Fourth round"): `grpo`'s `estimate` at that
+//! that one fault per 2 MiB. Measured (docs/performance-log.md, "Fourth round"): `grpo`'s `estimate` at that
 //! size 84–91 ms before, 52–58 ms after (`cargo bench --bench trainer -- trainer_C/grpo`).
 //!
 //! The advice covers the 2 MiB-aligned part of a buffer of at least [`MIN_BYTES`], before its
