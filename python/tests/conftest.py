@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import threading
 
 import pytest
 
@@ -11,6 +12,15 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data"
 def load(name: str) -> dict:
     """One of the crate's public vector files."""
     return json.loads((DATA / name).read_text())
+
+
+def in_fresh_thread(fn):
+    """fn() on a new thread: a fresh kept state (nothing reused from earlier calls)."""
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("v", fn()))
+    t.start()
+    t.join()
+    return box["v"]
 
 
 @pytest.fixture(scope="session")

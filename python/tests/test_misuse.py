@@ -3,8 +3,6 @@ contiguous copy or raises ValueError/TypeError naming the argument (and row); ne
 numbers, never a crash. Expected values come from the same call on a contiguous, well-formed
 copy of the input (the binding's layout handling is what is under test, not the estimators)."""
 
-import threading
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import beacon_rl
+from conftest import in_fresh_thread
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -420,14 +419,6 @@ def test_turn_end_rewards_must_be_finite():
 
 
 # --- kept per-row buffers: a call never sees the previous call's columns -------------------
-
-
-def in_fresh_thread(fn):
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("v", fn()))
-    t.start()
-    t.join()
-    return box["v"]
 
 
 def test_kept_column_buffers_give_the_fresh_numbers_as_sizes_and_dtypes_change():

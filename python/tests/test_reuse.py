@@ -2,12 +2,11 @@
 in place on every call; integer masks that are prefix masks go to the crate as per-row lengths;
 uuid strings are compared by value without a dict. None of this may change a number."""
 
-import threading
-
 import numpy as np
 import pytest
 
 import beacon_rl
+from conftest import in_fresh_thread
 
 
 def grpo_reference(rewards, mask, index, eps=1e-6):
@@ -70,15 +69,6 @@ def step_batch(rng, groups=3, trajs=4, steps=5):
     flags = rng.random(groups * trajs * steps) < 0.3
     mask = np.ones((len(uid), 4), dtype=np.int64)
     return uid, traj, reward, flags, mask
-
-
-def in_fresh_thread(fn):
-    """fn() on a new thread: a fresh kept state (nothing reused from earlier calls)."""
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("v", fn()))
-    t.start()
-    t.join()
-    return box["v"]
 
 
 @pytest.mark.parametrize("name", ["beacon_official", "beacon", "gigpo", "grpo"])
