@@ -707,7 +707,7 @@ fn lead_f32(lane: &[&[f32]; SUM_ROWS], acc: &mut [f64; SUM_ROWS]) -> usize {
     };
     // Every one of the 32 values is ±0.0: no bit set but the sign bits.
     let all_zero = |x: &[__m128; SUM_ROWS]| unsafe {
-        let any = x.iter().fold(x[0], |a, &v| _mm_or_ps(a, v));
+        let any = x[1..].iter().fold(x[0], |a, &v| _mm_or_ps(a, v));
         let magnitude = _mm_slli_epi32::<1>(_mm_castps_si128(any));
         _mm_movemask_epi8(_mm_cmpeq_epi32(magnitude, _mm_setzero_si128())) == 0xffff
     };
@@ -719,8 +719,9 @@ fn lead_f32(lane: &[&[f32]; SUM_ROWS], acc: &mut [f64; SUM_ROWS]) -> usize {
         }
     };
     store(&sums, acc);
-    // Dense rows (a KL penalty on every token) stop the test after a few chunks in a row that
-    // hold a nonzero, so that they pay for it only a few times per block.
+    // Chunks left to test for zeros: none while a sum is -0.0 (see above); dense rows (a KL
+    // penalty on every token) run out after a few chunks in a row that hold a nonzero, so that
+    // they pay for the test only a few times per block.
     let mut tests = if acc.iter().all(|s| s.to_bits() != (-0.0f64).to_bits()) {
         DENSE_RUN
     } else {
