@@ -14,8 +14,9 @@ Every row prints the median and range (min–max) of --reps timed runs after one
 wall-clock and in CPU time (time.process_time, all threads of the process: robust to the
 scheduler on a loaded machine, but it adds up torch's intra-op threads where verl uses them).
 Ratios are taken between medians of the same process run; the binding's overhead is also given
-per interleaved pair (binding call and crate call, in an order that alternates between reps), as the median and range of the
-ratios.
+per interleaved pair (binding call and crate call, each preceded by an untimed run of itself, in an
+order that alternates between pairs; --pair-reps pairs, 101 by default), as the median and range
+of the ratios.
 
 - grpo: verl's compute_grpo_outcome_advantage and compute_grpo_vectorized_outcome_advantage
   against beacon_rl.estimate("grpo") returning a fresh torch float32 tensor (verl's contract)
@@ -126,6 +127,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--migpo-reps", type=int, default=3)
+    # The binding's overhead is a few percent of a call on a machine whose calls vary by ±30%
+    # from one run to the next: it takes many pairs (each call about 1 ms at B).
+    ap.add_argument("--pair-reps", type=int, default=101)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--shapes", default="B,C")
     ap.add_argument("--beacon-release", default=os.environ.get("BEACON_RELEASE"))
@@ -136,7 +140,7 @@ def main():
     from beacon_rl.verl import compute_step_advantages
 
     release = load_release(args.beacon_release)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, reps {args.reps}, "
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, reps {args.reps}, pairs {args.pair_reps}, "
           f"release {'at ' + args.beacon_release if release else 'not given'}")
     shapes = {"B": (16, 8, 30), "C": (64, 16, 30)}
     for label in args.shapes.split(","):
@@ -202,7 +206,7 @@ def main():
             lambda: crate(rust_len, m_np, {"lengths": lengths}),
             lambda: crate(rust_bool, mb_np, {}),
         ]
-        for rep in range(args.reps):
+        for rep in range(args.pair_reps):
             # The order alternates (forward, then backward), so that each call follows each
             # other as often: at B the inputs nearly fit in the last-level cache, and what the
             # previous call left there shifts a call's time by more than the binding costs.
