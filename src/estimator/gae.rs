@@ -28,7 +28,7 @@
 use super::whiten::{rows_of, rows_of_mut, whiten_rows, Lanes};
 use super::{
     check_matrix_shape, fill_estimator, float_row, mask_row, report_non_finite_input, EstimatorInput,
-    FiniteCheck, InputBufs, Out, Scratch, Tokens, LANES,
+    FiniteCheck, InputBufs, Out, Prefetch, Scratch, Tokens, LANES,
 };
 use crate::error::{Error, Range, Result};
 use crate::tensor::{FloatView, MaskView};
@@ -221,13 +221,14 @@ fn gae_block(
     }
     lanes.mask_ok &= mask_ok;
     let (a, b, m) = (&*lanes.a, &*lanes.b, &*lanes.mask);
+    let mut next = Prefetch::rows(rewards, Some(values), mask, r0 + LANES);
     if lanes.pre.len() == LANES * n {
-        gae_scan::<LANES>(gamma, gamma_lambda, n, a, b, m, lanes.pre, lanes.ret);
+        gae_scan::<LANES>(gamma, gamma_lambda, n, a, b, m, lanes.pre, lanes.ret, &mut next);
     } else {
         let rows = a.chunks_exact(n).zip(b.chunks_exact(n)).zip(m.chunks_exact(n));
         let out = lanes.pre.chunks_exact_mut(n).zip(lanes.ret.chunks_exact_mut(n));
         for (((a, b), m), (pre, ret)) in rows.zip(out) {
-            gae_scan::<1>(gamma, gamma_lambda, n, a, b, m, pre, ret);
+            gae_scan::<1>(gamma, gamma_lambda, n, a, b, m, pre, ret, &mut next);
         }
     }
     lanes.finite.extend(lanes.a);
@@ -236,7 +237,7 @@ fn gae_block(
 
 /// The GAE recurrence over `K` rows of `n` tokens in lockstep (each row's operations in the
 /// order of the one-row recurrence; the rows are independent chains, so running them side by
-/// side hides each chain's latency).
+/// side hides each chain's latency), requesting a line of the next block per token.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 #[inline(always)]
 fn gae_scan<const K: usize>(
@@ -248,6 +249,7 @@ fn gae_scan<const K: usize>(
     mask: &[u8],
     pre: &mut [f64],
     ret: &mut [f64],
+    next: &mut Prefetch,
 ) {
     let (r, v, m) = (
         rows_of::<_, K>(rewards, n),
@@ -258,6 +260,7 @@ fn gae_scan<const K: usize>(
     let mut next_value = [0.0f64; K];
     let mut last = [0.0f64; K];
     for t in (0..n).rev() {
+        next.step();
         for l in 0..K {
             let (r, v, m) = (r[l][t], v[l][t], m[l][t] != 0);
             let delta = r + gamma * next_value[l] - v;

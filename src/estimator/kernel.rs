@@ -826,6 +826,79 @@ fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>
 /// row's chain of dependent operations without changing any row's order of operations.
 pub(crate) const LANES: usize = 4;
 
+/// The next block's input rows, one cache line requested per step of the current block's scan.
+///
+/// The scans run on a block already in cache (its rows widened into [`Lanes`]), so the core
+/// sits idle on memory only while the next block's rows are read; its lines, requested
+/// during the current scan (one per token step: a block's `LANES` rows of 512 tokens are
+/// 512 lines of f32 rewards and values and an i64 mask), arrive while the scan computes.
+/// Measured at C (30,720 × 512, three alternating pairs): GAE 0.91× the time without from an
+/// i64 mask, 0.95× from per-row lengths; REINFORCE++ 0.93× from i64, unchanged from lengths.
+/// Requests only: no value is read, so the results are unchanged. Strided rows (no
+/// contiguous slice) and per-row lengths are not requested.
+#[derive(Debug, Default)]
+pub(crate) struct Prefetch {
+    /// (start address, bytes) of each contiguous input row.
+    regions: [(usize, usize); 3 * LANES],
+    count: usize,
+    at: usize,
+    offset: usize,
+}
+
+impl Prefetch {
+    /// The rows `r ..` (up to [`LANES`] of them) of `a`, `b` (if any) and `mask`.
+    pub(crate) fn rows(a: &FloatView<'_>, b: Option<&FloatView<'_>>, mask: &MaskView<'_>, r: usize) -> Self {
+        fn bytes<T>(s: Option<&[T]>) -> Option<(usize, usize)> {
+            s.map(|s| (s.as_ptr() as usize, std::mem::size_of_val(s)))
+        }
+        fn float_bytes(v: &FloatView<'_>, row: usize) -> Option<(usize, usize)> {
+            match v {
+                FloatView::F32(m) => bytes(m.row(row).to_slice()),
+                FloatView::F64(m) => bytes(m.row(row).to_slice()),
+            }
+        }
+        let mut p = Self::default();
+        let rows = mask.dim().0;
+        for row in r..r.saturating_add(LANES).min(rows) {
+            let mut push = |region: Option<(usize, usize)>| {
+                if let Some(region) = region.filter(|&(_, len)| len > 0) {
+                    p.regions[p.count] = region;
+                    p.count += 1;
+                }
+            };
+            push(float_bytes(a, row));
+            push(b.and_then(|b| float_bytes(b, row)));
+            push(match mask {
+                MaskView::Bool(m) => bytes(m.row(row).to_slice()),
+                MaskView::U8(m) => bytes(m.row(row).to_slice()),
+                MaskView::I64(m) => bytes(m.row(row).to_slice()),
+                MaskView::Lengths { .. } => None,
+            });
+        }
+        p
+    }
+
+    /// Requests the next line (nothing once every row is requested).
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        let Some(&(start, len)) = self.regions[..self.count].get(self.at) else {
+            return;
+        };
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code, unused_unsafe)]
+        // SAFETY: SSE is part of x86-64, and a prefetch reads nothing and never faults (the
+        // address is inside a row of the caller's input anyway).
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>((start + self.offset) as *const i8);
+        }
+        self.offset += 64;
+        if self.offset >= len {
+            (self.at, self.offset) = (self.at + 1, 0);
+        }
+    }
+}
+
 /// Row `r` of `v` widened (exactly) to `f64` into `buf` (length L).
 pub(crate) fn float_row(v: &FloatView<'_>, r: usize, buf: &mut [f64]) {
     fn put<T: crate::tensor::Float>(m: &ArrayView2<'_, T>, r: usize, buf: &mut [f64]) {

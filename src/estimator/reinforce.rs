@@ -31,7 +31,7 @@
 use super::whiten::{rows_of, rows_of_mut, whiten_outcome, whiten_rows, Lanes};
 use super::{
     check_scalars, fill_estimator, float_row, group_rows, mask_row, report_non_finite_input, select,
-    EstimatorInput, Out, Scratch, LANES,
+    EstimatorInput, Out, Prefetch, Scratch, LANES,
 };
 use crate::error::{Range, Result};
 use crate::tensor::{FloatView, MaskView};
@@ -194,12 +194,13 @@ fn returns_block(
     }
     lanes.mask_ok &= mask_ok;
     let (a, m) = (&*lanes.a, &*lanes.mask);
+    let mut next = Prefetch::rows(rewards, None, mask, r0 + LANES);
     if lanes.pre.len() == LANES * n {
-        returns_scan::<LANES>(discount, n, a, m, lanes.ret);
+        returns_scan::<LANES>(discount, n, a, m, lanes.ret, &mut next);
     } else {
         let rows = a.chunks_exact(n).zip(m.chunks_exact(n));
         for ((a, m), ret) in rows.zip(lanes.ret.chunks_exact_mut(n)) {
-            returns_scan::<1>(discount, n, a, m, ret);
+            returns_scan::<1>(discount, n, a, m, ret, &mut next);
         }
     }
     let k = lanes.pre.len();
@@ -209,14 +210,23 @@ fn returns_block(
 }
 
 /// The reward-to-go recurrence over `K` rows of `n` tokens in lockstep (each row's
-/// operations in the order of the one-row recurrence).
+/// operations in the order of the one-row recurrence), requesting a line of the next block
+/// per token.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn returns_scan<const K: usize>(discount: f64, n: usize, rewards: &[f64], mask: &[u8], ret: &mut [f64]) {
+fn returns_scan<const K: usize>(
+    discount: f64,
+    n: usize,
+    rewards: &[f64],
+    mask: &[u8],
+    ret: &mut [f64],
+    next: &mut Prefetch,
+) {
     let (r, m) = (rows_of::<_, K>(rewards, n), rows_of::<_, K>(mask, n));
     let ret = rows_of_mut::<_, K>(ret, n);
     let mut running = [0.0f64; K];
     for t in (0..n).rev() {
+        next.step();
         for l in 0..K {
             let (r, m) = (r[l][t], m[l][t] != 0);
             let cand = r + discount * running[l];
