@@ -848,8 +848,13 @@ pub(crate) struct Prefetch {
 impl Prefetch {
     /// The rows `r ..` (up to [`LANES`] of them) of `a`, `b` (if any) and `mask`.
     pub(crate) fn rows(a: &FloatView<'_>, b: Option<&FloatView<'_>>, mask: &MaskView<'_>, r: usize) -> Self {
+        // From the start of the first line the row touches, so that stepping by whole lines
+        // reaches its last one.
         fn bytes<T>(s: Option<&[T]>) -> Option<(usize, usize)> {
-            s.map(|s| (s.as_ptr() as usize, std::mem::size_of_val(s)))
+            s.map(|s| {
+                let start = s.as_ptr() as usize;
+                (start - start % LINE, std::mem::size_of_val(s) + start % LINE)
+            })
         }
         fn float_bytes(v: &FloatView<'_>, row: usize) -> Option<(usize, usize)> {
             match v {
@@ -881,23 +886,32 @@ impl Prefetch {
     /// Requests the next line (nothing once every row is requested).
     #[inline(always)]
     pub(crate) fn step(&mut self) {
-        let Some(&(start, len)) = self.regions[..self.count].get(self.at) else {
-            return;
-        };
+        let Some(_line) = self.next_line() else { return };
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code, unused_unsafe)]
         // SAFETY: SSE is part of x86-64, and a prefetch reads nothing and never faults (the
-        // address is inside a row of the caller's input anyway).
+        // address is in a line that holds part of a row of the caller's input anyway).
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>((start + self.offset) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(_line as *const i8);
         }
-        self.offset += 64;
+    }
+
+    /// The address of the next line to request, if any is left.
+    #[inline(always)]
+    fn next_line(&mut self) -> Option<usize> {
+        let &(start, len) = self.regions[..self.count].get(self.at)?;
+        let line = start + self.offset;
+        self.offset += LINE;
         if self.offset >= len {
             (self.at, self.offset) = (self.at + 1, 0);
         }
+        Some(line)
     }
 }
+
+/// Bytes per cache line (x86-64 and most AArch64 cores).
+const LINE: usize = 64;
 
 /// Row `r` of `v` widened (exactly) to `f64` into `buf` (length L).
 pub(crate) fn float_row(v: &FloatView<'_>, r: usize, buf: &mut [f64]) {
@@ -1088,5 +1102,80 @@ fn put_row<O: crate::tensor::Float>(
             .zip(src)
             .enumerate()
             .for_each(|(t, (o, &x))| *o = value(t, x)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{s, Array2};
+    use std::collections::BTreeSet;
+
+    /// The lines (address / 64) that hold the bytes of `rows`.
+    fn lines_of<T>(rows: &[&[T]]) -> BTreeSet<usize> {
+        let bytes = |r: &&[T]| (r.as_ptr() as usize, std::mem::size_of_val(*r));
+        rows.iter()
+            .map(bytes)
+            .flat_map(|(a, n)| a / LINE..(a + n).div_ceil(LINE))
+            .collect()
+    }
+
+    fn requested(mut p: Prefetch) -> Vec<usize> {
+        std::iter::from_fn(|| p.next_line()).map(|a| a / LINE).collect()
+    }
+
+    fn row<T>(a: &Array2<T>, i: usize) -> &[T] {
+        a.row(i).to_slice().unwrap()
+    }
+
+    #[test]
+    fn prefetch_requests_every_line_of_the_next_blocks_rows() {
+        // 6 rows × 40 tokens (160-byte f32 rows, which share lines): the block from row 4 is
+        // cut short by the batch's end (rows 4, 5).
+        let (rows, cols) = (6, 40);
+        let r = Array2::<f32>::from_shape_fn((rows, cols), |(i, j)| (i * cols + j) as f32);
+        let v = r.clone();
+        let m = Array2::<i64>::ones((rows, cols));
+        let (rv, vv, mv) = (
+            FloatView::F32(r.view()),
+            FloatView::F32(v.view()),
+            MaskView::I64(m.view()),
+        );
+        let check = |got: Vec<usize>, want: BTreeSet<usize>, regions: usize| {
+            assert_eq!(got.iter().copied().collect::<BTreeSet<_>>(), want);
+            // A line two rows share may be requested once for each.
+            assert!(got.len() <= want.len() + regions, "{got:?}");
+        };
+        let got = requested(Prefetch::rows(&rv, Some(&vv), &mv, 4));
+        let mut want = lines_of(&[row(&r, 4), row(&r, 5), row(&v, 4), row(&v, 5)]);
+        want.extend(lines_of(&[row(&m, 4), row(&m, 5)]));
+        check(got, want, 6);
+
+        // Without `b`: `a` and the mask, a whole block.
+        let got = requested(Prefetch::rows(&rv, None, &mv, 0));
+        let mut want = lines_of(&(0..LANES).map(|i| row(&r, i)).collect::<Vec<_>>());
+        want.extend(lines_of(&(0..LANES).map(|i| row(&m, i)).collect::<Vec<_>>()));
+        check(got, want, 2 * LANES);
+        // Nothing past the last row.
+        assert!(requested(Prefetch::rows(&rv, Some(&vv), &mv, rows)).is_empty());
+    }
+
+    #[test]
+    fn prefetch_skips_lengths_and_strided_rows() {
+        let r = Array2::<f32>::zeros((8, 16));
+        let lengths = [3usize; 8];
+        let lens = MaskView::Lengths {
+            lengths: &lengths,
+            cols: 16,
+        };
+        let rv = FloatView::F32(r.view());
+        // Rewards only (no mask bytes to read).
+        let got: BTreeSet<usize> = requested(Prefetch::rows(&rv, None, &lens, 0))
+            .into_iter()
+            .collect();
+        assert_eq!(got, lines_of(&(0..LANES).map(|i| row(&r, i)).collect::<Vec<_>>()));
+        // Every other column: no row is a contiguous slice.
+        let strided = FloatView::F32(r.slice(s![.., ..;2]));
+        assert!(requested(Prefetch::rows(&strided, None, &lens, 0)).is_empty());
     }
 }
