@@ -237,9 +237,11 @@ pub enum Error {
         message: String,
     },
 
-    /// A size claimed by caller input (offsets, lengths) exceeds what the crate will allocate:
-    /// checked before allocating, so a bogus claim is an error, not an abort.
-    #[error("{what}: {requested} exceeds the limit {limit}")]
+    /// A size claimed by caller input (offsets, lengths, a `Lengths` mask's L) exceeds what
+    /// the crate will allocate, or is within that limit but the allocator refused it (then
+    /// `requested ≤ limit`): checked before allocating or by a fallible allocation, so a bogus
+    /// claim is an error, not an abort.
+    #[error("{what}: {}", capacity_message(*.requested, *.limit))]
     CapacityExceeded {
         /// The input making the claim.
         what: &'static str,
@@ -346,6 +348,14 @@ pub enum Error {
         /// The first generated token after the row's first non-generated one.
         token: usize,
     },
+}
+
+fn capacity_message(requested: usize, limit: usize) -> String {
+    if requested > limit {
+        format!("{requested} exceeds the limit {limit}")
+    } else {
+        format!("{requested} could not be allocated (out of memory; the limit is {limit})")
+    }
 }
 
 fn file_suffix(file: &Option<String>) -> String {

@@ -719,7 +719,8 @@ pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatV
 /// row (each element written once, so fresh memory is not zero-filled first).
 ///
 /// # Errors
-/// As [`write_masked`].
+/// As [`write_masked`], and [`Error::CapacityExceeded`] when the mask's rows × L cannot be
+/// allocated.
 pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f64>) -> Result<()> {
     fn rows<M: MaskBits>(values: &[f64], m: &ArrayView2<'_, M>, out: &mut Vec<f64>) -> bool {
         let mut extra = M::Extra::default();
@@ -741,8 +742,7 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
     }
     let (r, cols) = mask.dim();
     out.clear();
-    out.reserve_exact(r * cols);
-    crate::huge_pages::advise_vec(out);
+    crate::huge_pages::reserve(out, (r, cols))?;
     let valid = match mask {
         MaskView::Bool(m) => rows(values, m, out),
         MaskView::U8(m) => rows(values, m, out),

@@ -193,10 +193,7 @@ impl<'o> Out<'o> {
     /// advantages buffer.
     fn materialize(&mut self, dim: (usize, usize)) -> Result<()> {
         if let Some(v) = self.fresh.take() {
-            v.clear();
-            v.reserve_exact(dim.0 * dim.1);
-            crate::huge_pages::advise_vec(v);
-            v.resize(dim.0 * dim.1, 0.0);
+            *v = crate::huge_pages::zeroed_vec(dim)?;
             let n = v.len();
             let view =
                 ndarray::ArrayViewMut2::from_shape(dim, &mut v[..]).map_err(|_| Error::OutputShape {

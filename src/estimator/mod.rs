@@ -324,7 +324,8 @@ pub trait AdvantageEstimator: Send + Sync {
     /// # Errors
     /// As [`estimate_into`](Self::estimate_into), and [`Error::CapacityExceeded`] when the
     /// output's rows × L (a [`MaskView::Lengths`](crate::tensor::MaskView::Lengths) mask's
-    /// L is the caller's claim) overflows or exceeds `isize::MAX` bytes.
+    /// L is the caller's claim) overflows, exceeds `isize::MAX` bytes or cannot be allocated
+    /// (then `requested ≤ limit`).
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let dim = input.output_dim();
         let mut advantages = crate::huge_pages::zeros(dim)?;

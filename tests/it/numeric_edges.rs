@@ -178,6 +178,73 @@ fn c5_broadcast_checks_its_inputs_before_allocating() {
     );
 }
 
+/// A claimed L whose output fits the limit but no memory: 4 rows × 2^56 columns is 2^58 `f64`
+/// (≤ `isize::MAX` bytes / 8) and 2^61 bytes, beyond any 57-bit address space, so the
+/// allocation fails whatever the host's overcommit policy.
+const UNALLOCATABLE_COLS: usize = 1 << 56;
+
+#[test]
+fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
+    // `Array2::zeros` of a valid shape that the allocator refuses aborted the process
+    // (`handle_alloc_error`): BEACON, GiGPO and the ablation take the output's shape from the
+    // mask alone, so a claimed L of 2^40 (32 TiB) killed the caller. Every estimator in the
+    // registry, with and without token rewards (without them the step-level estimators have
+    // nothing to check the claim against), must return an error.
+    let every = common::EveryColumn::new();
+    let lengths = [1, 2, 3, 0];
+    let mask = beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: UNALLOCATABLE_COLS,
+    };
+    let with_tokens = every.input(mask);
+    let mut step_inputs_only = with_tokens;
+    step_inputs_only.token_level_rewards = None;
+    let mut refused = Vec::new();
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        for input in [with_tokens, step_inputs_only] {
+            match est.estimate(&input).unwrap_err() {
+                Error::CapacityExceeded {
+                    what: "output (rows × L)",
+                    requested,
+                    limit,
+                } => {
+                    // Accepted by the limit, refused by the allocator.
+                    assert_eq!(requested, 4 * UNALLOCATABLE_COLS, "{name}");
+                    assert!(requested <= limit, "{name}");
+                    let err = Error::CapacityExceeded {
+                        what: "output (rows × L)",
+                        requested,
+                        limit,
+                    };
+                    assert!(err.to_string().contains("could not be allocated"), "{err}");
+                    refused.push(*name);
+                }
+                // The token-level estimators reject the inputs before allocating anything.
+                Error::LengthMismatch {
+                    what: "response_mask columns",
+                    ..
+                }
+                | Error::MissingInput("token_level_rewards") => {}
+                err => panic!("{name}: {err:?}"),
+            }
+        }
+    }
+    refused.dedup();
+    for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+        assert!(refused.contains(&name), "{name} not refused: {refused:?}");
+    }
+    // The allocating broadcast, the same claim.
+    assert!(matches!(
+        beacon_rl::token::broadcast(&[0.0; 4], mask),
+        Err(Error::CapacityExceeded { requested, .. }) if requested == 4 * UNALLOCATABLE_COLS
+    ));
+}
+
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
 /// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
