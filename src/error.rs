@@ -110,17 +110,19 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// An output buffer handed to an `_into` function has the wrong shape. For a rows × L
-    /// buffer the lengths are element counts (rows · L; the expected one saturates at
-    /// `usize::MAX` when a [`Lengths`](crate::tensor::MaskView::Lengths) mask claims more).
-    #[error("output buffer {what} has length {actual}, expected {expected}")]
+    /// An output buffer handed to an `_into` function (or an estimator's output read by the
+    /// diagnostics) has the wrong shape. Shapes are (rows, columns): a rows × L token matrix
+    /// is (rows, L) (the expected L may be a [`Lengths`](crate::tensor::MaskView::Lengths)
+    /// mask's claim, reported as claimed), a buffer of one value per row (step advantages,
+    /// milestone flags) is (len, 1). So a transposed buffer reads "(3, 4), expected (4, 3)".
+    #[error("output buffer {what} has shape {actual:?}, expected {expected:?}")]
     OutputShape {
         /// Which buffer.
         what: &'static str,
-        /// Required length.
-        expected: usize,
-        /// Provided length.
-        actual: usize,
+        /// Required shape (rows, columns).
+        expected: (usize, usize),
+        /// Provided shape (rows, columns).
+        actual: (usize, usize),
     },
 
     /// A token span of a multi-step sequence row is invalid: it exceeds the row, overlaps
@@ -393,6 +395,20 @@ pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> R
             what,
             expected,
             actual,
+        })
+    }
+}
+
+/// Checks that a buffer of one value per row has `expected` entries ([`Error::OutputShape`]
+/// with the shapes (len, 1)).
+pub(crate) fn check_out_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::OutputShape {
+            what,
+            expected: (expected, 1),
+            actual: (actual, 1),
         })
     }
 }

@@ -651,16 +651,14 @@ impl FloatViewMut<'_> {
 
     /// Checks that the buffer has the shape `dim`.
     pub(crate) fn check_dim(&self, what: &'static str, dim: (usize, usize)) -> Result<()> {
-        let (r, c) = self.dim();
-        if (r, c) == dim {
+        let actual = self.dim();
+        if actual == dim {
             Ok(())
         } else {
-            // Saturating: `dim` may be a caller's claim (a `Lengths` mask's L), whose product
-            // can overflow; the buffer's own size cannot.
             Err(Error::OutputShape {
                 what,
-                expected: dim.0.saturating_mul(dim.1),
-                actual: r * c,
+                expected: dim,
+                actual,
             })
         }
     }

@@ -475,13 +475,7 @@ impl Beacon {
         advantages: &mut [f64],
     ) -> Result<()> {
         check_flags(batch, milestones)?;
-        if advantages.len() != batch.num_steps() {
-            return Err(Error::OutputShape {
-                what: "advantages",
-                expected: batch.num_steps(),
-                actual: advantages.len(),
-            });
-        }
+        crate::error::check_out_len("advantages", batch.num_steps(), advantages.len())?;
         self.run(batch, milestones, ws);
         for (s, &r) in batch.step_rows().iter().enumerate() {
             advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);

@@ -494,13 +494,7 @@ impl Gigpo {
         workspace: &mut GigpoWorkspace,
         advantages: &mut [f64],
     ) -> Result<()> {
-        if advantages.len() != batch.num_steps() {
-            return Err(Error::OutputShape {
-                what: "advantages",
-                expected: batch.num_steps(),
-                actual: advantages.len(),
-            });
-        }
+        crate::error::check_out_len("advantages", batch.num_steps(), advantages.len())?;
         // The output lives in the workspace; taken out for the call (no allocation: a move).
         let mut out = std::mem::take(&mut workspace.out);
         let result = self.compute_into(batch, step_rewards, anchors, workspace, &mut out);
@@ -1111,8 +1105,8 @@ mod tests {
         assert!(matches!(
             g.advantages_into(&batch, &rewards, &anchors, &mut ws, &mut [0.0; 5]),
             Err(Error::OutputShape {
-                expected: 6,
-                actual: 5,
+                expected: (6, 1),
+                actual: (5, 1),
                 ..
             })
         ));

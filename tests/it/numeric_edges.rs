@@ -96,7 +96,8 @@ fn c3_estimate_checks_the_rewards_against_a_claimed_mask_before_allocating_retur
 #[test]
 fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
     // rows × L past `isize::MAX` bytes: `Array2::zeros` panicked ("shape too large" or
-    // "capacity overflow"), and the `OutputShape` error's `rows * L` overflowed.
+    // "capacity overflow"), and the `OutputShape` error's `rows * L` overflowed (it reports
+    // shapes now, so there is no product to overflow).
     let every = common::EveryColumn::new();
     let lengths = [0; 4];
     let mask = beacon_rl::tensor::MaskView::Lengths {
@@ -121,7 +122,7 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
             ),
             "{name}: {err:?}"
         );
-        // Into a caller buffer: the wrong shape is named, its claimed size saturated.
+        // Into a caller buffer: the wrong shape is named, with the claimed shape as claimed.
         let mut a = Array2::<f64>::zeros((4, 3));
         let err = est
             .estimate_into(&every.input(mask), (&mut a).into(), None, &mut Workspace::new())
@@ -130,8 +131,8 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
             err,
             Error::OutputShape {
                 what: "advantages",
-                expected: usize::MAX,
-                actual: 12
+                expected: (4, usize::MAX / 2),
+                actual: (4, 3)
             },
             "{name}"
         );
@@ -153,8 +154,8 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
         beacon_rl::token::broadcast_into(&step, mask, &mut out),
         Err(Error::OutputShape {
             what: "token advantages",
-            expected: usize::MAX,
-            actual: 12
+            expected: (4, usize::MAX / 2),
+            actual: (4, 3)
         })
     );
 }
