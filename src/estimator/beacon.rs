@@ -775,13 +775,18 @@ impl<'a> Part<'a> {
 impl Beacon {
     /// Per-row advantages for the trait's entry points (`milestones` required), with the
     /// workspace's BEACON scratch.
+    ///
+    /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
+    /// output, `milestones` (present, length), `token_level_rewards`' rows; then the token sums.
     fn steps_with(
         &self,
         input: &EstimatorInput<'_>,
         advantages: &mut [f64],
         ws: &mut Workspace,
     ) -> Result<()> {
+        crate::estimator::check_steps_out(input, advantages)?;
         let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
+        check_flags(input.batch, flags)?;
         // Two sources of the episode reward must agree (see the `batch` module docs).
         input.batch.check_token_scores(input.token_level_rewards)?;
         self.advantages_into(input.batch, flags, &mut ws.beacon, advantages)

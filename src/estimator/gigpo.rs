@@ -556,16 +556,22 @@ impl Gigpo {
         workspace: &mut GigpoWorkspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
-        if let StepGrouping::Similarity { threshold } = self.config.grouping {
-            return Err(Error::InvalidConfig {
-                name: "grouping",
-                value: threshold,
-                expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
-            });
-        }
+        self.check_key_grouping()?;
         check_len("anchors", batch.num_steps(), anchors.len())?;
         let key = |r: usize| &anchors[r];
         self.run(batch, step_rewards, &key, None::<(f64, &NoText)>, workspace, out)
+    }
+
+    /// Non-text anchors group exactly: similarity needs text.
+    fn check_key_grouping(&self) -> Result<()> {
+        match self.config.grouping {
+            StepGrouping::Similarity { threshold } => Err(Error::InvalidConfig {
+                name: "grouping",
+                value: threshold,
+                expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
+            }),
+            StepGrouping::Exact => Ok(()),
+        }
     }
 
     /// The whole computation, one task group at a time.
@@ -944,28 +950,49 @@ impl Gigpo {
     /// Per-row advantages for the trait's entry points (`step_rewards` and one of
     /// `anchor_obs` / `anchor_ids` required; `token_level_rewards`, when given, must agree with
     /// the batch's episode rewards), with the workspace's GiGPO scratch and output.
+    ///
+    /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
+    /// output, `step_rewards` and the anchors (present, lengths), `token_level_rewards`' rows;
+    /// then the token sums, then the step rewards' values (in `run`).
     fn steps_with(
         &self,
         input: &crate::estimator::EstimatorInput<'_>,
         advantages: &mut [f64],
         ws: &mut crate::estimator::Workspace,
     ) -> Result<()> {
-        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
-        input.batch.check_token_scores(input.token_level_rewards)?;
+        let rows = input.batch.num_steps();
         crate::estimator::check_steps_out(input, advantages)?;
-        let out = &mut ws.gigpo_out;
-        match (input.anchor_obs, input.anchor_ids) {
+        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
+        check_len("step_rewards", rows, step_rewards.len())?;
+        enum Anchors<'a> {
+            Text(&'a [&'a str]),
+            Ids(&'a [u64]),
+        }
+        let anchors = match (input.anchor_obs, input.anchor_ids) {
             (Some(_), Some(_)) => {
                 return Err(Error::ConflictingInputs {
                     first: "anchor_obs",
                     second: "anchor_ids",
                 })
             }
-            (Some(text), None) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
+            (Some(text), None) => {
+                check_len("anchors", rows, text.len())?;
+                Anchors::Text(text)
+            }
             (None, Some(ids)) => {
-                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
+                self.check_key_grouping()?;
+                check_len("anchors", rows, ids.len())?;
+                Anchors::Ids(ids)
             }
             (None, None) => return Err(Error::MissingInput("anchor_obs")),
+        };
+        input.batch.check_token_scores(input.token_level_rewards)?;
+        let out = &mut ws.gigpo_out;
+        match anchors {
+            Anchors::Text(text) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
+            Anchors::Ids(ids) => {
+                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
+            }
         }
         advantages.copy_from_slice(&out.advantages);
         Ok(())
