@@ -960,14 +960,30 @@ impl Gigpo {
         advantages: &mut [f64],
         ws: &mut crate::estimator::Workspace,
     ) -> Result<()> {
-        let rows = input.batch.num_steps();
         crate::estimator::check_steps_out(input, advantages)?;
+        let (step_rewards, anchors) = self.step_columns(input)?;
+        input.batch.check_token_scores(input.token_level_rewards)?;
+        let out = &mut ws.gigpo_out;
+        match anchors {
+            Anchors::Text(text) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
+            Anchors::Ids(ids) => {
+                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
+            }
+        }
+        advantages.copy_from_slice(&out.advantages);
+        Ok(())
+    }
+
+    /// The step path's input shapes: `step_rewards` present and one per row, then one of
+    /// `anchor_obs` / `anchor_ids` (ids need exact grouping), one per row, then the rows of
+    /// `token_level_rewards` when given.
+    fn step_columns<'a>(
+        &self,
+        input: &crate::estimator::EstimatorInput<'a>,
+    ) -> Result<(&'a [f64], Anchors<'a>)> {
+        let rows = input.batch.num_steps();
         let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
         check_len("step_rewards", rows, step_rewards.len())?;
-        enum Anchors<'a> {
-            Text(&'a [&'a str]),
-            Ids(&'a [u64]),
-        }
         let anchors = match (input.anchor_obs, input.anchor_ids) {
             (Some(_), Some(_)) => {
                 return Err(Error::ConflictingInputs {
@@ -986,17 +1002,17 @@ impl Gigpo {
             }
             (None, None) => return Err(Error::MissingInput("anchor_obs")),
         };
-        input.batch.check_token_scores(input.token_level_rewards)?;
-        let out = &mut ws.gigpo_out;
-        match anchors {
-            Anchors::Text(text) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
-            Anchors::Ids(ids) => {
-                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
-            }
+        if let Some(t) = input.token_level_rewards {
+            check_len("token_level_rewards rows", rows, t.dim().0)?;
         }
-        advantages.copy_from_slice(&out.advantages);
-        Ok(())
+        Ok((step_rewards, anchors))
     }
+}
+
+/// The anchors of the trait's entry points: text (`anchor_obs`) or integer ids (`anchor_ids`).
+enum Anchors<'a> {
+    Text(&'a [&'a str]),
+    Ids(&'a [u64]),
 }
 
 impl crate::estimator::AdvantageEstimator for Gigpo {
@@ -1030,6 +1046,10 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         returns: Option<crate::tensor::FloatViewMut<'_>>,
         ws: &mut crate::estimator::Workspace,
     ) -> Result<()> {
+        // The step buffer has the batch's row count, which `from_offsets` only claims: the
+        // columns that back it are checked first (a wrong one is an error, not a huge
+        // allocation).
+        self.step_columns(input)?;
         let mut steps = std::mem::take(&mut ws.steps);
         steps.clear();
         steps.resize(input.batch.num_steps(), 0.0);

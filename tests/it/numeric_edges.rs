@@ -246,6 +246,43 @@ fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
     ));
 }
 
+#[test]
+fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
+    // `from_offsets` claims its step count (up to MAX_STEPS, 2^32 − 1) without allocating.
+    // BEACON, GiGPO and the ablation sized their step buffer by it (34 GB of f64) before
+    // checking the one-row columns: an abort. Every estimator must name a column instead.
+    let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, RolloutBatch::MAX_STEPS], vec![0.0]).unwrap();
+    let input = EstimatorInput::new(&batch)
+        .with_milestones(&[false])
+        .with_step_rewards(&[0.0])
+        .with_anchor_obs(&["s"]);
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut a = Array2::<f64>::zeros((1, 1));
+        let err = est
+            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+            .unwrap_err();
+        let want = match *name {
+            n if n.starts_with("beacon") => Error::LengthMismatch {
+                what: "milestone flags",
+                expected: RolloutBatch::MAX_STEPS,
+                actual: 1,
+            },
+            "gigpo" => Error::LengthMismatch {
+                what: "step_rewards",
+                expected: RolloutBatch::MAX_STEPS,
+                actual: 1,
+            },
+            _ => Error::MissingInput("token_level_rewards"),
+        };
+        assert_eq!(err, want, "{name}");
+    }
+}
+
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
 /// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
