@@ -880,6 +880,8 @@ impl BeaconAblation {
         workspace: &mut Workspace,
         call: u64,
     ) -> Result<()> {
+        // The output first, as every step path (`estimate_steps_into`'s docs).
+        crate::estimator::check_steps_out(input, advantages)?;
         match self.flags_at(input, call)? {
             Some(flags) => self
                 .beacon

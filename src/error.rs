@@ -110,17 +110,19 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// An output buffer handed to an `_into` function has the wrong shape. For a rows × L
-    /// buffer the lengths are element counts (rows · L; the expected one saturates at
-    /// `usize::MAX` when a [`Lengths`](crate::tensor::MaskView::Lengths) mask claims more).
-    #[error("output buffer {what} has length {actual}, expected {expected}")]
+    /// An output buffer handed to an `_into` function (or an estimator's output read by the
+    /// diagnostics) has the wrong shape. Shapes are (rows, columns): a rows × L token matrix
+    /// is (rows, L) (the expected L may be a [`Lengths`](crate::tensor::MaskView::Lengths)
+    /// mask's claim, reported as claimed), a buffer of one value per row (step advantages,
+    /// milestone flags) is (len, 1). So a transposed buffer reads "(3, 4), expected (4, 3)".
+    #[error("output buffer {what} has shape {actual:?}, expected {expected:?}")]
     OutputShape {
         /// Which buffer.
         what: &'static str,
-        /// Required length.
-        expected: usize,
-        /// Provided length.
-        actual: usize,
+        /// Required shape (rows, columns).
+        expected: (usize, usize),
+        /// Provided shape (rows, columns).
+        actual: (usize, usize),
     },
 
     /// A token span of a multi-step sequence row is invalid: it exceeds the row, overlaps
@@ -237,9 +239,11 @@ pub enum Error {
         message: String,
     },
 
-    /// A size claimed by caller input (offsets, lengths) exceeds what the crate will allocate:
-    /// checked before allocating, so a bogus claim is an error, not an abort.
-    #[error("{what}: {requested} exceeds the limit {limit}")]
+    /// A size claimed by caller input (offsets, lengths, a `Lengths` mask's L) exceeds what
+    /// the crate will allocate, or is within that limit but the allocator refused it (then
+    /// `requested ≤ limit`): checked before allocating or by a fallible allocation, so a bogus
+    /// claim is an error, not an abort.
+    #[error("{what}: {}", capacity_message(*.requested, *.limit))]
     CapacityExceeded {
         /// The input making the claim.
         what: &'static str,
@@ -348,6 +352,14 @@ pub enum Error {
     },
 }
 
+fn capacity_message(requested: usize, limit: usize) -> String {
+    if requested > limit {
+        format!("{requested} exceeds the limit {limit}")
+    } else {
+        format!("{requested} could not be allocated (out of memory; the limit is {limit})")
+    }
+}
+
 fn file_suffix(file: &Option<String>) -> String {
     file.as_ref().map(|f| format!(" of {f}")).unwrap_or_default()
 }
@@ -383,6 +395,20 @@ pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> R
             what,
             expected,
             actual,
+        })
+    }
+}
+
+/// Checks that a buffer of one value per row has `expected` entries ([`Error::OutputShape`]
+/// with the shapes (len, 1)).
+pub(crate) fn check_out_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::OutputShape {
+            what,
+            expected: (expected, 1),
+            actual: (actual, 1),
         })
     }
 }

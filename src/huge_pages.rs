@@ -27,36 +27,89 @@ pub(crate) fn advise_vec<T>(buf: &mut Vec<T>) {
     advise(buf.as_mut_ptr() as usize, bytes);
 }
 
-/// [`advise_vec`] for a fresh slice (for example a new `Array2::zeros`, whose large
-/// allocations come from the kernel untouched).
-pub(crate) fn advise_slice<T>(buf: &mut [T]) {
-    advise(buf.as_mut_ptr() as usize, std::mem::size_of_val(buf));
-}
-
 /// The most `f64` elements one array may hold: ndarray's limit, `isize::MAX` bytes.
 pub(crate) const MAX_F64S: usize = isize::MAX as usize / std::mem::size_of::<f64>();
+
+/// The number of `f64` elements of a rows × L output, checked: rows × L may be a caller's
+/// claim (a `Lengths` mask's L), and ndarray panics on a shape past [`MAX_F64S`].
+///
+/// # Errors
+/// [`Error::CapacityExceeded`](crate::Error::CapacityExceeded) when rows × L overflows or
+/// exceeds [`MAX_F64S`] (`requested` saturates at `usize::MAX`).
+fn elements(dim: (usize, usize)) -> crate::Result<usize> {
+    let elements = dim.0.saturating_mul(dim.1);
+    if elements > MAX_F64S {
+        return Err(out_of_capacity(elements));
+    }
+    Ok(elements)
+}
+
+/// The one error for an output the crate will not or cannot allocate: above [`MAX_F64S`]
+/// (`requested > limit`), or accepted but refused by the allocator (`requested ≤ limit`).
+fn out_of_capacity(requested: usize) -> crate::Error {
+    crate::Error::CapacityExceeded {
+        what: "output (rows × L)",
+        requested,
+        limit: MAX_F64S,
+    }
+}
+
+/// A fresh zeroed `f64` vector of rows × L elements, advised (see [`zeros`]).
+///
+/// # Errors
+/// As [`zeros`].
+pub(crate) fn zeroed_vec(dim: (usize, usize)) -> crate::Result<Vec<f64>> {
+    let n = elements(dim)?;
+    let mut v = alloc_zeroed_f64(n).ok_or_else(|| out_of_capacity(n))?;
+    advise_vec(&mut v);
+    Ok(v)
+}
 
 /// A fresh zeroed `f64` array of shape `dim`, advised (large zeroed allocations come from
 /// the kernel untouched, so the advice lands before the first write).
 ///
 /// # Errors
-/// [`Error::CapacityExceeded`](crate::Error::CapacityExceeded) when rows × L overflows or
-/// exceeds [`MAX_F64S`]: `dim` may come from a caller's claim (a `Lengths` mask's L), and
-/// `Array2::zeros` panics on such a shape.
+/// [`Error::CapacityExceeded`](crate::Error::CapacityExceeded) when rows × L overflows,
+/// exceeds [`MAX_F64S`] or cannot be allocated: `dim` may come from a caller's claim (a
+/// `Lengths` mask's L), on which `Array2::zeros` panics (past the limit) or aborts the
+/// process (below it, e.g. 4 rows × 2⁴⁰: 32 TiB).
 pub(crate) fn zeros(dim: (usize, usize)) -> crate::Result<ndarray::Array2<f64>> {
-    let elements = dim.0.saturating_mul(dim.1);
-    if elements > MAX_F64S {
-        return Err(crate::Error::CapacityExceeded {
-            what: "output (rows × L)",
-            requested: elements,
-            limit: MAX_F64S,
-        });
+    let v = zeroed_vec(dim)?;
+    let n = v.len();
+    ndarray::Array2::from_shape_vec(dim, v).map_err(|_| out_of_capacity(n))
+}
+
+/// Reserves room for exactly rows × L more `f64`s in `buf`, advised: for a writer that fills
+/// a fresh output element by element (no zero-fill pass).
+///
+/// # Errors
+/// As [`zeros`].
+pub(crate) fn reserve(buf: &mut Vec<f64>, dim: (usize, usize)) -> crate::Result<()> {
+    let n = elements(dim)?;
+    buf.try_reserve_exact(n).map_err(|_| out_of_capacity(n))?;
+    advise_vec(buf);
+    Ok(())
+}
+
+/// `vec![0.0; n]` (which allocates with `alloc_zeroed`: large buffers come from the kernel as
+/// untouched zero pages, not written by a fill pass), but `None` where the allocator refuses
+/// instead of aborting the process. Stable Rust has no fallible zeroed `Vec` (`try_reserve`
+/// gives uninitialised memory, which would need a fill pass over every page).
+#[allow(unsafe_code)]
+fn alloc_zeroed_f64(n: usize) -> Option<Vec<f64>> {
+    if n == 0 {
+        return Some(Vec::new());
     }
-    let mut a = ndarray::Array2::zeros(dim);
-    if let Some(s) = a.as_slice_mut() {
-        advise_slice(s);
+    let layout = std::alloc::Layout::array::<f64>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n ≥ 1 elements of 8 bytes).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f64>();
+    if ptr.is_null() {
+        return None;
     }
-    Ok(a)
+    // SAFETY: `ptr` comes from the global allocator with the layout of n `f64`s (what a `Vec`
+    // of capacity n uses: same alignment, size n · 8 ≤ isize::MAX, checked by
+    // `Layout::array`), and its n · 8 zero bytes are n valid `f64` values (+0.0).
+    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
 #[cfg(target_os = "linux")]
@@ -97,12 +150,32 @@ mod tests {
         v.extend((0..n).map(|i| i as f64));
         assert!(v.iter().enumerate().all(|(i, &x)| x == i as f64));
         // Advice on a buffer already holding data leaves the data as it is.
-        advise_slice(&mut v[..]);
+        advise_vec(&mut v);
         assert_eq!(v[n - 1], (n - 1) as f64);
         // Empty and small buffers: no call, no effect.
         advise_vec(&mut Vec::<u8>::new());
         let mut small = vec![1u8; 1024];
-        advise_slice(&mut small);
+        advise_vec(&mut small);
         assert_eq!(small, vec![1u8; 1024]);
+    }
+
+    #[test]
+    fn fresh_outputs_are_zeros_or_a_typed_error() {
+        assert_eq!(zeros((0, 7)).unwrap().dim(), (0, 7));
+        let z = zeros((3, MIN_BYTES / 8)).unwrap();
+        assert!(z.iter().all(|&x| x.to_bits() == 0), "+0.0 everywhere");
+        let mut v = vec![1.0];
+        reserve(&mut v, (2, 3)).unwrap();
+        assert!(v.capacity() >= 7);
+        // Past the limit, and within it but beyond any address space (2^61 bytes).
+        for (dim, requested) in [((4, usize::MAX), usize::MAX), ((4, 1 << 56), 1 << 58)] {
+            let want = crate::Error::CapacityExceeded {
+                what: "output (rows × L)",
+                requested,
+                limit: MAX_F64S,
+            };
+            assert_eq!(zeros(dim), Err(want.clone()));
+            assert_eq!(reserve(&mut Vec::new(), dim), Err(want));
+        }
     }
 }

@@ -651,16 +651,14 @@ impl FloatViewMut<'_> {
 
     /// Checks that the buffer has the shape `dim`.
     pub(crate) fn check_dim(&self, what: &'static str, dim: (usize, usize)) -> Result<()> {
-        let (r, c) = self.dim();
-        if (r, c) == dim {
+        let actual = self.dim();
+        if actual == dim {
             Ok(())
         } else {
-            // Saturating: `dim` may be a caller's claim (a `Lengths` mask's L), whose product
-            // can overflow; the buffer's own size cannot.
             Err(Error::OutputShape {
                 what,
-                expected: dim.0.saturating_mul(dim.1),
-                actual: r * c,
+                expected: dim,
+                actual,
             })
         }
     }
@@ -719,7 +717,8 @@ pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatV
 /// row (each element written once, so fresh memory is not zero-filled first).
 ///
 /// # Errors
-/// As [`write_masked`].
+/// As [`write_masked`], and [`Error::CapacityExceeded`] when the mask's rows × L cannot be
+/// allocated.
 pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f64>) -> Result<()> {
     fn rows<M: MaskBits>(values: &[f64], m: &ArrayView2<'_, M>, out: &mut Vec<f64>) -> bool {
         let mut extra = M::Extra::default();
@@ -741,8 +740,7 @@ pub(crate) fn extend_masked(values: &[f64], mask: &MaskView<'_>, out: &mut Vec<f
     }
     let (r, cols) = mask.dim();
     out.clear();
-    out.reserve_exact(r * cols);
-    crate::huge_pages::advise_vec(out);
+    crate::huge_pages::reserve(out, (r, cols))?;
     let valid = match mask {
         MaskView::Bool(m) => rows(values, m, out),
         MaskView::U8(m) => rows(values, m, out),

@@ -231,8 +231,8 @@ fn for_row_blocks<T: Sync, X: Send>(
 ///
 /// # Errors
 /// As [`broadcast_into`] (checked before allocating), and [`Error::CapacityExceeded`] when the
-/// mask's rows × L (a [`MaskView::Lengths`] mask's L is the caller's claim) overflows or
-/// exceeds `isize::MAX` bytes.
+/// mask's rows × L (a [`MaskView::Lengths`] mask's L is the caller's claim) overflows,
+/// exceeds `isize::MAX` bytes or cannot be allocated.
 ///
 /// ```
 /// use beacon_rl::token::broadcast;

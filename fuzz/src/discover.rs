@@ -400,8 +400,8 @@ fn errors(u: &mut Bytes<'_>, d: &mut MilestoneDiscovery, batch: &RolloutBatch, t
     } else if len != n {
         Some(Error::OutputShape {
             what: "flags",
-            expected: n,
-            actual: len,
+            expected: (n, 1),
+            actual: (len, 1),
         })
     } else {
         None

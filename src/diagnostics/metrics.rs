@@ -18,8 +18,8 @@ use crate::tensor::MaskView;
 /// masked token is the row's advantage for step-level and outcome estimators.
 ///
 /// # Errors
-/// [`Error::OutputShape`](crate::Error::OutputShape) when the output has no column, or a number of rows (`advantages
-/// rows`) or columns (`advantages columns`) that differs from the mask's; then
+/// [`Error::OutputShape`](crate::Error::OutputShape) when the output has no column or a shape
+/// other than the mask's; then
 /// [`Error::MaskValue`](crate::Error::MaskValue) for an integer mask entry other than 0 and 1,
 /// [`Error::InvalidMask`](crate::Error::InvalidMask) for a response length past L.
 ///
@@ -35,29 +35,19 @@ use crate::tensor::MaskView;
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 pub fn row_advantages(adv: ArrayView2<'_, f64>, response_mask: Option<MaskView<'_>>) -> Result<Vec<f64>> {
-    if adv.ncols() == 0 {
+    // The mask's shape, else any shape with a column; at least one column either way.
+    let expected = response_mask.map_or(adv.dim(), |m| m.dim());
+    let expected = (expected.0, expected.1.max(1));
+    if adv.dim() != expected {
         return Err(Error::OutputShape {
-            what: "advantages columns",
-            expected: 1,
-            actual: 0,
+            what: "advantages",
+            expected,
+            actual: adv.dim(),
         });
     }
     let Some(mask) = response_mask else {
         return Ok(adv.column(0).to_vec());
     };
-    let (rows, cols) = mask.dim();
-    for (what, expected, actual) in [
-        ("advantages rows", rows, adv.nrows()),
-        ("advantages columns", cols, adv.ncols()),
-    ] {
-        if expected != actual {
-            return Err(Error::OutputShape {
-                what,
-                expected,
-                actual,
-            });
-        }
-    }
     // As every reader of a mask: entries other than 0 and 1, and lengths past L, are errors,
     // never read as "generated" (one pass over the mask; diagnostics are off the hot path).
     mask.validate()?;

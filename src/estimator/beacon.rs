@@ -46,7 +46,7 @@
 //! (This case is a unit test below.)
 
 use crate::batch::RolloutBatch;
-use crate::error::{Error, Range, Result};
+use crate::error::{check_len, Error, Range, Result};
 use crate::estimator::{check_all_finite, steps_into, AdvantageEstimator, EstimatorInput, Workspace};
 use crate::milestone::check_flags;
 use crate::partition;
@@ -475,13 +475,7 @@ impl Beacon {
         advantages: &mut [f64],
     ) -> Result<()> {
         check_flags(batch, milestones)?;
-        if advantages.len() != batch.num_steps() {
-            return Err(Error::OutputShape {
-                what: "advantages",
-                expected: batch.num_steps(),
-                actual: advantages.len(),
-            });
-        }
+        crate::error::check_out_len("advantages", batch.num_steps(), advantages.len())?;
         self.run(batch, milestones, ws);
         for (s, &r) in batch.step_rows().iter().enumerate() {
             advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);
@@ -781,16 +775,31 @@ impl<'a> Part<'a> {
 impl Beacon {
     /// Per-row advantages for the trait's entry points (`milestones` required), with the
     /// workspace's BEACON scratch.
+    ///
+    /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
+    /// output, `milestones` (present, length), `token_level_rewards`' rows; then the token sums.
     fn steps_with(
         &self,
         input: &EstimatorInput<'_>,
         advantages: &mut [f64],
         ws: &mut Workspace,
     ) -> Result<()> {
-        let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
+        crate::estimator::check_steps_out(input, advantages)?;
+        let flags = Self::step_columns(input)?;
         // Two sources of the episode reward must agree (see the `batch` module docs).
         input.batch.check_token_scores(input.token_level_rewards)?;
         self.advantages_into(input.batch, flags, &mut ws.beacon, advantages)
+    }
+
+    /// The step path's input shapes: `milestones` present and one per row, and the rows of
+    /// `token_level_rewards` when given. Returns the flags.
+    fn step_columns<'a>(input: &EstimatorInput<'a>) -> Result<&'a [bool]> {
+        let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
+        check_flags(input.batch, flags)?;
+        if let Some(t) = input.token_level_rewards {
+            check_len("token_level_rewards rows", input.batch.num_steps(), t.dim().0)?;
+        }
+        Ok(flags)
     }
 }
 
@@ -829,6 +838,10 @@ impl AdvantageEstimator for Beacon {
         returns: Option<FloatViewMut<'_>>,
         ws: &mut Workspace,
     ) -> Result<()> {
+        // The step buffer has the batch's row count, which `from_offsets` only claims: the
+        // columns that back it are checked first (a wrong one is an error, not a huge
+        // allocation).
+        Self::step_columns(input)?;
         let mut steps = std::mem::take(&mut ws.steps);
         steps.clear();
         steps.resize(input.batch.num_steps(), 0.0);

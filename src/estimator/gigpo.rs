@@ -494,13 +494,7 @@ impl Gigpo {
         workspace: &mut GigpoWorkspace,
         advantages: &mut [f64],
     ) -> Result<()> {
-        if advantages.len() != batch.num_steps() {
-            return Err(Error::OutputShape {
-                what: "advantages",
-                expected: batch.num_steps(),
-                actual: advantages.len(),
-            });
-        }
+        crate::error::check_out_len("advantages", batch.num_steps(), advantages.len())?;
         // The output lives in the workspace; taken out for the call (no allocation: a move).
         let mut out = std::mem::take(&mut workspace.out);
         let result = self.compute_into(batch, step_rewards, anchors, workspace, &mut out);
@@ -562,16 +556,22 @@ impl Gigpo {
         workspace: &mut GigpoWorkspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
-        if let StepGrouping::Similarity { threshold } = self.config.grouping {
-            return Err(Error::InvalidConfig {
-                name: "grouping",
-                value: threshold,
-                expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
-            });
-        }
+        self.check_key_grouping()?;
         check_len("anchors", batch.num_steps(), anchors.len())?;
         let key = |r: usize| &anchors[r];
         self.run(batch, step_rewards, &key, None::<(f64, &NoText)>, workspace, out)
+    }
+
+    /// Non-text anchors group exactly: similarity needs text.
+    fn check_key_grouping(&self) -> Result<()> {
+        match self.config.grouping {
+            StepGrouping::Similarity { threshold } => Err(Error::InvalidConfig {
+                name: "grouping",
+                value: threshold,
+                expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
+            }),
+            StepGrouping::Exact => Ok(()),
+        }
     }
 
     /// The whole computation, one task group at a time.
@@ -950,32 +950,69 @@ impl Gigpo {
     /// Per-row advantages for the trait's entry points (`step_rewards` and one of
     /// `anchor_obs` / `anchor_ids` required; `token_level_rewards`, when given, must agree with
     /// the batch's episode rewards), with the workspace's GiGPO scratch and output.
+    ///
+    /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
+    /// output, `step_rewards` and the anchors (present, lengths), `token_level_rewards`' rows;
+    /// then the token sums, then the step rewards' values (in `run`).
     fn steps_with(
         &self,
         input: &crate::estimator::EstimatorInput<'_>,
         advantages: &mut [f64],
         ws: &mut crate::estimator::Workspace,
     ) -> Result<()> {
-        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
-        input.batch.check_token_scores(input.token_level_rewards)?;
         crate::estimator::check_steps_out(input, advantages)?;
+        let (step_rewards, anchors) = self.step_columns(input)?;
+        input.batch.check_token_scores(input.token_level_rewards)?;
         let out = &mut ws.gigpo_out;
-        match (input.anchor_obs, input.anchor_ids) {
+        match anchors {
+            Anchors::Text(text) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
+            Anchors::Ids(ids) => {
+                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
+            }
+        }
+        advantages.copy_from_slice(&out.advantages);
+        Ok(())
+    }
+
+    /// The step path's input shapes: `step_rewards` present and one per row, then one of
+    /// `anchor_obs` / `anchor_ids` (ids need exact grouping), one per row, then the rows of
+    /// `token_level_rewards` when given.
+    fn step_columns<'a>(
+        &self,
+        input: &crate::estimator::EstimatorInput<'a>,
+    ) -> Result<(&'a [f64], Anchors<'a>)> {
+        let rows = input.batch.num_steps();
+        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
+        check_len("step_rewards", rows, step_rewards.len())?;
+        let anchors = match (input.anchor_obs, input.anchor_ids) {
             (Some(_), Some(_)) => {
                 return Err(Error::ConflictingInputs {
                     first: "anchor_obs",
                     second: "anchor_ids",
                 })
             }
-            (Some(text), None) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
+            (Some(text), None) => {
+                check_len("anchors", rows, text.len())?;
+                Anchors::Text(text)
+            }
             (None, Some(ids)) => {
-                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
+                self.check_key_grouping()?;
+                check_len("anchors", rows, ids.len())?;
+                Anchors::Ids(ids)
             }
             (None, None) => return Err(Error::MissingInput("anchor_obs")),
+        };
+        if let Some(t) = input.token_level_rewards {
+            check_len("token_level_rewards rows", rows, t.dim().0)?;
         }
-        advantages.copy_from_slice(&out.advantages);
-        Ok(())
+        Ok((step_rewards, anchors))
     }
+}
+
+/// The anchors of the trait's entry points: text (`anchor_obs`) or integer ids (`anchor_ids`).
+enum Anchors<'a> {
+    Text(&'a [&'a str]),
+    Ids(&'a [u64]),
 }
 
 impl crate::estimator::AdvantageEstimator for Gigpo {
@@ -1009,6 +1046,10 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         returns: Option<crate::tensor::FloatViewMut<'_>>,
         ws: &mut crate::estimator::Workspace,
     ) -> Result<()> {
+        // The step buffer has the batch's row count, which `from_offsets` only claims: the
+        // columns that back it are checked first (a wrong one is an error, not a huge
+        // allocation).
+        self.step_columns(input)?;
         let mut steps = std::mem::take(&mut ws.steps);
         steps.clear();
         steps.resize(input.batch.num_steps(), 0.0);
@@ -1111,8 +1152,8 @@ mod tests {
         assert!(matches!(
             g.advantages_into(&batch, &rewards, &anchors, &mut ws, &mut [0.0; 5]),
             Err(Error::OutputShape {
-                expected: 6,
-                actual: 5,
+                expected: (6, 1),
+                actual: (5, 1),
                 ..
             })
         ));

@@ -356,6 +356,11 @@ impl<'a> EstimatorInput<'a> {
     /// response mask, checked. One pass over the rewards, in the caller's dtype: the
     /// finiteness of every reward is implied by finite row sums, and only a non-finite sum
     /// triggers the search for the offending reward.
+    ///
+    /// The rewards are summed before the mask's presence and shape are checked: release 0.1's
+    /// order (a non-finite reward is reported before a missing or misshapen mask), which
+    /// `estimate_into`'s docs ("Order of the checks") state and
+    /// `tests/it/fast_path_equivalence.rs` pins. The step path checks shapes first.
     pub(crate) fn checked_scores_and_mask(&self, scores: &mut Vec<f64>) -> Result<MaskView<'a>> {
         let rewards = self
             .token_level_rewards

@@ -193,16 +193,14 @@ impl<'o> Out<'o> {
     /// advantages buffer.
     fn materialize(&mut self, dim: (usize, usize)) -> Result<()> {
         if let Some(v) = self.fresh.take() {
-            v.clear();
-            v.reserve_exact(dim.0 * dim.1);
-            crate::huge_pages::advise_vec(v);
-            v.resize(dim.0 * dim.1, 0.0);
-            let n = v.len();
+            *v = crate::huge_pages::zeroed_vec(dim)?;
+            // Cannot fail: `v` holds rows × L elements.
+            let actual = (v.len(), 1);
             let view =
                 ndarray::ArrayViewMut2::from_shape(dim, &mut v[..]).map_err(|_| Error::OutputShape {
                     what: "advantages",
-                    expected: n,
-                    actual: n,
+                    expected: dim,
+                    actual,
                 })?;
             self.advantages = FloatViewMut::F64(view);
         }
@@ -382,12 +380,14 @@ macro_rules! fill_estimator {
                 );
                 self.fill(input, &mut out, &mut workspace.scratch)?;
                 out.finish()?;
-                let n = advantages.len();
+                // The writers filled rows × L elements; a flat count that is not is reported as
+                // (count, 1).
+                let actual = (advantages.len(), 1);
                 let advantages = ndarray::Array2::from_shape_vec(dim, advantages).map_err(|_| {
                     $crate::error::Error::OutputShape {
                         what: "advantages",
-                        expected: dim.0 * dim.1,
-                        actual: n,
+                        expected: dim,
+                        actual,
                     }
                 })?;
                 Ok($crate::estimator::Advantages::new(advantages, returns))
@@ -401,16 +401,7 @@ pub(crate) use fill_estimator;
 
 /// Checks a step-row output buffer: one entry per row.
 pub(crate) fn check_steps_out(input: &EstimatorInput<'_>, advantages: &[f64]) -> Result<()> {
-    let rows = input.batch.num_steps();
-    if advantages.len() == rows {
-        Ok(())
-    } else {
-        Err(Error::OutputShape {
-            what: "step advantages",
-            expected: rows,
-            actual: advantages.len(),
-        })
-    }
+    crate::error::check_out_len("step advantages", input.batch.num_steps(), advantages.len())
 }
 
 /// The number of generated tokens of every row, into `counts`. Integer entries are tested for

@@ -282,6 +282,20 @@ pub trait AdvantageEstimator: Send + Sync {
     /// return NaN), and [`Error::OutputShape`] when a buffer's shape is not the output's
     /// (checked once the inputs are validated).
     ///
+    /// # Order of the checks
+    /// The first error in this order is returned. The verl estimators check their inputs
+    /// column by column, in the order of release 0.1 (pinned against that code by
+    /// `tests/it/fast_path_equivalence.rs`): `token_level_rewards` (present, rows, then its
+    /// values: finite, or for the outcome estimators finite row sums), then `response_mask`
+    /// (present, shape, lengths; integer entries as they are read), then each further column
+    /// (present, shape, finite). So an earlier column's values come before a later column's
+    /// shape: a NaN reward is reported before a missing or misshapen mask, and the outcome
+    /// estimators sum the rewards before they compare the mask's L with theirs.
+    /// This differs from the step path ([`estimate_steps_into`](Self::estimate_steps_into)),
+    /// which checks every shape first. BEACON, GiGPO and the ablation run their step path's
+    /// checks, in its order, and then check the mask (one row per batch row, lengths) and
+    /// the buffers against it.
+    ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
     /// use beacon_rl::RolloutBatch;
@@ -324,7 +338,8 @@ pub trait AdvantageEstimator: Send + Sync {
     /// # Errors
     /// As [`estimate_into`](Self::estimate_into), and [`Error::CapacityExceeded`] when the
     /// output's rows × L (a [`MaskView::Lengths`](crate::tensor::MaskView::Lengths) mask's
-    /// L is the caller's claim) overflows or exceeds `isize::MAX` bytes.
+    /// L is the caller's claim) overflows, exceeds `isize::MAX` bytes or cannot be allocated
+    /// (then `requested ≤ limit`).
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         let dim = input.output_dim();
         let mut advantages = crate::huge_pages::zeros(dim)?;
@@ -356,6 +371,18 @@ pub trait AdvantageEstimator: Send + Sync {
     /// [`Error::OutputShape`] when `advantages` has not one entry per row;
     /// [`Error::EpisodeRewardMismatch`] when given `token_level_rewards` disagree with the
     /// batch; otherwise as [`estimate_into`](Self::estimate_into).
+    ///
+    /// # Order of the checks
+    /// Every step-level estimator checks shapes before it reads a value, and returns the first
+    /// error in this order: `NotStepLevel`; the output's length (`OutputShape`); the
+    /// estimator's own columns, each present (`MissingInput`, `ConflictingInputs`) and of one
+    /// entry per row (`LengthMismatch`): BEACON's `milestones`, GiGPO's `step_rewards` then
+    /// its anchors (the outcome estimators have none); the rows of `token_level_rewards`,
+    /// when given; then values: the token sums against the batch
+    /// (`EpisodeRewardMismatch`), then the estimator's own (GiGPO's non-finite
+    /// `step_rewards`). `tests/it/step_rows.rs` pins it for every estimator. (The token-level
+    /// [`estimate_into`](Self::estimate_into) of the verl estimators keeps release 0.1's
+    /// column-by-column order instead; see its docs.)
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};

@@ -120,7 +120,9 @@ use self::feedback::{SentenceStats, MAX_VERBS};
 use self::text::{action_keys, pair, response_keys, KeyMap, KeySet};
 use super::Transition;
 use crate::batch::RolloutBatch;
-use crate::error::{check_len, Error, Range, Result};
+use crate::error::{check_len, check_out_len, Range, Result};
+#[cfg(doc)]
+use crate::Error;
 
 /// Settings of [`MilestoneDiscovery`]; every cap bounds its memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -465,13 +467,7 @@ impl MilestoneDiscovery {
         F: FnMut(usize, usize) -> Transition<'a>,
     {
         check_len("tasks", batch.num_groups(), tasks.len())?;
-        if flags.len() != batch.num_steps() {
-            return Err(Error::OutputShape {
-                what: "flags",
-                expected: batch.num_steps(),
-                actual: flags.len(),
-            });
-        }
+        check_out_len("flags", batch.num_steps(), flags.len())?;
         self.calls += 1;
         self.read_keys(batch, &mut step);
         self.learn_noops(batch);

@@ -29,7 +29,9 @@ pub mod walkthrough;
 pub mod webshop;
 
 use crate::batch::RolloutBatch;
-use crate::error::{check_len, Error, Result};
+use crate::error::{check_len, check_out_len, Result};
+#[cfg(any(doc, test))]
+use crate::Error;
 
 /// One transition (s_t, a_t, s_{t+1}) as a detector sees it.
 ///
@@ -200,13 +202,7 @@ where
     D: MilestoneDetector + ?Sized,
     F: FnMut(usize, usize) -> Transition<'a>,
 {
-    if flags.len() != batch.num_steps() {
-        return Err(Error::OutputShape {
-            what: "flags",
-            expected: batch.num_steps(),
-            actual: flags.len(),
-        });
-    }
+    check_out_len("flags", batch.num_steps(), flags.len())?;
     detect_milestones_unchecked(batch, detector, transition, flags);
     Ok(())
 }

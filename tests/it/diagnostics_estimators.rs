@@ -166,24 +166,29 @@ fn row_advantages_rules() {
     assert_eq!(
         row_advantages(out, Some((&narrow).into())),
         Err(Error::OutputShape {
-            what: "advantages columns",
-            expected: 2,
-            actual: 3
+            what: "advantages",
+            expected: (2, 2),
+            actual: (2, 3)
         })
     );
     let tall = Array2::from_elem((3, 3), true);
-    assert!(matches!(
+    assert_eq!(
         row_advantages(out, Some((&tall).into())),
         Err(Error::OutputShape {
-            what: "advantages rows",
-            ..
+            what: "advantages",
+            expected: (3, 3),
+            actual: (2, 3)
         })
-    ));
+    );
     let empty = Array2::<f64>::zeros((2, 0));
-    assert!(matches!(
+    assert_eq!(
         row_advantages(empty.view(), None),
-        Err(Error::OutputShape { actual: 0, .. })
-    ));
+        Err(Error::OutputShape {
+            what: "advantages",
+            expected: (2, 1),
+            actual: (2, 0)
+        })
+    );
     // The mask is checked as the estimators check it: an integer entry other than 0 and 1,
     // or a length past L, is an error (it was read as "generated", and a length clipped).
     let two = ndarray::array![[0i64, 0, 2], [0, 0, 0]];
@@ -228,8 +233,8 @@ impl AdvantageEstimator for Fixed {
             other => {
                 return Err(Error::OutputShape {
                     what: "advantages",
-                    expected: self.0.len(),
-                    actual: other.dim().0 * other.dim().1,
+                    expected: self.0.dim(),
+                    actual: other.dim(),
                 })
             }
         }
@@ -312,7 +317,8 @@ fn failures_name_the_estimator() {
         matches!(
             source,
             Error::OutputShape {
-                what: "advantages rows",
+                what: "advantages",
+                actual: (6, 1),
                 ..
             }
         ),

@@ -1345,6 +1345,7 @@ fn estimate_into_rejects_misshapen_buffers() {
     let input = every.input(&mask);
     for name in EstimatorConfig::NAMES {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        // A wrong L, then a transposed buffer (equal element counts: the shapes tell them apart).
         for (adv_dim, ret_dim, what) in [((4, 2), (4, 3), "advantages"), ((4, 3), (3, 4), "returns")] {
             let mut a = Array2::<f64>::zeros(adv_dim);
             let mut b = Array2::<f64>::zeros(ret_dim);
@@ -1356,9 +1357,20 @@ fn estimate_into_rejects_misshapen_buffers() {
                     &mut Workspace::new(),
                 )
                 .unwrap_err();
-            assert!(
-                matches!(err, Error::OutputShape { what: w, expected: 12, .. } if w == what),
-                "{name}: {err:?}"
+            let given = if what == "advantages" { adv_dim } else { ret_dim };
+            assert_eq!(
+                err,
+                Error::OutputShape {
+                    what,
+                    expected: (4, 3),
+                    actual: given
+                },
+                "{name}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("output buffer {what} has shape {given:?}, expected (4, 3)"),
+                "{name}"
             );
         }
     }

@@ -96,7 +96,8 @@ fn c3_estimate_checks_the_rewards_against_a_claimed_mask_before_allocating_retur
 #[test]
 fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
     // rows × L past `isize::MAX` bytes: `Array2::zeros` panicked ("shape too large" or
-    // "capacity overflow"), and the `OutputShape` error's `rows * L` overflowed.
+    // "capacity overflow"), and the `OutputShape` error's `rows * L` overflowed (it reports
+    // shapes now, so there is no product to overflow).
     let every = common::EveryColumn::new();
     let lengths = [0; 4];
     let mask = beacon_rl::tensor::MaskView::Lengths {
@@ -121,7 +122,7 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
             ),
             "{name}: {err:?}"
         );
-        // Into a caller buffer: the wrong shape is named, its claimed size saturated.
+        // Into a caller buffer: the wrong shape is named, with the claimed shape as claimed.
         let mut a = Array2::<f64>::zeros((4, 3));
         let err = est
             .estimate_into(&every.input(mask), (&mut a).into(), None, &mut Workspace::new())
@@ -130,8 +131,8 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
             err,
             Error::OutputShape {
                 what: "advantages",
-                expected: usize::MAX,
-                actual: 12
+                expected: (4, usize::MAX / 2),
+                actual: (4, 3)
             },
             "{name}"
         );
@@ -153,8 +154,8 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
         beacon_rl::token::broadcast_into(&step, mask, &mut out),
         Err(Error::OutputShape {
             what: "token advantages",
-            expected: usize::MAX,
-            actual: 12
+            expected: (4, usize::MAX / 2),
+            actual: (4, 3)
         })
     );
 }
@@ -176,6 +177,110 @@ fn c5_broadcast_checks_its_inputs_before_allocating() {
             actual: 4
         })
     );
+}
+
+/// A claimed L whose output fits the limit but no memory: 4 rows × 2^56 columns is 2^58 `f64`
+/// (≤ `isize::MAX` bytes / 8) and 2^61 bytes, beyond any 57-bit address space, so the
+/// allocation fails whatever the host's overcommit policy.
+const UNALLOCATABLE_COLS: usize = 1 << 56;
+
+#[test]
+fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
+    // `Array2::zeros` of a valid shape that the allocator refuses aborted the process
+    // (`handle_alloc_error`): BEACON, GiGPO and the ablation take the output's shape from the
+    // mask alone, so a claimed L of 2^40 (32 TiB) killed the caller. Every estimator in the
+    // registry, with and without token rewards (without them the step-level estimators have
+    // nothing to check the claim against), must return an error.
+    let every = common::EveryColumn::new();
+    let lengths = [1, 2, 3, 0];
+    let mask = beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: UNALLOCATABLE_COLS,
+    };
+    let with_tokens = every.input(mask);
+    let mut step_inputs_only = with_tokens;
+    step_inputs_only.token_level_rewards = None;
+    let mut refused = Vec::new();
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        for input in [with_tokens, step_inputs_only] {
+            match est.estimate(&input).unwrap_err() {
+                Error::CapacityExceeded {
+                    what: "output (rows × L)",
+                    requested,
+                    limit,
+                } => {
+                    // Accepted by the limit, refused by the allocator.
+                    assert_eq!(requested, 4 * UNALLOCATABLE_COLS, "{name}");
+                    assert!(requested <= limit, "{name}");
+                    let err = Error::CapacityExceeded {
+                        what: "output (rows × L)",
+                        requested,
+                        limit,
+                    };
+                    assert!(err.to_string().contains("could not be allocated"), "{err}");
+                    refused.push(*name);
+                }
+                // The token-level estimators reject the inputs before allocating anything.
+                Error::LengthMismatch {
+                    what: "response_mask columns",
+                    ..
+                }
+                | Error::MissingInput("token_level_rewards") => {}
+                err => panic!("{name}: {err:?}"),
+            }
+        }
+    }
+    refused.dedup();
+    for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+        assert!(refused.contains(&name), "{name} not refused: {refused:?}");
+    }
+    // The allocating broadcast, the same claim.
+    assert!(matches!(
+        beacon_rl::token::broadcast(&[0.0; 4], mask),
+        Err(Error::CapacityExceeded { requested, .. }) if requested == 4 * UNALLOCATABLE_COLS
+    ));
+}
+
+#[test]
+fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
+    // `from_offsets` claims its step count (up to MAX_STEPS, 2^32 − 1) without allocating.
+    // BEACON, GiGPO and the ablation sized their step buffer by it (34 GB of f64) before
+    // checking the one-row columns: an abort. Every estimator must name a column instead.
+    let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, RolloutBatch::MAX_STEPS], vec![0.0]).unwrap();
+    let input = EstimatorInput::new(&batch)
+        .with_milestones(&[false])
+        .with_step_rewards(&[0.0])
+        .with_anchor_obs(&["s"]);
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES {
+        let est = name
+            .parse::<beacon_rl::estimator::EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut a = Array2::<f64>::zeros((1, 1));
+        let err = est
+            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+            .unwrap_err();
+        let want = match *name {
+            n if n.starts_with("beacon") => Error::LengthMismatch {
+                what: "milestone flags",
+                expected: RolloutBatch::MAX_STEPS,
+                actual: 1,
+            },
+            "gigpo" => Error::LengthMismatch {
+                what: "step_rewards",
+                expected: RolloutBatch::MAX_STEPS,
+                actual: 1,
+            },
+            _ => Error::MissingInput("token_level_rewards"),
+        };
+        assert_eq!(err, want, "{name}");
+    }
 }
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs

@@ -78,3 +78,126 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
         ]
     );
 }
+
+/// The step path checks shapes before it reads a value, in one order for every estimator
+/// (`estimate_steps_into`'s docs): `NotStepLevel` for the token-level ones; then the output's
+/// length; the estimator's own columns (present, then their lengths); the rows of
+/// `token_level_rewards`; and only then values (token sums against the batch, then the
+/// estimator's own value checks). Every pair of faults is tried: the earlier one must win.
+#[test]
+fn step_path_checks_shapes_before_values_in_one_order() {
+    let batch = RolloutBatch::from_row_keys(&[0; 4], &["a", "b", "a", "b"], &[1.0, 0.0, 1.0, 0.0]).unwrap();
+    let agree = array![[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]];
+    // Row 3's tokens sum to 0.5; its trajectory's R(τ) is 0.
+    let disagree = array![[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.25, 0.25]];
+    let nan_step = [0.0, f64::NAN, 0.0, 0.0];
+    let base = EstimatorInput::new(&batch)
+        .with_milestones(&[true, false, false, true])
+        .with_step_rewards(&[0.0; 4])
+        .with_anchor_ids(&[1, 2, 1, 3])
+        .with_token_level_rewards(&agree);
+
+    type Fault<'a> = Box<dyn Fn(&mut EstimatorInput<'a>, &mut usize) + 'a>;
+    // In the documented order. Each fault only edits what it names, so any two compose.
+    let faults: Vec<(&str, Fault<'_>)> = vec![
+        ("output short", Box::new(|_, out_len| *out_len = 3)),
+        (
+            "own column missing",
+            Box::new(|i, _| {
+                i.milestones = None;
+                i.step_rewards = None;
+            }),
+        ),
+        (
+            "own column short",
+            Box::new(|i, _| {
+                i.milestones = i.milestones.map(|m| &m[..3]);
+                i.anchor_ids = i.anchor_ids.map(|a| &a[..3]);
+            }),
+        ),
+        (
+            "token rows",
+            Box::new(|i, _| i.token_level_rewards = Some(agree.slice(ndarray::s![..3, ..]).into())),
+        ),
+        (
+            "token sums disagree",
+            Box::new(|i, _| {
+                let rows = i.token_level_rewards.map_or(4, |t| t.dim().0);
+                i.token_level_rewards = Some(disagree.slice(ndarray::s![..rows, ..]).into());
+            }),
+        ),
+        (
+            "own values",
+            Box::new(|i, _| i.step_rewards = i.step_rewards.map(|_| &nan_step[..])),
+        ),
+    ];
+    // The error each fault gives alone, for estimator `name` (None: it does not read that).
+    let alone = |name: &str, fault: usize| -> Option<Error> {
+        let beacon = name.starts_with("beacon");
+        let own = beacon || name == "gigpo";
+        match fault {
+            0 => Some(Error::OutputShape {
+                what: "step advantages",
+                expected: (4, 1),
+                actual: (3, 1),
+            }),
+            1 if beacon => Some(Error::MissingInput("milestones")),
+            1 if own => Some(Error::MissingInput("step_rewards")),
+            2 if own => Some(Error::LengthMismatch {
+                what: if beacon { "milestone flags" } else { "anchors" },
+                expected: 4,
+                actual: 3,
+            }),
+            3 => Some(Error::LengthMismatch {
+                what: "token_level_rewards rows",
+                expected: 4,
+                actual: 3,
+            }),
+            4 => Some(Error::EpisodeRewardMismatch {
+                row: 3,
+                batch: 0.0,
+                tokens: 0.5,
+            }),
+            5 if name == "gigpo" => Some(Error::NonFinite {
+                what: "step_rewards",
+                index: 1,
+                value: f64::NAN,
+            }),
+            _ => None,
+        }
+    };
+    let mut ws = Workspace::new();
+    let mut checked = 0;
+    for name in EstimatorConfig::NAMES {
+        let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        let step_level = !matches!(
+            est.estimate_steps_into(&base, &mut [0.0; 4], &mut ws),
+            Err(Error::NotStepLevel { .. })
+        );
+        for a in 0..faults.len() {
+            for b in a..faults.len() {
+                let (mut input, mut out_len) = (base, 4);
+                (faults[a].1)(&mut input, &mut out_len);
+                (faults[b].1)(&mut input, &mut out_len);
+                let mut out = vec![0.0; out_len];
+                let got = est.estimate_steps_into(&input, &mut out, &mut ws);
+                let want = match step_level {
+                    false => Some(Error::NotStepLevel {
+                        estimator: est.name(),
+                    }),
+                    true => alone(name, a).or_else(|| alone(name, b)),
+                };
+                // Debug strings: NaN values compare unequal as numbers.
+                assert_eq!(
+                    format!("{:?}", got.err()),
+                    format!("{want:?}"),
+                    "{name}: {} + {}",
+                    faults[a].0,
+                    faults[b].0
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, EstimatorConfig::NAMES.len() * 21);
+}
