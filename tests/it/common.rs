@@ -4,6 +4,14 @@
 //! written here once: `|ours − expected| ≤ 1e-5 · max(1, |expected|)`, relative above 1 and
 //! absolute below (peer values near 0 carry float32 noise of their own).
 
+/// The registered estimator `name` with its default parameters, behind the trait.
+pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
+    name.parse::<beacon_rl::estimator::EstimatorConfig>()
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
 /// The parity tolerance (see the module docs).
 pub const PARITY_TOL: f64 = 1e-5;
 

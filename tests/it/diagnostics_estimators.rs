@@ -4,7 +4,7 @@
 
 use beacon_rl::diagnostics::{compare, row_advantages, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
-use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use beacon_rl::tensor::{FloatViewMut, MaskView};
 use beacon_rl::{Error, Result, RolloutBatch};
 use ndarray::Array2;
@@ -13,9 +13,7 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * (1.0 + a.abs().max(b.abs()))
 }
 
-fn build(name: &str) -> Box<dyn AdvantageEstimator> {
-    name.parse::<EstimatorConfig>().unwrap().build().unwrap()
-}
+use crate::common::build;
 
 /// Seven rows in interleaved caller order. Group "t": W (success, 2 steps) and L (failure,
 /// 3 steps); group "u": X and Y (both successes, 1 step each).

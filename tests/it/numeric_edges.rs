@@ -71,11 +71,7 @@ fn c3_estimate_checks_the_rewards_against_a_claimed_mask_before_allocating_retur
         "optimal_token_baseline",
         "tir_optimal_token_baseline",
     ] {
-        let est = name
-            .parse::<beacon_rl::estimator::EstimatorConfig>()
-            .unwrap()
-            .build()
-            .unwrap();
+        let est = common::build(name);
         assert!(est.has_returns(), "{name}");
         let want = Error::LengthMismatch {
             what: "response_mask columns",
@@ -106,11 +102,7 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
     };
     // The step-level estimators take the output's shape from the mask alone.
     for name in ["beacon", "beacon_official", "beacon_ablation", "gigpo"] {
-        let est = name
-            .parse::<beacon_rl::estimator::EstimatorConfig>()
-            .unwrap()
-            .build()
-            .unwrap();
+        let est = common::build(name);
         let err = est.estimate(&every.input(mask)).unwrap_err();
         assert!(
             matches!(
@@ -202,11 +194,7 @@ fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
     step_inputs_only.token_level_rewards = None;
     let mut refused = Vec::new();
     for name in beacon_rl::estimator::EstimatorConfig::NAMES {
-        let est = name
-            .parse::<beacon_rl::estimator::EstimatorConfig>()
-            .unwrap()
-            .build()
-            .unwrap();
+        let est = common::build(name);
         for input in [with_tokens, step_inputs_only] {
             match est.estimate(&input).unwrap_err() {
                 Error::CapacityExceeded {
@@ -257,11 +245,7 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
         .with_step_rewards(&[0.0])
         .with_anchor_obs(&["s"]);
     for name in beacon_rl::estimator::EstimatorConfig::NAMES {
-        let est = name
-            .parse::<beacon_rl::estimator::EstimatorConfig>()
-            .unwrap()
-            .build()
-            .unwrap();
+        let est = common::build(name);
         let mut a = Array2::<f64>::zeros((1, 1));
         let err = est
             .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
@@ -591,11 +575,7 @@ fn w_whitened_overflow_after_the_last_generated_token_is_reported_there() {
         .with_response_mask(&all)
         .with_values(&values);
     for name in ["gae", "reinforce_plus_plus"] {
-        let est = name
-            .parse::<beacon_rl::estimator::EstimatorConfig>()
-            .unwrap()
-            .build()
-            .unwrap();
+        let est = common::build(name);
         let mut ws = Workspace::new();
         let mut adv = Array2::<f64>::zeros((1, 4));
         est.estimate_into(&before, (&mut adv).into(), None, &mut ws)
@@ -623,11 +603,7 @@ fn w_whitening_overflow_fallback_reads_only_this_calls_values() {
     let all = ndarray::array![[true, true], [true, true]];
     let rewards = ndarray::array![[1e200, 0.0], [-1e200, 0.0]];
     let mask = ndarray::array![[true, false], [true, false]];
-    let est = "reinforce_plus_plus"
-        .parse::<beacon_rl::estimator::EstimatorConfig>()
-        .unwrap()
-        .build()
-        .unwrap();
+    let est = common::build("reinforce_plus_plus");
     let mut ws = Workspace::new();
     let mut adv = Array2::<f64>::zeros((2, 2));
     let before = EstimatorInput::new(&batch)
