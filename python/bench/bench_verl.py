@@ -15,8 +15,8 @@ wall-clock and in CPU time (time.process_time, all threads of the process: robus
 scheduler on a loaded machine, but it adds up torch's intra-op threads where verl uses them).
 Ratios are taken between medians of the same process run; the binding's overhead is also given
 per interleaved pair (binding call and crate call, each preceded by an untimed run of itself, in an
-order that alternates between pairs; --pair-reps pairs, 101 by default), as the median and range
-of the ratios.
+order that alternates between pairs, one block of --pair-reps pairs per comparison with nothing
+else run in between; 101 by default), as the median and range of the ratios.
 
 - grpo: verl's compute_grpo_outcome_advantage and compute_grpo_vectorized_outcome_advantage
   against beacon_rl.estimate("grpo") returning a fresh torch float32 tensor (verl's contract)
@@ -199,19 +199,22 @@ def main():
             acc.wall += w
             acc.cpu += c
 
-        calls = [
-            lambda: binding(py, mask),
-            lambda: binding(py_bool, mask_bool),
-            lambda: crate(rust, m_np, {}),
-            lambda: crate(rust_len, m_np, {"lengths": lengths}),
-            lambda: crate(rust_bool, mb_np, {}),
+        # One block of pairs per comparison, nothing else run between a block's calls, the order
+        # within a pair alternating: at B the inputs nearly fit in the last-level cache, and
+        # what the previous call left there shifts a call's time by more than the binding
+        # costs, so both calls of a comparison must follow the same calls equally often. (A
+        # single round of all five calls, forward then backward, let the crate's bool call
+        # and the binding's int64 call follow themselves half the time and the others never.)
+        py_len = Timing([], [])
+        blocks = [
+            (lambda: binding(py, mask), lambda: crate(rust, m_np, {})),
+            (lambda: binding(py_len, mask), lambda: crate(rust_len, m_np, {"lengths": lengths})),
+            (lambda: binding(py_bool, mask_bool), lambda: crate(rust_bool, mb_np, {})),
         ]
-        for rep in range(args.pair_reps):
-            # The order alternates (forward, then backward), so that each call follows each
-            # other as often: at B the inputs nearly fit in the last-level cache, and what the
-            # previous call left there shifts a call's time by more than the binding costs.
-            for call in calls if rep % 2 == 0 else calls[::-1]:
-                call()
+        for pair in blocks:
+            for rep in range(args.pair_reps):
+                for call in pair if rep % 2 == 0 else pair[::-1]:
+                    call()
         res["  binding, int64 mask: estimate(out=(buf, buf))"] = py
         res["  crate call, int64 mask matrix"] = rust
         res["  crate call, mask as lengths"] = rust_len
@@ -266,7 +269,7 @@ def main():
                   f"with out=: {med['verl grpo'] / out2:.1f}×, {med['verl grpo_vectorized'] / out2:.1f}×")
             for what, top, base in (
                 ("int64 mask / crate, int64 matrix", py, rust),
-                ("int64 mask / crate, lengths", py, rust_len),
+                ("int64 mask / crate, lengths", py_len, rust_len),
                 ("bool mask / crate, bool matrix", py_bool, rust_bool),
             ):
                 ratios = sorted(p / r for p, r in zip(getattr(top, clock), getattr(base, clock)))
