@@ -47,7 +47,7 @@
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Range, Result};
-use crate::estimator::{check_all_finite, steps_into, AdvantageEstimator, EstimatorInput, Workspace};
+use crate::estimator::{check_all_finite, estimate_via_steps, AdvantageEstimator, EstimatorInput, Workspace};
 use crate::milestone::check_flags;
 use crate::partition;
 use crate::shaping::DecayTable;
@@ -838,18 +838,14 @@ impl AdvantageEstimator for Beacon {
         returns: Option<FloatViewMut<'_>>,
         ws: &mut Workspace,
     ) -> Result<()> {
-        // The step buffer has the batch's row count, which `from_offsets` only claims: the
-        // columns that back it are checked first (a wrong one is an error, not a huge
-        // allocation).
-        Self::step_columns(input)?;
-        let mut steps = std::mem::take(&mut ws.steps);
-        steps.clear();
-        steps.resize(input.batch.num_steps(), 0.0);
-        let result = self
-            .steps_with(input, &mut steps, ws)
-            .and_then(|()| steps_into(&steps, input.response_mask, advantages, returns));
-        ws.steps = steps;
-        result
+        estimate_via_steps(
+            input,
+            advantages,
+            returns,
+            ws,
+            || Self::step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
     }
 
     /// One advantage per row (the per-row `advantages` of [`Beacon::compute`]).

@@ -1046,18 +1046,14 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         returns: Option<crate::tensor::FloatViewMut<'_>>,
         ws: &mut crate::estimator::Workspace,
     ) -> Result<()> {
-        // The step buffer has the batch's row count, which `from_offsets` only claims: the
-        // columns that back it are checked first (a wrong one is an error, not a huge
-        // allocation).
-        self.step_columns(input)?;
-        let mut steps = std::mem::take(&mut ws.steps);
-        steps.clear();
-        steps.resize(input.batch.num_steps(), 0.0);
-        let result = self
-            .steps_with(input, &mut steps, ws)
-            .and_then(|()| crate::estimator::steps_into(&steps, input.response_mask, advantages, returns));
-        ws.steps = steps;
-        result
+        crate::estimator::estimate_via_steps(
+            input,
+            advantages,
+            returns,
+            ws,
+            || self.step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
     }
 
     /// One advantage per row (the per-row `advantages` of [`Gigpo::compute`]).

@@ -774,7 +774,29 @@ pub(crate) fn for_row_chunks<T: Send>(
     );
 }
 
-/// The step-level estimators' `estimate_into` (BEACON, GiGPO): the per-row advantages in
+/// The step-level estimators' `estimate_into` (BEACON, GiGPO): `check` first (the step
+/// columns: the per-row buffer is sized by the batch's row count, which `from_offsets` only
+/// claims, so a column that does not back it must be an error before anything is
+/// allocated), then `steps` into the workspace's per-row buffer, then [`steps_into`].
+pub(crate) fn estimate_via_steps(
+    input: &EstimatorInput<'_>,
+    advantages: FloatViewMut<'_>,
+    returns: Option<FloatViewMut<'_>>,
+    ws: &mut Workspace,
+    check: impl FnOnce() -> Result<()>,
+    steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
+) -> Result<()> {
+    check()?;
+    let mut buf = std::mem::take(&mut ws.steps);
+    buf.clear();
+    buf.resize(input.batch.num_steps(), 0.0);
+    let result =
+        steps(&mut buf, ws).and_then(|()| steps_into(&buf, input.response_mask, advantages, returns));
+    ws.steps = buf;
+    result
+}
+
+/// The per-row advantages in
 /// `step` broadcast under the input's response mask when there is one (rows × L), else into
 /// one column (rows × 1); returns, when asked for, equal the advantages.
 pub(crate) fn steps_into(
@@ -877,15 +899,18 @@ impl Prefetch {
     /// Requests the next line (nothing once every row is requested).
     #[inline(always)]
     pub(crate) fn step(&mut self) {
-        let Some(_line) = self.next_line() else { return };
+        let Some(line) = self.next_line() else { return };
         #[cfg(target_arch = "x86_64")]
         #[allow(unsafe_code, unused_unsafe)]
         // SAFETY: SSE is part of x86-64, and a prefetch reads nothing and never faults (the
         // address is in a line that holds part of a row of the caller's input anyway).
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(_line as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
         }
+        // Elsewhere the walk only advances.
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
     }
 
     /// The address of the next line to request, if any is left.
