@@ -181,7 +181,7 @@ def main():
         lengths = m_np.sum(axis=1).astype(np.int64)
         mask_bool = mask.bool()
         mb_np = mask_bool.numpy()
-        py, rust, rust_len = Timing([], []), Timing([], []), Timing([], [])
+        py, rust, py_len, rust_len = Timing([], []), Timing([], []), Timing([], []), Timing([], [])
         py_bool, rust_bool = Timing([], []), Timing([], [])
         beacon_rl.estimate("grpo", rewards, mask, index, out=(buf, buf))
         def binding(acc, m):
@@ -205,7 +205,6 @@ def main():
         # costs, so both calls of a comparison must follow the same calls equally often. (A
         # single round of all five calls, forward then backward, let the crate's bool call
         # and the binding's int64 call follow themselves half the time and the others never.)
-        py_len = Timing([], [])
         blocks = [
             (lambda: binding(py, mask), lambda: crate(rust, m_np, {})),
             (lambda: binding(py_len, mask), lambda: crate(rust_len, m_np, {"lengths": lengths})),
