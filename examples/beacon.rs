@@ -435,7 +435,7 @@ impl Detector {
     /// One milestone flag per row of `rb`.
     fn flags(&mut self, rb: &RecordBatch<'_>) -> Result<Vec<bool>, BoxError> {
         match self {
-            Detector::Transitions(d) => Ok(rb.detect_milestones(d)),
+            Detector::Transitions(d) => Ok(rb.detect_milestones(d)?),
             Detector::Discover(d) => Ok(d.discover_records(rb)?),
             Detector::Walkthrough { map, threshold } => {
                 // Each task's own expert actions; a task without a walkthrough gets no milestone.

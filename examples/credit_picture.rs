@@ -154,7 +154,7 @@ fn build_picture(
     detector: DetectorPreset,
 ) -> BoxResult<Picture> {
     let rb = RecordBatch::new(records)?;
-    let flags = rb.detect_milestones(&mut *detector.build()?);
+    let flags = rb.detect_milestones(&mut *detector.build()?)?;
     let cols = rb.columns();
     let input = cols.input(rb.batch(), &flags);
 

@@ -145,7 +145,7 @@ fn run() -> Result<(), Box<dyn StdError>> {
     let records = load(&args.files, args.failures_only)?;
     let rb = RecordBatch::new(&records)?;
     let batch = rb.batch();
-    let flags = rb.detect_milestones(&mut args.detector.build()?);
+    let flags = rb.detect_milestones(&mut args.detector.build()?)?;
 
     // State = (group, observation before the step), borrowed from the records.
     let (state, action): (Vec<(&str, &str)>, Vec<&str>) = rb

@@ -241,7 +241,7 @@ fn online_protocol(records: &[TrajectoryRecord]) -> Result<(Vec<TrajectoryRecord
 
 fn baseline(records: &[TrajectoryRecord]) -> Result<Vec<bool>> {
     let rb = RecordBatch::new(records)?;
-    Ok(frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row)))
+    frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row))
 }
 
 fn print_failures(records: &[TrajectoryRecord], flags: &[bool]) -> Result<()> {

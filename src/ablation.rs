@@ -317,7 +317,8 @@ impl Ablation {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] unless there is one flag per row;
-    /// [`validate`](Self::validate)'s errors.
+    /// [`validate`](Self::validate)'s errors; [`Error::CapacityExceeded`] when the batch's
+    /// row index cannot be allocated.
     ///
     /// ```
     /// use beacon_rl::ablation::Ablation;
@@ -376,6 +377,8 @@ impl Ablation {
     ) -> Result<Vec<bool>> {
         self.validate()?;
         check_flags(batch, flags)?;
+        // The row index is 8 bytes a row, 8 times the flags that back the batch's row count.
+        batch.try_step_rows()?;
         match *self {
             Ablation::MilestoneDropout { p } => {
                 let mut out = flags.to_vec();

@@ -483,6 +483,29 @@ impl RolloutBatch {
         }
     }
 
+    /// The row index ([`step_rows`](Self::step_rows)), built on first use like it, but with
+    /// [`Error::CapacityExceeded`] where the allocator refuses it instead of an abort: for the
+    /// paths no column of the batch's length backs (milestone flags are 1 byte a row, the
+    /// index 8), whose row count may be only a [`from_offsets`](Self::from_offsets) claim.
+    /// After it succeeds, [`trajectory_rows`](Self::trajectory_rows) allocates nothing.
+    pub(crate) fn try_step_rows(&self) -> Result<&[usize]> {
+        self.step_rows.try_built()
+    }
+
+    /// One `false` flag per row, or [`Error::CapacityExceeded`] where the allocator refuses
+    /// them (the row count may be a claim, see [`try_step_rows`](Self::try_step_rows)).
+    pub(crate) fn try_row_flags(&self) -> Result<Vec<bool>> {
+        let n = self.num_steps();
+        let mut flags = Vec::new();
+        flags.try_reserve_exact(n).map_err(|_| Error::CapacityExceeded {
+            what: "milestone flags (1 byte a row)",
+            requested: n,
+            limit: Self::MAX_STEPS,
+        })?;
+        flags.resize(n, false);
+        Ok(flags)
+    }
+
     /// Gathers a per-row column into internal step order (`out[s] = column[step_rows[s]]`).
     pub(crate) fn gather_into<T: Copy>(&self, column: &[T], out: &mut [T]) {
         if self.identity_rows {
@@ -1059,6 +1082,23 @@ impl StepRows {
         self.as_vec_mut()
     }
 
+    /// The index, built here if it is not yet, fallibly (see `RolloutBatch::try_step_rows`).
+    fn try_built(&self) -> Result<&[usize]> {
+        if let Some(rows) = self.rows.get() {
+            return Ok(rows);
+        }
+        let mut rows = Vec::new();
+        rows.try_reserve_exact(self.len)
+            .map_err(|_| Error::CapacityExceeded {
+                what: "row index (8 bytes a row)",
+                requested: self.len,
+                limit: RolloutBatch::MAX_STEPS,
+            })?;
+        rows.extend(0..self.len);
+        // Another thread may have built it meanwhile: then either copy is the same identity.
+        Ok(self.rows.get_or_init(|| rows))
+    }
+
     fn as_vec_mut(&mut self) -> &mut Vec<usize> {
         if self.rows.get().is_none() {
             let len = self.len;
@@ -1102,6 +1142,20 @@ impl PartialEq for StepRows {
     }
 }
 
+/// A one-trajectory batch claiming `steps` rows, past [`RolloutBatch::MAX_STEPS`] too (which
+/// `from_offsets` refuses): claims no machine can allocate for, so that the fallible paths'
+/// tests fail the same way everywhere.
+#[cfg(test)]
+pub(crate) fn claiming(steps: usize) -> RolloutBatch {
+    RolloutBatch {
+        group_offsets: vec![0, 1],
+        traj_offsets: vec![0, steps],
+        step_rows: StepRows::identity(steps),
+        identity_rows: true,
+        terminal_rewards: vec![0.0],
+    }
+}
+
 impl std::fmt::Debug for StepRows {
     /// As the row list (`[0, 1, 2]`), without building it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1128,6 +1182,34 @@ mod tests {
         assert_eq!(b.step_rows(), &[0, 2, 1, 4, 3]);
         assert_eq!(b.terminal_rewards(), &[1.0, 0.0, 0.5]);
         assert!(!b.rows_in_step_order());
+    }
+
+    #[test]
+    fn claimed_rows_are_a_typed_error_where_they_cannot_be_allocated() {
+        // 2^61 rows: an index of 2^64 bytes, past any address space.
+        let b = claiming(1 << 61);
+        assert_eq!(
+            b.try_step_rows(),
+            Err(Error::CapacityExceeded {
+                what: "row index (8 bytes a row)",
+                requested: 1 << 61,
+                limit: RolloutBatch::MAX_STEPS,
+            })
+        );
+        // 2^63 rows: 2^63 bytes of flags, past isize::MAX.
+        assert_eq!(
+            claiming(1 << 63).try_row_flags(),
+            Err(Error::CapacityExceeded {
+                what: "milestone flags (1 byte a row)",
+                requested: 1 << 63,
+                limit: RolloutBatch::MAX_STEPS,
+            })
+        );
+        // Allocatable: the identity, built once and then shared with `trajectory_rows`.
+        let b = claiming(3);
+        assert_eq!(b.try_step_rows(), Ok(&[0, 1, 2][..]));
+        assert!(std::ptr::eq(b.try_step_rows().unwrap(), b.trajectory_rows(0)));
+        assert_eq!(b.try_row_flags(), Ok(vec![false; 3]));
     }
 
     #[test]

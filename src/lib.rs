@@ -36,7 +36,7 @@
 //!     score: Some(score_before[row]),
 //!     next_score: Some(score_after[row]),
 //!     ..Transition::default()
-//! });
+//! })?;
 //! assert_eq!(flags, [true, true, false, false, true]);
 //!
 //! let out = Beacon::new(BeaconConfig::paper())?.compute(&batch, &flags)?;

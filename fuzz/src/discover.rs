@@ -564,7 +564,8 @@ fn rules(
 
 /// Oracle 7: `frequency_baseline` against its docs, written naively.
 fn baseline(batch: &RolloutBatch, rows: &[Row], threshold: f64) {
-    let got = frequency_baseline(batch, threshold, |row, _| transition(&rows[row]));
+    let got = frequency_baseline(batch, threshold, |row, _| transition(&rows[row]))
+        .expect("the batch backs its rows");
     let mut want = vec![false; batch.num_steps()];
     for g in 0..batch.num_groups() {
         let mut counts: HashMap<String, usize> = HashMap::new();

@@ -63,7 +63,9 @@ impl MilestoneAgreement {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`](crate::Error::LengthMismatch) when either flag column's
-    /// length differs from `batch.num_steps()`.
+    /// length differs from `batch.num_steps()`;
+    /// [`Error::CapacityExceeded`](crate::Error::CapacityExceeded) when the batch's row index
+    /// (8 bytes a row, 8 times the flags) cannot be allocated.
     ///
     /// ```
     /// # use beacon_rl::milestone::agreement::MilestoneAgreement;
@@ -75,6 +77,7 @@ impl MilestoneAgreement {
     pub fn compare(batch: &RolloutBatch, discovered: &[bool], reference: &[bool]) -> Result<Self> {
         check_len("discovered", batch.num_steps(), discovered.len())?;
         check_len("reference", batch.num_steps(), reference.len())?;
+        batch.try_step_rows()?;
         let mut a = Self::default();
         for j in 0..batch.num_trajectories() {
             let rows = batch.trajectory_rows(j);

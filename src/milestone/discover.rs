@@ -406,7 +406,9 @@ impl MilestoneDiscovery {
     /// start state s_0, module docs): scores, flags and subgoals are ignored.
     ///
     /// # Errors
-    /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`.
+    /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`;
+    /// [`Error::CapacityExceeded`] when the flags or the batch's row index cannot be allocated
+    /// (a [`RolloutBatch::from_offsets`] batch's row count is a claim no column backs here).
     ///
     /// ```
     /// use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
@@ -431,7 +433,9 @@ impl MilestoneDiscovery {
         T: AsRef<str>,
         F: FnMut(usize, usize) -> Transition<'a>,
     {
-        let mut flags = vec![false; batch.num_steps()];
+        check_len("tasks", batch.num_groups(), tasks.len())?;
+        batch.try_step_rows()?;
+        let mut flags = batch.try_row_flags()?;
         self.discover_into(batch, tasks, step, &mut flags)?;
         Ok(flags)
     }
@@ -441,8 +445,9 @@ impl MilestoneDiscovery {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`,
-    /// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`. On error the memory is
-    /// unchanged.
+    /// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`,
+    /// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated. On error
+    /// the memory is unchanged.
     ///
     /// ```
     /// # use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
@@ -468,6 +473,7 @@ impl MilestoneDiscovery {
     {
         check_len("tasks", batch.num_groups(), tasks.len())?;
         check_out_len("flags", batch.num_steps(), flags.len())?;
+        batch.try_step_rows()?;
         self.calls += 1;
         self.read_keys(batch, &mut step);
         self.learn_noops(batch);

@@ -151,6 +151,10 @@ impl MilestoneDetector for EnvFlag {
 /// within its trajectory). Trajectories are visited one at a time, their steps in order, and
 /// the detector is reset before each. Pass `&mut *boxed` for a `Box<dyn MilestoneDetector>`.
 ///
+/// # Errors
+/// [`Error::CapacityExceeded`] when the flags or the batch's row index cannot be allocated
+/// (a [`RolloutBatch::from_offsets`] batch's row count is a claim no column backs here).
+///
 /// ```
 /// use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
 /// use beacon_rl::RolloutBatch;
@@ -161,24 +165,26 @@ impl MilestoneDetector for EnvFlag {
 ///     score: Some(scores[row]),
 ///     next_score: Some(scores[row + 1]),
 ///     ..Default::default()
-/// });
+/// })?;
 /// assert_eq!(flags, vec![true, false, true]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
-pub fn detect_milestones<'a, D, F>(batch: &RolloutBatch, detector: &mut D, transition: F) -> Vec<bool>
+pub fn detect_milestones<'a, D, F>(batch: &RolloutBatch, detector: &mut D, transition: F) -> Result<Vec<bool>>
 where
     D: MilestoneDetector + ?Sized,
     F: FnMut(usize, usize) -> Transition<'a>,
 {
-    let mut flags = vec![false; batch.num_steps()];
+    batch.try_step_rows()?;
+    let mut flags = batch.try_row_flags()?;
     detect_milestones_unchecked(batch, detector, transition, &mut flags);
-    flags
+    Ok(flags)
 }
 
 /// [`detect_milestones`] into a caller-owned buffer of one flag per row.
 ///
 /// # Errors
-/// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`.
+/// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`;
+/// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated.
 ///
 /// ```
 /// use beacon_rl::milestone::{detect_milestones_into, EnvFlag, Transition};
@@ -203,6 +209,7 @@ where
     F: FnMut(usize, usize) -> Transition<'a>,
 {
     check_out_len("flags", batch.num_steps(), flags.len())?;
+    batch.try_step_rows()?;
     detect_milestones_unchecked(batch, detector, transition, flags);
     Ok(())
 }
@@ -235,6 +242,24 @@ pub(crate) fn check_flags(batch: &RolloutBatch, flags: &[bool]) -> Result<()> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn row_counts_claimed_beyond_memory_are_errors_not_aborts() {
+        use discover::{frequency_baseline, DiscoveryConfig, MilestoneDiscovery};
+        // 2^61 rows: the row index alone would be 2^64 bytes (the flags 2^61). Built before
+        // the flags, it is the error named; no transition is asked for.
+        let batch = crate::batch::claiming(1 << 61);
+        let want = Err(Error::CapacityExceeded {
+            what: "row index (8 bytes a row)",
+            requested: 1 << 61,
+            limit: RolloutBatch::MAX_STEPS,
+        });
+        let never = |_: usize, _: usize| -> Transition<'static> { unreachable!("no row exists") };
+        assert_eq!(detect_milestones(&batch, &mut EnvFlag, never), want);
+        assert_eq!(frequency_baseline(&batch, 0.0, never), want);
+        let mut d = MilestoneDiscovery::new(DiscoveryConfig::default()).unwrap();
+        assert_eq!(d.discover(&batch, &["task"], never), want);
+    }
+
     #[derive(Default)]
     struct CountResets(usize);
     impl MilestoneDetector for CountResets {
@@ -254,7 +279,8 @@ mod tests {
         let flags = detect_milestones(&batch, &mut CountResets::default(), |row, step| {
             seen.push((row, step));
             Transition::default()
-        });
+        })
+        .unwrap();
         assert_eq!(seen, vec![(0, 0), (3, 1), (1, 0), (2, 1)]);
         assert_eq!(flags, vec![true, true, false, false]);
     }

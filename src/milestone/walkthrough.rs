@@ -34,7 +34,7 @@
 //! let flags = detect_milestones(&batch, &mut detector, |row, _| Transition {
 //!     action: actions[row],
 //!     ..Default::default()
-//! });
+//! })?;
 //! // The repeated "go to fridge 1" is compared with "open fridge 1" (ratio 0.74): no match.
 //! assert_eq!(flags, [false, true, false, true]);
 //! # Ok::<(), beacon_rl::Error>(())
@@ -578,7 +578,8 @@ mod tests {
         let flags = detect_milestones(&batch, &mut d, |row, _| Transition {
             action: actions[row],
             ..Default::default()
-        });
+        })
+        .unwrap();
         assert_eq!(flags, [true, false, true, true]);
     }
 

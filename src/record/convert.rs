@@ -50,7 +50,7 @@ use ndarray::Array2;
 /// let t1 = rb.transition(1);
 /// assert_eq!((t1.step, t1.observation, t1.next_observation), (1, "s1", "s2"));
 /// assert_eq!((t1.score, t1.next_score), (Some(5.0), Some(5.0)));
-/// assert_eq!(rb.detect_milestones(&mut ScoreIncrease), vec![true, false, false]);
+/// assert_eq!(rb.detect_milestones(&mut ScoreIncrease)?, vec![true, false, false]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -263,6 +263,10 @@ impl<'a> RecordBatch<'a> {
     /// Runs a milestone detector over every trajectory
     /// ([`milestone::detect_milestones`]) and returns one flag per row.
     ///
+    /// # Errors
+    /// None in practice (the records back every row); the signature keeps
+    /// [`milestone::detect_milestones`]'.
+    ///
     /// ```
     /// use beacon_rl::milestone::{EnvFlag, Transition};
     /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
@@ -271,11 +275,11 @@ impl<'a> RecordBatch<'a> {
     /// # let records = [rec];
     /// let rb = RecordBatch::new(&records)?;
     /// let mut took = |t: &Transition<'_>| t.next_observation == "Taken.";
-    /// assert_eq!(rb.detect_milestones(&mut took), vec![true, false]);
-    /// assert_eq!(rb.detect_milestones(&mut EnvFlag), vec![false, false]); // no recorded flags
+    /// assert_eq!(rb.detect_milestones(&mut took)?, vec![true, false]);
+    /// assert_eq!(rb.detect_milestones(&mut EnvFlag)?, vec![false, false]); // no recorded flags
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn detect_milestones<D: MilestoneDetector + ?Sized>(&self, detector: &mut D) -> Vec<bool> {
+    pub fn detect_milestones<D: MilestoneDetector + ?Sized>(&self, detector: &mut D) -> Result<Vec<bool>> {
         milestone::detect_milestones(&self.batch, detector, |row, _| self.transition(row))
     }
 

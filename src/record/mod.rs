@@ -94,7 +94,7 @@
 //! assert_eq!(rb.batch().num_groups(), 1);
 //! assert_eq!(rb.batch().terminal_rewards(), &[1.0, 0.0]);
 //! // The score-increase detector agrees with the recorded flags.
-//! assert_eq!(rb.detect_milestones(&mut ScoreIncrease), rb.detect_milestones(&mut EnvFlag));
+//! assert_eq!(rb.detect_milestones(&mut ScoreIncrease)?, rb.detect_milestones(&mut EnvFlag)?);
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 

@@ -702,7 +702,8 @@ fn webshop_resets_between_trajectories_of_a_batch() {
     let flags = detect_milestones(&batch, &mut d, |row, _| {
         let (a, o) = session[row % 5];
         step(a, o)
-    });
+    })
+    .unwrap();
     let one = [true, true, false, true, true];
     assert_eq!(flags, [one, one].concat());
 }
@@ -747,9 +748,9 @@ fn combinators_run_every_child_on_every_step_and_forward_resets() {
     let mut not = Not::new(counter(even, &c[4], &r[4]));
     // Steps 0..4 of two trajectories (3 and 2 steps), reset before each.
     let batch = RolloutBatch::from_blocks(2, &[3, 2], vec![0.0, 1.0]).unwrap();
-    let f_any = detect_milestones(&batch, &mut any, |_, _| Transition::default());
-    let f_all = detect_milestones(&batch, &mut all, |_, _| Transition::default());
-    let f_not = detect_milestones(&batch, &mut not, |_, _| Transition::default());
+    let f_any = detect_milestones(&batch, &mut any, |_, _| Transition::default()).unwrap();
+    let f_all = detect_milestones(&batch, &mut all, |_, _| Transition::default()).unwrap();
+    let f_not = detect_milestones(&batch, &mut not, |_, _| Transition::default()).unwrap();
     // Steps per row: 0,1,2,0,1. any = always -> all true; all = never -> all false;
     // not(even) = [F, T, F, F, T].
     assert_eq!(f_any, [true; 5]);

@@ -209,7 +209,8 @@ fn score_preset_over_the_whole_sample_as_one_batch() {
             next_score: Some(traj.steps[t].score),
             ..Transition::default()
         }
-    });
+    })
+    .unwrap();
     let recorded: Vec<bool> = rows.iter().map(|(traj, t)| traj.steps[*t].milestone).collect();
     assert_eq!(flags, recorded);
     assert_eq!(flags.iter().filter(|&&f| f).count(), SW.1 + TW.1);

@@ -397,7 +397,7 @@ mod bundled {
 
     fn run(records: &[TrajectoryRecord]) -> beacon_rl::diagnostics::Comparison {
         let rb = RecordBatch::new(records).unwrap();
-        let flags = rb.detect_milestones(&mut ScoreIncrease);
+        let flags = rb.detect_milestones(&mut ScoreIncrease).unwrap();
         let (state, action): (Vec<_>, Vec<_>) = rb
             .transitions()
             .enumerate()

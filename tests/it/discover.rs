@@ -457,7 +457,7 @@ fn on_the_recorded_sample_discovery_meets_the_goals_and_beats_the_baseline() {
     assert!(all.f1() >= 0.85, "{all:?}");
     assert!(sw.f1() >= 0.7, "{sw:?}");
     assert!(tw.f1() >= 0.95, "{tw:?}");
-    let base = frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row));
+    let base = frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row)).unwrap();
     let [base_all, ..] = agreement(&records, &base);
     assert!(
         all.f1() >= base_all.f1() + 0.15,

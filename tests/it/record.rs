@@ -112,8 +112,8 @@ fn sample_score_increase_reproduces_recorded_milestones() {
     // Records come grouped by group_id in the file, so batch order = file order.
     assert_eq!(rb.batch().terminal_rewards(), &rewards[..]);
 
-    let detected = rb.detect_milestones(&mut ScoreIncrease);
-    let recorded = rb.detect_milestones(&mut EnvFlag);
+    let detected = rb.detect_milestones(&mut ScoreIncrease).unwrap();
+    let recorded = rb.detect_milestones(&mut EnvFlag).unwrap();
     // Independent of EnvFlag: the raw flags straight from the records, row order.
     let raw: Vec<bool> = records
         .iter()
@@ -381,7 +381,7 @@ fn record_batch_interleaved_groups() {
     assert_eq!(rb.row_location(5), (2, 1));
     // no initial_score: t = 0 has no score, t = 1 uses step 0's (absent) score
     assert_eq!(rb.transition(0).score, None);
-    assert_eq!(rb.detect_milestones(&mut ScoreIncrease), vec![false; 6]);
+    assert_eq!(rb.detect_milestones(&mut ScoreIncrease).unwrap(), vec![false; 6]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,12 +2,18 @@
 
 use super::text::{action_keys, KeyMap, KeySet};
 use crate::batch::RolloutBatch;
+use crate::error::Result;
 use crate::milestone::Transition;
 
 /// The naive discovery baseline: per group, the (normalised) actions done by more than half
 /// of the successful rollouts (R(τ) > `success_threshold`) are milestones, flagged at their
 /// first occurrence in every rollout of the group. A group without success gets none. One
 /// flag per caller row; only `action` of each transition is read.
+///
+/// # Errors
+/// [`Error::CapacityExceeded`](crate::Error::CapacityExceeded) when the flags or the batch's
+/// row index cannot be allocated (a [`RolloutBatch::from_offsets`] batch's row count is a
+/// claim no column backs here).
 ///
 /// ```
 /// use beacon_rl::milestone::discover::frequency_baseline;
@@ -17,15 +23,20 @@ use crate::milestone::Transition;
 /// let acts = ["look", "take key", "look", "take key", "sing"];
 /// // Rollouts of 2 (success), 2 (success) and 1 (failure) steps.
 /// let batch = RolloutBatch::from_blocks(3, &[2, 2, 1], vec![1.0, 1.0, 0.0])?;
-/// let flags = frequency_baseline(&batch, 0.0, |row, _| Transition { action: acts[row], ..Transition::default() });
+/// let flags = frequency_baseline(&batch, 0.0, |row, _| Transition { action: acts[row], ..Transition::default() })?;
 /// assert_eq!(flags, [true, true, true, true, false]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
-pub fn frequency_baseline<'a, F>(batch: &RolloutBatch, success_threshold: f64, mut step: F) -> Vec<bool>
+pub fn frequency_baseline<'a, F>(
+    batch: &RolloutBatch,
+    success_threshold: f64,
+    mut step: F,
+) -> Result<Vec<bool>>
 where
     F: FnMut(usize, usize) -> Transition<'a>,
 {
-    let mut flags = vec![false; batch.num_steps()];
+    batch.try_step_rows()?;
+    let mut flags = batch.try_row_flags()?;
     let mut counts: KeyMap<usize> = KeyMap::default();
     let mut seen = KeySet::default();
     let mut keys = Vec::new();
@@ -57,5 +68,5 @@ where
         }
         keys.clear();
     }
-    flags
+    Ok(flags)
 }
