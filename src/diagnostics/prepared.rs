@@ -367,8 +367,8 @@ impl<'a> Diagnostics<'a> {
     /// [`Error::BatchMismatch`](crate::Error::BatchMismatch) when `input.batch` differs from the diagnosed batch;
     /// [`Error::Estimator`](crate::Error::Estimator) naming the first estimator (in list order) that fails, with its
     /// error as `source`: the estimator's own error (a missing input column, NaN rewards,
-    /// ...), [`Error::OutputShape`](crate::Error::OutputShape) for an output that is not rows × L (L ≥ 1, matching the
-    /// mask), or [`report`](Self::report)'s error (NaN advantages).
+    /// ...), [`Error::OutputShape`](crate::Error::OutputShape) for an output whose shape is not the mask's (without a
+    /// mask: rows × L with L ≥ 1), or [`report`](Self::report)'s error (NaN advantages).
     ///
     /// ```
     /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
