@@ -433,6 +433,7 @@ impl<'a> Diagnostics<'a> {
     fn comparison(&self, entries: Vec<NamedReport>) -> Comparison {
         Comparison {
             distinct_pairs: self.distinct_pairs,
+            shared_pairs: self.shared_pairs(),
             zero_threshold: self.config.zero_threshold,
             samples: self.sample_split(),
             entries,

@@ -411,6 +411,25 @@ fn comparison_keeps_order_and_prints_a_table() {
 }
 
 #[test]
+fn a_comparison_without_estimators_still_counts_the_shared_pairs() {
+    // The hand case has 3 shared pairs of 5 distinct (see hand_computed_case_default_threshold).
+    // The old footer read |S_shared| from the first entry's CAR, so with no entry it printed
+    // "0 of 5 distinct".
+    let c = case();
+    let batch = case_batch(&c);
+    let d = Diagnostics::new(&batch, &c.state, &c.action, &c.ms, DiagnosticsConfig::default()).unwrap();
+    let empty = d.compare::<&str, &[f64]>(&[]).unwrap();
+    assert!(empty.entries.is_empty());
+    assert_eq!((empty.shared_pairs, empty.distinct_pairs), (3, 5));
+    assert!(
+        empty.to_string().contains("shared (s, a) pairs: 3 of 5 distinct"),
+        "{empty}"
+    );
+    let one = d.compare(&[("hand", c.adv)]).unwrap();
+    assert_eq!(one.shared_pairs, one.entries[0].report.car.shared_pairs);
+}
+
+#[test]
 fn comparison_reports_the_first_bad_estimator() {
     let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0]).unwrap();
     let err = compare(
