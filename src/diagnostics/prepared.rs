@@ -391,8 +391,12 @@ impl<'a> Diagnostics<'a> {
     /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let table = diag.compare_estimators(&[("grpo", &*grpo), ("beacon", &beacon)], &input)?;
-    /// // GRPO: +0.707 on the success, -0.707 on the failure: "go" at "s" is pushed both ways.
-    /// assert_eq!(table.entries[0].report.car.value, Some(1.0));
+    /// // verl's GRPO scores the group's 4 rows [1, 1, 0, 0]: μ = 0.5, σ = √(1/3) (unbiased),
+    /// // A = ±0.5/σ = ±0.866 on the success's / the failure's rows: "go" at "s" is pushed
+    /// // both ways.
+    /// let grpo_report = &table.entries[0].report;
+    /// assert_eq!(grpo_report.car.value, Some(1.0));
+    /// assert!((grpo_report.ccr.milestone_mean.unwrap() - 0.866).abs() < 1e-3);
     /// println!("{table}");
     ///
     /// // GiGPO needs step rewards and anchors this input lacks: the error names it.
