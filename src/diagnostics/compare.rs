@@ -81,6 +81,10 @@ pub struct NamedReport {
 pub struct Comparison {
     /// Distinct state–action pairs in the batch.
     pub distinct_pairs: usize,
+    /// |S_shared|: pairs occurring in at least two trajectories (the same for every
+    /// estimator; kept here so that a comparison without entries still says it).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub shared_pairs: usize,
     /// The zero threshold τ used.
     pub zero_threshold: f64,
     /// The batch's sample split (the same for every estimator).
@@ -136,7 +140,6 @@ impl fmt::Display for Comparison {
             table_line(f, row, &width)?;
         }
         let s = &self.samples;
-        let shared = self.entries.first().map_or(0, |e| e.report.car.shared_pairs);
         writeln!(
             f,
             "trajectories: {} = {} full success + {} partial success + {} complete failure; \
@@ -145,7 +148,7 @@ impl fmt::Display for Comparison {
             s.full_success,
             s.partial_success,
             s.complete_failure,
-            shared,
+            self.shared_pairs,
             self.distinct_pairs,
             self.zero_threshold
         )

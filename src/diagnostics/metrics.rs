@@ -18,8 +18,8 @@ use crate::tensor::MaskView;
 /// masked token is the row's advantage for step-level and outcome estimators.
 ///
 /// # Errors
-/// [`Error::OutputShape`](crate::Error::OutputShape) when the output has no column or a shape
-/// other than the mask's; then
+/// [`Error::OutputShape`](crate::Error::OutputShape) when the output's shape is not the mask's
+/// or, without a mask, the output has no column; then
 /// [`Error::MaskValue`](crate::Error::MaskValue) for an integer mask entry other than 0 and 1,
 /// [`Error::InvalidMask`](crate::Error::InvalidMask) for a response length past L.
 ///
@@ -35,9 +35,10 @@ use crate::tensor::MaskView;
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 pub fn row_advantages(adv: ArrayView2<'_, f64>, response_mask: Option<MaskView<'_>>) -> Result<Vec<f64>> {
-    // The mask's shape, else any shape with a column; at least one column either way.
-    let expected = response_mask.map_or(adv.dim(), |m| m.dim());
-    let expected = (expected.0, expected.1.max(1));
+    // Exactly the mask's shape: a mask without columns marks no token, so every row is 0
+    // (what an estimator returns for L = 0 is then accepted, and a column the mask does not
+    // cover is not). Without a mask, column 0 is read, so there must be one.
+    let expected = response_mask.map_or((adv.nrows(), adv.ncols().max(1)), |m| m.dim());
     if adv.dim() != expected {
         return Err(Error::OutputShape {
             what: "advantages",

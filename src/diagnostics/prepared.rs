@@ -367,8 +367,8 @@ impl<'a> Diagnostics<'a> {
     /// [`Error::BatchMismatch`](crate::Error::BatchMismatch) when `input.batch` differs from the diagnosed batch;
     /// [`Error::Estimator`](crate::Error::Estimator) naming the first estimator (in list order) that fails, with its
     /// error as `source`: the estimator's own error (a missing input column, NaN rewards,
-    /// ...), [`Error::OutputShape`](crate::Error::OutputShape) for an output that is not rows × L (L ≥ 1, matching the
-    /// mask), or [`report`](Self::report)'s error (NaN advantages).
+    /// ...), [`Error::OutputShape`](crate::Error::OutputShape) for an output whose shape is not the mask's (without a
+    /// mask: rows × L with L ≥ 1), or [`report`](Self::report)'s error (NaN advantages).
     ///
     /// ```
     /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
@@ -391,8 +391,12 @@ impl<'a> Diagnostics<'a> {
     /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let table = diag.compare_estimators(&[("grpo", &*grpo), ("beacon", &beacon)], &input)?;
-    /// // GRPO: +0.707 on the success, -0.707 on the failure: "go" at "s" is pushed both ways.
-    /// assert_eq!(table.entries[0].report.car.value, Some(1.0));
+    /// // verl's GRPO scores the group's 4 rows [1, 1, 0, 0]: μ = 0.5, σ = √(1/3) (unbiased),
+    /// // A = ±0.5/σ = ±0.866 on the success's / the failure's rows: "go" at "s" is pushed
+    /// // both ways.
+    /// let grpo_report = &table.entries[0].report;
+    /// assert_eq!(grpo_report.car.value, Some(1.0));
+    /// assert!((grpo_report.ccr.milestone_mean.unwrap() - 0.866).abs() < 1e-3);
     /// println!("{table}");
     ///
     /// // GiGPO needs step rewards and anchors this input lacks: the error names it.
@@ -433,6 +437,7 @@ impl<'a> Diagnostics<'a> {
     fn comparison(&self, entries: Vec<NamedReport>) -> Comparison {
         Comparison {
             distinct_pairs: self.distinct_pairs,
+            shared_pairs: self.shared_pairs(),
             zero_threshold: self.config.zero_threshold,
             samples: self.sample_split(),
             entries,

@@ -411,6 +411,25 @@ fn comparison_keeps_order_and_prints_a_table() {
 }
 
 #[test]
+fn a_comparison_without_estimators_still_counts_the_shared_pairs() {
+    // The hand case has 3 shared pairs of 5 distinct (see hand_computed_case_default_threshold).
+    // The old footer read |S_shared| from the first entry's CAR, so with no entry it printed
+    // "0 of 5 distinct".
+    let c = case();
+    let batch = case_batch(&c);
+    let d = Diagnostics::new(&batch, &c.state, &c.action, &c.ms, DiagnosticsConfig::default()).unwrap();
+    let empty = d.compare::<&str, &[f64]>(&[]).unwrap();
+    assert!(empty.entries.is_empty());
+    assert_eq!((empty.shared_pairs, empty.distinct_pairs), (3, 5));
+    assert!(
+        empty.to_string().contains("shared (s, a) pairs: 3 of 5 distinct"),
+        "{empty}"
+    );
+    let one = d.compare(&[("hand", c.adv)]).unwrap();
+    assert_eq!(one.shared_pairs, one.entries[0].report.car.shared_pairs);
+}
+
+#[test]
 fn comparison_reports_the_first_bad_estimator() {
     let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0]).unwrap();
     let err = compare(
@@ -572,7 +591,83 @@ fn oracle_car_egr(rows: &[Row], tau: f64) -> (usize, usize, f64, f64) {
     (contradictory, shared, num, den)
 }
 
+/// Brute-force CCR sums, sample split and utilisation from the rows alone (no batch):
+/// (Σ|A| milestone, milestone steps, Σ|A| other, other steps), [full, partial, failure] and
+/// [effective, effective full, effective partial, effective failure].
+fn oracle_ccr_split_utilisation(
+    rows: &[Row],
+    tau: f64,
+) -> ((f64, usize, f64, usize), [usize; 3], [usize; 4]) {
+    let mag = |a: f64| if a.abs() < tau { 0.0 } else { a.abs() };
+    let mut ccr = (0.0, 0, 0.0, 0);
+    // trajectory id -> (success, has milestone, has signal)
+    let mut trajs: BTreeMap<usize, (bool, bool, bool)> = BTreeMap::new();
+    for &(_, t, reward, _, _, adv, ms) in rows {
+        if ms {
+            ccr.0 += mag(adv);
+            ccr.1 += 1;
+        } else {
+            ccr.2 += mag(adv);
+            ccr.3 += 1;
+        }
+        let e = trajs.entry(t).or_insert((reward > 0.0, false, false));
+        e.1 |= ms;
+        e.2 |= adv.abs() >= tau;
+    }
+    let (mut split, mut util) = ([0; 3], [0; 4]);
+    for &(success, milestone, signal) in trajs.values() {
+        let k = if success {
+            0
+        } else if milestone {
+            1
+        } else {
+            2
+        };
+        split[k] += 1;
+        if signal {
+            util[0] += 1;
+            util[k + 1] += 1;
+        }
+    }
+    (ccr, split, util)
+}
+
 proptest! {
+    #[test]
+    fn ccr_split_and_utilisation_match_brute_force_on_shuffled_rows(
+        (groups, perm) in batch_strategy().prop_flat_map(|g| {
+            let n = flatten(&g).len();
+            (Just(g), Just((0..n).collect::<Vec<usize>>()).prop_shuffle())
+        })
+    ) {
+        // Shuffled caller rows, so internal steps and caller rows differ: a metric that read
+        // advantages or flags by internal step index would attribute them to the wrong
+        // trajectory (reading `trajectory_steps(j)` instead of `trajectory_rows(j)` in
+        // `utilisation` fails here).
+        let rows: Vec<Row> = perm.iter().map(|&i| flatten(&groups)[i]).collect();
+        let c = columns(&rows);
+        let cfg = DiagnosticsConfig::default();
+        let r = diagnose(&c.batch, &c.state, &c.action, &c.ms, &c.adv, cfg).unwrap();
+        let ((ms_sum, ms_n, other_sum, other_n), split, util) =
+            oracle_ccr_split_utilisation(&rows, cfg.zero_threshold);
+        prop_assert_eq!((r.ccr.milestone_steps, r.ccr.non_milestone_steps), (ms_n, other_n));
+        prop_assert!((r.ccr.milestone_abs_sum - ms_sum).abs() < 1e-9);
+        prop_assert!((r.ccr.non_milestone_abs_sum - other_sum).abs() < 1e-9);
+        prop_assert_eq!(
+            [r.samples.full_success, r.samples.partial_success, r.samples.complete_failure],
+            split
+        );
+        prop_assert_eq!(
+            [
+                r.utilisation.effective,
+                r.utilisation.effective_full_success,
+                r.utilisation.effective_partial_success,
+                r.utilisation.effective_complete_failure
+            ],
+            util
+        );
+    }
+
     #[test]
     fn metrics_match_the_definitions_and_stay_in_range(groups in batch_strategy()) {
         let rows = flatten(&groups);

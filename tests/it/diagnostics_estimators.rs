@@ -152,6 +152,35 @@ fn the_row_advantage_is_the_first_masked_token() {
 }
 
 #[test]
+fn an_input_without_response_tokens_is_measured_not_refused() {
+    // L = 0: nothing was generated. GRPO accepts it and returns rows × 0; every row then has
+    // no masked token, so its advantage is 0 (row_advantages' rule): ZAR 7/7, no trajectory
+    // carries signal, the shared pairs (s0, go) and (u0, go) are not contradictory (CAR 0/2)
+    // and EGR is 0/0. The old code refused GRPO's output with OutputShape (expected (7, 1)).
+    let c = case();
+    let diag = Diagnostics::new(
+        &c.batch,
+        &c.state,
+        &c.action,
+        &c.milestones,
+        DiagnosticsConfig::default(),
+    )
+    .unwrap();
+    let rewards = Array2::<f64>::zeros((7, 0));
+    let mask = Array2::from_elem((7, 0), true);
+    let input = EstimatorInput::new(&c.batch)
+        .with_token_level_rewards(&rewards)
+        .with_response_mask(&mask);
+    let grpo = build("grpo");
+    let cmp = diag.compare_estimators(&[("grpo", &*grpo)], &input).unwrap();
+    let r = &cmp.entries[0].report;
+    assert_eq!((r.zar.zero_steps, r.zar.steps), (7, 7));
+    assert_eq!(r.utilisation.effective, 0);
+    assert_eq!((r.car.contradictory_pairs, r.car.shared_pairs), (0, 2));
+    assert_eq!(r.egr.value, None);
+}
+
+#[test]
 fn row_advantages_rules() {
     let adv = ndarray::array![[0.0, 2.0, 3.0], [5.0, 0.0, 0.0]];
     let out = adv.view();
@@ -185,6 +214,23 @@ fn row_advantages_rules() {
             what: "advantages",
             expected: (2, 1),
             actual: (2, 0)
+        })
+    );
+    // A mask without columns marks no token: an output of its shape (rows × 0) is every row
+    // 0, an output with a column it does not cover is misshapen. (The old code took the
+    // mask's width as at least 1, so it refused the first and read zeros from the second.)
+    let no_tokens = Array2::from_elem((2, 0), false);
+    assert_eq!(
+        row_advantages(empty.view(), Some((&no_tokens).into())),
+        Ok(vec![0.0, 0.0])
+    );
+    let one = Array2::<f64>::zeros((2, 1));
+    assert_eq!(
+        row_advantages(one.view(), Some((&no_tokens).into())),
+        Err(Error::OutputShape {
+            what: "advantages",
+            expected: (2, 0),
+            actual: (2, 1)
         })
     );
     // The mask is checked as the estimators check it: an integer entry other than 0 and 1,

@@ -19,6 +19,7 @@ mod detectors;
 mod detectors_real_data;
 mod diagnostics;
 mod diagnostics_estimators;
+mod diagnostics_paper;
 mod discover;
 mod fast_path_equivalence;
 mod fuzz_regressions;
