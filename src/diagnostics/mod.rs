@@ -46,6 +46,13 @@
 //!   **Effective sample utilisation** = fraction of trajectories with at least one step of
 //!   non-zero advantage (|A| ≥ τ).
 //!
+//! The paper gives ZAR and utilisation in words only (§5.3: "the fraction of samples receiving
+//! near-zero advantage", "trajectories providing useful gradient signal"); the formulas above
+//! are this crate's reading. Its figures for them come from training, where a group whose
+//! rollouts all fail (or all succeed) gives GRPO a zero advantage on every step: GRPO's ZAR
+//! starts near 100% there. On a recorded batch whose groups mix outcomes, as the bundled one,
+//! GRPO's ZAR is near 0.
+//!
 //! # Comparing estimators
 //!
 //! [`Diagnostics::compare`](crate::diagnostics::Diagnostics::compare) measures advantage vectors the caller computed;
