@@ -904,6 +904,57 @@ mod tests {
     }
 
     #[test]
+    fn paper_hand_case_partition_edges() {
+        // One group of four, R_ms = 1, γ = 0.5, λ = 2, w_traj = 0.5, ε = 1e-6 (paper §3.2–3.4,
+        // 0-indexed steps, t_0 = −1):
+        // a: [m]        R=1  single step on a milestone: Seg_1 = {0}, K = 1, Seg_2 empty
+        // b: [.]        R=0  single step, no milestone: K = 0, everything unfinished
+        // c: [m, m, .]  R=0  consecutive milestones: Seg_1 = {0}, Seg_2 = {1}, unfinished {2}
+        // d: [., ., m]  R=1  milestone on the last step: Seg_1 = {0, 1, 2}, K = 1, Seg_2 empty
+        // r_t = γ^(t_k − t): a [1]; b [0]; c [1, 1, 0]; d [0.25, 0.5, 1] (rising toward t_k).
+        // A_traj: R = (1, 0, 0, 1), μ = 1/2, σ = √((4 · 1/4)/3) = √(1/3), A = ±(1/2)/(σ + ε).
+        // G_1 = {a, c, d}: R_1/|Seg_1| = 1, 1, 1.75/3 = 7/12, so b_1 = (2 + 7/12)/3 = 31/36.
+        // G_2 = {c}: b_2 = 1/1 = 1.
+        // A_seg: a [1 − 31/36 = 5/36]; b [0]; c [5/36, 1 − 1 = 0, 0 (unfinished)];
+        //        d [9/36 − 31/36 = −22/36, 18/36 − 31/36 = −13/36, 5/36].
+        // Zero sum over G_1 of the per-segment means: 5/36 + 5/36 + (−30/36)/3 = 0.
+        let mut c = BeaconConfig::paper();
+        c.segment_decay = 0.5;
+        c.segment_weight = 2.0;
+        c.trajectory_weight = 0.5;
+        let batch = RolloutBatch::from_blocks(4, &[1, 1, 3, 3], vec![1.0, 0.0, 0.0, 1.0]).unwrap();
+        let flags = [true, false, true, true, false, false, false, true];
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.segments, vec![0, 0, 0, 1, 2, 0, 0, 0]);
+        assert_eq!(out.shaped_rewards, vec![1.0, 0.0, 1.0, 1.0, 0.0, 0.25, 0.5, 1.0]);
+        let t = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-6);
+        let traj = [t, -t, -t, -t, -t, t, t, t];
+        let seg = [5.0, 0.0, 5.0, 0.0, 0.0, -22.0, -13.0, 5.0].map(|x| x / 36.0);
+        for i in 0..8 {
+            assert_abs_diff_eq!(out.trajectory_advantages[i], traj[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.segment_advantages[i], seg[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.advantages[i], 0.5 * traj[i] + 2.0 * seg[i], epsilon = 1e-12);
+        }
+    }
+
+    #[test]
+    fn paper_singleton_group_compares_its_segments_with_themselves() {
+        // One trajectory [., m, .], R = 0.7, R_ms = 1, γ = 0.5: μ = 0, σ = 1, so
+        // A_traj = 0.7/(1 + 1e-6). G_1 = {itself}: r = [0.5, 1, 0], b_1 = 1.5/2 = 0.75,
+        // A_seg = [−0.25, 0.25, 0 (unfinished)]. Under SingletonRule::Zero only A_traj is 0.
+        let batch = RolloutBatch::from_blocks(1, &[3], vec![0.7]).unwrap();
+        let flags = [false, true, false];
+        let mut c = BeaconConfig::paper();
+        c.segment_decay = 0.5;
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.segment_advantages, vec![-0.25, 0.25, 0.0]);
+        assert_eq!(out.trajectory_advantages, vec![0.7 / (1.0 + 1e-6); 3]);
+        c.singleton = SingletonRule::Zero;
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.advantages, vec![-0.25, 0.25, 0.0]);
+    }
+
+    #[test]
     fn documented_paper_vs_official_difference() {
         // The worked example of the module docs.
         let batch = RolloutBatch::from_blocks(2, &[2, 3], vec![1.0, 0.0]).unwrap();
