@@ -322,9 +322,12 @@ pub struct BeaconWorkspace {
 /// Scratch of one group at a time.
 #[derive(Debug, Clone, Default)]
 struct GroupScratch {
-    /// Paper flavour, per segment id within the current group: Σ and count of R_k/|Seg_k|.
+    /// Paper flavour, per segment id within the current group: Σ, count, min and max of
+    /// R_k/|Seg_k|.
     sum: Vec<f64>,
     count: Vec<usize>,
+    lo: Vec<f64>,
+    hi: Vec<f64>,
     /// Official flavour: statistics of each (group, segment id).
     seg_stats: Vec<GroupStats>,
 }
@@ -341,6 +344,8 @@ struct Part<'a> {
     seg_adv: &'a mut [f64],
     sum: &'a mut Vec<f64>,
     count: &'a mut Vec<usize>,
+    lo: &'a mut Vec<f64>,
+    hi: &'a mut Vec<f64>,
     seg_stats: &'a mut Vec<GroupStats>,
 }
 
@@ -510,12 +515,16 @@ impl Beacon {
         for sc in &mut ws.scratch[..chunks] {
             sc.sum.resize(max_len + 1, 0.0);
             sc.count.resize(max_len + 1, 0);
+            sc.lo.resize(max_len + 1, 0.0);
+            sc.hi.resize(max_len + 1, 0.0);
         }
         let (table, flags) = (&ws.table, &ws.flags[..]);
         let (first, rest) = ws.scratch.split_at_mut(1);
         let GroupScratch {
             sum,
             count,
+            lo,
+            hi,
             seg_stats,
         } = &mut first[0];
         let whole = Part {
@@ -528,6 +537,8 @@ impl Beacon {
             seg_adv: &mut ws.seg_adv,
             sum,
             count,
+            lo,
+            hi,
             seg_stats,
         };
         let groups = 0..batch.num_groups();
@@ -606,15 +617,27 @@ impl Beacon {
                 if k >= max_k {
                     ws.sum[k] = 0.0;
                     ws.count[k] = 0;
+                    ws.lo[k] = f64::INFINITY;
+                    ws.hi[k] = f64::NEG_INFINITY;
                     max_k = k + 1;
                 }
-                ws.sum[k] += ws.table.mean_return(len).unwrap_or(f64::NAN);
+                let m = ws.table.mean_return(len).unwrap_or(f64::NAN);
+                ws.sum[k] += m;
                 ws.count[k] += 1;
+                ws.lo[k] = ws.lo[k].min(m);
+                ws.hi[k] = ws.hi[k].max(m);
             }
         }
-        // Pass 2: b_k and the advantages.
+        // Pass 2: b_k and the advantages. b_k is a mean of per-step returns, each in
+        // [R_ms·γ^(L−1), R_ms] ⊆ [0, R_ms]: kept in [min, max] of them, so that equal returns
+        // (γ = 1, or equal lengths) give exactly that return, as the official flavour's means.
         for k in 0..max_k {
-            ws.sum[k] /= ws.count[k] as f64;
+            let mean = ws.sum[k] / ws.count[k] as f64;
+            ws.sum[k] = if mean.is_finite() {
+                mean.clamp(ws.lo[k], ws.hi[k])
+            } else {
+                mean
+            };
         }
         for (j, &r) in trajs.zip(rewards) {
             let a_traj = if singleton_zero {
@@ -758,6 +781,8 @@ impl<'a> Part<'a> {
             seg_adv: adv_b,
             sum: &mut scratch.sum,
             count: &mut scratch.count,
+            lo: &mut scratch.lo,
+            hi: &mut scratch.hi,
             seg_stats: &mut scratch.seg_stats,
         };
         let a = Part {

@@ -259,6 +259,24 @@ fn no_temporal_decay_hand_case() {
 }
 
 #[test]
+fn uniform_shaping_is_grpo_exactly_for_any_milestone_reward() {
+    // γ = 1: every completed step gets R_ms, so every R_k/|Seg_k| is R_ms, b_k = R_ms and
+    // A_seg = 0 exactly; the variant is then bit-for-bit the λ = 0 row. R_ms = 0.1 over d's
+    // 3-step segment is the case a plain Σ/n misses: (0.1 + 0.1 + 0.1)/3 =
+    // 0.30000000000000004/3 = 0.10000000000000002, which left A_seg = −1.4e-17, not 0.
+    let (batch, flags) = edge_batch();
+    for r_ms in [0.1, 0.7, 1.0, 3.3] {
+        let base = BeaconConfig::paper().with_milestone_reward(r_ms);
+        let uniform = Ablation::UniformShaping.compute(base, &batch, &flags, 0).unwrap();
+        assert_eq!(uniform.segment_advantages, [0.0; 8], "R_ms = {r_ms}");
+        let grpo = Ablation::NoSegmentAdvantage
+            .compute(base, &batch, &flags, 0)
+            .unwrap();
+        assert_eq!(uniform.advantages, grpo.advantages, "R_ms = {r_ms}");
+    }
+}
+
+#[test]
 fn seeded_transforms_match_an_independent_splitmix64() {
     // Golden flags from an independent Python transcription of the module docs (Vigna's
     // splitmix64.c; stream j seeded with the j-th output of SplitMix64(seed); dropout keeps a
