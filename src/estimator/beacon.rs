@@ -18,7 +18,8 @@
 //!   A^seg_{i,t} = r_t − b_k.
 //! - Steps of the unfinished segment get r_t = 0 and A^seg = 0: the paper defines no
 //!   comparison for them, so they carry the trajectory term only.
-//! - Defaults: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
+//! - Defaults: γ = 0.95 and λ = 1 (the paper's Hyperparameters table); R_ms = 1 and ε = 1e-6,
+//!   which the paper does not give (its terminal reward R(τ) is in {0, 1}).
 //!
 //! # Official flavour ([`BeaconConfig::official`]): the paper's public code release (MiGPO)
 //!
@@ -97,7 +98,8 @@ pub enum BeaconFlavour {
 pub struct BeaconConfig {
     /// Paper equations or the release's behaviour.
     pub flavour: BeaconFlavour,
-    /// R_ms > 0: the shaped reward of a milestone step. Paper 1.0, release 10.0.
+    /// R_ms > 0: the shaped reward of a milestone step. The paper gives no value; the paper
+    /// preset uses 1.0 (the scale of its R(τ) ∈ {0, 1}), the release 10.0.
     pub milestone_reward: f64,
     /// γ ∈ [0, 1]: temporal decay within a segment. Default 0.95.
     pub segment_decay: f64,
@@ -114,7 +116,8 @@ pub struct BeaconConfig {
 }
 
 impl BeaconConfig {
-    /// The paper's equations and hyperparameters: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
+    /// The paper's equations and hyperparameters: γ = 0.95, λ = 1 (its Table of
+    /// hyperparameters), and R_ms = 1, ε = 1e-6, which the paper leaves open.
     ///
     /// ```
     /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};

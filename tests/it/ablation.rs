@@ -214,7 +214,8 @@ fn estimator_level_ablations_change_the_output_as_named() {
     // has segment {0, 1, 2} and the unfinished step 3.
     let uniform = run(Ablation::UniformShaping);
     assert_eq!(uniform.shaped_rewards, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]);
-    // The paper's γ = 0.95 decays toward the milestone: 0.95 before a milestone step.
+    // The paper's γ = 0.95 decays toward the milestone: step 4 is two steps before trajectory
+    // 1's milestone (step 6), so 0.95².
     let full = run(Ablation::Full);
     assert_eq!(full.shaped_rewards[4], 0.95 * 0.95);
     // Paper flavour, γ = 1: each segment's per-step mean return is R_ms = b_k, so A^seg = 0
