@@ -320,6 +320,9 @@ pub struct BeaconWorkspace {
     /// Per-group scratch, one per chunk of groups (one for the serial path; under the `rayon`
     /// feature one per pool thread, kept and reused across calls).
     scratch: Vec<GroupScratch>,
+    /// The milestone flags a random Table 3 row draws (per caller row), kept across calls by
+    /// [`BeaconAblation`](crate::ablation::BeaconAblation)'s workspace entry points.
+    pub(crate) ablation_flags: Vec<bool>,
 }
 
 /// Scratch of one group at a time.
