@@ -63,8 +63,9 @@ impl DecayTable {
         self.reward.get(d).copied()
     }
 
-    /// R_k / |Seg_k| for a completed segment of `len` steps: (1/len)·Σ_{d<len} R_ms·γ^d, or
-    /// `None` when `len` exceeds the prepared length (like `slice::get`). `len = 0` gives 0.
+    /// R_k / |Seg_k| for a completed segment of `len` steps: (1/len)·Σ_{d<len} R_ms·γ^d, kept
+    /// within [R_ms·γ^(len−1), R_ms] (exactly R_ms for γ = 1), or `None` when `len` exceeds
+    /// the prepared length (like `slice::get`). `len = 0` gives 0.
     #[inline]
     pub(crate) fn mean_return(&self, len: usize) -> Option<f64> {
         self.mean_return.get(len).copied()
