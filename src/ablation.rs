@@ -375,13 +375,29 @@ impl Ablation {
         seed: u64,
         stream_of: impl Fn(usize) -> u64,
     ) -> Result<Vec<bool>> {
+        let mut out = Vec::new();
+        self.transform_into(batch, flags, seed, stream_of, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`transform`](Self::transform) into `out` (cleared first; no allocation once it has
+    /// held one flag per row).
+    fn transform_into(
+        &self,
+        batch: &RolloutBatch,
+        flags: &[bool],
+        seed: u64,
+        stream_of: impl Fn(usize) -> u64,
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
         self.validate()?;
         check_flags(batch, flags)?;
         // The row index is 8 bytes a row, 8 times the flags that back the batch's row count.
         batch.try_step_rows()?;
+        out.clear();
         match *self {
             Ablation::MilestoneDropout { p } => {
-                let mut out = flags.to_vec();
+                out.extend_from_slice(flags);
                 for j in 0..batch.num_trajectories() {
                     let mut rng = SplitMix64::stream(seed, stream_of(j));
                     for &r in batch.trajectory_rows(j) {
@@ -390,10 +406,9 @@ impl Ablation {
                         out[r] &= u >= p;
                     }
                 }
-                Ok(out)
             }
             Ablation::RandomPartition { positions } => {
-                let mut out = vec![false; flags.len()];
+                out.resize(flags.len(), false);
                 for j in 0..batch.num_trajectories() {
                     let rows = batch.trajectory_rows(j);
                     let len = rows.len();
@@ -407,10 +422,10 @@ impl Ablation {
                         out[rows[pick]] = true;
                     }
                 }
-                Ok(out)
             }
-            _ => Ok(flags.to_vec()),
+            _ => out.extend_from_slice(flags),
         }
+        Ok(())
     }
 
     /// Runs BEACON under this ablation: [`config`](Self::config) of `base`, then
@@ -787,21 +802,42 @@ impl BeaconAblation {
         SplitMix64::stream(self.config.seed, call).next_u64()
     }
 
-    /// The milestone flags call `call` uses (the input's own flags for the rows that draw
-    /// nothing).
+    /// Writes the milestone flags call `call` draws into `out` and returns true, or returns
+    /// false for the rows that draw nothing (they use the input's own flags).
     ///
     /// # Errors
     /// [`Error::MissingInput`] without `milestones`; [`Ablation::milestones`]' errors.
-    fn flags_at(&self, input: &EstimatorInput<'_>, call: u64) -> Result<Option<Vec<bool>>> {
+    fn flags_into(&self, input: &EstimatorInput<'_>, call: u64, out: &mut Vec<bool>) -> Result<bool> {
         let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
-        Ok(match self.config.ablation {
-            Ablation::MilestoneDropout { .. } | Ablation::RandomPartition { .. } => Some(
+        match self.config.ablation {
+            Ablation::MilestoneDropout { .. } | Ablation::RandomPartition { .. } => {
+                let seed = self.call_seed(call);
                 self.config
                     .ablation
-                    .milestones(input.batch, flags, self.call_seed(call))?,
-            ),
-            _ => None,
-        })
+                    .transform_into(input.batch, flags, seed, |j| j as u64, out)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Runs `run` on `input`, or on `input` with call `call`'s flags, which are drawn into the
+    /// workspace's kept buffer (no allocation once it has held one flag per row).
+    fn with_call_flags<T>(
+        &self,
+        input: &EstimatorInput<'_>,
+        workspace: &mut Workspace,
+        call: u64,
+        run: impl FnOnce(&EstimatorInput<'_>, &mut Workspace) -> Result<T>,
+    ) -> Result<T> {
+        let mut flags = std::mem::take(&mut workspace.beacon.ablation_flags);
+        let result = match self.flags_into(input, call, &mut flags) {
+            Ok(true) => run(&with_flags(input, &flags), workspace),
+            Ok(false) => run(input, workspace),
+            Err(e) => Err(e),
+        };
+        workspace.beacon.ablation_flags = flags;
+        result
     }
 
     /// [`estimate`](AdvantageEstimator::estimate) as call number `call`, without touching the
@@ -824,9 +860,11 @@ impl BeaconAblation {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn estimate_at(&self, input: &EstimatorInput<'_>, call: u64) -> Result<Advantages> {
-        match self.flags_at(input, call)? {
-            Some(flags) => self.beacon.estimate(&with_flags(input, &flags)),
-            None => self.beacon.estimate(input),
+        let mut flags = Vec::new();
+        if self.flags_into(input, call, &mut flags)? {
+            self.beacon.estimate(&with_flags(input, &flags))
+        } else {
+            self.beacon.estimate(input)
         }
     }
 
@@ -843,13 +881,9 @@ impl BeaconAblation {
         workspace: &mut Workspace,
         call: u64,
     ) -> Result<()> {
-        match self.flags_at(input, call)? {
-            Some(flags) => {
-                self.beacon
-                    .estimate_into(&with_flags(input, &flags), advantages, returns, workspace)
-            }
-            None => self.beacon.estimate_into(input, advantages, returns, workspace),
-        }
+        self.with_call_flags(input, workspace, call, |input, ws| {
+            self.beacon.estimate_into(input, advantages, returns, ws)
+        })
     }
 
     /// [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) as call number `call`,
@@ -885,12 +919,9 @@ impl BeaconAblation {
     ) -> Result<()> {
         // The output first, as every step path (`estimate_steps_into`'s docs).
         crate::estimator::check_steps_out(input, advantages)?;
-        match self.flags_at(input, call)? {
-            Some(flags) => self
-                .beacon
-                .estimate_steps_into(&with_flags(input, &flags), advantages, workspace),
-            None => self.beacon.estimate_steps_into(input, advantages, workspace),
-        }
+        self.with_call_flags(input, workspace, call, |input, ws| {
+            self.beacon.estimate_steps_into(input, advantages, ws)
+        })
     }
 
     fn next_call(&self) -> u64 {

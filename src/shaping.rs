@@ -42,7 +42,17 @@ impl DecayTable {
             let r = shaped_reward(milestone_reward, segment_decay, d);
             self.reward.push(r);
             sum += r;
-            self.mean_return.push(sum / (d + 1) as f64);
+            // A mean lies between the smallest (γ ≤ 1: the farthest step's, r) and the largest
+            // (R_ms) value averaged; a plain Σ/n can miss that range by an ulp (γ = 1,
+            // R_ms = 0.1, L = 3: 0.30000000000000004/3 > 0.1), which left uniform shaping's
+            // A^seg = R_ms − b_k at ±1e-17 instead of 0. Non-finite (an overflowed sum) is
+            // kept, for the output check to report.
+            let mean = sum / (d + 1) as f64;
+            self.mean_return.push(if mean.is_finite() {
+                mean.clamp(r, self.reward[0])
+            } else {
+                mean
+            });
         }
     }
 
@@ -53,8 +63,9 @@ impl DecayTable {
         self.reward.get(d).copied()
     }
 
-    /// R_k / |Seg_k| for a completed segment of `len` steps: (1/len)·Σ_{d<len} R_ms·γ^d, or
-    /// `None` when `len` exceeds the prepared length (like `slice::get`). `len = 0` gives 0.
+    /// R_k / |Seg_k| for a completed segment of `len` steps: (1/len)·Σ_{d<len} R_ms·γ^d, kept
+    /// within [R_ms·γ^(len−1), R_ms] (exactly R_ms for γ = 1), or `None` when `len` exceeds
+    /// the prepared length (like `slice::get`). `len = 0` gives 0.
     #[inline]
     pub(crate) fn mean_return(&self, len: usize) -> Option<f64> {
         self.mean_return.get(len).copied()
@@ -100,6 +111,20 @@ mod tests {
         t.prepare(1.0, 0.0, 4);
         assert_eq!(t.mean_return(4), Some(0.25)); // only the milestone step is rewarded
         assert_eq!(t.mean_return(5), None);
+    }
+
+    #[test]
+    fn uniform_mean_returns_are_exactly_the_milestone_reward() {
+        // γ = 1: every averaged value is R_ms, so the mean is R_ms. Plain Σ/n gives
+        // (0.1 + 0.1 + 0.1)/3 = 0.10000000000000002 and 0.6·… = 0.09999999999999999 for L = 6.
+        let mut t = DecayTable::default();
+        t.prepare(0.1, 1.0, 9);
+        for len in 1..=9 {
+            assert_eq!(t.mean_return(len), Some(0.1), "L = {len}");
+        }
+        // An overflowed sum stays non-finite (reported by the estimator), not clamped to R_ms.
+        t.prepare(1e308, 1.0, 2);
+        assert_eq!(t.mean_return(2), Some(f64::INFINITY));
     }
 
     #[test]

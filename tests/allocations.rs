@@ -1,7 +1,8 @@
 //! Heap allocations per call through `Box<dyn AdvantageEstimator>`, counted by a global
 //! allocator (this test binary only): after one warm-up call with a kept [`Workspace`] and
 //! kept output buffers, `estimate_into` and `estimate_steps_into` allocate nothing, for every
-//! estimator in `EstimatorConfig::NAMES`, with `f64`/`bool` and with `f32`/`i64` inputs.
+//! estimator in `EstimatorConfig::NAMES` and the random Table 3 rows, with `f64`/`bool` and
+//! with `f32`/`i64` inputs.
 
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::RolloutBatch;
@@ -67,7 +68,12 @@ fn zero_allocations_after_the_first_call() {
         .with_response_mask(&mask64);
 
     let mut report = Vec::new();
-    for name in EstimatorConfig::NAMES {
+    // Every estimator by name, and the Table 3 rows that draw new flags on every call.
+    let random_rows = [
+        "beacon:milestone_dropout=0.5",
+        "beacon_official:random_partition=5",
+    ];
+    for name in EstimatorConfig::NAMES.iter().chain(&random_rows) {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         let mut ws = Workspace::new();
         let mut adv64 = Array2::<f64>::zeros((rows, cols));
@@ -77,7 +83,7 @@ fn zero_allocations_after_the_first_call() {
         // BEACON and GiGPO read the batch's episode rewards: token rewards that disagree with
         // them are an error, so they get none.
         let (mut f64_input, mut f32_input) = (f64_input, f32_input);
-        if ["beacon", "beacon_official", "beacon_ablation", "gigpo"].contains(name) {
+        if name.starts_with("beacon") || *name == "gigpo" {
             f64_input.token_level_rewards = None;
             f32_input.token_level_rewards = None;
         }

@@ -18,7 +18,8 @@
 //!   A^seg_{i,t} = r_t − b_k.
 //! - Steps of the unfinished segment get r_t = 0 and A^seg = 0: the paper defines no
 //!   comparison for them, so they carry the trajectory term only.
-//! - Defaults: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
+//! - Defaults: γ = 0.95 and λ = 1 (the paper's Hyperparameters table); R_ms = 1 and ε = 1e-6,
+//!   which the paper does not give (its terminal reward R(τ) is in {0, 1}).
 //!
 //! # Official flavour ([`BeaconConfig::official`]): the paper's public code release (MiGPO)
 //!
@@ -97,7 +98,8 @@ pub enum BeaconFlavour {
 pub struct BeaconConfig {
     /// Paper equations or the release's behaviour.
     pub flavour: BeaconFlavour,
-    /// R_ms > 0: the shaped reward of a milestone step. Paper 1.0, release 10.0.
+    /// R_ms > 0: the shaped reward of a milestone step. The paper gives no value; the paper
+    /// preset uses 1.0 (the scale of its R(τ) ∈ {0, 1}), the release 10.0.
     pub milestone_reward: f64,
     /// γ ∈ [0, 1]: temporal decay within a segment. Default 0.95.
     pub segment_decay: f64,
@@ -114,7 +116,8 @@ pub struct BeaconConfig {
 }
 
 impl BeaconConfig {
-    /// The paper's equations and hyperparameters: R_ms = 1, γ = 0.95, λ = 1, ε = 1e-6.
+    /// The paper's equations and hyperparameters: γ = 0.95, λ = 1 (its Table of
+    /// hyperparameters), and R_ms = 1, ε = 1e-6, which the paper leaves open.
     ///
     /// ```
     /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
@@ -317,14 +320,20 @@ pub struct BeaconWorkspace {
     /// Per-group scratch, one per chunk of groups (one for the serial path; under the `rayon`
     /// feature one per pool thread, kept and reused across calls).
     scratch: Vec<GroupScratch>,
+    /// The milestone flags a random Table 3 row draws (per caller row), kept across calls by
+    /// [`BeaconAblation`](crate::ablation::BeaconAblation)'s workspace entry points.
+    pub(crate) ablation_flags: Vec<bool>,
 }
 
 /// Scratch of one group at a time.
 #[derive(Debug, Clone, Default)]
 struct GroupScratch {
-    /// Paper flavour, per segment id within the current group: Σ and count of R_k/|Seg_k|.
+    /// Paper flavour, per segment id within the current group: Σ, count, min and max of
+    /// R_k/|Seg_k|.
     sum: Vec<f64>,
     count: Vec<usize>,
+    lo: Vec<f64>,
+    hi: Vec<f64>,
     /// Official flavour: statistics of each (group, segment id).
     seg_stats: Vec<GroupStats>,
 }
@@ -341,6 +350,8 @@ struct Part<'a> {
     seg_adv: &'a mut [f64],
     sum: &'a mut Vec<f64>,
     count: &'a mut Vec<usize>,
+    lo: &'a mut Vec<f64>,
+    hi: &'a mut Vec<f64>,
     seg_stats: &'a mut Vec<GroupStats>,
 }
 
@@ -510,12 +521,16 @@ impl Beacon {
         for sc in &mut ws.scratch[..chunks] {
             sc.sum.resize(max_len + 1, 0.0);
             sc.count.resize(max_len + 1, 0);
+            sc.lo.resize(max_len + 1, 0.0);
+            sc.hi.resize(max_len + 1, 0.0);
         }
         let (table, flags) = (&ws.table, &ws.flags[..]);
         let (first, rest) = ws.scratch.split_at_mut(1);
         let GroupScratch {
             sum,
             count,
+            lo,
+            hi,
             seg_stats,
         } = &mut first[0];
         let whole = Part {
@@ -528,6 +543,8 @@ impl Beacon {
             seg_adv: &mut ws.seg_adv,
             sum,
             count,
+            lo,
+            hi,
             seg_stats,
         };
         let groups = 0..batch.num_groups();
@@ -606,15 +623,27 @@ impl Beacon {
                 if k >= max_k {
                     ws.sum[k] = 0.0;
                     ws.count[k] = 0;
+                    ws.lo[k] = f64::INFINITY;
+                    ws.hi[k] = f64::NEG_INFINITY;
                     max_k = k + 1;
                 }
-                ws.sum[k] += ws.table.mean_return(len).unwrap_or(f64::NAN);
+                let m = ws.table.mean_return(len).unwrap_or(f64::NAN);
+                ws.sum[k] += m;
                 ws.count[k] += 1;
+                ws.lo[k] = ws.lo[k].min(m);
+                ws.hi[k] = ws.hi[k].max(m);
             }
         }
-        // Pass 2: b_k and the advantages.
+        // Pass 2: b_k and the advantages. b_k is a mean of per-step returns, each in
+        // [R_ms·γ^(L−1), R_ms] ⊆ [0, R_ms]: kept in [min, max] of them, so that equal returns
+        // (γ = 1, or equal lengths) give exactly that return, as the official flavour's means.
         for k in 0..max_k {
-            ws.sum[k] /= ws.count[k] as f64;
+            let mean = ws.sum[k] / ws.count[k] as f64;
+            ws.sum[k] = if mean.is_finite() {
+                mean.clamp(ws.lo[k], ws.hi[k])
+            } else {
+                mean
+            };
         }
         for (j, &r) in trajs.zip(rewards) {
             let a_traj = if singleton_zero {
@@ -758,6 +787,8 @@ impl<'a> Part<'a> {
             seg_adv: adv_b,
             sum: &mut scratch.sum,
             count: &mut scratch.count,
+            lo: &mut scratch.lo,
+            hi: &mut scratch.hi,
             seg_stats: &mut scratch.seg_stats,
         };
         let a = Part {
@@ -901,6 +932,57 @@ mod tests {
             assert_abs_diff_eq!(out.trajectory_advantages[i], traj[i], epsilon = 1e-12);
             assert_abs_diff_eq!(out.advantages[i], traj[i] + seg[i], epsilon = 1e-12);
         }
+    }
+
+    #[test]
+    fn paper_hand_case_partition_edges() {
+        // One group of four, R_ms = 1, γ = 0.5, λ = 2, w_traj = 0.5, ε = 1e-6 (paper §3.2–3.4,
+        // 0-indexed steps, t_0 = −1):
+        // a: [m]        R=1  single step on a milestone: Seg_1 = {0}, K = 1, Seg_2 empty
+        // b: [.]        R=0  single step, no milestone: K = 0, everything unfinished
+        // c: [m, m, .]  R=0  consecutive milestones: Seg_1 = {0}, Seg_2 = {1}, unfinished {2}
+        // d: [., ., m]  R=1  milestone on the last step: Seg_1 = {0, 1, 2}, K = 1, Seg_2 empty
+        // r_t = γ^(t_k − t): a [1]; b [0]; c [1, 1, 0]; d [0.25, 0.5, 1] (rising toward t_k).
+        // A_traj: R = (1, 0, 0, 1), μ = 1/2, σ = √((4 · 1/4)/3) = √(1/3), A = ±(1/2)/(σ + ε).
+        // G_1 = {a, c, d}: R_1/|Seg_1| = 1, 1, 1.75/3 = 7/12, so b_1 = (2 + 7/12)/3 = 31/36.
+        // G_2 = {c}: b_2 = 1/1 = 1.
+        // A_seg: a [1 − 31/36 = 5/36]; b [0]; c [5/36, 1 − 1 = 0, 0 (unfinished)];
+        //        d [9/36 − 31/36 = −22/36, 18/36 − 31/36 = −13/36, 5/36].
+        // Zero sum over G_1 of the per-segment means: 5/36 + 5/36 + (−30/36)/3 = 0.
+        let mut c = BeaconConfig::paper();
+        c.segment_decay = 0.5;
+        c.segment_weight = 2.0;
+        c.trajectory_weight = 0.5;
+        let batch = RolloutBatch::from_blocks(4, &[1, 1, 3, 3], vec![1.0, 0.0, 0.0, 1.0]).unwrap();
+        let flags = [true, false, true, true, false, false, false, true];
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.segments, vec![0, 0, 0, 1, 2, 0, 0, 0]);
+        assert_eq!(out.shaped_rewards, vec![1.0, 0.0, 1.0, 1.0, 0.0, 0.25, 0.5, 1.0]);
+        let t = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-6);
+        let traj = [t, -t, -t, -t, -t, t, t, t];
+        let seg = [5.0, 0.0, 5.0, 0.0, 0.0, -22.0, -13.0, 5.0].map(|x| x / 36.0);
+        for i in 0..8 {
+            assert_abs_diff_eq!(out.trajectory_advantages[i], traj[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.segment_advantages[i], seg[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.advantages[i], 0.5 * traj[i] + 2.0 * seg[i], epsilon = 1e-12);
+        }
+    }
+
+    #[test]
+    fn paper_singleton_group_compares_its_segments_with_themselves() {
+        // One trajectory [., m, .], R = 0.7, R_ms = 1, γ = 0.5: μ = 0, σ = 1, so
+        // A_traj = 0.7/(1 + 1e-6). G_1 = {itself}: r = [0.5, 1, 0], b_1 = 1.5/2 = 0.75,
+        // A_seg = [−0.25, 0.25, 0 (unfinished)]. Under SingletonRule::Zero only A_traj is 0.
+        let batch = RolloutBatch::from_blocks(1, &[3], vec![0.7]).unwrap();
+        let flags = [false, true, false];
+        let mut c = BeaconConfig::paper();
+        c.segment_decay = 0.5;
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.segment_advantages, vec![-0.25, 0.25, 0.0]);
+        assert_eq!(out.trajectory_advantages, vec![0.7 / (1.0 + 1e-6); 3]);
+        c.singleton = SingletonRule::Zero;
+        let out = beacon(c).compute(&batch, &flags).unwrap();
+        assert_eq!(out.advantages, vec![-0.25, 0.25, 0.0]);
     }
 
     #[test]

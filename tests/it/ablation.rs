@@ -1,7 +1,7 @@
 //! The Table 3 ablations: SplitMix64 against published outputs, configs, flag transforms
 //! (determinism, row-order independence, p = 0 / p = 1, counts), names and errors.
 
-use beacon_rl::ablation::{Ablation, SplitMix64};
+use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig, SplitMix64};
 use beacon_rl::estimator::beacon::BeaconConfig;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
@@ -214,7 +214,8 @@ fn estimator_level_ablations_change_the_output_as_named() {
     // has segment {0, 1, 2} and the unfinished step 3.
     let uniform = run(Ablation::UniformShaping);
     assert_eq!(uniform.shaped_rewards, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]);
-    // The paper's γ = 0.95 decays toward the milestone: 0.95 before a milestone step.
+    // The paper's γ = 0.95 decays toward the milestone: step 4 is two steps before trajectory
+    // 1's milestone (step 6), so 0.95².
     let full = run(Ablation::Full);
     assert_eq!(full.shaped_rewards[4], 0.95 * 0.95);
     // Paper flavour, γ = 1: each segment's per-step mean return is R_ms = b_k, so A^seg = 0
@@ -226,6 +227,86 @@ fn estimator_level_ablations_change_the_output_as_named() {
         .milestones(&batch, &flags, 3)
         .unwrap();
     assert_eq!(random.milestones, expected);
+}
+
+/// One group: a = [m] R=1, b = [.] R=0, c = [m, m, .] R=0, d = [., ., m] R=1 (the edge cases of
+/// `beacon::tests::paper_hand_case_partition_edges`).
+fn edge_batch() -> (RolloutBatch, [bool; 8]) {
+    let batch = RolloutBatch::from_blocks(4, &[1, 1, 3, 3], vec![1.0, 0.0, 0.0, 1.0]).unwrap();
+    (batch, [true, false, true, true, false, false, false, true])
+}
+
+#[test]
+fn no_temporal_decay_hand_case() {
+    // γ = 0 (0⁰ = 1), R_ms = 1: r = a [1]; b [0]; c [1, 1, 0]; d [0, 0, 1].
+    // G_1 = {a, c, d}, per-step means 1, 1, 1/3: b_1 = (7/3)/3 = 7/9. G_2 = {c}: b_2 = 1.
+    // A_seg = a [2/9]; b [0]; c [2/9, 0, 0 (unfinished)]; d [−7/9, −7/9, 2/9].
+    // A_traj = ±(1/2)/(√(1/3) + 1e-6), + for a and d (R = 1).
+    let (batch, flags) = edge_batch();
+    let out = Ablation::NoTemporalDecay
+        .compute(BeaconConfig::paper(), &batch, &flags, 0)
+        .unwrap();
+    assert_eq!(out.shaped_rewards, [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]);
+    let seg = [2.0, 0.0, 2.0, 0.0, 0.0, -7.0, -7.0, 2.0].map(|x| x / 9.0);
+    let t = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-6);
+    let traj = [t, -t, -t, -t, -t, t, t, t];
+    for i in 0..8 {
+        assert!((out.segment_advantages[i] - seg[i]).abs() < 1e-12, "{i}: {out:?}");
+        assert!(
+            (out.advantages[i] - (traj[i] + seg[i])).abs() < 1e-12,
+            "{i}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn uniform_shaping_is_grpo_exactly_for_any_milestone_reward() {
+    // γ = 1: every completed step gets R_ms, so every R_k/|Seg_k| is R_ms, b_k = R_ms and
+    // A_seg = 0 exactly; the variant is then bit-for-bit the λ = 0 row. R_ms = 0.1 over d's
+    // 3-step segment is the case a plain Σ/n misses: (0.1 + 0.1 + 0.1)/3 =
+    // 0.30000000000000004/3 = 0.10000000000000002, which left A_seg = −1.4e-17, not 0.
+    let (batch, flags) = edge_batch();
+    for r_ms in [0.1, 0.7, 1.0, 3.3] {
+        let base = BeaconConfig::paper().with_milestone_reward(r_ms);
+        let uniform = Ablation::UniformShaping.compute(base, &batch, &flags, 0).unwrap();
+        assert_eq!(uniform.segment_advantages, [0.0; 8], "R_ms = {r_ms}");
+        let grpo = Ablation::NoSegmentAdvantage
+            .compute(base, &batch, &flags, 0)
+            .unwrap();
+        assert_eq!(uniform.advantages, grpo.advantages, "R_ms = {r_ms}");
+    }
+}
+
+#[test]
+fn seeded_transforms_match_an_independent_splitmix64() {
+    // Golden flags from an independent Python transcription of the module docs (Vigna's
+    // splitmix64.c; stream j seeded with the j-th output of SplitMix64(seed); dropout keeps a
+    // milestone when u = (x >> 11)·2⁻⁵³ ≥ p, one draw per step; random partition by Floyd's
+    // algorithm with Lemire's multiply-and-reject), so a change of the documented streams
+    // shows here. Trajectories of 5, 3, 4 and 6 steps, every step a detected milestone, seed 7.
+    let batch = RolloutBatch::from_blocks(2, &[5, 3, 4, 6], vec![0.0; 4]).unwrap();
+    let flags = [true; 18];
+    let bits = |v: Vec<bool>| v.into_iter().map(u8::from).collect::<Vec<_>>();
+    let drop = Ablation::MilestoneDropout { p: 0.5 }
+        .milestones(&batch, &flags, 7)
+        .unwrap();
+    // Trajectory 0 draws u = 0.7215, 0.6497, 0.5494, 0.6042, 0.3481: only its last is dropped.
+    assert_eq!(bits(drop), [1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 1, 0, 1]);
+    let two = Ablation::RandomPartition { positions: 2 }
+        .milestones(&batch, &flags, 7)
+        .unwrap();
+    assert_eq!(bits(two), [0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0]);
+    let five = Ablation::RandomPartition { positions: 5 }
+        .milestones(&batch, &flags, 7)
+        .unwrap();
+    assert_eq!(bits(five), [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1]);
+    // The estimator's call k runs the transform with seed SplitMix64::stream(seed, k)'s first
+    // output (same Python): seed 3 gives these for calls 0 and 1.
+    let e = BeaconAblation::new(BeaconAblationConfig::default().with_seed(3)).unwrap();
+    assert_eq!(
+        (e.call_seed(0), e.call_seed(1)),
+        (13604808898340030615, 6742120064803419621)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

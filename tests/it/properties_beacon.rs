@@ -59,6 +59,77 @@ fn grpo_per_step(groups: &[Group], eps: f64) -> Vec<f64> {
     out
 }
 
+/// The paper's §3.2–3.4 equations transcribed literally, one trajectory and one segment at a
+/// time, in 1-indexed time as the paper writes them (t = 1..T, t_0 = 0, t_{K+1} = T):
+/// Seg_k = { t : t_{k−1} < t ≤ t_k }; r_t = R_ms·γ^(t_k − t) for k ≤ K, 0 for k = K + 1;
+/// G_k = { i : K_i ≥ k }; b_k = (1/|G_k|) Σ_{j∈G_k} R_k^(j)/|Seg_k^(j)|; A_seg = r_t − b_k on
+/// completed segments and 0 on the unfinished one (DESIGN §3); A_traj = (R − μ)/(σ + ε) with
+/// the unbiased σ (μ = 0, σ = 1 for a group of one); Â = w·A_traj + λ·A_seg.
+/// Returns Â per step, in batch order.
+fn paper_reference(groups: &[Group], c: &BeaconConfig) -> Vec<f64> {
+    let mut out = Vec::new();
+    for g in groups {
+        // Milestone times t_1 < … < t_K of each trajectory (1-indexed).
+        let ms: Vec<Vec<usize>> = g
+            .iter()
+            .map(|(_, f)| (1..=f.len()).filter(|&t| f[t - 1]).collect())
+            .collect();
+        let r = |i: usize, k: usize, t: usize| -> f64 {
+            // Shaped reward of step t in segment k (1-based) of trajectory i.
+            if k <= ms[i].len() {
+                c.milestone_reward * c.segment_decay.powi((ms[i][k - 1] - t) as i32)
+            } else {
+                0.0
+            }
+        };
+        let seg_of = |i: usize, t: usize| -> usize {
+            // The k with t_{k−1} < t ≤ t_k, or K + 1.
+            let mut prev = 0;
+            for (k, &tk) in ms[i].iter().enumerate() {
+                if prev < t && t <= tk {
+                    return k + 1;
+                }
+                prev = tk;
+            }
+            ms[i].len() + 1
+        };
+        let baseline = |k: usize| -> f64 {
+            let members: Vec<usize> = (0..g.len()).filter(|&j| ms[j].len() >= k).collect();
+            let per_step: f64 = members
+                .iter()
+                .map(|&j| {
+                    let steps: Vec<usize> = (1..=g[j].1.len()).filter(|&t| seg_of(j, t) == k).collect();
+                    steps.iter().map(|&t| r(j, k, t)).sum::<f64>() / steps.len() as f64
+                })
+                .sum();
+            per_step / members.len() as f64
+        };
+        let n = g.len() as f64;
+        let (mu, sigma) = if g.len() == 1 {
+            (0.0, 1.0)
+        } else {
+            let mu = g.iter().map(|t| t.0).sum::<f64>() / n;
+            (
+                mu,
+                (g.iter().map(|t| (t.0 - mu).powi(2)).sum::<f64>() / (n - 1.0)).sqrt(),
+            )
+        };
+        for (i, (big_r, f)) in g.iter().enumerate() {
+            let a_traj = (big_r - mu) / (sigma + c.std_eps);
+            for t in 1..=f.len() {
+                let k = seg_of(i, t);
+                let a_seg = if k <= ms[i].len() {
+                    r(i, k, t) - baseline(k)
+                } else {
+                    0.0
+                };
+                out.push(c.trajectory_weight * a_traj + c.segment_weight * a_seg);
+            }
+        }
+    }
+    out
+}
+
 fn paper(decay: f64, weight: f64) -> Beacon {
     let mut c = BeaconConfig::paper();
     c.segment_decay = decay;
@@ -67,6 +138,29 @@ fn paper(decay: f64, weight: f64) -> Beacon {
 }
 
 proptest! {
+    /// The paper flavour equals the literal transcription of the equations (`paper_reference`)
+    /// for any R_ms, γ ∈ [0, 1], λ and trajectory weight.
+    #[test]
+    fn paper_flavour_matches_the_equations(
+        groups in batch_strategy(),
+        milestone_reward in prop_oneof![Just(1.0), Just(10.0), 0.01..20.0f64],
+        decay in prop_oneof![Just(0.0), Just(1.0), Just(0.95), 0.0..=1.0f64],
+        weight in prop_oneof![Just(1.0), 0.0..5.0f64],
+        traj_weight in prop_oneof![Just(1.0), Just(0.0), 0.0..5.0f64],
+    ) {
+        let (batch, flags) = build(&groups);
+        let c = BeaconConfig::paper()
+            .with_milestone_reward(milestone_reward)
+            .with_segment_decay(decay)
+            .with_segment_weight(weight)
+            .with_trajectory_weight(traj_weight);
+        let out = Beacon::new(c).unwrap().compute(&batch, &flags).unwrap();
+        let want = paper_reference(&groups, &c);
+        for (s, (a, b)) in out.advantages.iter().zip(&want).enumerate() {
+            prop_assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "step {s}: {a} vs {b}");
+        }
+    }
+
     #[test]
     fn zero_segment_weight_is_grpo(groups in batch_strategy(), decay in 0.0..=1.0f64) {
         let (batch, flags) = build(&groups);
