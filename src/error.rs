@@ -330,6 +330,20 @@ pub enum Error {
         tokens: f64,
     },
 
+    /// A row's two scores disagree: its `row_scores` entry (the score the caller declares,
+    /// e.g. verl-agent's reward sum after the invalid-action penalty) and the sum of its
+    /// `token_level_rewards`, both given. `row` is the first such row in caller order; the
+    /// tolerance is [`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)'s.
+    #[error("row {row}: token_level_rewards sum to {tokens}, but its row_scores entry is {row_score}")]
+    RowScoreMismatch {
+        /// The first disagreeing caller row.
+        row: usize,
+        /// The row's `row_scores` entry.
+        row_score: f64,
+        /// The row's score from `token_level_rewards`.
+        tokens: f64,
+    },
+
     /// Two inputs give the same information and only one may be set (e.g. GiGPO's
     /// `anchor_obs` and `anchor_ids`).
     #[error("conflicting inputs: {first} and {second} are both set; give one")]
