@@ -110,7 +110,12 @@ fn row_statistics_hand_computed() {
     // An ablation that redraws the flags (dropout p = 1 drops a's milestone: every row is
     // unfinished, r = 0, A^seg = 0 − 0) keeps the row scores: A^traj alone again.
     let dropout = build("beacon_official:milestone_dropout=1");
-    assert_close(&steps(&*dropout, &official_input).unwrap(), &episode, 1e-12, "dropout");
+    assert_close(
+        &steps(&*dropout, &official_input).unwrap(),
+        &episode,
+        1e-12,
+        "dropout",
+    );
     // Without row scores the trajectory term reads R(τ) (row mean 2/3): A^traj = 1/3, 1/3,
     // −2/3, so the row scores are what moved it.
     let plain = EstimatorInput::new(&batch).with_milestones(&[false, true, false]);
