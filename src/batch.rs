@@ -57,7 +57,10 @@ use crate::hash::FxHasher;
 /// row's token sum against its trajectory's R(τ) and returns
 /// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
 /// trainer never silently trains on one reward while logging another
-/// ([`RolloutBatch::check_row_scores`]).
+/// ([`RolloutBatch::check_row_scores`]). Where the rows of one trajectory carry different
+/// scores (verl-agent's invalid-action penalty), the caller gives each row's own score with
+/// [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores): the
+/// step paths then read those instead of R(τ), and token sums are checked against them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutBatch {
     group_offsets: Vec<usize>,

@@ -407,8 +407,8 @@ def estimate(
 
     Inputs may be strided, transposed or reversed views (read in place). Raises ``TypeError``
     for an unsupported array type or dtype and ``ValueError`` with the crate's message (which
-    field, which row) for bad values or shapes, for a step estimator given neither
-    ``episode_rewards`` nor ``token_level_rewards``, for arrays the binding cannot view in
+    field, which row) for bad values or shapes, for a step estimator given none of
+    ``episode_rewards``, ``row_scores`` and ``token_level_rewards``, for arrays the binding cannot view in
     place (misaligned, or strides that are no whole number of items, as a field of a packed
     structured array), and for outputs whose elements overlap (``expand``, ``as_strided``)
     or that share memory with an input or with each other.
