@@ -77,7 +77,10 @@ pub enum Error {
         row: usize,
     },
 
-    /// Rows of one trajectory carry different terminal rewards.
+    /// Rows of one trajectory carry different terminal rewards, or different scores where each
+    /// trajectory is counted once (the paper flavour of BEACON given
+    /// [`row_scores`](crate::estimator::EstimatorInput::with_row_scores), `grpo`'s trajectory
+    /// statistics on token sums without them).
     #[error("row {row} carries terminal reward {value}, but its trajectory's earlier rows carry {expected}")]
     InconsistentTerminalReward {
         /// Row (caller's order) that disagrees.

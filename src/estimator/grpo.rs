@@ -63,6 +63,7 @@
 //!
 //! No deliberate difference from verl.
 
+use super::input::check_trajectories_agree;
 use super::whiten::whiten_outcome;
 use super::{check_scalars, fill_estimator, group_rows, row_groups_into, EstimatorInput, Out, Scratch};
 use crate::batch::RolloutBatch;
@@ -416,18 +417,8 @@ fn grpo_trajectory_scalars(
 ) -> Result<()> {
     // One score per trajectory: every row must carry its trajectory's (first row's) score,
     // unless the caller declared per-row scores (then verl-agent's first row counts).
-    let mut first_bad: Option<(usize, f64, f64)> = None;
-    for j in (0..batch.num_trajectories()).filter(|_| !rows_may_differ) {
-        let rows = batch.trajectory_rows(j);
-        let s = scores[rows[0]];
-        if let Some(&r) = rows.iter().find(|&&r| scores[r] != s) {
-            if first_bad.map_or(true, |(b, _, _)| r < b) {
-                first_bad = Some((r, s, scores[r]));
-            }
-        }
-    }
-    if let Some((row, expected, value)) = first_bad {
-        return Err(Error::InconsistentTerminalReward { row, expected, value });
+    if !rows_may_differ {
+        check_trajectories_agree(batch, scores)?;
     }
     let traj_score = |j: usize| scores[batch.trajectory_rows(j)[0]];
     let singleton_denom = f64::from(1.0f32 + config.std_eps as f32);

@@ -571,19 +571,8 @@ impl<'a> StepScores<'a> {
     /// [`Error::InconsistentTerminalReward`] for the first row (caller order) whose score
     /// differs from its trajectory's first row's.
     pub(crate) fn check_trajectories_agree(&self) -> Result<()> {
-        let Some(s) = self.rows else { return Ok(()) };
-        let mut first: Option<(usize, f64, f64)> = None;
-        for j in 0..self.batch.num_trajectories() {
-            let rows = self.batch.trajectory_rows(j);
-            let expected = s[rows[0]];
-            if let Some(&r) = rows.iter().find(|&&r| s[r] != expected) {
-                if first.map_or(true, |(b, _, _)| r < b) {
-                    first = Some((r, expected, s[r]));
-                }
-            }
-        }
-        match first {
-            Some((row, expected, value)) => Err(Error::InconsistentTerminalReward { row, expected, value }),
+        match self.rows {
+            Some(s) => check_trajectories_agree(self.batch, s),
             None => Ok(()),
         }
     }
@@ -595,6 +584,29 @@ impl<'a> StepScores<'a> {
             Some(s) => s[self.batch.trajectory_rows(j)[0]],
             None => self.batch.terminal_rewards()[j],
         }
+    }
+}
+
+/// Every row of a trajectory carries the score of the trajectory's first row (`scores` one
+/// per row, caller order): where each trajectory is counted once.
+///
+/// # Errors
+/// [`Error::InconsistentTerminalReward`] for the first row (caller order) whose score differs
+/// from its trajectory's first row's.
+pub(crate) fn check_trajectories_agree(batch: &RolloutBatch, scores: &[f64]) -> Result<()> {
+    let mut first: Option<(usize, f64, f64)> = None;
+    for j in 0..batch.num_trajectories() {
+        let rows = batch.trajectory_rows(j);
+        let expected = scores[rows[0]];
+        if let Some(&r) = rows.iter().find(|&&r| scores[r] != expected) {
+            if first.map_or(true, |(b, _, _)| r < b) {
+                first = Some((r, expected, scores[r]));
+            }
+        }
+    }
+    match first {
+        Some((row, expected, value)) => Err(Error::InconsistentTerminalReward { row, expected, value }),
+        None => Ok(()),
     }
 }
 
