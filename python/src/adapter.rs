@@ -5,9 +5,10 @@
 //! mutable views of the outputs in the caller's dtype. They are handed to the crate's
 //! dtype-generic interface (`FloatView`, `MaskView`, `FloatViewMut`) as they are: no input is
 //! copied or converted and the advantages are written straight into the caller's array. The
-//! only passes the binding adds over rows × L are the per-row reward sums (each row's score when the caller gives neither episode rewards nor row scores) and, for
-//! estimators whose returns equal their advantages, the copy into the `returns` array the
-//! Python API promises. Scratch space is a [`Workspace`] per thread, reused across calls.
+//! only passes the binding adds over rows × L are the per-row reward sums (each row's score
+//! when the caller gives neither episode rewards nor row scores) and, for estimators whose
+//! returns equal their advantages, the copy into the `returns` array the Python API promises.
+//! Scratch space is a [`Workspace`] per thread, reused across calls.
 //!
 //! No Python type appears here: the functions run with the GIL released.
 
