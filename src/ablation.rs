@@ -936,6 +936,7 @@ fn with_flags<'s>(input: &'s EstimatorInput<'_>, flags: &'s [bool]) -> Estimator
     let mut out = EstimatorInput::new(input.batch).with_milestones(flags);
     out.response_mask = input.response_mask.as_ref().map(|m| m.reborrow());
     out.token_level_rewards = input.token_level_rewards.as_ref().map(|m| m.reborrow());
+    out.row_scores = input.row_scores;
     out
 }
 

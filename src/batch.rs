@@ -57,7 +57,10 @@ use crate::hash::FxHasher;
 /// row's token sum against its trajectory's R(τ) and returns
 /// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
 /// trainer never silently trains on one reward while logging another
-/// ([`RolloutBatch::check_row_scores`]).
+/// ([`RolloutBatch::check_row_scores`]). Where the rows of one trajectory carry different
+/// scores (verl-agent's invalid-action penalty), the caller gives each row's own score with
+/// [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores): the
+/// step paths then read those instead of R(τ), and token sums are checked against them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolloutBatch {
     group_offsets: Vec<usize>,
@@ -447,40 +450,61 @@ impl RolloutBatch {
     }
 
     /// [`check_row_scores`](Self::check_row_scores) for `token_level_rewards` (rows × L, each
-    /// row's score its sum), when given; nothing to check otherwise.
-    pub(crate) fn check_token_scores(&self, rewards: Option<crate::tensor::FloatView<'_>>) -> Result<()> {
+    /// row's score its sum), when given; nothing to check otherwise. With `row_scores` (the
+    /// caller's per-row scores, one per row, finite: checked by the caller) each row's sum is
+    /// checked against its own entry instead of its trajectory's R(τ)
+    /// ([`Error::RowScoreMismatch`]).
+    pub(crate) fn check_token_scores(
+        &self,
+        rewards: Option<crate::tensor::FloatView<'_>>,
+        row_scores: Option<&[f64]>,
+    ) -> Result<()> {
         use crate::tensor::FloatView;
-        match rewards {
-            None => Ok(()),
-            Some(m) => {
-                check_len("token_level_rewards rows", self.num_steps(), m.dim().0)?;
-                match m {
-                    FloatView::F32(v) => {
-                        self.check_scores_by(|r| v.row(r).iter().map(|&x| f64::from(x)).sum())
-                    }
-                    FloatView::F64(v) => self.check_scores_by(|r| v.row(r).iter().sum()),
-                }
+        let Some(m) = rewards else { return Ok(()) };
+        check_len("token_level_rewards rows", self.num_steps(), m.dim().0)?;
+        let first = match m {
+            FloatView::F32(v) => {
+                self.first_disagreement(row_scores, |r| v.row(r).iter().map(|&x| f64::from(x)).sum())
             }
+            FloatView::F64(v) => self.first_disagreement(row_scores, |r| v.row(r).iter().sum()),
+        };
+        match (first, row_scores) {
+            (None, _) => Ok(()),
+            (Some((row, batch, tokens)), None) => Err(Error::EpisodeRewardMismatch { row, batch, tokens }),
+            (Some((row, row_score, tokens)), Some(_)) => Err(Error::RowScoreMismatch {
+                row,
+                row_score,
+                tokens,
+            }),
         }
     }
 
     fn check_scores_by(&self, score: impl Fn(usize) -> f64) -> Result<()> {
-        let mut first: Option<(usize, f64, f64)> = None;
-        for (j, &reward) in self.terminal_rewards.iter().enumerate() {
-            for &r in self.trajectory_rows(j) {
-                let s = score(r);
-                // An infinite score must not pass: its tolerance, 1e-6·|s|, would be infinite
-                // too (terminal rewards are finite, checked on construction).
-                let agree = s.is_finite() && (s - reward).abs() <= 1e-6 * s.abs().max(reward.abs()).max(1.0);
-                if !agree && first.map_or(true, |(b, _, _)| r < b) {
-                    first = Some((r, reward, s));
-                }
-            }
-        }
-        match first {
+        match self.first_disagreement(None, score) {
             Some((row, batch, tokens)) => Err(Error::EpisodeRewardMismatch { row, batch, tokens }),
             None => Ok(()),
         }
+    }
+
+    /// The first row (caller order) whose `score` disagrees with its expected score (its
+    /// `row_scores` entry when given, else its trajectory's R(τ)): (row, expected, score).
+    fn first_disagreement(
+        &self,
+        row_scores: Option<&[f64]>,
+        score: impl Fn(usize) -> f64,
+    ) -> Option<(usize, f64, f64)> {
+        let mut first: Option<(usize, f64, f64)> = None;
+        for (j, &reward) in self.terminal_rewards.iter().enumerate() {
+            for &r in self.trajectory_rows(j) {
+                let (expected, s) = (row_scores.map_or(reward, |e| e[r]), score(r));
+                // Expected scores are finite: terminal rewards checked on construction, row
+                // scores by the caller.
+                if !scores_agree(expected, s) && first.map_or(true, |(b, _, _)| r < b) {
+                    first = Some((r, expected, s));
+                }
+            }
+        }
+        first
     }
 
     /// The row index ([`step_rows`](Self::step_rows)), built on first use like it, but with
@@ -516,6 +540,13 @@ impl RolloutBatch {
             }
         }
     }
+}
+
+/// Whether a row's score `s` (e.g. its token sum) agrees with the `expected` one: to a relative
+/// 1e-6 (|s − e| ≤ 1e-6 · max(1, |s|, |e|)), so float32 token rewards of the same value pass.
+/// An infinite `s` never agrees: its tolerance would be infinite too (`expected` is finite).
+pub(crate) fn scores_agree(expected: f64, s: f64) -> bool {
+    s.is_finite() && (s - expected).abs() <= 1e-6 * s.abs().max(expected.abs()).max(1.0)
 }
 
 /// Reusable scratch for building [`RolloutBatch`]es from per-row keys, for a trainer that builds

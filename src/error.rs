@@ -77,7 +77,10 @@ pub enum Error {
         row: usize,
     },
 
-    /// Rows of one trajectory carry different terminal rewards.
+    /// Rows of one trajectory carry different terminal rewards, or different scores where each
+    /// trajectory is counted once (the paper flavour of BEACON given
+    /// [`row_scores`](crate::estimator::EstimatorInput::with_row_scores), `grpo`'s trajectory
+    /// statistics on token sums without them).
     #[error("row {row} carries terminal reward {value}, but its trajectory's earlier rows carry {expected}")]
     InconsistentTerminalReward {
         /// Row (caller's order) that disagrees.
@@ -326,6 +329,20 @@ pub enum Error {
         row: usize,
         /// The batch's terminal reward of the row's trajectory.
         batch: f64,
+        /// The row's score from `token_level_rewards`.
+        tokens: f64,
+    },
+
+    /// A row's two scores disagree: its `row_scores` entry (the score the caller declares,
+    /// e.g. verl-agent's reward sum after the invalid-action penalty) and the sum of its
+    /// `token_level_rewards`, both given. `row` is the first such row in caller order; the
+    /// tolerance is [`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)'s.
+    #[error("row {row}: token_level_rewards sum to {tokens}, but its row_scores entry is {row_score}")]
+    RowScoreMismatch {
+        /// The first disagreeing caller row.
+        row: usize,
+        /// The row's `row_scores` entry.
+        row_score: f64,
         /// The row's score from `token_level_rewards`.
         tokens: f64,
     },

@@ -244,6 +244,69 @@ fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
     }
 }
 
+/// Row scores that differ within trajectories (verl-agent's invalid-action penalty) through
+/// the step path: the chunked BEACON and GiGPO runs read them as the serial run does, and
+/// allocate nothing after the warm-up call.
+#[test]
+fn row_scores_are_bit_identical_and_allocation_free_on_every_pool() {
+    let _serial = one_at_a_time();
+    let a = agent(7, 1500, true);
+    let rows = a.batch.num_steps();
+    let mut rng = SplitMix64::new(77);
+    // R(τ) minus 0.1 on about 30% of the rows.
+    let mut r_tau = vec![0.0; rows];
+    for j in 0..a.batch.num_trajectories() {
+        for &r in a.batch.trajectory_rows(j) {
+            r_tau[r] = a.batch.terminal_rewards()[j];
+        }
+    }
+    let scores: Vec<f64> = r_tau
+        .iter()
+        .map(|r| r - if rng.next_f64() < 0.3 { 0.1 } else { 0.0 })
+        .collect();
+    let input = EstimatorInput::new(&a.batch)
+        .with_milestones(&a.flags)
+        .with_step_rewards(&a.step_rewards)
+        .with_anchor_ids(&a.anchors)
+        .with_row_scores(&scores);
+    let mut std_norm = BeaconConfig::official();
+    std_norm.flavour = BeaconFlavour::Official {
+        mode: NormMode::MeanStdNorm,
+    };
+    let estimators: Vec<Box<dyn AdvantageEstimator>> = vec![
+        "beacon_official"
+            .parse::<EstimatorConfig>()
+            .unwrap()
+            .build()
+            .unwrap(),
+        Box::new(Beacon::new(std_norm).unwrap()),
+        "gigpo".parse::<EstimatorConfig>().unwrap().build().unwrap(),
+    ];
+    for est in &estimators {
+        let run = || {
+            let mut out = vec![0.0; rows];
+            est.estimate_steps_into(&input, &mut out, &mut Workspace::new())
+                .unwrap();
+            bits(&out)
+        };
+        same_bits_on_every_pool(est.name(), run);
+        // The scores are read: without them the result differs.
+        let mut plain = vec![0.0; rows];
+        let mut no_scores = input;
+        no_scores.row_scores = None;
+        est.estimate_steps_into(&no_scores, &mut plain, &mut Workspace::new())
+            .unwrap();
+        assert_ne!(bits(&plain), run(), "{}", est.name());
+        let two = pool(2);
+        let (mut ws, mut out) = (Workspace::new(), vec![0.0; rows]);
+        let mut call = || {
+            two.install(|| est.estimate_steps_into(&input, &mut out, &mut ws))
+                .unwrap()
+        };
+        assert_eq!(allocations_after_warm_up(&mut call), 0, "{}", est.name());
+    }
+}
+
 /// GAE and REINFORCE++ on a 2-thread pool (rows split into chunks, each with its own block
 /// buffers from the `Workspace`): no allocation on any thread after the warm-up call.
 #[test]

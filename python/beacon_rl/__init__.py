@@ -352,6 +352,7 @@ def estimate(
     *,
     traj_index: Optional[Array] = None,
     episode_rewards: Optional[Array] = None,
+    row_scores: Optional[Array] = None,
     values: Optional[Array] = None,
     old_log_probs: Optional[Array] = None,
     sum_pi_squared: Optional[Array] = None,
@@ -375,7 +376,16 @@ def estimate(
     - ``traj_index`` (one trajectory key per row) makes rows steps of trajectories, in row
       order; without it every row is its own trajectory.
     - ``episode_rewards`` (one per row, equal within a trajectory) is R(τ) for BEACON and
-      GiGPO; without it, each row's sum of ``token_level_rewards`` (verl-agent's layout).
+      GiGPO. Without it, each row is scored by its own sum of ``token_level_rewards``, as
+      verl-agent does (its layout): the rows of one trajectory may then differ, as
+      verl-agent's invalid-action penalty makes them (``beacon_official``, ``gigpo`` and
+      ``grpo``/``rloo`` normalise each row's own score; ``grpo`` with
+      ``{"statistics": "trajectories"}`` counts each trajectory's first row; the paper's
+      ``beacon`` counts each trajectory once and raises ``ValueError`` naming the first row
+      that differs).
+    - ``row_scores`` (one finite float per row) gives those per-row scores explicitly (the
+      crate's ``EstimatorInput::with_row_scores``); ``token_level_rewards``, when given too,
+      must sum to them on every row. Not together with ``episode_rewards``.
     - ``milestones`` (one flag per row: bool/uint8/int64, or an object array of bools, 0
       and 1) for ``beacon``/``beacon_official``; ``step_rewards``
       and ``anchor_obs`` (object array of str) for ``gigpo``; ``values`` for ``gae``;
@@ -397,8 +407,8 @@ def estimate(
 
     Inputs may be strided, transposed or reversed views (read in place). Raises ``TypeError``
     for an unsupported array type or dtype and ``ValueError`` with the crate's message (which
-    field, which row) for bad values or shapes, for a step estimator given neither
-    ``episode_rewards`` nor ``token_level_rewards``, for arrays the binding cannot view in
+    field, which row) for bad values or shapes, for a step estimator given none of
+    ``episode_rewards``, ``row_scores`` and ``token_level_rewards``, for arrays the binding cannot view in
     place (misaligned, or strides that are no whole number of items, as a field of a packed
     structured array), and for outputs whose elements overlap (``expand``, ``as_strided``)
     or that share memory with an input or with each other.
@@ -407,6 +417,7 @@ def estimate(
     rewards = caller.numpy(token_level_rewards, "token_level_rewards")
     mask = caller.numpy(response_mask, "response_mask")
     episode = caller.numpy(episode_rewards, "episode_rewards")
+    scores = caller.numpy(row_scores, "row_scores")
     step = caller.numpy(step_rewards, "step_rewards")
     vals = caller.numpy(values, "values")
     if index is None:
@@ -420,7 +431,7 @@ def estimate(
     if anchors is not None and anchors.dtype.kind in "US":
         anchors = anchors.astype(object)
     shape = _native.output_shape(index=idx, token_level_rewards=rewards, response_mask=mask)
-    dtype = _float_dtype(rewards, episode, step, vals)
+    dtype = _float_dtype(rewards, episode, scores, step, vals)
     config_json = _config_json(config)
     adv, ret, adv_view, ret_view = _outputs(caller, out, shape, dtype, _has_returns(name, config_json))
     _native.estimate(
@@ -433,6 +444,7 @@ def estimate(
         index=idx,
         traj_index=traj,
         episode_rewards=episode,
+        row_scores=scores,
         values=vals,
         old_log_probs=caller.numpy(old_log_probs, "old_log_probs"),
         sum_pi_squared=caller.numpy(sum_pi_squared, "sum_pi_squared"),

@@ -16,6 +16,7 @@ def estimate(
     index: np.ndarray,
     traj_index: Optional[np.ndarray] = None,
     episode_rewards: Optional[npt.NDArray[np.floating]] = None,
+    row_scores: Optional[npt.NDArray[np.floating]] = None,
     values: Optional[npt.NDArray[np.floating]] = None,
     old_log_probs: Optional[npt.NDArray[np.floating]] = None,
     sum_pi_squared: Optional[npt.NDArray[np.floating]] = None,

@@ -215,13 +215,22 @@ def compute_step_advantages(
     in verl-agent's layout, in place, and return ``data``.
 
     Layout (one row per environment step): ``data.batch["token_level_rewards"]`` and
-    ``data.batch["response_mask"]`` (rows × L; a row's reward sum is its episode's reward
-    R(τ), which verl-agent repeats on every step), ``data.non_tensor_batch[uid_key]`` (group),
+    ``data.batch["response_mask"]`` (rows × L; a row's reward sum is its score: the episode's
+    reward R(τ), which verl-agent repeats on every step, minus that step's invalid-action
+    penalty when ``use_invalid_action_penalty`` is on, so the rows of one trajectory may
+    differ), ``data.non_tensor_batch[uid_key]`` (group),
     ``[traj_key]`` (trajectory; a trajectory's rows are its steps in row order),
     ``[milestone_key]`` (one flag per step, for ``beacon``/``beacon_official``; the caller
     chooses the column), and for ``gigpo`` ``[anchor_key]`` (str observations) and
     ``[step_reward_key]`` (per-step rewards). Any estimator of :func:`beacon_rl.names` is
     accepted; the verl estimators group rows by ``uid``.
+
+    Each row is scored by its own reward sum, as verl-agent's ``episode_norm_reward`` and GRPO
+    do: ``beacon_official``, ``gigpo`` and ``grpo`` normalise every row's own sum over the
+    rows of its ``uid``; ``grpo``/``gdpo`` with ``{"statistics": "trajectories"}`` (verl-agent's
+    ``compute_mean_std_cross_steps=False``) take each trajectory's first row, and read
+    ``[traj_key]`` when present; the paper's ``beacon`` counts each trajectory once and raises
+    ``ValueError`` when the rows of a trajectory differ.
 
     When ``data.batch`` already holds ``advantages``/``returns`` of the right shape, float32 or
     float64, contiguous and on the CPU, they are overwritten in place (no allocation; one
@@ -280,12 +289,15 @@ def compute_step_advantages(
     for key in (uid_key,) + ((traj_key,) if _is_step(name) else ()):
         if key not in ntb:
             raise ValueError(f"non_tensor_batch has no column {key!r}")
+    # Trajectories matter to the step estimators and to grpo's trajectory statistics (without
+    # them every row would count as a trajectory of its own).
+    with_traj = _is_step(name) or (name in ("grpo", "gdpo") and traj_key in ntb)
     adv, ret = estimate(
         name,
         rewards,
         mask,
         ntb[uid_key],
-        traj_index=ntb[traj_key] if _is_step(name) else None,
+        traj_index=ntb[traj_key] if with_traj else None,
         config=config,
         out=out,
         **kwargs,

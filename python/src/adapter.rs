@@ -5,9 +5,10 @@
 //! mutable views of the outputs in the caller's dtype. They are handed to the crate's
 //! dtype-generic interface (`FloatView`, `MaskView`, `FloatViewMut`) as they are: no input is
 //! copied or converted and the advantages are written straight into the caller's array. The
-//! only passes the binding adds over rows × L are the per-row reward sums (the batch's episode rewards when the caller gives none) and, for
-//! estimators whose returns equal their advantages, the copy into the `returns` array the
-//! Python API promises. Scratch space is a [`Workspace`] per thread, reused across calls.
+//! only passes the binding adds over rows × L are the per-row reward sums (each row's score
+//! when the caller gives neither episode rewards nor row scores) and, for estimators whose
+//! returns equal their advantages, the copy into the `returns` array the Python API promises.
+//! Scratch space is a [`Workspace`] per thread, reused across calls.
 //!
 //! No Python type appears here: the functions run with the GIL released.
 
@@ -50,11 +51,13 @@ struct State {
 }
 
 /// Per-row columns the binding derives from the caller's: each row's reward (the caller's
-/// `f32` episode rewards widened, the token rewards' row sums, or zeros), `f64` copies of `f32`
-/// or strided baselines and step rewards, and milestone flags checked to be 0 or 1.
+/// `f32` episode rewards widened, or zeros), each row's score (the caller's `row_scores`
+/// widened, or the token rewards' row sums), `f64` copies of `f32` or strided baselines and
+/// step rewards, and milestone flags checked to be 0 or 1.
 #[derive(Default)]
 struct Columns {
     episode: Vec<f64>,
+    rows: Vec<f64>,
     baselines: Vec<f64>,
     step: Vec<f64>,
     flags: Vec<bool>,
@@ -188,21 +191,27 @@ impl Floats2<'_> {
     }
 
     /// Writes each row's sum in `f64` into `out` (the crate's `token::row_sums_into`: every
-    /// sum has the bits of a plain left-to-right `iter().sum()`); non-finite sums become 0 so
-    /// that the estimator's own check names the offending token. Returns whether every sum was
-    /// finite.
-    fn row_sums_into(&self, out: &mut Vec<f64>) -> Res<bool> {
+    /// sum has the bits of a plain left-to-right `iter().sum()`).
+    ///
+    /// # Errors
+    /// `NonFinite` naming the first non-finite reward (row-major index `r · L + t`), or the
+    /// first row whose finite rewards overflow their sum.
+    fn row_sums_into(&self, out: &mut Vec<f64>) -> Res<()> {
         out.clear();
         out.resize(self.dim().0, 0.0);
         beacon_rl::token::row_sums_into(self.view(), out)?;
-        let mut all_finite = true;
-        for s in out.iter_mut() {
-            if !s.is_finite() {
-                *s = 0.0;
-                all_finite = false;
-            }
-        }
-        Ok(all_finite)
+        let Some(row) = out.iter().position(|s| !s.is_finite()) else {
+            return Ok(());
+        };
+        let cols = self.dim().1;
+        let (what, index, value) = (0..cols)
+            .map(|t| (t, self.get(row, t)))
+            .find(|(_, v)| !v.is_finite())
+            .map_or(
+                ("token_level_rewards row sums (overflow)", row, out[row]),
+                |(t, v)| ("token_level_rewards", row * cols + t, v),
+            );
+        Err(beacon_rl::Error::NonFinite { what, index, value }.into())
     }
 }
 
@@ -316,6 +325,7 @@ pub struct Request<'a> {
     pub index: Keys<'a>,
     pub traj_index: Option<Keys<'a>>,
     pub episode_rewards: Option<Floats1<'a>>,
+    pub row_scores: Option<Floats1<'a>>,
     pub values: Option<Floats2<'a>>,
     pub old_log_probs: Option<Floats2<'a>>,
     pub sum_pi_squared: Option<Floats2<'a>>,
@@ -363,11 +373,6 @@ impl Estimator {
     pub fn has_returns(&self) -> bool {
         self.inner.has_returns()
     }
-}
-
-/// The estimators that credit steps (rows of trajectories): BEACON's flavours and GiGPO.
-fn is_step_estimator(name: &str) -> bool {
-    matches!(name, "beacon" | "beacon_official" | "beacon_ablation" | "gigpo")
 }
 
 /// Every estimator name the crate knows.
@@ -455,6 +460,7 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
         ("index", Some(req.index.len())),
         ("traj_index", req.traj_index.map(|t| t.len())),
         ("episode_rewards", req.episode_rewards.as_ref().map(Floats1::len)),
+        ("row_scores", req.row_scores.as_ref().map(Floats1::len)),
         (
             "reward_baselines",
             req.reward_baselines.as_ref().map(Floats1::len),
@@ -485,11 +491,27 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         )));
     }
     check_shapes(req)?;
-    // A row's reward for the batch: the caller's episode reward, else (verl-agent) the sum of
-    // the row's token rewards. verl's own estimators read token_level_rewards and never the
-    // batch's rewards through `estimate_into`, so they skip the pass over rows × L (zeros).
+    if req.episode_rewards.is_some() && req.row_scores.is_some() {
+        // With row scores no estimator reads the batch's rewards: one would be ignored.
+        return Err(beacon_rl::Error::ConflictingInputs {
+            first: "episode_rewards",
+            second: "row_scores",
+        }
+        .into());
+    }
+    // The step estimators read a score per row: the caller's episode rewards (the batch's
+    // R(τ)) or row scores, else (verl-agent) the sum of the row's token rewards, passed as
+    // row scores: verl-agent's invalid-action penalty makes the rows of one trajectory differ,
+    // and each row is scored by its own sum, as verl-agent does. verl's own estimators read
+    // token_level_rewards and never the batch's rewards through `estimate_into`, so they skip
+    // the pass over rows × L, except on step rows (`traj_index`), where `grpo`'s trajectory
+    // statistics need the rows' own scores too.
     let reads_batch_rewards = !verl_names().contains(&est.name());
-    if reads_batch_rewards && req.episode_rewards.is_none() && req.token_level_rewards.is_none() {
+    if reads_batch_rewards
+        && req.episode_rewards.is_none()
+        && req.row_scores.is_none()
+        && req.token_level_rewards.is_none()
+    {
         // Zeros would be a silent R(τ) = 0 for every trajectory.
         return Err(beacon_rl::Error::MissingInput("episode_rewards or token_level_rewards").into());
     }
@@ -502,19 +524,28 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             cols,
             ..
         } = st;
-        // The step estimators read token_level_rewards only to check that each row's sum is
-        // its trajectory's reward. When the binding derived those rewards from the very same
-        // sums (all finite; the batch builder has checked that rows of a trajectory agree),
-        // the check cannot fail, and skipping it saves a pass over rows × L.
+        // Row scores derived from the token rewards are their own row sums: the crate's check
+        // of one against the other cannot fail (the sums are finite, checked here), and
+        // skipping it saves a pass over rows × L.
         let mut check_token_rewards = true;
-        let episode: &[f64] = match (&req.episode_rewards, &req.token_level_rewards) {
-            (Some(e), _) => e.as_f64(&mut cols.episode),
-            (None, Some(r)) if reads_batch_rewards => {
-                let all_finite = r.row_sums_into(&mut cols.episode)?;
-                check_token_rewards = !(all_finite && is_step_estimator(est.name()));
-                &cols.episode
+        let row_scores: Option<&[f64]> = match (&req.row_scores, &req.token_level_rewards) {
+            (Some(s), _) => Some(s.as_f64(&mut cols.rows)),
+            (None, Some(r))
+                if req.episode_rewards.is_none() && (reads_batch_rewards || req.traj_index.is_some()) =>
+            {
+                r.row_sums_into(&mut cols.rows)?;
+                check_token_rewards = false;
+                Some(&cols.rows)
             }
-            _ => {
+            _ => None,
+        };
+        // The batch's rewards: the caller's episode rewards, else zeros. With row scores no
+        // estimator reads them (every step path reads the row scores in their place,
+        // `EstimatorInput::with_row_scores`), and zeros agree within every trajectory, where
+        // the rows' own scores may not.
+        let episode: &[f64] = match &req.episode_rewards {
+            Some(e) => e.as_f64(&mut cols.episode),
+            None => {
                 cols.episode.clear();
                 cols.episode.resize(req.index.len(), 0.0);
                 &cols.episode
@@ -541,8 +572,13 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         )
         .map_err(caller_names)?;
         let mut input = EstimatorInput::new(batch);
-        if let Some(r) = req.token_level_rewards.as_ref().filter(|_| check_token_rewards) {
+        // verl's estimators read the rewards themselves; the step estimators only check them.
+        let tokens_read = !reads_batch_rewards || check_token_rewards;
+        if let Some(r) = req.token_level_rewards.as_ref().filter(|_| tokens_read) {
             input = input.with_token_level_rewards(r.view());
+        }
+        if let Some(s) = row_scores {
+            input = input.with_row_scores(s);
         }
         if let Some(m) = mask {
             input = input.with_response_mask(m);

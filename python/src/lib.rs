@@ -499,9 +499,9 @@ fn anchors<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> 
 #[pyfunction]
 #[pyo3(signature = (
     name, config_json, out_advantages, out_returns, *, token_level_rewards=None,
-    response_mask=None, index, traj_index=None, episode_rewards=None, values=None,
-    old_log_probs=None, sum_pi_squared=None, rollout_is_weights=None, reward_baselines=None,
-    milestones=None, step_rewards=None, anchor_obs=None
+    response_mask=None, index, traj_index=None, episode_rewards=None, row_scores=None,
+    values=None, old_log_probs=None, sum_pi_squared=None, rollout_is_weights=None,
+    reward_baselines=None, milestones=None, step_rewards=None, anchor_obs=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn estimate<'py>(
@@ -515,6 +515,7 @@ fn estimate<'py>(
     index: &Bound<'py, PyAny>,
     traj_index: Option<&Bound<'py, PyAny>>,
     episode_rewards: Option<&Bound<'py, PyAny>>,
+    row_scores: Option<&Bound<'py, PyAny>>,
     values: Option<&Bound<'py, PyAny>>,
     old_log_probs: Option<&Bound<'py, PyAny>>,
     sum_pi_squared: Option<&Bound<'py, PyAny>>,
@@ -531,6 +532,7 @@ fn estimate<'py>(
     let index = keys("index", index)?;
     let traj = traj_index.map(|t| keys("traj_index", t)).transpose()?;
     let episode = f1("episode_rewards", episode_rewards)?;
+    let row_scores_col = f1("row_scores", row_scores)?;
     let values = f2("values", values)?;
     let olp = f2("old_log_probs", old_log_probs)?;
     let spi = f2("sum_pi_squared", sum_pi_squared)?;
@@ -554,6 +556,7 @@ fn estimate<'py>(
             ("index", Some(index_obj)),
             ("traj_index", traj_index),
             ("episode_rewards", episode_rewards),
+            ("row_scores", row_scores),
             ("values", values_obj),
             ("old_log_probs", old_log_probs),
             ("sum_pi_squared", sum_pi_squared),
@@ -574,6 +577,7 @@ fn estimate<'py>(
         index,
         traj_index: traj,
         episode_rewards: episode.as_ref().map(F1::view),
+        row_scores: row_scores_col.as_ref().map(F1::view),
         values: values.as_ref().map(F2::view),
         old_log_probs: olp.as_ref().map(F2::view),
         sum_pi_squared: spi.as_ref().map(F2::view),

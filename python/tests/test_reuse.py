@@ -180,9 +180,11 @@ def test_row_sums_are_the_sequential_sums(rows):
 
 
 def test_step_estimators_still_reject_bad_token_rewards():
-    # With no episode_rewards the binding takes each row's reward sum and skips the crate's
-    # re-check of the same sums; a non-finite reward or disagreeing rows of one trajectory
-    # must still raise.
+    # With no episode_rewards the binding takes each row's reward sum as its row score and
+    # skips the crate's re-check of the same sums; a non-finite reward must still raise, as
+    # must rows of one trajectory that differ where the estimator counts each trajectory once
+    # (the paper's beacon). beacon_official scores each row by its own sum (verl-agent's
+    # penalised rows).
     mask = np.ones((4, 3), dtype=np.int64)
     uid = np.array(["g"] * 4, dtype=object)
     traj = np.array(["a", "a", "b", "b"], dtype=object)
@@ -194,12 +196,16 @@ def test_step_estimators_still_reject_bad_token_rewards():
         assert adv[0, 0] > 0 > adv[2, 0]
         bad = rewards.copy()
         bad[1, 0] = np.nan
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"^non-finite value NaN in token_level_rewards at index 3$"):
             beacon_rl.estimate(name, bad, mask, uid, traj_index=traj, milestones=flags)
-        disagree = rewards.copy()
-        disagree[1, 2] = 0.5
-        with pytest.raises(ValueError):
-            beacon_rl.estimate(name, disagree, mask, uid, traj_index=traj, milestones=flags)
+    disagree = rewards.copy()
+    disagree[1, 2] = 0.5
+    with pytest.raises(ValueError, match=r"^row 1 carries terminal reward 0.5, but its trajectory's earlier rows carry 1$"):
+        beacon_rl.estimate("beacon", disagree, mask, uid, traj_index=traj, milestones=flags)
+    # Row scores 1, 0.5, 0, 0 (no milestones: the segment term is 0): mean_norm over the
+    # rows, μ = 1.5 / 4 = 0.375, A = 0.625, 0.125, −0.375, −0.375.
+    adv, _ = beacon_rl.estimate("beacon_official", disagree, mask, uid, traj_index=traj, milestones=flags)
+    np.testing.assert_allclose(adv[:, 0], [0.625, 0.125, -0.375, -0.375], rtol=0, atol=1e-7)
 
 
 # --- verl's layout: each group's rows one contiguous run -----------------------------------

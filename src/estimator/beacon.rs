@@ -30,7 +30,10 @@
 //!   score R_i, and the trajectory term normalises it against all rows of the group:
 //!   `mean_norm` A = R_i − mean_rows, `mean_std_norm` (R_i − mean_rows)/(std_rows + ε).
 //!   A trajectory with more steps therefore weighs more in μ. A group with a single row: μ = 0,
-//!   σ = 1.
+//!   σ = 1. Through the trait, the caller's
+//!   [`row_scores`](crate::estimator::EstimatorInput::with_row_scores) replace R_i as each
+//!   row's score (the release's `episode_norm_reward` sums each row's token rewards, which
+//!   verl-agent's invalid-action penalty makes differ within a trajectory).
 //! - Segment groups are all rows with the same (group, segment id) — completed *and*
 //!   unfinished. Unfinished rows have r = 0 and get A^seg = 0 − mean ≤ 0, where the paper gives
 //!   them 0. A singleton segment group gives 0. Same [`NormMode`] at both levels.
@@ -47,8 +50,10 @@
 //! (This case is a unit test below.)
 
 use crate::batch::RolloutBatch;
-use crate::error::{check_len, Error, Range, Result};
-use crate::estimator::{check_all_finite, estimate_via_steps, AdvantageEstimator, EstimatorInput, Workspace};
+use crate::error::{Error, Range, Result};
+use crate::estimator::{
+    check_all_finite, estimate_via_steps, AdvantageEstimator, EstimatorInput, StepScores, Workspace,
+};
 use crate::milestone::check_flags;
 use crate::partition;
 use crate::shaping::DecayTable;
@@ -320,6 +325,10 @@ pub struct BeaconWorkspace {
     /// Per-group scratch, one per chunk of groups (one for the serial path; under the `rayon`
     /// feature one per pool thread, kept and reused across calls).
     scratch: Vec<GroupScratch>,
+    /// With the caller's `row_scores`: each row's score in internal step order, and each
+    /// trajectory's score (its first row's), in batch order.
+    row_scores: Vec<f64>,
+    traj_scores: Vec<f64>,
     /// The milestone flags a random Table 3 row draws (per caller row), kept across calls by
     /// [`BeaconAblation`](crate::ablation::BeaconAblation)'s workspace entry points.
     pub(crate) ablation_flags: Vec<bool>,
@@ -343,6 +352,10 @@ struct GroupScratch {
 struct Part<'a> {
     base: usize,
     table: &'a DecayTable,
+    /// Each trajectory's score (absolute trajectory index): R(τ), or its first row's score.
+    traj_scores: &'a [f64],
+    /// The caller's row scores in internal step order (absolute step index), when given.
+    row_scores: Option<&'a [f64]>,
     flags: &'a [bool],
     seg: &'a mut [usize],
     reward: &'a mut [f64],
@@ -441,7 +454,7 @@ impl Beacon {
         out.segments.resize(n, 0);
         out.milestones.clear();
         out.milestones.extend_from_slice(milestones);
-        self.run(batch, milestones, ws);
+        self.run(batch, milestones, StepScores::of_batch(batch), ws);
         let rows = batch.step_rows();
         for (s, &r) in rows.iter().enumerate() {
             out.trajectory_advantages[r] = ws.traj[s];
@@ -487,7 +500,20 @@ impl Beacon {
     ) -> Result<()> {
         check_flags(batch, milestones)?;
         crate::error::check_out_len("advantages", batch.num_steps(), advantages.len())?;
-        self.run(batch, milestones, ws);
+        self.advantages_with(batch, milestones, StepScores::of_batch(batch), ws, advantages)
+    }
+
+    /// [`advantages_into`](Self::advantages_into) with each row's score from `scores` (checked
+    /// by the caller, as are the flags' and the buffer's lengths).
+    fn advantages_with(
+        &self,
+        batch: &RolloutBatch,
+        milestones: &[bool],
+        scores: StepScores<'_>,
+        ws: &mut BeaconWorkspace,
+        advantages: &mut [f64],
+    ) -> Result<()> {
+        self.run(batch, milestones, scores, ws);
         for (s, &r) in batch.step_rows().iter().enumerate() {
             advantages[r] = self.combine(ws.traj[s], ws.seg_adv[s]);
         }
@@ -501,10 +527,23 @@ impl Beacon {
     }
 
     /// Fills the workspace's per-internal-step columns.
-    fn run(&self, batch: &RolloutBatch, milestones: &[bool], ws: &mut BeaconWorkspace) {
+    fn run(
+        &self,
+        batch: &RolloutBatch,
+        milestones: &[bool],
+        scores: StepScores<'_>,
+        ws: &mut BeaconWorkspace,
+    ) {
         let n = batch.num_steps();
         ws.flags.resize(n, false);
         batch.gather_into(milestones, &mut ws.flags);
+        if let Some(rows) = scores.per_row() {
+            ws.row_scores.resize(n, 0.0);
+            batch.gather_into(rows, &mut ws.row_scores);
+            ws.traj_scores.clear();
+            ws.traj_scores
+                .extend((0..batch.num_trajectories()).map(|j| scores.trajectory(j)));
+        }
         ws.seg.resize(n, 0);
         ws.reward.resize(n, 0.0);
         ws.traj.resize(n, 0.0);
@@ -525,6 +564,10 @@ impl Beacon {
             sc.hi.resize(max_len + 1, 0.0);
         }
         let (table, flags) = (&ws.table, &ws.flags[..]);
+        let (traj_scores, row_scores) = match scores.per_row() {
+            Some(_) => (&ws.traj_scores[..], Some(&ws.row_scores[..])),
+            None => (batch.terminal_rewards(), None),
+        };
         let (first, rest) = ws.scratch.split_at_mut(1);
         let GroupScratch {
             sum,
@@ -536,6 +579,8 @@ impl Beacon {
         let whole = Part {
             base: 0,
             table,
+            traj_scores,
+            row_scores,
             flags,
             seg: &mut ws.seg,
             reward: &mut ws.reward,
@@ -604,7 +649,9 @@ impl Beacon {
         let offs = batch.trajectory_offsets();
         // Steps are indexed within the part.
         let b = ws.base;
-        let rewards = &batch.terminal_rewards()[trajs.clone()];
+        // R(τ), or each trajectory's row score (its rows agree: checked by the caller).
+        let traj_scores = ws.traj_scores;
+        let rewards = &traj_scores[trajs.clone()];
         // Trajectory level: GRPO over the group's terminal rewards.
         let (mean, std) = if rewards.len() == 1 {
             (0.0, 1.0)
@@ -674,11 +721,21 @@ impl Beacon {
     ) {
         let eps = self.config.std_eps;
         let offs = batch.trajectory_offsets();
-        let rewards = &batch.terminal_rewards()[trajs.clone()];
+        let (traj_scores, row_scores) = (ws.traj_scores, ws.row_scores);
+        let rewards = &traj_scores[trajs.clone()];
         let (lo_g, hi_g) = (offs[trajs.start], offs[trajs.end]);
         // Steps are indexed within the part.
         let b = ws.base;
         let rows = hi_g - lo_g;
+        // Row scores that differ within a trajectory of the group (verl-agent's invalid-action
+        // penalty): the release's statistics over the rows' own scores. Otherwise every row
+        // carries its trajectory's score and the closed form below gives the same statistics
+        // (and, for R(τ), the same bits as without row scores).
+        let own = row_scores.filter(|s| {
+            trajs
+                .clone()
+                .any(|j| s[offs[j]..offs[j + 1]].iter().any(|&x| x != traj_scores[j]))
+        });
 
         // Trajectory level over rows: trajectory j contributes its reward once per step, so
         // the row sums are Σ n_j·R_j and Σ n_j·(R_j − μ)² (one term per trajectory). The mean
@@ -686,6 +743,9 @@ impl Beacon {
         let lens = trajs.clone().map(|j| (offs[j + 1] - offs[j]) as f64);
         let (mean, std) = if rows == 1 {
             (0.0, 1.0)
+        } else if let Some(s) = own {
+            let st = GroupStats::of(&s[lo_g..hi_g]);
+            (st.mean, st.std)
         } else {
             let (lo, hi) = rewards
                 .iter()
@@ -724,7 +784,10 @@ impl Beacon {
         for (j, &r) in trajs.zip(rewards) {
             let a_traj = mode.normalize(r, mean, std, eps);
             for s in offs[j] - b..offs[j + 1] - b {
-                ws.traj[s] = a_traj;
+                ws.traj[s] = match own {
+                    Some(x) => mode.normalize(x[s + b], mean, std, eps),
+                    None => a_traj,
+                };
                 let k = &ws.seg_stats[ws.seg[s]];
                 // A singleton segment group has nothing to compare with: 0, as in the release.
                 ws.seg_adv[s] = if k.count == 1 {
@@ -780,6 +843,8 @@ impl<'a> Part<'a> {
         let b = Part {
             base: at,
             table: self.table,
+            traj_scores: self.traj_scores,
+            row_scores: self.row_scores,
             flags: flags_b,
             seg: seg_b,
             reward: reward_b,
@@ -808,7 +873,9 @@ impl Beacon {
     /// workspace's BEACON scratch.
     ///
     /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
-    /// output, `milestones` (present, length), `token_level_rewards`' rows; then the token sums.
+    /// output, `milestones` (present, length), `row_scores`' length, `token_level_rewards`'
+    /// rows; then `row_scores`' values, the token sums against the rows' scores, and (paper
+    /// flavour, which counts each trajectory once) the rows of each trajectory agreeing.
     fn steps_with(
         &self,
         input: &EstimatorInput<'_>,
@@ -817,19 +884,21 @@ impl Beacon {
     ) -> Result<()> {
         crate::estimator::check_steps_out(input, advantages)?;
         let flags = Self::step_columns(input)?;
-        // Two sources of the episode reward must agree (see the `batch` module docs).
-        input.batch.check_token_scores(input.token_level_rewards)?;
-        self.advantages_into(input.batch, flags, &mut ws.beacon, advantages)
+        // Two sources of a row's score must agree (see the `batch` module docs).
+        input.check_step_values()?;
+        let scores = input.step_scores();
+        if self.config.flavour == BeaconFlavour::Paper {
+            scores.check_trajectories_agree()?;
+        }
+        self.advantages_with(input.batch, flags, scores, &mut ws.beacon, advantages)
     }
 
-    /// The step path's input shapes: `milestones` present and one per row, and the rows of
-    /// `token_level_rewards` when given. Returns the flags.
+    /// The step path's input shapes: `milestones` present and one per row, then the length of
+    /// `row_scores` and the rows of `token_level_rewards`, when given. Returns the flags.
     fn step_columns<'a>(input: &EstimatorInput<'a>) -> Result<&'a [bool]> {
         let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
         check_flags(input.batch, flags)?;
-        if let Some(t) = input.token_level_rewards {
-            check_len("token_level_rewards rows", input.batch.num_steps(), t.dim().0)?;
-        }
+        input.check_step_shapes()?;
         Ok(flags)
     }
 }
@@ -843,8 +912,11 @@ impl AdvantageEstimator for Beacon {
         }
     }
 
-    /// Reads the batch's terminal rewards R(τ) and `milestones` (required); when
-    /// `token_level_rewards` are given as well, every row's sum must equal its trajectory's R(τ)
+    /// Reads the batch's terminal rewards R(τ), or the caller's `row_scores` in their place
+    /// ([`EstimatorInput::with_row_scores`]; the paper flavour needs the rows of each
+    /// trajectory to agree), and `milestones` (required); when `token_level_rewards` are given
+    /// as well, every row's sum must equal its score, its `row_scores` entry or else its
+    /// trajectory's R(τ)
     /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)). Broadcasts the
     /// per-row advantages under `response_mask` when given (else one column). Returns equal
     /// advantages, as in the release.

@@ -15,6 +15,10 @@
 //!        = (R_r − μ_G) / (σ_G + ε)        mean_std_norm
 //! ```
 //!
+//! Through the trait, a caller's [`row_scores`](crate::estimator::EstimatorInput::with_row_scores)
+//! replace R(τ_i) as s_r (row r's own score, as verl-agent's `episode_norm_reward` sums each
+//! row's token rewards, which its invalid-action penalty makes differ within a trajectory).
+//!
 //! σ is the unbiased (n − 1) standard deviation. The episode statistics are over step rows, not
 //! trajectories (the peer's `compute_mean_std_cross_steps=True`): a trajectory with more steps
 //! weighs more in μ_g. A task group holding a single row uses μ = 0, σ = 1. A step group holding a
@@ -62,7 +66,7 @@ use std::hash::{Hash, Hasher};
 use crate::batch::RolloutBatch;
 use crate::difflib::Matcher;
 use crate::error::{check_finite, check_len, Error, Range, Result};
-use crate::estimator::group_rows;
+use crate::estimator::{group_rows, StepScores};
 use crate::hash::FxHasher;
 use crate::stats::{group_means, group_spreads, GroupStats};
 
@@ -459,13 +463,33 @@ impl Gigpo {
         workspace: &mut GigpoWorkspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
+        self.compute_text_with(
+            batch,
+            StepScores::of_batch(batch),
+            step_rewards,
+            anchors,
+            workspace,
+            out,
+        )
+    }
+
+    /// [`compute_into`](Self::compute_into) with each row's episode score from `scores`.
+    fn compute_text_with<S: AsRef<str> + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        scores: StepScores<'_>,
+        step_rewards: &[f64],
+        anchors: &[S],
+        workspace: &mut GigpoWorkspace,
+        out: &mut GigpoOutput,
+    ) -> Result<()> {
         check_len("anchors", batch.num_steps(), anchors.len())?;
         let text = |r: usize| anchors[r].as_ref();
         let similar = match self.config.grouping {
             StepGrouping::Exact => None,
             StepGrouping::Similarity { threshold } => Some((threshold, &text)),
         };
-        self.run(batch, step_rewards, &text, similar, workspace, out)
+        self.run(batch, scores, step_rewards, &text, similar, workspace, out)
     }
 
     /// Writes only the combined per-row advantages of [`Gigpo::compute`] into `advantages`
@@ -556,10 +580,39 @@ impl Gigpo {
         workspace: &mut GigpoWorkspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
+        self.compute_by_key_with(
+            batch,
+            StepScores::of_batch(batch),
+            step_rewards,
+            anchors,
+            workspace,
+            out,
+        )
+    }
+
+    /// [`compute_by_key_into`](Self::compute_by_key_into) with each row's episode score from
+    /// `scores`.
+    fn compute_by_key_with<K: Hash + Eq + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        scores: StepScores<'_>,
+        step_rewards: &[f64],
+        anchors: &[K],
+        workspace: &mut GigpoWorkspace,
+        out: &mut GigpoOutput,
+    ) -> Result<()> {
         self.check_key_grouping()?;
         check_len("anchors", batch.num_steps(), anchors.len())?;
         let key = |r: usize| &anchors[r];
-        self.run(batch, step_rewards, &key, None::<(f64, &NoText)>, workspace, out)
+        self.run(
+            batch,
+            scores,
+            step_rewards,
+            &key,
+            None::<(f64, &NoText)>,
+            workspace,
+            out,
+        )
     }
 
     /// Non-text anchors group exactly: similarity needs text.
@@ -583,10 +636,13 @@ impl Gigpo {
     /// the row-loop formulation (`tests/it/gigpo_reference.rs`).
     ///
     /// `key(r)` is row r's anchor for exact interning; `similar`, when set, is the threshold and
-    /// row r's text for the greedy clustering of the group's distinct anchors.
+    /// row r's text for the greedy clustering of the group's distinct anchors. `scores` gives
+    /// each row's episode score (R(τ), or the caller's row scores).
+    #[allow(clippy::too_many_arguments)]
     fn run<'k, 't, K, F, T>(
         &self,
         batch: &RolloutBatch,
+        scores: StepScores<'_>,
         step_rewards: &[f64],
         key: &F,
         similar: Option<(f64, &T)>,
@@ -621,7 +677,7 @@ impl Gigpo {
             1
         };
         let (base, probe) = if chunks <= 1 {
-            self.groups(batch, groups, step_rewards, key, similar, ws, whole)
+            self.groups(batch, groups, scores, step_rewards, key, similar, ws, whole)
         } else {
             // Chunks of whole groups, about rows / chunks rows each, one workspace per chunk;
             // labels are chunk-local (from 0), then shifted by the clusters of earlier chunks.
@@ -636,8 +692,16 @@ impl Gigpo {
             let split = |state, g, left| split_chunks(state, row_of(g), left);
             crate::parallel::for_chunks(bounds, (whole, &mut *pool), &split, &|c, (o, pool)| {
                 let w = &mut pool[0];
-                let (clusters, probe) =
-                    self.groups(batch, bounds[c]..bounds[c + 1], step_rewards, key, similar, w, o);
+                let (clusters, probe) = self.groups(
+                    batch,
+                    bounds[c]..bounds[c + 1],
+                    scores,
+                    step_rewards,
+                    key,
+                    similar,
+                    w,
+                    o,
+                );
                 (w.clusters, w.probe) = (clusters, probe);
             });
             let mut total = 0;
@@ -766,6 +830,7 @@ impl Gigpo {
         &self,
         batch: &RolloutBatch,
         groups: std::ops::Range<usize>,
+        scores: StepScores<'_>,
         step_rewards: &[f64],
         key: &F,
         similar: Option<(f64, &T)>,
@@ -783,7 +848,6 @@ impl Gigpo {
             self.config.step_advantage_weight,
         );
         let gamma = self.config.step_decay;
-        let terminal = batch.terminal_rewards();
         let in_order = batch.rows_in_step_order();
         let b = o.base;
         let mut base = 0usize;
@@ -800,12 +864,11 @@ impl Gigpo {
 
             // Step returns per trajectory, backwards; the episode score parked in the output.
             for j in batch.group_trajectories(g) {
-                let score = terminal[j];
                 let mut ret = 0.0;
                 for &row in batch.trajectory_rows(j).iter().rev() {
                     ret = step_rewards[row] + gamma * ret;
                     o.returns[row - b] = ret;
-                    o.episode[row - b] = score;
+                    o.episode[row - b] = scores.row(j, row);
                 }
             }
 
@@ -952,8 +1015,9 @@ impl Gigpo {
     /// the batch's episode rewards), with the workspace's GiGPO scratch and output.
     ///
     /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
-    /// output, `step_rewards` and the anchors (present, lengths), `token_level_rewards`' rows;
-    /// then the token sums, then the step rewards' values (in `run`).
+    /// output, `step_rewards` and the anchors (present, lengths), `row_scores`' length,
+    /// `token_level_rewards`' rows; then `row_scores`' values, the token sums against the rows'
+    /// scores, then the step rewards' values (in `run`).
     fn steps_with(
         &self,
         input: &crate::estimator::EstimatorInput<'_>,
@@ -962,12 +1026,14 @@ impl Gigpo {
     ) -> Result<()> {
         crate::estimator::check_steps_out(input, advantages)?;
         let (step_rewards, anchors) = self.step_columns(input)?;
-        input.batch.check_token_scores(input.token_level_rewards)?;
-        let out = &mut ws.gigpo_out;
+        input.check_step_values()?;
+        let (batch, scores, out) = (input.batch, input.step_scores(), &mut ws.gigpo_out);
         match anchors {
-            Anchors::Text(text) => self.compute_into(input.batch, step_rewards, text, &mut ws.gigpo, out)?,
+            Anchors::Text(text) => {
+                self.compute_text_with(batch, scores, step_rewards, text, &mut ws.gigpo, out)?
+            }
             Anchors::Ids(ids) => {
-                self.compute_by_key_into(input.batch, step_rewards, ids, &mut ws.gigpo, out)?
+                self.compute_by_key_with(batch, scores, step_rewards, ids, &mut ws.gigpo, out)?
             }
         }
         advantages.copy_from_slice(&out.advantages);
@@ -975,8 +1041,8 @@ impl Gigpo {
     }
 
     /// The step path's input shapes: `step_rewards` present and one per row, then one of
-    /// `anchor_obs` / `anchor_ids` (ids need exact grouping), one per row, then the rows of
-    /// `token_level_rewards` when given.
+    /// `anchor_obs` / `anchor_ids` (ids need exact grouping), one per row, then the length of
+    /// `row_scores` and the rows of `token_level_rewards`, when given.
     fn step_columns<'a>(
         &self,
         input: &crate::estimator::EstimatorInput<'a>,
@@ -1002,9 +1068,7 @@ impl Gigpo {
             }
             (None, None) => return Err(Error::MissingInput("anchor_obs")),
         };
-        if let Some(t) = input.token_level_rewards {
-            check_len("token_level_rewards rows", rows, t.dim().0)?;
-        }
+        input.check_step_shapes()?;
         Ok((step_rewards, anchors))
     }
 }
@@ -1021,11 +1085,13 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         "gigpo"
     }
 
-    /// Reads the batch's terminal rewards (episode rewards), `step_rewards` and `anchor_obs` or
-    /// `anchor_ids` (required; integer ids need [`StepGrouping::Exact`]). When
-    /// `token_level_rewards` are given as well, every row's sum must equal its trajectory's
-    /// episode reward ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row advantages under `response_mask` when given
-    /// (else one column). Returns equal advantages, as in verl-agent.
+    /// Reads the batch's terminal rewards (episode rewards), or the caller's `row_scores` in
+    /// their place (each row's own score), `step_rewards` and `anchor_obs` or `anchor_ids`
+    /// (required; integer ids need [`StepGrouping::Exact`]). When `token_level_rewards` are
+    /// given as well, every row's sum must equal its score: its `row_scores` entry, else its
+    /// trajectory's episode reward ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row
+    /// advantages under `response_mask` when given (else one column). Returns equal advantages,
+    /// as in verl-agent.
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};

@@ -24,10 +24,13 @@
 //! keeps the first row of each `(uid, traj_uid)` pair); every row r of the group is then
 //! normalised with its own score s_r. ε is added to σ; a group holding one trajectory uses
 //! μ = 0, σ = 1 (divided by `float32(1 + ε)` under `MeanStd`, as `grpo`'s singletons).
-//! verl-agent leaves rows of one trajectory free to carry different scores; here they must
-//! agree (the episode reward, repeated on every step row), else
-//! [`Error::InconsistentTerminalReward`] names the first disagreeing row in caller order, since
-//! "each trajectory counted once" has no meaning otherwise. Supported by `grpo` and `gdpo`.
+//! verl-agent leaves rows of one trajectory free to carry different scores (its invalid-action
+//! penalty makes them differ). Here they must agree (the episode reward, repeated on every
+//! step row), else [`Error::InconsistentTerminalReward`] names the first disagreeing row in
+//! caller order, unless the caller declares per-row scores with
+//! [`EstimatorInput::with_row_scores`]: then, as in verl-agent, each trajectory's first row
+//! (caller order) enters the statistics and every row is normalised with its own score.
+//! Supported by `grpo` and `gdpo`.
 //!
 //! # `grpo_vectorized` ([`GrpoVectorized`], verl `compute_grpo_vectorized_outcome_advantage`)
 //! Same equation, but the group statistics come from `verl.utils.group_mean_std`: scores cast
@@ -60,6 +63,7 @@
 //!
 //! No deliberate difference from verl.
 
+use super::input::check_trajectories_agree;
 use super::whiten::whiten_outcome;
 use super::{check_scalars, fill_estimator, group_rows, row_groups_into, EstimatorInput, Out, Scratch};
 use crate::batch::RolloutBatch;
@@ -354,17 +358,21 @@ grpo_family_type!(
 /// verl-agent's with trajectory-level statistics, into `out` (one entry per row; every entry
 /// is written).
 ///
+/// `rows_may_differ`: the caller declared per-row scores (`row_scores`), so rows of one
+/// trajectory may carry different scores (verl-agent's invalid-action penalty).
+///
 /// # Errors
 /// [`Error::InconsistentTerminalReward`] under [`GrpoStatistics::Trajectories`] when rows of
-/// one trajectory carry different scores.
+/// one trajectory carry different scores and `rows_may_differ` is false.
 pub(crate) fn grpo_scalars(
     batch: &RolloutBatch,
     scores: &[f64],
+    rows_may_differ: bool,
     config: &GrpoConfig,
     out: &mut [f64],
 ) -> Result<()> {
     if config.statistics == GrpoStatistics::Trajectories {
-        return grpo_trajectory_scalars(batch, scores, config, out);
+        return grpo_trajectory_scalars(batch, scores, rows_may_differ, config, out);
     }
     // Singleton σ = float32 1.0, plus ε in float32 (peer behaviour reproduced).
     let singleton_denom = f64::from(1.0f32 + config.std_eps as f32);
@@ -399,26 +407,18 @@ pub(crate) fn grpo_scalars(
 
 /// verl-agent's `compute_grpo_outcome_advantage(..., compute_mean_std_cross_steps=False)`:
 /// statistics over each group's trajectories (first row's score), each row normalised with its
-/// own score (see the module docs).
+/// own score (see the module docs). Unless `rows_may_differ`, rows of a trajectory must agree.
 fn grpo_trajectory_scalars(
     batch: &RolloutBatch,
     scores: &[f64],
+    rows_may_differ: bool,
     config: &GrpoConfig,
     out: &mut [f64],
 ) -> Result<()> {
-    // One score per trajectory: every row must carry its trajectory's (first row's) score.
-    let mut first_bad: Option<(usize, f64, f64)> = None;
-    for j in 0..batch.num_trajectories() {
-        let rows = batch.trajectory_rows(j);
-        let s = scores[rows[0]];
-        if let Some(&r) = rows.iter().find(|&&r| scores[r] != s) {
-            if first_bad.map_or(true, |(b, _, _)| r < b) {
-                first_bad = Some((r, s, scores[r]));
-            }
-        }
-    }
-    if let Some((row, expected, value)) = first_bad {
-        return Err(Error::InconsistentTerminalReward { row, expected, value });
+    // One score per trajectory: every row must carry its trajectory's (first row's) score,
+    // unless the caller declared per-row scores (then verl-agent's first row counts).
+    if !rows_may_differ {
+        check_trajectories_agree(batch, scores)?;
     }
     let traj_score = |j: usize| scores[batch.trajectory_rows(j)[0]];
     let singleton_denom = f64::from(1.0f32 + config.std_eps as f32);
@@ -509,14 +509,26 @@ impl Grpo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
         let mask = input.checked_scores_and_mask(&mut ws.scores)?;
         let scalars = sized(&mut ws.scalars, ws.scores.len());
-        grpo_scalars(input.batch, &ws.scores, &self.config, scalars)?;
+        grpo_scalars(
+            input.batch,
+            &ws.scores,
+            input.row_scores.is_some(),
+            &self.config,
+            scalars,
+        )?;
         check_scalars("advantages", scalars)?;
         out.outcome(scalars, &mask)
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores(&mut ws.scores);
-        grpo_scalars(input.batch, &ws.scores, &self.config, advantages)?;
+        input.step_scores().write_rows(&mut ws.scores);
+        grpo_scalars(
+            input.batch,
+            &ws.scores,
+            input.row_scores.is_some(),
+            &self.config,
+            advantages,
+        )?;
         check_scalars("advantages", advantages)
     }
 }
@@ -534,7 +546,7 @@ impl GrpoVectorized {
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores(&mut ws.scores);
+        input.step_scores().write_rows(&mut ws.scores);
         let mut scalars = std::mem::take(&mut ws.scalars);
         grpo_vectorized_scalars(input.batch, &self.config, ws, &mut scalars);
         advantages.copy_from_slice(&scalars);
@@ -670,7 +682,13 @@ impl Gdpo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
         let mask = input.checked_scores_and_mask(&mut ws.scores)?;
         let scalars = sized(&mut ws.scalars, ws.scores.len());
-        grpo_scalars(input.batch, &ws.scores, &self.config, scalars)?;
+        grpo_scalars(
+            input.batch,
+            &ws.scores,
+            input.row_scores.is_some(),
+            &self.config,
+            scalars,
+        )?;
         check_scalars("advantages", scalars)?;
         whiten_outcome(out, &ws.scalars, &mask, &mut ws.counts, &mut ws.acc_a)
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-use crate::batch::RolloutBatch;
+use crate::batch::{scores_agree, RolloutBatch};
 use crate::error::{check_finite, check_len, Error, Result};
 use crate::tensor::{FloatView, MaskView};
 
@@ -55,6 +55,10 @@ pub struct EstimatorInput<'a> {
     /// One integer anchor id per row / step (GiGPO exact step grouping: a state id or a hash
     /// of the observation); an alternative to `anchor_obs`.
     pub anchor_ids: Option<&'a [u64]>,
+    /// One score per row, the row's own (e.g. verl-agent's reward sum after the invalid-action
+    /// penalty), read by the step paths in place of its trajectory's R(τ); see
+    /// [`with_row_scores`](Self::with_row_scores).
+    pub row_scores: Option<&'a [f64]>,
 }
 
 impl<'a> EstimatorInput<'a> {
@@ -81,6 +85,7 @@ impl<'a> EstimatorInput<'a> {
             step_rewards: None,
             anchor_obs: None,
             anchor_ids: None,
+            row_scores: None,
         }
     }
 
@@ -259,6 +264,61 @@ impl<'a> EstimatorInput<'a> {
         self
     }
 
+    /// Sets one score per row: the row's own score, which the step-level estimators read in
+    /// place of the batch's R(τ) of the row's trajectory, as verl-agent does (it sums each
+    /// step row's `token_level_rewards` and normalises every row's own sum).
+    ///
+    /// A verl-agent step batch needs it when the rows of one trajectory carry different
+    /// scores: with `use_invalid_action_penalty` (coefficient 0.1 in verl-agent's ALFWorld,
+    /// WebShop and GiGPO scripts) the trainer subtracts `coef · (1 − is_action_valid)` from
+    /// each step row's last-token reward, so a row's sum is R(τ) minus its step's penalty.
+    ///
+    /// Read by the step paths ([`estimate_steps_into`](AdvantageEstimator::estimate_steps_into),
+    /// and the `estimate_into` of BEACON, GiGPO and the ablation, which run it):
+    /// - row statistics (`beacon_official`'s trajectory term, `gigpo`'s episode term, `grpo`,
+    ///   `grpo_vectorized`, `rloo`, `rloo_vectorized`): row r's score is `row_scores[r]`;
+    /// - `grpo` with [`GrpoStatistics::Trajectories`](grpo::GrpoStatistics::Trajectories): the
+    ///   statistics count each trajectory's first row (caller order, as verl-agent's
+    ///   `seen_pairs`), and every row is normalised with its own score;
+    /// - the paper flavour of BEACON counts each trajectory once: its rows must agree, else
+    ///   [`Error::InconsistentTerminalReward`] names the first row (caller order) that differs.
+    ///
+    /// The batch's terminal rewards are then not read by these estimators. The token-level
+    /// `estimate_into` of the verl outcome estimators (which score each row by its
+    /// `token_level_rewards` sum) checks that the two agree; there too `grpo`'s
+    /// trajectory statistics then take each trajectory's first row.
+    ///
+    /// Checked with the other columns: one finite value per row ([`Error::LengthMismatch`],
+    /// [`Error::NonFinite`]); when `token_level_rewards` are given too, each row's sum must
+    /// equal its entry ([`Error::RowScoreMismatch`], to a relative 1e-6) instead of its
+    /// trajectory's R(τ).
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+    /// use beacon_rl::RolloutBatch;
+    ///
+    /// // One task, trajectory "a" (2 steps, R = 1, its first step an invalid action penalised
+    /// // by 0.1) and "b" (1 step, R = 0): row scores 0.9, 1.0, 0.0.
+    /// let batch = RolloutBatch::from_row_keys(&["t"; 3], &["a", "a", "b"], &[1.0, 1.0, 0.0])?;
+    /// let input = EstimatorInput::new(&batch).with_row_scores(&[0.9, 1.0, 0.0]);
+    /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
+    /// let mut adv = [0.0; 3];
+    /// grpo.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+    /// // Row mean 1.9 / 3; unbiased std √(Σ (s − μ)² / 2) = 0.5508; row 0: (0.9 − μ) / (σ + ε).
+    /// let (mean, std) = (1.9 / 3.0, 0.550757054728611);
+    /// assert!((adv[0] - (0.9 - mean) / (std + 1e-6)).abs() < 1e-9);
+    /// // Token rewards, when given too, must sum to each row's entry.
+    /// let tokens = [[0.0, 0.9], [0.0, 1.0], [0.0, 0.5]];
+    /// let bad = input.with_token_level_rewards(&tokens);
+    /// assert!(grpo.estimate_steps_into(&bad, &mut adv, &mut Workspace::new()).is_err());
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_row_scores(mut self, row_scores: &'a [f64]) -> Self {
+        self.row_scores = Some(row_scores);
+        self
+    }
+
     /// Sets the response mask as per-row lengths: row r's first `lengths[r]` of `cols` tokens
     /// are generated (a prefix mask, [`MaskView::Lengths`]). Nothing rows × L is read.
     ///
@@ -360,7 +420,8 @@ impl<'a> EstimatorInput<'a> {
     /// The rewards are summed before the mask's presence and shape are checked: release 0.1's
     /// order (a non-finite reward is reported before a missing or misshapen mask), which
     /// `estimate_into`'s docs ("Order of the checks") state and
-    /// `tests/it/fast_path_equivalence.rs` pins. The step path checks shapes first.
+    /// `tests/it/fast_path_equivalence.rs` pins. The step path checks shapes first. Then
+    /// `row_scores`, when given (length, finite, each equal to its row's sum).
     pub(crate) fn checked_scores_and_mask(&self, scores: &mut Vec<f64>) -> Result<MaskView<'a>> {
         let rewards = self
             .token_level_rewards
@@ -384,19 +445,57 @@ impl<'a> EstimatorInput<'a> {
         check_len("response_mask rows", dim.0, mask.dim().0)?;
         check_len("response_mask columns", dim.1, mask.dim().1)?;
         mask.validate_lengths()?;
+        self.check_row_scores_against(scores)?;
         Ok(mask)
     }
 
-    /// One score per row for the step-row entry point: the batch's terminal reward of the
-    /// row's trajectory.
-    pub(crate) fn step_scores(&self, scores: &mut Vec<f64>) {
-        let batch = self.batch;
-        scores.clear();
-        scores.resize(batch.num_steps(), 0.0);
-        for (j, &reward) in batch.terminal_rewards().iter().enumerate() {
-            for &r in batch.trajectory_rows(j) {
-                scores[r] = reward;
-            }
+    /// Where the step paths read each row's score: `row_scores` when given, else the batch's
+    /// R(τ) of the row's trajectory.
+    pub(crate) fn step_scores(&self) -> StepScores<'a> {
+        StepScores {
+            batch: self.batch,
+            rows: self.row_scores,
+        }
+    }
+
+    /// The step path's shapes shared by every step estimator, after its own columns': the
+    /// length of `row_scores`, then the rows of `token_level_rewards`, when given.
+    pub(crate) fn check_step_shapes(&self) -> Result<()> {
+        let rows = self.batch.num_steps();
+        if let Some(s) = self.row_scores {
+            check_len("row_scores", rows, s.len())?;
+        }
+        if let Some(t) = self.token_level_rewards {
+            check_len("token_level_rewards rows", rows, t.dim().0)?;
+        }
+        Ok(())
+    }
+
+    /// The step path's values shared by every step estimator, before its own: `row_scores`
+    /// finite, then the token sums (when given) against each row's score, its `row_scores`
+    /// entry or else its trajectory's R(τ) (two sources of a score must agree).
+    pub(crate) fn check_step_values(&self) -> Result<()> {
+        if let Some(s) = self.row_scores {
+            check_finite("row_scores", s)?;
+        }
+        self.batch
+            .check_token_scores(self.token_level_rewards, self.row_scores)
+    }
+
+    /// The token path's check of `row_scores` (a further column, after the rewards and the
+    /// mask): one per row, finite, and equal to each row's token sum in `sums` (in caller
+    /// order, so the first disagreeing row is the first in caller order).
+    pub(crate) fn check_row_scores_against(&self, sums: &[f64]) -> Result<()> {
+        let Some(s) = self.row_scores else { return Ok(()) };
+        check_len("row_scores", self.batch.num_steps(), s.len())?;
+        check_finite("row_scores", s)?;
+        match s.iter().zip(sums).position(|(&e, &t)| !scores_agree(e, t)) {
+            None => Ok(()),
+            Some(row) => Err(Error::RowScoreMismatch {
+                row,
+                row_score: s[row],
+                tokens: sums[row],
+            }),
         }
     }
 
@@ -417,6 +516,97 @@ impl<'a> EstimatorInput<'a> {
             check_all_finite(what, m.as_slice())?;
         }
         Ok(m)
+    }
+}
+
+/// The score of each row on the step paths: the caller's `row_scores` when given, else the
+/// batch's R(τ) of the row's trajectory. The one place every step estimator reads it from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepScores<'a> {
+    batch: &'a RolloutBatch,
+    rows: Option<&'a [f64]>,
+}
+
+impl<'a> StepScores<'a> {
+    /// The batch's R(τ) only (the inherent `compute` methods, which take no row scores).
+    pub(crate) fn of_batch(batch: &'a RolloutBatch) -> Self {
+        Self { batch, rows: None }
+    }
+
+    /// The caller's per-row scores, when given (checked: one finite value per row).
+    pub(crate) fn per_row(&self) -> Option<&'a [f64]> {
+        self.rows
+    }
+
+    /// The score of caller row `r`, a row of trajectory `j`.
+    #[inline]
+    pub(crate) fn row(&self, j: usize, r: usize) -> f64 {
+        match self.rows {
+            Some(s) => s[r],
+            None => self.batch.terminal_rewards()[j],
+        }
+    }
+
+    /// Every row's score, into `scores` (caller order).
+    pub(crate) fn write_rows(&self, scores: &mut Vec<f64>) {
+        let batch = self.batch;
+        scores.clear();
+        match self.rows {
+            Some(s) => scores.extend_from_slice(s),
+            None => {
+                scores.resize(batch.num_steps(), 0.0);
+                for (j, &reward) in batch.terminal_rewards().iter().enumerate() {
+                    for &r in batch.trajectory_rows(j) {
+                        scores[r] = reward;
+                    }
+                }
+            }
+        }
+    }
+
+    /// For the estimators that count each trajectory once: every row of a trajectory must
+    /// carry the same score (always so without `row_scores`).
+    ///
+    /// # Errors
+    /// [`Error::InconsistentTerminalReward`] for the first row (caller order) whose score
+    /// differs from its trajectory's first row's.
+    pub(crate) fn check_trajectories_agree(&self) -> Result<()> {
+        match self.rows {
+            Some(s) => check_trajectories_agree(self.batch, s),
+            None => Ok(()),
+        }
+    }
+
+    /// Trajectory `j`'s score: its first row's (caller order), or R(τ).
+    #[inline]
+    pub(crate) fn trajectory(&self, j: usize) -> f64 {
+        match self.rows {
+            Some(s) => s[self.batch.trajectory_rows(j)[0]],
+            None => self.batch.terminal_rewards()[j],
+        }
+    }
+}
+
+/// Every row of a trajectory carries the score of the trajectory's first row (`scores` one
+/// per row, caller order): where each trajectory is counted once.
+///
+/// # Errors
+/// [`Error::InconsistentTerminalReward`] for the first row (caller order) whose score differs
+/// from its trajectory's first row's.
+pub(crate) fn check_trajectories_agree(batch: &RolloutBatch, scores: &[f64]) -> Result<()> {
+    let mut first: Option<(usize, f64, f64)> = None;
+    for j in 0..batch.num_trajectories() {
+        let rows = batch.trajectory_rows(j);
+        let expected = scores[rows[0]];
+        if let Some(&r) = rows.iter().find(|&&r| scores[r] != expected) {
+            if first.map_or(true, |(b, _, _)| r < b) {
+                first = Some((r, expected, scores[r]));
+            }
+        }
+    }
+    match first {
+        Some((row, expected, value)) => Err(Error::InconsistentTerminalReward { row, expected, value }),
+        None => Ok(()),
     }
 }
 

@@ -304,7 +304,8 @@ impl<'o> Out<'o> {
 /// `fn fill(&self, &EstimatorInput, &mut Out, &mut Scratch) -> Result<()>`; `returns` says
 /// whether its returns differ from its advantages, `steps` adds the step-row entry point
 /// through an inherent `fn steps(&self, &EstimatorInput, &mut [f64], &mut Scratch)` (after
-/// checking the output's length and any `token_level_rewards` against the batch's rewards).
+/// checking the output's length, `row_scores` and any `token_level_rewards` against the rows'
+/// scores).
 macro_rules! fill_estimator {
     ($ty:ty, $name:literal, returns = $returns:expr) => {
         $crate::estimator::fill_estimator!($ty, $name, returns = $returns, {});
@@ -318,9 +319,10 @@ macro_rules! fill_estimator {
                 workspace: &mut $crate::estimator::Workspace,
             ) -> $crate::error::Result<()> {
                 $crate::estimator::check_steps_out(input, advantages)?;
-                // The scores are the batch's R(τ): token rewards, when given too, must agree
-                // (one episode reward, as BEACON and GiGPO check it).
-                input.batch.check_token_scores(input.token_level_rewards)?;
+                // Shapes, then values: the scores are the row scores or the batch's R(τ);
+                // token rewards, when given too, must agree (as BEACON and GiGPO check them).
+                input.check_step_shapes()?;
+                input.check_step_values()?;
                 self.steps(input, advantages, &mut workspace.scratch)
             }
         });

@@ -200,7 +200,7 @@ mod workspace;
 
 pub use config::EstimatorConfig;
 pub use input::EstimatorInput;
-pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck};
+pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 pub(crate) use kernel::*;
 pub use output::Advantages;
 pub use workspace::Workspace;
@@ -288,8 +288,9 @@ pub trait AdvantageEstimator: Send + Sync {
     /// `tests/it/fast_path_equivalence.rs`): `token_level_rewards` (present, rows, then its
     /// values: finite, or for the outcome estimators finite row sums), then `response_mask`
     /// (present, shape, lengths; integer entries as they are read), then each further column
-    /// (present, shape, finite). So an earlier column's values come before a later column's
-    /// shape: a NaN reward is reported before a missing or misshapen mask, and the outcome
+    /// (present, shape, finite; the outcome estimators' `row_scores`, when given, after the
+    /// mask: length, finite, each equal to its row's token sum, `RowScoreMismatch`). So an
+    /// earlier column's values come before a later column's shape: a NaN reward is reported before a missing or misshapen mask, and the outcome
     /// estimators sum the rewards before they compare the mask's L with theirs.
     /// This differs from the step path ([`estimate_steps_into`](Self::estimate_steps_into)),
     /// which checks every shape first. BEACON, GiGPO and the ablation run their step path's
@@ -362,25 +363,33 @@ pub trait AdvantageEstimator: Send + Sync {
     /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
     /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows).
     ///
-    /// Every one of them reads the episode reward from the batch; when `token_level_rewards`
-    /// are given too, each row's sum must equal it
+    /// Every one of them reads the episode reward from the batch, or each row's own score
+    /// from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
+    /// [`with_row_scores`](EstimatorInput::with_row_scores)); when `token_level_rewards` are
+    /// given too, each row's sum must equal the row's score
     /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).
     ///
     /// # Errors
     /// [`Error::NotStepLevel`] for token-level estimators (the default);
     /// [`Error::OutputShape`] when `advantages` has not one entry per row;
     /// [`Error::EpisodeRewardMismatch`] when given `token_level_rewards` disagree with the
-    /// batch; otherwise as [`estimate_into`](Self::estimate_into).
+    /// batch, [`Error::RowScoreMismatch`] when they disagree with `row_scores`;
+    /// [`Error::InconsistentTerminalReward`] when the paper flavour of BEACON is given
+    /// `row_scores` that differ within a trajectory; otherwise as
+    /// [`estimate_into`](Self::estimate_into).
     ///
     /// # Order of the checks
     /// Every step-level estimator checks shapes before it reads a value, and returns the first
     /// error in this order: `NotStepLevel`; the output's length (`OutputShape`); the
     /// estimator's own columns, each present (`MissingInput`, `ConflictingInputs`) and of one
     /// entry per row (`LengthMismatch`): BEACON's `milestones`, GiGPO's `step_rewards` then
-    /// its anchors (the outcome estimators have none); the rows of `token_level_rewards`,
-    /// when given; then values: the token sums against the batch
-    /// (`EpisodeRewardMismatch`), then the estimator's own (GiGPO's non-finite
-    /// `step_rewards`). `tests/it/step_rows.rs` pins it for every estimator. (The token-level
+    /// its anchors (the outcome estimators have none); the length of `row_scores`, then the
+    /// rows of `token_level_rewards`, each when given; then values: `row_scores` finite
+    /// (`NonFinite`), the token sums against the rows' scores (`RowScoreMismatch` with
+    /// `row_scores`, else `EpisodeRewardMismatch`), then the estimator's own (the paper
+    /// flavour's `InconsistentTerminalReward` for row scores that differ within a trajectory,
+    /// GiGPO's non-finite `step_rewards`). `tests/it/step_rows.rs` pins it for every
+    /// estimator. (The token-level
     /// [`estimate_into`](Self::estimate_into) of the verl estimators keeps release 0.1's
     /// column-by-column order instead; see its docs.)
     ///

@@ -104,7 +104,7 @@ impl Rloo {
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores(&mut ws.scores);
+        input.step_scores().write_rows(&mut ws.scores);
         rloo_scalars(input.batch, &ws.scores, advantages);
         check_scalars("advantages", advantages)
     }
@@ -122,7 +122,7 @@ impl RlooVectorized {
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores(&mut ws.scores);
+        input.step_scores().write_rows(&mut ws.scores);
         rloo_vectorized_scalars(input.batch, &ws.scores, advantages);
         check_scalars("advantages", advantages)
     }

@@ -34,6 +34,7 @@ mod parity_verl;
 mod properties_baselines;
 mod properties_beacon;
 mod record;
+mod row_scores;
 mod row_sums;
 mod step_rows;
 mod testbed;

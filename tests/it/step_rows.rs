@@ -81,9 +81,10 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
 
 /// The step path checks shapes before it reads a value, in one order for every estimator
 /// (`estimate_steps_into`'s docs): `NotStepLevel` for the token-level ones; then the output's
-/// length; the estimator's own columns (present, then their lengths); the rows of
-/// `token_level_rewards`; and only then values (token sums against the batch, then the
-/// estimator's own value checks). Every pair of faults is tried: the earlier one must win.
+/// length; the estimator's own columns (present, then their lengths); the length of
+/// `row_scores`; the rows of `token_level_rewards`; and only then values (`row_scores` finite,
+/// token sums against the rows' scores, then the estimator's own value checks). Every pair of
+/// faults is tried: the earlier one must win.
 #[test]
 fn step_path_checks_shapes_before_values_in_one_order() {
     let batch = RolloutBatch::from_row_keys(&[0; 4], &["a", "b", "a", "b"], &[1.0, 0.0, 1.0, 0.0]).unwrap();
@@ -91,10 +92,13 @@ fn step_path_checks_shapes_before_values_in_one_order() {
     // Row 3's tokens sum to 0.5; its trajectory's R(τ) is 0.
     let disagree = array![[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.25, 0.25]];
     let nan_step = [0.0, f64::NAN, 0.0, 0.0];
+    // Row scores equal to R(τ), so the base input is valid for every estimator.
+    let (row_scores, nan_scores) = ([1.0, 0.0, 1.0, 0.0], [1.0, f64::NAN, 1.0, 0.0]);
     let base = EstimatorInput::new(&batch)
         .with_milestones(&[true, false, false, true])
         .with_step_rewards(&[0.0; 4])
         .with_anchor_ids(&[1, 2, 1, 3])
+        .with_row_scores(&row_scores)
         .with_token_level_rewards(&agree);
 
     type Fault<'a> = Box<dyn Fn(&mut EstimatorInput<'a>, &mut usize) + 'a>;
@@ -116,8 +120,19 @@ fn step_path_checks_shapes_before_values_in_one_order() {
             }),
         ),
         (
+            "row_scores short",
+            Box::new(|i, _| i.row_scores = i.row_scores.map(|s| &s[..3])),
+        ),
+        (
             "token rows",
             Box::new(|i, _| i.token_level_rewards = Some(agree.slice(ndarray::s![..3, ..]).into())),
+        ),
+        (
+            "row_scores non-finite",
+            Box::new(|i, _| {
+                let len = i.row_scores.map_or(4, <[f64]>::len);
+                i.row_scores = Some(&nan_scores[..len]);
+            }),
         ),
         (
             "token sums disagree",
@@ -149,16 +164,26 @@ fn step_path_checks_shapes_before_values_in_one_order() {
                 actual: 3,
             }),
             3 => Some(Error::LengthMismatch {
+                what: "row_scores",
+                expected: 4,
+                actual: 3,
+            }),
+            4 => Some(Error::LengthMismatch {
                 what: "token_level_rewards rows",
                 expected: 4,
                 actual: 3,
             }),
-            4 => Some(Error::EpisodeRewardMismatch {
+            5 => Some(Error::NonFinite {
+                what: "row_scores",
+                index: 1,
+                value: f64::NAN,
+            }),
+            6 => Some(Error::RowScoreMismatch {
                 row: 3,
-                batch: 0.0,
+                row_score: 0.0,
                 tokens: 0.5,
             }),
-            5 if name == "gigpo" => Some(Error::NonFinite {
+            7 if name == "gigpo" => Some(Error::NonFinite {
                 what: "step_rewards",
                 index: 1,
                 value: f64::NAN,
@@ -199,5 +224,5 @@ fn step_path_checks_shapes_before_values_in_one_order() {
             }
         }
     }
-    assert_eq!(checked, EstimatorConfig::NAMES.len() * 21);
+    assert_eq!(checked, EstimatorConfig::NAMES.len() * 36);
 }
