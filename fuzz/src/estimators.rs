@@ -1,6 +1,8 @@
 //! Oracle of the `estimators` fuzz target: the batch constructors, then one estimator of
 //! `EstimatorConfig::NAMES` (default or fuzzed parameters) on fuzzed columns.
 //!
+//! Columns may include per-row scores (`with_row_scores`).
+//!
 //! Oracles: nothing panics; every `Ok` output (advantages and returns) is finite;
 //! `estimate_into` into NaN-filled buffers (standard or strided layout) gives the same result
 //! as `estimate`, bit for bit, or the same error; a wrongly shaped buffer is an error. The
@@ -115,6 +117,33 @@ pub fn run(data: &[u8]) {
         input = input
             .with_step_rewards(&columns.step_rewards)
             .with_anchor_obs(&anchors);
+    }
+    // Sometimes per-row scores (`with_row_scores`): the rows' token sums (as verl-agent's
+    // rows carry them), those with one row moved (a penalised step, or a mismatch when the
+    // token rewards are given too), or arbitrary values; sometimes one too few or too many.
+    let (given, row_scores): (bool, Vec<f64>) = match u.u8() {
+        0..=191 => (false, Vec::new()),
+        b => {
+            let mut s: Vec<f64> = match b % 3 {
+                0 | 1 => (0..col_rows)
+                    .map(|r| columns.rewards[r * len..][..len].iter().sum())
+                    .collect(),
+                _ => (0..col_rows).map(|_| u.f64()).collect(),
+            };
+            if b % 3 == 1 && !s.is_empty() {
+                let at = (u.u64() % s.len() as u64) as usize;
+                s[at] -= u.f64();
+            }
+            match u.u8() {
+                0..=249 => {}
+                250..=252 => s.push(u.f64()),
+                _ => drop(s.pop()),
+            }
+            (true, s)
+        }
+    };
+    if given {
+        input = input.with_row_scores(&row_scores);
     }
     check_estimator(&*estimator, &input, u.u8());
     if bad_entry && present & 0b0000_0010 == 0 {
