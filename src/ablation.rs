@@ -562,7 +562,13 @@ impl FromStr for Ablation {
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct BeaconAblationConfig {
-    /// The BEACON configuration the ablation modifies (either flavour).
+    /// The BEACON configuration the ablation modifies (either flavour). In serde, omitted
+    /// fields take the preset of the `flavour` given ([`BeaconConfig::official`] or
+    /// [`BeaconConfig::paper`]), as `beacon` and `beacon_official` configurations do.
+    #[cfg_attr(
+        feature = "serde",
+        serde(deserialize_with = "crate::estimator::beacon::deserialize_over_flavour_preset")
+    )]
     pub base: BeaconConfig,
     /// The Table 3 row.
     pub ablation: Ablation,

@@ -208,6 +208,35 @@ pub(crate) fn deserialize_over_preset<'de, D>(
 where
     D: serde::Deserializer<'de>,
 {
+    deserialize_patch(|_| preset, d)
+}
+
+/// Deserialises a [`BeaconConfig`] whose omitted fields take the preset of its `flavour`
+/// ([`BeaconConfig::official`] for `official`, else [`BeaconConfig::paper`]): for a
+/// configuration that may hold either flavour (an ablation's `base`).
+#[cfg(feature = "serde")]
+pub(crate) fn deserialize_over_flavour_preset<'de, D>(d: D) -> std::result::Result<BeaconConfig, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    deserialize_patch(
+        |flavour| match flavour {
+            Some(BeaconFlavour::Official { .. }) => BeaconConfig::official(),
+            _ => BeaconConfig::paper(),
+        },
+        d,
+    )
+}
+
+/// The fields given, over the preset `preset(flavour given)` picks.
+#[cfg(feature = "serde")]
+fn deserialize_patch<'de, D>(
+    preset: impl FnOnce(Option<BeaconFlavour>) -> BeaconConfig,
+    d: D,
+) -> std::result::Result<BeaconConfig, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Patch {
@@ -220,6 +249,7 @@ where
         singleton: Option<SingletonRule>,
     }
     let p = <Patch as serde::Deserialize>::deserialize(d)?;
+    let preset = preset(p.flavour);
     Ok(BeaconConfig {
         flavour: p.flavour.unwrap_or(preset.flavour),
         milestone_reward: p.milestone_reward.unwrap_or(preset.milestone_reward),

@@ -139,6 +139,18 @@ fn serde_uses_the_fields_with_defaults() {
     assert_eq!(c, EstimatorConfig::BeaconAblation(want));
     let back: EstimatorConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
     assert_eq!(back, c);
+    // A partial base takes its flavour's preset for the rest (R_ms = 10 for the release), as
+    // the `beacon_official` configuration does; it was a "missing field" error.
+    let c: EstimatorConfig = serde_json::from_str(
+        r#"{"adv_estimator":"beacon_ablation","base":{"flavour":{"official":{"mode":"mean_norm"}},"segment_weight":2.0}}"#,
+    )
+    .unwrap();
+    let want = BeaconAblationConfig::new(BeaconConfig::official().with_segment_weight(2.0), Ablation::Full);
+    assert_eq!(c, EstimatorConfig::BeaconAblation(want));
+    let c: EstimatorConfig =
+        serde_json::from_str(r#"{"adv_estimator":"beacon_ablation","base":{"std_eps":1e-3}}"#).unwrap();
+    let want = BeaconAblationConfig::new(BeaconConfig::paper().with_std_eps(1e-3), Ablation::Full);
+    assert_eq!(c, EstimatorConfig::BeaconAblation(want));
     let bad = r#"{"adv_estimator":"beacon_ablation","ablation":{"milestone_dropout":{"p":2.0}}}"#;
     let c: EstimatorConfig = serde_json::from_str(bad).unwrap();
     assert!(c.build().is_err());
