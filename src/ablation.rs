@@ -152,7 +152,12 @@ impl SplitMix64 {
 fn percent(p: f64) -> String {
     let s = format!("{:.2}", p * 100.0);
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    format!("{s}%")
+    // Two decimals would print a tiny nonzero p as 0% and one just below 1 as 100%.
+    match s {
+        "0" if p > 0.0 => "<0.01%".to_owned(),
+        "100" if p < 1.0 => ">99.99%".to_owned(),
+        _ => format!("{s}%"),
+    }
 }
 
 #[inline]
@@ -248,6 +253,11 @@ impl Ablation {
     /// ```
     /// use beacon_rl::ablation::Ablation;
     /// assert_eq!(Ablation::MilestoneDropout { p: 0.5 }.label(), "w/ 50% Milestone Dropout");
+    /// assert_eq!(Ablation::MilestoneDropout { p: 0.125 }.label(), "w/ 12.5% Milestone Dropout");
+    /// // Never 0% or 100% for a p that drops some milestones but not all.
+    /// assert_eq!(Ablation::MilestoneDropout { p: 1e-5 }.label(), "w/ <0.01% Milestone Dropout");
+    /// assert_eq!(Ablation::MilestoneDropout { p: 0.99999 }.label(), "w/ >99.99% Milestone Dropout");
+    /// assert_eq!(Ablation::MilestoneDropout { p: 0.0 }.label(), "w/ 0% Milestone Dropout");
     /// ```
     pub fn label(&self) -> String {
         match self {
