@@ -14,6 +14,12 @@
 //! completed segment's per-step mean return is R_ms, so b_k = R_ms = r_t and A^seg = 0, and
 //! the variant equals GRPO (the paper's Table 3 has 71.8 vs GRPO's 72.8 on ALFWorld).
 //!
+//! "GRPO" in this table is the paper's: BEACON's trajectory term, statistics over trajectories
+//! in `f64`. It is not bit for bit the crate's `grpo` estimator, which follows verl (e.g. a
+//! one-trajectory group divides by 1 + ε rounded to float32, and equal rewards leave the
+//! mean's rounding divided by σ + ε, −1.4e-11 for three rewards of 0.1, where BEACON's
+//! clamped mean gives exactly 0).
+//!
 //! Each variant yields the [`BeaconConfig`] to use ([`Ablation::config`]) and the milestone
 //! flags to use ([`Ablation::milestones`]); [`Ablation::compute`] does both and runs BEACON.
 //!
