@@ -513,7 +513,9 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         && req.token_level_rewards.is_none()
     {
         // Zeros would be a silent R(τ) = 0 for every trajectory.
-        return Err(beacon_rl::Error::MissingInput("episode_rewards or token_level_rewards").into());
+        return Err(
+            beacon_rl::Error::MissingInput("episode_rewards, row_scores or token_level_rewards").into(),
+        );
     }
 
     with_state(|st| {

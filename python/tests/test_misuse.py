@@ -321,7 +321,7 @@ def test_object_milestones_of_bools_and_0_1_are_the_bool_numbers():
 def test_step_estimators_without_any_reward_are_refused():
     # No episode_rewards and no token_level_rewards: every R(τ) read as 0 before.
     for name in beacon_rl.STEP_ESTIMATORS:
-        with pytest.raises(ValueError, match="missing input: episode_rewards or token_level_rewards"):
+        with pytest.raises(ValueError, match="missing input: episode_rewards, row_scores or token_level_rewards"):
             beacon_rl.estimate(name, None, MASK, UIDS, **STEP_KW)
 
 
