@@ -493,12 +493,15 @@ impl RolloutBatch {
         row_scores: Option<&[f64]>,
         score: impl Fn(usize) -> f64,
     ) -> Option<(usize, f64, f64)> {
+        if let Some(expected) = row_scores {
+            // One expected score per row: the first row in caller order is a plain scan.
+            return first_row_mismatch(expected, score);
+        }
         let mut first: Option<(usize, f64, f64)> = None;
-        for (j, &reward) in self.terminal_rewards.iter().enumerate() {
+        for (j, &expected) in self.terminal_rewards.iter().enumerate() {
             for &r in self.trajectory_rows(j) {
-                let (expected, s) = (row_scores.map_or(reward, |e| e[r]), score(r));
-                // Expected scores are finite: terminal rewards checked on construction, row
-                // scores by the caller.
+                let s = score(r);
+                // Terminal rewards are finite (checked on construction).
                 if !scores_agree(expected, s) && first.map_or(true, |(b, _, _)| r < b) {
                     first = Some((r, expected, s));
                 }
@@ -545,8 +548,21 @@ impl RolloutBatch {
 /// Whether a row's score `s` (e.g. its token sum) agrees with the `expected` one: to a relative
 /// 1e-6 (|s − e| ≤ 1e-6 · max(1, |s|, |e|)), so float32 token rewards of the same value pass.
 /// An infinite `s` never agrees: its tolerance would be infinite too (`expected` is finite).
-pub(crate) fn scores_agree(expected: f64, s: f64) -> bool {
+fn scores_agree(expected: f64, s: f64) -> bool {
     s.is_finite() && (s - expected).abs() <= 1e-6 * s.abs().max(expected.abs()).max(1.0)
+}
+
+/// The first row r (caller order) whose `score(r)` disagrees with `expected[r]` (finite, one
+/// per row): (r, expected, score).
+pub(crate) fn first_row_mismatch(
+    expected: &[f64],
+    score: impl Fn(usize) -> f64,
+) -> Option<(usize, f64, f64)> {
+    expected
+        .iter()
+        .enumerate()
+        .map(|(r, &e)| (r, e, score(r)))
+        .find(|&(_, e, s)| !scores_agree(e, s))
 }
 
 /// Reusable scratch for building [`RolloutBatch`]es from per-row keys, for a trainer that builds

@@ -68,6 +68,7 @@ use super::whiten::whiten_outcome;
 use super::{check_scalars, fill_estimator, group_rows, row_groups_into, EstimatorInput, Out, Scratch};
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
+use crate::tensor::MaskView;
 
 /// How GRPO normalizes a score against its group (verl's `norm_adv_by_std_in_grpo`).
 ///
@@ -505,19 +506,30 @@ fn group_scale(rows: &[usize], scores: &[f64]) -> f64 {
     rows.iter().fold(0.0f64, |m, &r| m.max(scores[r].abs()))
 }
 
+/// The token path of `grpo` and `gdpo`: the checked row scores and mask, then the per-row
+/// advantages into `ws.scalars` (checked finite); returns the mask.
+fn token_scalars<'a>(
+    config: &GrpoConfig,
+    input: &EstimatorInput<'a>,
+    ws: &mut Scratch,
+) -> Result<MaskView<'a>> {
+    let mask = input.checked_scores_and_mask(&mut ws.scores)?;
+    let scalars = sized(&mut ws.scalars, ws.scores.len());
+    grpo_scalars(
+        input.batch,
+        &ws.scores,
+        input.row_scores.is_some(),
+        config,
+        scalars,
+    )?;
+    check_scalars("advantages", scalars)?;
+    Ok(mask)
+}
+
 impl Grpo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        let scalars = sized(&mut ws.scalars, ws.scores.len());
-        grpo_scalars(
-            input.batch,
-            &ws.scores,
-            input.row_scores.is_some(),
-            &self.config,
-            scalars,
-        )?;
-        check_scalars("advantages", scalars)?;
-        out.outcome(scalars, &mask)
+        let mask = token_scalars(&self.config, input, ws)?;
+        out.outcome(&ws.scalars, &mask)
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
@@ -680,16 +692,7 @@ fill_estimator!(GrpoPassk, "grpo_passk", returns = false);
 
 impl Gdpo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        let scalars = sized(&mut ws.scalars, ws.scores.len());
-        grpo_scalars(
-            input.batch,
-            &ws.scores,
-            input.row_scores.is_some(),
-            &self.config,
-            scalars,
-        )?;
-        check_scalars("advantages", scalars)?;
+        let mask = token_scalars(&self.config, input, ws)?;
         whiten_outcome(out, &ws.scalars, &mask, &mut ws.counts, &mut ws.acc_a)
     }
 }

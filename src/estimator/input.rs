@@ -3,7 +3,7 @@
 
 use super::*;
 
-use crate::batch::{scores_agree, RolloutBatch};
+use crate::batch::{first_row_mismatch, RolloutBatch};
 use crate::error::{check_finite, check_len, Error, Result};
 use crate::tensor::{FloatView, MaskView};
 
@@ -489,12 +489,12 @@ impl<'a> EstimatorInput<'a> {
         let Some(s) = self.row_scores else { return Ok(()) };
         check_len("row_scores", self.batch.num_steps(), s.len())?;
         check_finite("row_scores", s)?;
-        match s.iter().zip(sums).position(|(&e, &t)| !scores_agree(e, t)) {
+        match first_row_mismatch(s, |r| sums[r]) {
             None => Ok(()),
-            Some(row) => Err(Error::RowScoreMismatch {
+            Some((row, row_score, tokens)) => Err(Error::RowScoreMismatch {
                 row,
-                row_score: s[row],
-                tokens: sums[row],
+                row_score,
+                tokens,
             }),
         }
     }
