@@ -30,6 +30,15 @@ def test_dtypes_round_trip(fdtype, mdtype):
     np.testing.assert_allclose(adv, EXPECTED, rtol=1e-6)
 
 
+def _object_array(items: list) -> np.ndarray:
+    """A 1-D object array of ``items`` on every supported numpy (``np.fromiter`` builds object
+    arrays only from numpy 1.23; ``np.array`` would turn tuples into a second axis)."""
+    a = np.empty(len(items), dtype=object)
+    for i, k in enumerate(items):
+        a[i] = k
+    return a
+
+
 @pytest.mark.parametrize(
     "index",
     [
@@ -37,7 +46,7 @@ def test_dtypes_round_trip(fdtype, mdtype):
         np.array([7, 7, 9, 9], dtype=np.int32),
         np.array([7, 7, 9, 9], dtype=np.uint64),
         np.array(["a", "a", "b", "b"]),  # numpy unicode
-        np.fromiter([("t", 1), ("t", 1), ("t", 2), ("t", 2)], dtype=object, count=4),
+        _object_array([("t", 1), ("t", 1), ("t", 2), ("t", 2)]),
         ["a", "a", "b", "b"],
     ],
     ids=["int64", "int32", "uint64", "unicode", "tuples", "list"],

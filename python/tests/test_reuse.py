@@ -160,6 +160,15 @@ def test_string_keys_group_by_value(index):
     np.testing.assert_allclose(adv[:, 0], [a, -a, 0, 0], rtol=1e-6)
 
 
+def _left_to_right(row: np.ndarray) -> float:
+    """The plain sequential float64 sum. Not ``sum()``: from CPython 3.12 it compensates
+    (Neumaier), which gives other bits than left-to-right addition."""
+    s = 0.0
+    for x in row:
+        s += float(x)
+    return s
+
+
 @pytest.mark.parametrize("rows", [13, 16, 3])
 def test_row_sums_are_the_sequential_sums(rows):
     # The binding sums token rewards into episode rewards eight rows at a time; each row must
@@ -168,7 +177,7 @@ def test_row_sums_are_the_sequential_sums(rows):
     rng = np.random.default_rng(rows)
     cols = 37
     rewards = (rng.normal(size=(rows, cols)) * 10.0 ** rng.integers(-6, 6, size=(rows, cols))).astype(np.float32)
-    sequential = np.array([sum(float(x) for x in row) for row in rewards])
+    sequential = np.array([_left_to_right(row) for row in rewards])
     mask = np.ones((rows, cols), dtype=bool)
     uid = np.array(["g"] * rows, dtype=object)
     traj = np.arange(rows)
