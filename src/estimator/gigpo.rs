@@ -33,10 +33,13 @@
 //!
 //! Step group labels are numbered in order of first appearance in the caller's rows.
 //!
-//! Differences from the peer, all below the parity tolerance: the peer computes step returns in
-//! float32 (`rewards.astype(np.float32)`), this crate in f64; means are running sums
-//! clamped to the group's [min, max] (so an all-equal group gives exactly 0, where float
-//! rounding can leave ±1e-17 in the peer, which `mean_std_norm` then divides by ε).
+//! Differences from the peer: the peer computes step returns in float32
+//! (`rewards.astype(np.float32)`), this crate in f64 (below the parity tolerance); means are
+//! running sums clamped to the group's [min, max], so an all-equal group gives exactly 0 where
+//! the peer's mean can be off by its last bit and `mean_std_norm` divides that by ε: about
+//! ±1e-17 / 1e-6 in float64, but in float32 (a trainer's token rewards, or the step returns)
+//! one ulp of a value such as 2.7 over ε = 1e-6 leaves ±0.1 to ±0.3 on every row of such a
+//! group (measured against the release's own code, `python/tests/test_release_differential.py`).
 //!
 //! ```
 //! use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
