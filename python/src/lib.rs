@@ -492,6 +492,20 @@ fn anchors<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> 
         .collect()
 }
 
+/// The anchors' UTF-8 text, read in place. A Python `str` may hold lone surrogates, which
+/// have no UTF-8 form: that is a `ValueError` naming the row (Python's own
+/// `UnicodeEncodeError` names none).
+fn anchor_texts<'a>(anchors: &'a [Bound<'_, PyString>]) -> PyResult<Vec<&'a str>> {
+    anchors
+        .iter()
+        .enumerate()
+        .map(|(row, s)| {
+            s.to_str()
+                .map_err(|e| PyValueError::new_err(format!("anchor_obs: row {row} has no UTF-8 form ({e})")))
+        })
+        .collect()
+}
+
 /// Computes advantages and returns of estimator `name` into `out_advantages` and
 /// `out_returns` (numpy arrays the caller allocated, float32 or float64). `out_returns` may be
 /// `None` for estimators whose returns equal their advantages (see `has_returns`). See
@@ -541,10 +555,7 @@ fn estimate<'py>(
     let flags = m1("milestones", milestones)?;
     let step = f1("step_rewards", step_rewards)?;
     let anchor_objs = anchor_obs.map(anchors).transpose()?;
-    let anchor_strs: Option<Vec<&str>> = anchor_objs
-        .as_ref()
-        .map(|v| v.iter().map(|s| s.to_str()).collect::<PyResult<_>>())
-        .transpose()?;
+    let anchor_strs: Option<Vec<&str>> = anchor_objs.as_deref().map(anchor_texts).transpose()?;
     check_disjoint(
         &[
             ("out_advantages", Some(out_advantages)),

@@ -342,6 +342,15 @@ def test_a_short_column_is_named(arg):
         beacon_rl.estimate(name, REWARDS, MASK, index, **kw)
 
 
+def test_an_anchor_without_utf8_form_is_named():
+    # A Python str may hold a lone surrogate; Rust's &str cannot. Python's own
+    # UnicodeEncodeError named no row.
+    anchors = np.array(["s0", "s1", "s\ud800", "s1"], dtype=object)
+    for config in (None, {"grouping": {"similarity": {"threshold": 0.9}}}):
+        with pytest.raises(ValueError, match=r"^anchor_obs: row 2 has no UTF-8 form \(.*surrogates not allowed"):
+            beacon_rl.estimate("gigpo", REWARDS, MASK, UIDS, config=config, **dict(STEP_KW, anchor_obs=anchors))
+
+
 def test_non_finite_episode_rewards_are_named():
     with pytest.raises(ValueError, match=r"^non-finite value inf in episode_rewards at index 2$"):
         beacon_rl.estimate("beacon", REWARDS, MASK, UIDS, episode_rewards=np.array([0, 0, np.inf, 0]), **STEP_KW)
