@@ -31,7 +31,9 @@ entering the formula's sums over the divisor applied after the subtraction (σ +
 GRPO family, √(σ² + 1e-8) for batch whitening, |Σ W + ε| for OTB), computed here from the
 inputs, independently of both implementations. Tied groups at magnitude 1e150 leave only
 rounding noise in s − μ (both sides return different noise, correctly); cond admits that and
-nothing more (observed |Δ| ≤ 5e-4 of the bound over 21,000 examples).
+nothing more. Over 3,000 examples per estimator (42,000 in all) the largest |Δ| was 2.5e-4
+of the bound, 1.7e-2 for OTB with arbitrary (sign-mixed) weights, and 0.25 of grpo_vectorized's
+float32 bound below.
 
 One estimator needs a float32 term: ``grpo_vectorized``'s σ_g is a float32 ``torch.sqrt``,
 which torch's CPU build does not always round correctly, so its advantages may differ by
@@ -363,25 +365,24 @@ def whitened_cond(x, mask, cond_x):
     return np.full(x.shape, (c + np.abs(xs).max()) / div)
 
 
+def _stats(name):
+    return STATS.setdefault(name, {"finite": 0, "raised": 0, "nonfinite": 0, "max_rel": 0.0, "max_ratio": 0.0})
+
+
 def compare(name, b, p):
     """One example: verl's outcome, then the crate's, checked against the contract."""
+    stats = _stats(name)
     try:
-        with np.errstate(all="ignore"):
-            want = verl_run(name, b, p)
-        want = [w.numpy() for w in want]
-        verl_finite = all(np.isfinite(w).all() for w in want)
-        verl_error = None
-    except Exception as e:  # noqa: BLE001 - verl raises ValueError, AssertionError, RuntimeError
-        verl_finite, verl_error = False, e
-    if not verl_finite:
+        want = [w.numpy() for w in verl_run(name, b, p)]
+    except ValueError:  # verl's own refusals (masked_var on < 2 tokens, pass@k singletons)
+        want = None
+    if want is None or not all(np.isfinite(w).all() for w in want):
         with pytest.raises(ValueError):
             crate_run(name, b, p)
-        kind = "raised" if verl_error is not None else "nonfinite"
-        STATS.setdefault(name, {"finite": 0, "raised": 0, "nonfinite": 0, "max_rel": 0.0, "max_ratio": 0.0})[kind] += 1
-        return kind
+        stats["raised" if want is None else "nonfinite"] += 1
+        return
     adv, ret = crate_run(name, b, p)
     scale = cond(name, b, p, want)
-    stats = STATS.setdefault(name, {"finite": 0, "raised": 0, "nonfinite": 0, "max_rel": 0.0, "max_ratio": 0.0})
     for what, ours, exp in (("advantages", adv, want[0]), ("returns", ret, want[1])):
         assert ours.dtype == np.float64 and ours.shape == exp.shape, what
         assert np.isfinite(ours).all(), what
@@ -392,7 +393,7 @@ def compare(name, b, p):
         if b.scale == 1.0:  # the README's measure, on batches of unit magnitude
             stats["max_rel"] = max(stats["max_rel"], float((err / np.maximum(1.0, np.abs(exp))).max(initial=0)))
         stats["max_ratio"] = max(stats["max_ratio"], float((err / bound).max(initial=0)))
-        bad = np.abs(ours - exp) > bound
+        bad = err > bound
         if bad.any():
             r, c = np.argwhere(bad)[0]
             raise AssertionError(
@@ -400,7 +401,6 @@ def compare(name, b, p):
                 f"(|Δ| {abs(ours[r, c] - exp[r, c]):.3e} > {bound[r, c]:.3e})"
             )
     stats["finite"] += 1
-    return "finite"
 
 
 NAMES = list(beacon_rl.verl_names())
