@@ -61,7 +61,17 @@
 //! - verl's `gdpo` weight is a float32 1.0 (exact) and its whitening counts tokens in float32
 //!   (see [batch whitening](super#batch-whitening)).
 //!
-//! No deliberate difference from verl.
+//! `grpo_vectorized`'s σ_g is the correctly rounded float32 square root. torch's CPU float32
+//! `sqrt` is not always correctly rounded (torch 2.15's wheel is 1 ulp off on some inputs), so
+//! on those groups verl's advantages differ from ours by a float32 ulp of σ_g (≈ 1.2e-7
+//! relative): scores [0, 0, 1, 1, 1] give σ_g = 0.54772252 here, 0.54772258 in that torch.
+//!
+//! # Deliberate difference
+//! Rows are grouped by key equality in every estimator, as verl's `grpo` does. verl 0.9.1's
+//! `grpo_vectorized` maps uids through `verl.utils.groupwise.as_torch_index`, which parses
+//! strings Python's `int()` accepts: uids `"1"` and `"01"` (or `"7"` and `" 7"`) become one
+//! group there, and a negative one (`"-1"`) raises `IndexError`. verl's trainer uids are uuid4
+//! strings, which never parse, so its batches group the same on both sides.
 
 use super::input::check_trajectories_agree;
 use super::whiten::whiten_outcome;

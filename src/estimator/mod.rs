@@ -114,7 +114,8 @@
 //!   ÷ f32(1 + ε)); no floor. Matches.
 //! - `grpo_vectorized`: `group_mean_std(..., eps=0.0)`: **no variance floor** (verl 0.8 floored
 //!   σ² at ε); two-pass f32 variance, singleton μ = 0, σ = 1, ε added to σ in f32. Was
-//!   different (floor kept), fixed in issue 11 with hand-computed tests.
+//!   different (floor kept), fixed in issue 11 with hand-computed tests. uids grouped by
+//!   equality, not parsed as integers ([`grpo`]'s deliberate difference).
 //! - `grpo_passk`: σ unbiased, ε added to σ, the normalisation flag read from the config, < 2
 //!   rows raises. Matches.
 //! - `gdpo` (single reward): f32 weight 1.0 × `grpo`, then `masked_whiten(·) * mask`. Matches.
