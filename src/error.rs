@@ -232,6 +232,21 @@ pub enum Error {
     #[error("batch mismatch: {0}")]
     BatchMismatch(&'static str),
 
+    /// The milestone flags of an [`EstimatorInput`](crate::estimator::EstimatorInput) differ
+    /// from the ones a [`Diagnostics`](crate::diagnostics::Diagnostics) was prepared with: an
+    /// estimator reading the input's flags (BEACON) and the metrics reading the diagnostics'
+    /// (CCR, the sample split) would describe two milestone sets in one report. `row` is the
+    /// first differing caller row.
+    #[error("row {row}: the estimator input's milestone flag is {input}, but the diagnostics were prepared with {diagnosed}")]
+    MilestoneMismatch {
+        /// The first differing caller row.
+        row: usize,
+        /// The input's flag on that row.
+        input: bool,
+        /// The diagnostics' flag on that row.
+        diagnosed: bool,
+    },
+
     /// Reading or writing a file or stream failed. Holds the I/O error's kind and message (not
     /// the `std::io::Error` itself, so that `Error` stays `Clone + PartialEq`).
     #[error("I/O error: {message}")]
