@@ -59,7 +59,7 @@ pub fn broadcast_into<'m, 'o>(
 
 /// The checks of [`broadcast_into`] on its inputs: one mask row per step value, lengths ≤ L
 /// (integer entries are tested for 0/1 as the rows are written).
-fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> Result<()> {
+pub(crate) fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> Result<()> {
     let rows = mask.dim().0;
     if rows != step_values.len() {
         return Err(Error::LengthMismatch {

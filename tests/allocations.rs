@@ -107,3 +107,30 @@ fn zero_allocations_after_the_first_call() {
         "allocations on the second call: {allocating:?} (all: {report:?})"
     );
 }
+
+#[test]
+fn an_input_refused_by_estimate_allocates_nothing() {
+    // `estimate` allocates its rows × L output: a call whose input is refused must not pay
+    // for it (nor, for a `Lengths` mask's claimed L, ask the allocator for it). Each column
+    // missing: every estimator needs one, so each refuses before reading a value.
+    let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[1.0, 0.0, 0.5]).unwrap();
+    let lengths = [1, 2, 0];
+    let input = EstimatorInput::new(&batch).with_response_lengths(&lengths, 4);
+    let mut allocating = Vec::new();
+    for name in EstimatorConfig::NAMES {
+        let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        let mut result = None;
+        let n = counting::this_thread(|| result = Some(est.estimate(&input)));
+        assert!(
+            matches!(result, Some(Err(beacon_rl::Error::MissingInput(_)))),
+            "{name}: {result:?}"
+        );
+        if n > 0 {
+            allocating.push((*name, n));
+        }
+    }
+    assert!(
+        allocating.is_empty(),
+        "allocations before refusing: {allocating:?}"
+    );
+}

@@ -52,7 +52,8 @@
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
 use crate::estimator::{
-    check_all_finite, estimate_via_steps, AdvantageEstimator, EstimatorInput, StepScores, Workspace,
+    check_all_finite, estimate_via_steps, estimate_via_steps_fresh, AdvantageEstimator, Advantages,
+    EstimatorInput, StepScores, Workspace,
 };
 use crate::milestone::check_flags;
 use crate::partition;
@@ -976,6 +977,16 @@ impl AdvantageEstimator for Beacon {
             advantages,
             returns,
             ws,
+            || Self::step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
+    }
+
+    /// As the trait's `estimate`, but with every input check before the output is
+    /// allocated (see `estimate_via_steps_fresh`).
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        estimate_via_steps_fresh(
+            input,
             || Self::step_columns(input).map(drop),
             |steps, ws| self.steps_with(input, steps, ws),
         )

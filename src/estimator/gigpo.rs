@@ -1122,6 +1122,16 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         )
     }
 
+    /// As the trait's `estimate`, but with every input check before the output is
+    /// allocated (see `estimate_via_steps_fresh`).
+    fn estimate(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<crate::estimator::Advantages> {
+        crate::estimator::estimate_via_steps_fresh(
+            input,
+            || self.step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
+    }
+
     /// One advantage per row (the per-row `advantages` of [`Gigpo::compute`]).
     fn estimate_steps_into(
         &self,

@@ -798,6 +798,34 @@ pub(crate) fn estimate_via_steps(
     result
 }
 
+/// The step-level estimators' `estimate` (BEACON, GiGPO; the ablation runs BEACON's): as
+/// [`estimate_via_steps`] into a fresh `f64` output, with every input check first. The
+/// per-row advantages are computed (all of `estimate_into`'s checks but the mask's), then the
+/// mask's rows and lengths are checked, and only then is the rows × L output allocated: a
+/// refused input allocates no output, and a `Lengths` mask's claimed L is asked of the
+/// allocator only for an otherwise valid input. The errors are `estimate_into`'s, in its order.
+pub(crate) fn estimate_via_steps_fresh(
+    input: &EstimatorInput<'_>,
+    check: impl FnOnce() -> Result<()>,
+    steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
+) -> Result<Advantages> {
+    check()?;
+    let mut ws = Workspace::new();
+    let mut step = vec![0.0; input.batch.num_steps()];
+    steps(&mut step, &mut ws)?;
+    if let Some(mask) = &input.response_mask {
+        crate::token::check_broadcast_mask(&step, mask)?;
+    }
+    let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
+    steps_into(
+        &step,
+        input.response_mask,
+        FloatViewMut::F64(advantages.view_mut()),
+        None,
+    )?;
+    Ok(Advantages::new(advantages, None))
+}
+
 /// The per-row advantages in
 /// `step` broadcast under the input's response mask when there is one (rows × L), else into
 /// one column (rows × 1); returns, when asked for, equal the advantages.

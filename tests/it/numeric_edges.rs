@@ -267,6 +267,70 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
     }
 }
 
+#[test]
+fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
+    // BEACON and GiGPO took `estimate` from the trait: it allocated the rows × L output
+    // before `estimate_into` checked the input, so a bad column under a `Lengths` mask whose
+    // claimed L no allocator grants was reported as that allocation's `CapacityExceeded`,
+    // not as what is wrong with the input (and a smaller claim cost a full-size allocation).
+    let every = common::EveryColumn::new();
+    let lengths = [1, 2, 3, 0];
+    let mask = beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: UNALLOCATABLE_COLS,
+    };
+    let mut input = every.input(mask);
+    input.token_level_rewards = None;
+    let nan = [0.0, f64::NAN, 0.0, 0.0];
+    let long = [1, UNALLOCATABLE_COLS + 1, 0, 0];
+    for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+        let est = common::build(name);
+        // A missing column (shapes are checked first).
+        let mut missing = input;
+        missing.milestones = None;
+        missing.step_rewards = None;
+        let want = if name == "gigpo" {
+            "step_rewards"
+        } else {
+            "milestones"
+        };
+        assert_eq!(
+            est.estimate(&missing).unwrap_err(),
+            Error::MissingInput(want),
+            "{name}"
+        );
+        // A value: GiGPO's NaN step reward, BEACON's NaN row score.
+        let bad = if name == "gigpo" {
+            input.with_step_rewards(&nan)
+        } else {
+            input.with_row_scores(&nan)
+        };
+        let err = est.estimate(&bad).unwrap_err();
+        assert!(
+            matches!(err, Error::NonFinite { index: 1, .. }),
+            "{name}: {err:?}"
+        );
+        // The mask itself, checked after the values: 3 rows for 4, a length past L.
+        let short = input.with_response_lengths(&lengths[..3], UNALLOCATABLE_COLS);
+        assert_eq!(
+            est.estimate(&short).unwrap_err(),
+            Error::LengthMismatch {
+                what: "response_mask rows",
+                expected: 4,
+                actual: 3
+            },
+            "{name}"
+        );
+        let err = est
+            .estimate(&input.with_response_lengths(&long, UNALLOCATABLE_COLS))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidMask { row: 1, .. }),
+            "{name}: {err:?}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
 /// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
