@@ -31,7 +31,9 @@ pub enum Error {
         actual: usize,
     },
 
-    /// A reward, value or other numeric input is NaN or infinite.
+    /// A reward, value or other numeric input is NaN or infinite, or finite inputs gave an
+    /// output that is not (an overflow; for an `f32` output buffer, a value past `f32::MAX`,
+    /// reported as the ∞ it would round to).
     #[error("non-finite value {value} in {what} at index {index}")]
     NonFinite {
         /// The input holding the value.

@@ -30,7 +30,9 @@ use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView
 /// [`Error::LengthMismatch`] when `mask` has not one row per step value;
 /// [`Error::OutputShape`] when `out`'s shape differs from `mask`'s;
 /// [`Error::InvalidMask`] for a response length past L; [`Error::MaskValue`] for an integer
-/// mask entry other than 0 and 1 (`out` is then partly written).
+/// mask entry other than 0 and 1 (`out` is then partly written); [`Error::NonFinite`] when a
+/// value written into an `f32` buffer lies past `f32::MAX` (it would round to ∞), naming the
+/// first such token (index `row * L + t`).
 ///
 /// ```
 /// use beacon_rl::token::broadcast_into;
@@ -54,7 +56,7 @@ pub fn broadcast_into<'m, 'o>(
     let (mask, mut out) = (mask.into(), out.into());
     check_broadcast_mask(step_values, &mask)?;
     out.check_dim("token advantages", mask.dim())?;
-    crate::tensor::write_masked(step_values, &mask, &mut out)
+    crate::tensor::write_masked("token advantages (overflows f32)", step_values, &mask, &mut out)
 }
 
 /// The checks of [`broadcast_into`] on its inputs: one mask row per step value, lengths ≤ L
@@ -279,7 +281,9 @@ pub struct TokenSpan {
 /// [`Error::InvalidSpan`] for a span past the row's end, with `start > end`, naming a missing
 /// sequence row or step, or out of order / overlapping; [`Error::OutputShape`] when `out`'s
 /// shape differs from `mask`'s; [`Error::MaskValue`] for an integer mask entry other than 0
-/// and 1; [`Error::InvalidMask`] for a response length past L.
+/// and 1; [`Error::InvalidMask`] for a response length past L; [`Error::NonFinite`] when a
+/// value written into an `f32` buffer lies past `f32::MAX` (it would round to ∞; `out` is then
+/// written).
 ///
 /// ```
 /// use beacon_rl::token::{spans_into, TokenSpan};
@@ -327,7 +331,7 @@ pub fn spans_into<'m, 'o>(
         FloatViewMut::F32(o) => write_spans(step_values, spans, &mask, o),
         FloatViewMut::F64(o) => write_spans(step_values, spans, &mask, o),
     }
-    Ok(())
+    out.f32_overflow("token advantages (overflows f32)", step_values)
 }
 
 fn write_spans<T: crate::tensor::Float>(

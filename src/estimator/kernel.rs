@@ -267,11 +267,12 @@ impl<'o> Out<'o> {
     pub(crate) fn finish(mut self) -> Result<()> {
         let n = self.dim.0 * self.dim.1;
         if direct(&mut self.advantages).is_none() && self.stage.advantages.len() >= n {
-            self.advantages.assign_f64(&self.stage.advantages[..n]);
+            self.advantages
+                .assign_f64("advantages (overflows f32)", &self.stage.advantages[..n])?;
         }
         if let Some(ret) = &mut self.returns {
             if direct(ret).is_none() && self.stage.returns.len() >= n {
-                ret.assign_f64(&self.stage.returns[..n]);
+                ret.assign_f64("returns (overflows f32)", &self.stage.returns[..n])?;
             }
         }
         Ok(())
@@ -285,14 +286,14 @@ impl<'o> Out<'o> {
             // Each element written once, in order: no zero-fill pass over fresh memory.
             if let Some(r) = &mut self.returns {
                 r.check_dim("returns", mask.dim())?;
-                crate::tensor::write_masked(scalars, mask, r)?;
+                crate::tensor::write_masked("returns (overflows f32)", scalars, mask, r)?;
             }
             return crate::tensor::extend_masked(scalars, mask, v);
         }
         self.check_dims(mask.dim())?;
-        crate::tensor::write_masked(scalars, mask, &mut self.advantages)?;
+        crate::tensor::write_masked("advantages (overflows f32)", scalars, mask, &mut self.advantages)?;
         if let Some(r) = &mut self.returns {
-            crate::tensor::write_masked(scalars, mask, r)?;
+            crate::tensor::write_masked("returns (overflows f32)", scalars, mask, r)?;
         }
         // Nothing staged: `finish` must not copy stale stand-ins.
         self.dim = (0, 0);
@@ -855,7 +856,7 @@ fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>
                 .iter_mut()
                 .zip(step)
                 .for_each(|(a, &s)| *a = s as f32);
-            Ok(())
+            out.f32_overflow("token advantages (overflows f32)", step)
         }
         (None, FloatViewMut::F64(o)) => {
             o.column_mut(0).iter_mut().zip(step).for_each(|(a, &s)| *a = s);

@@ -2,8 +2,8 @@
 //! `Box<dyn AdvantageEstimator>`, on batches and configurations holding extreme finite
 //! magnitudes (rewards, values and baselines up to ±f64::MAX, subnormals, R_ms and weights up
 //! to f64::MAX, γ at the ends of [0, 1]), through the token path (`estimate`, which runs
-//! `estimate_into` into `f64` buffers) and the step path (`estimate_steps_into`), with and
-//! without token rewards. An `Ok` holding ∞ or NaN is a silently wrong number: the crate's
+//! `estimate_into` into `f64` buffers; `estimate_into` into `f32` buffers) and the step path
+//! (`estimate_steps_into`), with and without token rewards. An `Ok` holding ∞ or NaN is a silently wrong number: the crate's
 //! standard is an error instead (`Error::NonFinite` for an overflow).
 //!
 //! Each estimator reaches `Ok` in a fair share of the cases (token rewards carry each row's
@@ -374,6 +374,20 @@ fn check(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>) -> Result<(),
             return Err(format!("{name} estimate_steps_into: advantage {bad:?}"));
         }
     }
+    // The trainer's dtype: each `f32` element is the `f64` value rounded once, and a finite
+    // value past f32::MAX rounds to ∞.
+    let dim = input.output_dim();
+    let (mut a, mut r) = (Array2::<f32>::zeros(dim), Array2::<f32>::zeros(dim));
+    let returns = est.has_returns().then_some((&mut r).into());
+    if est
+        .estimate_into(input, (&mut a).into(), returns, &mut Workspace::new())
+        .is_ok()
+    {
+        let widened: Vec<f64> = a.iter().chain(&r).map(|&x| f64::from(x)).collect();
+        if let Some(bad) = first_non_finite(&widened) {
+            return Err(format!("{name} estimate_into (f32): output {bad:?}"));
+        }
+    }
     Ok(())
 }
 
@@ -382,12 +396,15 @@ proptest! {
     fn every_estimator_gives_finite_outputs_or_an_error(c in case(), p in params()) {
         let cols = Columns::new(&c);
         let full = cols.input(&c);
-        // The step paths without token rewards: nothing to disagree with R(τ).
+        // The step paths without token rewards: nothing to disagree with R(τ); and without
+        // a mask (one column per row).
         let mut steps_only = full;
         steps_only.token_level_rewards = None;
+        let mut no_mask = steps_only;
+        no_mask.response_mask = None;
         for name in EstimatorConfig::NAMES {
             let est = configured(name, &p).build().unwrap();
-            for input in [&full, &steps_only] {
+            for input in [&full, &steps_only, &no_mask] {
                 if let Err(e) = check(&*est, input) {
                     prop_assert!(false, "{}", e);
                 }
