@@ -831,3 +831,31 @@ fn f3_step_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
         );
     }
 }
+
+#[test]
+fn s1_the_token_functions_refuse_non_finite_step_values() {
+    // `broadcast_into`, `broadcast` and `spans_into` wrote a NaN or ∞ step value onto the
+    // generated tokens and returned Ok (the estimators pass finite values; a caller's own
+    // step values were not checked).
+    use beacon_rl::token::{broadcast, broadcast_into, spans_into, TokenSpan};
+    let mask = ndarray::array![[true, false], [true, true]];
+    let mut out = Array2::<f64>::zeros((2, 2));
+    for bad in [f64::NAN, f64::INFINITY] {
+        let want: Result<(), Error> = Err(Error::NonFinite {
+            what: "step_values",
+            index: 1,
+            value: bad,
+        });
+        // (NaN ≠ NaN: compare the Debug text.)
+        let same = |got: Result<(), Error>| format!("{got:?}") == format!("{want:?}");
+        assert!(same(broadcast_into(&[0.5, bad], &mask, &mut out)), "{bad}");
+        assert!(same(broadcast(&[0.5, bad], &mask).map(drop)), "{bad}");
+        let spans = [TokenSpan {
+            seq: 1,
+            step: 1,
+            start: 0,
+            end: 2,
+        }];
+        assert!(same(spans_into(&[0.5, bad], &spans, &mask, &mut out)), "{bad}");
+    }
+}
