@@ -147,6 +147,9 @@ pub(crate) struct Out<'o> {
     /// by [`outcome`](Self::outcome) element by element (no zero-fill pass first), else
     /// zeroed and then viewed as the advantages buffer.
     fresh: Option<&'o mut Vec<f64>>,
+    /// [`estimate`](AdvantageEstimator::estimate)'s fresh returns (estimators with returns),
+    /// allocated zeroed where the advantages are: once the inputs are validated.
+    fresh_returns: Option<&'o mut Option<ndarray::Array2<f64>>>,
 }
 
 /// The caller's buffer as a row-major `f64` slice when it is one.
@@ -169,29 +172,44 @@ impl<'o> Out<'o> {
             stage,
             dim: (0, 0),
             fresh: None,
+            fresh_returns: None,
         }
     }
 
     /// Outputs for [`estimate`](AdvantageEstimator::estimate): advantages into `fresh` (`f64`,
-    /// row-major, the output's shape), returns into `returns`.
+    /// row-major, the output's shape), returns (when `returns` is given) into a fresh `f64`
+    /// array put in `returns`. Both are allocated when a writer first asks for its buffers,
+    /// after the estimator has checked its inputs: a refused input allocates no output.
     pub(crate) fn fresh(
         fresh: &'o mut Vec<f64>,
-        returns: Option<FloatViewMut<'o>>,
+        returns: Option<&'o mut Option<ndarray::Array2<f64>>>,
         stage: &'o mut Stage,
     ) -> Self {
         let empty: &'o mut [[f64; 0]] = &mut [];
         let mut out = Self::new(
             FloatViewMut::F64(ndarray::ArrayViewMut2::from(empty)),
-            returns,
+            None,
             stage,
         );
         out.fresh = Some(fresh);
+        out.fresh_returns = returns;
         out
     }
 
-    /// In [`fresh`](Self::fresh) mode, the fresh buffer zeroed to `dim` and used as the
-    /// advantages buffer.
+    /// In [`fresh`](Self::fresh) mode, the fresh returns zeroed to `dim` and used as the
+    /// returns buffer.
+    fn materialize_returns(&mut self, dim: (usize, usize)) -> Result<()> {
+        if let Some(slot) = self.fresh_returns.take() {
+            let r = slot.insert(crate::huge_pages::zeros(dim)?);
+            self.returns = Some(FloatViewMut::F64(r.view_mut()));
+        }
+        Ok(())
+    }
+
+    /// In [`fresh`](Self::fresh) mode, the fresh buffers zeroed to `dim` and used as the
+    /// advantages (and returns) buffers.
     fn materialize(&mut self, dim: (usize, usize)) -> Result<()> {
+        self.materialize_returns(dim)?;
         if let Some(v) = self.fresh.take() {
             *v = crate::huge_pages::zeroed_vec(dim)?;
             // Cannot fail: `v` holds rows × L elements.
@@ -282,6 +300,7 @@ impl<'o> Out<'o> {
     /// generated tokens of row r and +0.0 elsewhere (verl's `scores.unsqueeze(-1) *
     /// response_mask`, returned twice), written in the caller's dtype in one pass.
     pub(crate) fn outcome(&mut self, scalars: &[f64], mask: &MaskView<'_>) -> Result<()> {
+        self.materialize_returns(mask.dim())?;
         if let Some(v) = self.fresh.take() {
             // Each element written once, in order: no zero-fill pass over fresh memory.
             if let Some(r) = &mut self.returns {
@@ -365,20 +384,15 @@ macro_rules! fill_estimator {
                 let dim = input.output_dim();
                 let mut workspace = $crate::estimator::Workspace::new();
                 let mut advantages = Vec::new();
-                // Every estimator here needs `token_level_rewards` of the mask's shape. Unless
-                // the rewards (data in memory) have that shape, the inputs are rejected before
-                // anything is written: allocate nothing for the mask's dim then, which a
-                // `Lengths` mask only claims (a wrong L must be an error, not a huge
-                // allocation). The empty stand-in could only ever fail the shape check.
-                let backed = input.token_level_rewards.is_some_and(|r| r.dim() == dim);
-                let mut returns = match $crate::estimator::AdvantageEstimator::has_returns(self) {
-                    true if backed => Some($crate::huge_pages::zeros(dim)?),
-                    true => Some($crate::ndarray::Array2::zeros((0, 0))),
-                    false => None,
-                };
+                // Both outputs are allocated when the estimator asks for its buffers, after it
+                // has checked its inputs (see `Out::fresh`): a refused input allocates neither,
+                // and a `Lengths` mask's claimed L is allocated only once the rewards (data in
+                // memory) were found to have that shape.
+                let mut returns = None;
+                let has_returns = $crate::estimator::AdvantageEstimator::has_returns(self);
                 let mut out = $crate::estimator::Out::fresh(
                     &mut advantages,
-                    returns.as_mut().map(|r| $crate::tensor::FloatViewMut::F64(r.view_mut())),
+                    has_returns.then_some(&mut returns),
                     &mut workspace.stage,
                 );
                 self.fill(input, &mut out, &mut workspace.scratch)?;
@@ -393,6 +407,12 @@ macro_rules! fill_estimator {
                         actual,
                     }
                 })?;
+                // (Every writer asks for its buffers; should one not, the returns are zeros
+                // of the output's shape, as the advantages are.)
+                let returns = match (has_returns, returns) {
+                    (true, None) => Some($crate::huge_pages::zeros(dim)?),
+                    (_, returns) => returns,
+                };
                 Ok($crate::estimator::Advantages::new(advantages, returns))
             }
 
