@@ -982,8 +982,9 @@ impl AdvantageEstimator for Beacon {
         )
     }
 
-    /// As the trait's `estimate`, but with every input check before the output is
-    /// allocated (see `estimate_via_steps_fresh`).
+    /// As the trait's `estimate`, but every input check runs before the output is allocated:
+    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
+    /// allocator only for an otherwise valid input.
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         estimate_via_steps_fresh(
             input,

@@ -1122,8 +1122,9 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         )
     }
 
-    /// As the trait's `estimate`, but with every input check before the output is
-    /// allocated (see `estimate_via_steps_fresh`).
+    /// As the trait's `estimate`, but every input check runs before the output is allocated:
+    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
+    /// allocator only for an otherwise valid input.
     fn estimate(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<crate::estimator::Advantages> {
         crate::estimator::estimate_via_steps_fresh(
             input,
