@@ -31,7 +31,9 @@ pub enum Error {
         actual: usize,
     },
 
-    /// A reward, value or other numeric input is NaN or infinite.
+    /// A reward, value or other numeric input is NaN or infinite, or finite inputs gave an
+    /// output that is not (an overflow; for an `f32` output buffer, a value past `f32::MAX`,
+    /// reported as the ∞ it would round to).
     #[error("non-finite value {value} in {what} at index {index}")]
     NonFinite {
         /// The input holding the value.
@@ -231,6 +233,21 @@ pub enum Error {
     /// batch than the one being diagnosed): per-row values would be matched to the wrong rows.
     #[error("batch mismatch: {0}")]
     BatchMismatch(&'static str),
+
+    /// The milestone flags of an [`EstimatorInput`](crate::estimator::EstimatorInput) differ
+    /// from the ones a [`Diagnostics`](crate::diagnostics::Diagnostics) was prepared with: an
+    /// estimator reading the input's flags (BEACON) and the metrics reading the diagnostics'
+    /// (CCR, the sample split) would describe two milestone sets in one report. `row` is the
+    /// first differing caller row.
+    #[error("row {row}: the estimator input's milestone flag is {input}, but the diagnostics were prepared with {diagnosed}")]
+    MilestoneMismatch {
+        /// The first differing caller row.
+        row: usize,
+        /// The input's flag on that row.
+        input: bool,
+        /// The diagnostics' flag on that row.
+        diagnosed: bool,
+    },
 
     /// Reading or writing a file or stream failed. Holds the I/O error's kind and message (not
     /// the `std::io::Error` itself, so that `Error` stays `Clone + PartialEq`).

@@ -664,7 +664,11 @@ impl FloatViewMut<'_> {
     }
 
     /// Rounds the row-major `f64` values `src` into the buffer (same shape, checked).
-    pub(crate) fn assign_f64(&mut self, src: &[f64]) {
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] naming `what` when a finite value rounds to an infinite `f32` (see
+    /// [`f32_overflow`](Self::f32_overflow)).
+    pub(crate) fn assign_f64(&mut self, what: &'static str, src: &[f64]) -> Result<()> {
         fn put<T: Float>(v: &mut ArrayViewMut2<'_, T>, src: &[f64]) {
             match v.as_slice_mut() {
                 Some(o) => {
@@ -683,7 +687,47 @@ impl FloatViewMut<'_> {
             Self::F32(v) => put(v, src),
             Self::F64(v) => put(v, src),
         }
+        self.f32_overflow(what, src)
     }
+
+    /// For an `f32` buffer just written from the `f64` values `written` (per element or per
+    /// row): when one of them lies past `f32::MAX` (it rounds to ∞), the first infinite
+    /// element of the buffer in row-major order, as [`Error::NonFinite`] naming `what`. An
+    /// `Ok` output never holds ∞ from finite values. A pass over `written` (the values, not
+    /// the buffer) when none overflows; the buffer is searched on the error path only, so an
+    /// overflowing value that was not written (a row without generated tokens) is no error.
+    pub(crate) fn f32_overflow(&self, what: &'static str, written: &[f64]) -> Result<()> {
+        if !matches!(self, Self::F32(_)) {
+            return Ok(());
+        }
+        // One fold, no early exit, so that it vectorizes.
+        if written.iter().fold(false, |any, &x| any | overflows_f32(x)) {
+            self.infinite_f32(what)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The first infinite element (row-major) of an `f32` buffer, as [`Error::NonFinite`]
+    /// naming `what` (error path: a pass over the buffer).
+    pub(crate) fn infinite_f32(&self, what: &'static str) -> Result<()> {
+        let Self::F32(v) = self else { return Ok(()) };
+        let cols = v.ncols();
+        match v.indexed_iter().find(|(_, x)| x.is_infinite()) {
+            Some(((r, t), &x)) => Err(Error::NonFinite {
+                what,
+                index: r * cols + t,
+                value: f64::from(x),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// True when the finite `v` rounds to an infinite `f32` (|v| ≥ f32::MAX plus half an ulp).
+#[inline(always)]
+pub(crate) fn overflows_f32(v: f64) -> bool {
+    (v as f32).is_infinite() & v.is_finite()
 }
 
 /// Writes `values[r]` at the generated tokens of row r and `+0.0` elsewhere, for every row:
@@ -700,14 +744,20 @@ impl FloatViewMut<'_> {
 ///
 /// # Errors
 /// [`Error::MaskValue`] for an integer entry other than 0 and 1 (the output is then partly
-/// written).
-pub(crate) fn write_masked(values: &[f64], mask: &MaskView<'_>, out: &mut FloatViewMut<'_>) -> Result<()> {
+/// written); then [`Error::NonFinite`] naming `what` for a value written into an `f32` buffer
+/// that rounds to ∞ ([`FloatViewMut::f32_overflow`]).
+pub(crate) fn write_masked(
+    what: &'static str,
+    values: &[f64],
+    mask: &MaskView<'_>,
+    out: &mut FloatViewMut<'_>,
+) -> Result<()> {
     let valid = match out {
         FloatViewMut::F32(o) => write_masked_as(values, mask, o),
         FloatViewMut::F64(o) => write_masked_as(values, mask, o),
     };
     if valid {
-        Ok(())
+        out.f32_overflow(what, values)
     } else {
         Err(mask.value_error())
     }
@@ -1041,7 +1091,7 @@ mod tests {
         ];
         for m in masks {
             let mut out = Array2::<f32>::from_elem((2, 3), f32::NAN);
-            write_masked(&[1.5, -2.0], &m, &mut FloatViewMut::from(&mut out)).unwrap();
+            write_masked("out", &[1.5, -2.0], &m, &mut FloatViewMut::from(&mut out)).unwrap();
             assert_eq!(out, want, "{m:?}");
             assert_eq!((m.row_count(0), m.row_count(1)), (2, 1));
             let mut row = [true; 3];
@@ -1094,7 +1144,13 @@ mod tests {
         // 0.1 is not an f32: the output is the nearest f32, 0.100000001490116…
         let m = array![[true]];
         let mut out = Array2::<f32>::zeros((1, 1));
-        write_masked(&[0.1], &MaskView::from(&m), &mut FloatViewMut::from(&mut out)).unwrap();
+        write_masked(
+            "out",
+            &[0.1],
+            &MaskView::from(&m),
+            &mut FloatViewMut::from(&mut out),
+        )
+        .unwrap();
         assert_eq!(out[[0, 0]], 0.1f32);
         assert_eq!(FloatView::from(&out).first_non_finite(), None);
         let bad = array![[0.0f32, f32::INFINITY]];

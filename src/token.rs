@@ -20,7 +20,7 @@ use ndarray::Array2;
 
 use ndarray::ArrayView2;
 
-use crate::error::{Error, Result};
+use crate::error::{check_finite, Error, Result};
 use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView};
 
 /// Writes `step_values[r] · mask[r, j]` into `out[r, j]` (one sequence row per step), in the
@@ -28,9 +28,12 @@ use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView
 ///
 /// # Errors
 /// [`Error::LengthMismatch`] when `mask` has not one row per step value;
+/// [`Error::NonFinite`] for a NaN or infinite step value;
 /// [`Error::OutputShape`] when `out`'s shape differs from `mask`'s;
 /// [`Error::InvalidMask`] for a response length past L; [`Error::MaskValue`] for an integer
-/// mask entry other than 0 and 1 (`out` is then partly written).
+/// mask entry other than 0 and 1 (`out` is then partly written); [`Error::NonFinite`] when a
+/// value written into an `f32` buffer lies past `f32::MAX` (it would round to ∞), naming the
+/// first such token (index `row * L + t`).
 ///
 /// ```
 /// use beacon_rl::token::broadcast_into;
@@ -54,12 +57,12 @@ pub fn broadcast_into<'m, 'o>(
     let (mask, mut out) = (mask.into(), out.into());
     check_broadcast_mask(step_values, &mask)?;
     out.check_dim("token advantages", mask.dim())?;
-    crate::tensor::write_masked(step_values, &mask, &mut out)
+    crate::tensor::write_masked("token advantages (overflows f32)", step_values, &mask, &mut out)
 }
 
 /// The checks of [`broadcast_into`] on its inputs: one mask row per step value, lengths ≤ L
-/// (integer entries are tested for 0/1 as the rows are written).
-fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> Result<()> {
+/// (integer entries are tested for 0/1 as the rows are written), finite step values.
+pub(crate) fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> Result<()> {
     let rows = mask.dim().0;
     if rows != step_values.len() {
         return Err(Error::LengthMismatch {
@@ -68,7 +71,8 @@ fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> Result<()> 
             actual: rows,
         });
     }
-    mask.validate_lengths()
+    mask.validate_lengths()?;
+    check_finite("step_values", step_values)
 }
 
 /// verl's row score, `sums[r] = Σ_t rewards[r, t]` over all L tokens (masked or not: verl's
@@ -277,9 +281,12 @@ pub struct TokenSpan {
 ///
 /// # Errors
 /// [`Error::InvalidSpan`] for a span past the row's end, with `start > end`, naming a missing
-/// sequence row or step, or out of order / overlapping; [`Error::OutputShape`] when `out`'s
+/// sequence row or step, or out of order / overlapping; [`Error::NonFinite`] for a NaN or
+/// infinite step value; [`Error::OutputShape`] when `out`'s
 /// shape differs from `mask`'s; [`Error::MaskValue`] for an integer mask entry other than 0
-/// and 1; [`Error::InvalidMask`] for a response length past L.
+/// and 1; [`Error::InvalidMask`] for a response length past L; [`Error::NonFinite`] when a
+/// value written into an `f32` buffer lies past `f32::MAX` (it would round to ∞; `out` is then
+/// written).
 ///
 /// ```
 /// use beacon_rl::token::{spans_into, TokenSpan};
@@ -304,6 +311,7 @@ pub fn spans_into<'m, 'o>(
     let (mask, mut out) = (mask.into(), out.into());
     let (rows, cols) = mask.dim();
     mask.validate()?;
+    check_finite("step_values", step_values)?;
     out.check_dim("token advantages", (rows, cols))?;
     let mut prev: Option<(usize, usize)> = None;
     for (index, s) in spans.iter().enumerate() {
@@ -327,7 +335,7 @@ pub fn spans_into<'m, 'o>(
         FloatViewMut::F32(o) => write_spans(step_values, spans, &mask, o),
         FloatViewMut::F64(o) => write_spans(step_values, spans, &mask, o),
     }
-    Ok(())
+    out.f32_overflow("token advantages (overflows f32)", step_values)
 }
 
 fn write_spans<T: crate::tensor::Float>(

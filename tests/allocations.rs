@@ -107,3 +107,55 @@ fn zero_allocations_after_the_first_call() {
         "allocations on the second call: {allocating:?} (all: {report:?})"
     );
 }
+
+#[test]
+fn an_input_refused_by_estimate_allocates_nothing() {
+    // `estimate` allocates its rows × L outputs: a call whose input is refused must not pay
+    // for them (nor, for a `Lengths` mask's claimed L, ask the allocator for them). First
+    // every column missing: every estimator needs one. Then token rewards and a mask of their
+    // shape: the estimators with returns need a further column (values, baselines, log
+    // probabilities) and allocated their returns before finding it missing.
+    let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[1.0, 0.0, 0.5]).unwrap();
+    let lengths = [1, 2, 0];
+    let bare = EstimatorInput::new(&batch).with_response_lengths(&lengths, 4);
+    let rewards = Array2::from_shape_fn((3, 4), |(r, t)| (r + t) as f64);
+    let mask = Array2::from_elem((3, 4), true);
+    let tokens = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&rewards)
+        .with_response_mask(&mask);
+    let mut allocating = Vec::new();
+    let mut refused_with_tokens = Vec::new();
+    for name in EstimatorConfig::NAMES {
+        let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        for (i, input) in [bare, tokens].iter().enumerate() {
+            let mut result = None;
+            let n = counting::this_thread(|| result = Some(est.estimate(input).map(drop)));
+            match result {
+                Some(Err(beacon_rl::Error::MissingInput(_))) => {
+                    if i == 1 {
+                        refused_with_tokens.push(*name);
+                    }
+                    if n > 0 {
+                        allocating.push((*name, i, n));
+                    }
+                }
+                other => assert!(i == 1, "{name}: {other:?}"),
+            }
+        }
+    }
+    assert!(
+        allocating.is_empty(),
+        "allocations before refusing: {allocating:?}"
+    );
+    for name in [
+        "gae",
+        "remax",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+    ] {
+        assert!(
+            refused_with_tokens.contains(&name),
+            "{name}: {refused_with_tokens:?}"
+        );
+    }
+}

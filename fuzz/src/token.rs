@@ -7,9 +7,11 @@
 //! over the size from which the masked writer streams its stores), with a repeated mask pattern.
 //!
 //! Oracles: no panic; `Ok` exactly when the documented preconditions hold (checked here
-//! independently); an integer entry other than 0 and 1 is `Error::MaskValue` naming the first
-//! one in row-major order (when the shapes are valid); on `Ok` every output element equals the
-//! definition bit for bit (`v as T` on a masked-in token of a covering span, `0` elsewhere).
+//! independently: among them every step value finite, and into `f32` no written value past
+//! `f32::MAX`, which would round to ∞); an integer entry other than 0 and 1 is
+//! `Error::MaskValue` naming the first one in row-major order (when the shapes are valid and
+//! the values finite); on `Ok` every output element equals the definition bit for bit
+//! (`v as T` on a masked-in token of a covering span, `0` elsewhere).
 //!
 //! On the broadcast inputs also: `token::prefix_lengths_into` gives the first bad entry, else
 //! `Error::NotPrefixMask` at the first row with a 1 after a 0 (at that 1), else each row's
@@ -147,10 +149,15 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
         }
         let got = broadcast_into(&values, view, T::out(&mut out));
         if let (true, Some(bad)) = (shapes, &first_bad) {
-            assert_eq!(got.as_ref().err(), Some(bad), "broadcast_into");
+            // Step values are checked before the mask's entries, which are read as written.
+            match first_non_finite(&values) {
+                Some(index) => assert_non_finite(&got, "step_values", index, "broadcast_into"),
+                None => assert_eq!(got.as_ref().err(), Some(bad), "broadcast_into"),
+            }
             return;
         }
-        let valid = shapes;
+        let written = |r: usize| mask.row(r).iter().any(|&m| m);
+        let valid = shapes && values_ok::<T>(&values, written);
         assert_eq!(got.is_ok(), valid, "broadcast_into: {got:?}");
         if valid {
             assert_broadcast(&out, mask, &values, "broadcast_into");
@@ -192,7 +199,13 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
         assert_eq!(got.as_ref().err(), Some(bad), "spans_into");
         return;
     }
-    let valid = out_dim == (rows, cols) && spans_valid(&spans, values.len(), rows, cols);
+    let valid = out_dim == (rows, cols)
+        && spans_valid(&spans, values.len(), rows, cols)
+        && values_ok::<T>(&values, |step| {
+            spans
+                .iter()
+                .any(|s| s.step == step && (s.start..s.end).any(|j| mask[[s.seq, j]]))
+        });
     assert_eq!(got.is_ok(), valid, "spans_into {spans:?}: {got:?}");
     if valid {
         let mut want = Array2::from_elem((rows, cols), T::ZERO);
@@ -211,6 +224,32 @@ fn check<T: Bits>(u: &mut Bytes<'_>, mode: u8) {
             );
         }
     }
+}
+
+/// The value preconditions of the token functions: every step value finite, and into `f32`
+/// no value that is written (`written(r)`: value r lands on some token) past `f32::MAX`.
+fn values_ok<T: Bits>(values: &[f64], written: impl Fn(usize) -> bool) -> bool {
+    let narrow = std::mem::size_of::<T>() == 4;
+    first_non_finite(values).is_none()
+        && !(narrow
+            && values
+                .iter()
+                .enumerate()
+                .any(|(r, &v)| (v as f32).is_infinite() && written(r)))
+}
+
+/// The first NaN or infinite value's index.
+fn first_non_finite(values: &[f64]) -> Option<usize> {
+    values.iter().position(|v| !v.is_finite())
+}
+
+/// `got` is `Error::NonFinite` for `what` at `index` (its value may be NaN, which `==` on the
+/// error would never match).
+fn assert_non_finite(got: &Result<(), Error>, what: &str, index: usize, call: &str) {
+    assert!(
+        matches!(got, Err(Error::NonFinite { what: w, index: i, .. }) if *w == what && *i == index),
+        "{call}: {got:?}, expected NonFinite in {what} at {index}"
+    );
 }
 
 /// The documented preconditions of `spans_into`: each span names an existing row and step,
@@ -273,7 +312,13 @@ fn check_prefix_lengths<T: Bits>(
         lengths: &lengths,
         cols,
     };
-    broadcast_into(values, prefix, T::out(&mut out)).expect("a valid lengths mask broadcasts");
+    let got = broadcast_into(values, prefix, T::out(&mut out));
+    // The rows written are the matrix's: those with a set token.
+    if !values_ok::<T>(values, |r| lengths[r] > 0) {
+        assert!(got.is_err(), "lengths broadcast of invalid values: {got:?}");
+        return;
+    }
+    got.expect("a valid lengths mask broadcasts");
     assert_broadcast(&out, mask, values, "lengths broadcast");
 }
 

@@ -359,12 +359,19 @@ impl<'a> Diagnostics<'a> {
     /// A row without masked tokens receives no gradient and counts as advantage 0.
     ///
     /// `input.batch` must be this diagnostics' batch (the same value): the advantages are
-    /// matched to state–action keys and milestones by row.
+    /// matched to state–action keys and milestones by row. `input.milestones`, when given,
+    /// must be the flags this diagnostics was prepared with (equal values): BEACON reads the
+    /// input's flags and the CCR these, and one report describes one set. Without them an
+    /// estimator that needs flags reports them missing; they are not filled in from here, so
+    /// that an input behaves the same inside a comparison as in `estimate`.
     ///
     /// Call it as `diag.compare_estimators(..)` or `Diagnostics::compare_estimators(&diag, ..)`.
     ///
     /// # Errors
     /// [`Error::BatchMismatch`](crate::Error::BatchMismatch) when `input.batch` differs from the diagnosed batch;
+    /// [`Error::LengthMismatch`](crate::Error::LengthMismatch) for `input.milestones` of another length than the batch's
+    /// rows and [`Error::MilestoneMismatch`](crate::Error::MilestoneMismatch) naming the first row whose flag differs
+    /// from the diagnosed one (both before any estimator runs);
     /// [`Error::Estimator`](crate::Error::Estimator) naming the first estimator (in list order) that fails, with its
     /// error as `source`: the estimator's own error (a missing input column, NaN rewards,
     /// ...), [`Error::OutputShape`](crate::Error::OutputShape) for an output whose shape is not the mask's (without a
@@ -417,6 +424,9 @@ impl<'a> Diagnostics<'a> {
                 "the estimator input's batch is not the batch being diagnosed",
             ));
         }
+        if let Some(flags) = input.milestones {
+            self.check_same_milestones(flags)?;
+        }
         let entries = estimators
             .iter()
             .map(|&(name, estimator)| {
@@ -432,6 +442,20 @@ impl<'a> Diagnostics<'a> {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(self.comparison(entries))
+    }
+
+    /// The input's milestone flags must be the diagnosed ones: BEACON reads the input's, the
+    /// CCR and the sample split these.
+    fn check_same_milestones(&self, flags: &[bool]) -> Result<()> {
+        check_flags(self.batch, flags)?;
+        match flags.iter().zip(self.milestones).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(row) => Err(Error::MilestoneMismatch {
+                row,
+                input: flags[row],
+                diagnosed: self.milestones[row],
+            }),
+        }
     }
 
     fn comparison(&self, entries: Vec<NamedReport>) -> Comparison {

@@ -52,7 +52,8 @@
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
 use crate::estimator::{
-    check_all_finite, estimate_via_steps, AdvantageEstimator, EstimatorInput, StepScores, Workspace,
+    check_all_finite, estimate_via_steps, estimate_via_steps_fresh, AdvantageEstimator, Advantages,
+    EstimatorInput, StepScores, Workspace,
 };
 use crate::milestone::check_flags;
 use crate::partition;
@@ -976,6 +977,17 @@ impl AdvantageEstimator for Beacon {
             advantages,
             returns,
             ws,
+            || Self::step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
+    }
+
+    /// As the trait's `estimate`, but every input check runs before the output is allocated:
+    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
+    /// allocator only for an otherwise valid input.
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        estimate_via_steps_fresh(
+            input,
             || Self::step_columns(input).map(drop),
             |steps, ws| self.steps_with(input, steps, ws),
         )

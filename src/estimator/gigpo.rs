@@ -1125,6 +1125,17 @@ impl crate::estimator::AdvantageEstimator for Gigpo {
         )
     }
 
+    /// As the trait's `estimate`, but every input check runs before the output is allocated:
+    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
+    /// allocator only for an otherwise valid input.
+    fn estimate(&self, input: &crate::estimator::EstimatorInput<'_>) -> Result<crate::estimator::Advantages> {
+        crate::estimator::estimate_via_steps_fresh(
+            input,
+            || self.step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
+    }
+
     /// One advantage per row (the per-row `advantages` of [`Gigpo::compute`]).
     fn estimate_steps_into(
         &self,

@@ -147,6 +147,9 @@ pub(crate) struct Out<'o> {
     /// by [`outcome`](Self::outcome) element by element (no zero-fill pass first), else
     /// zeroed and then viewed as the advantages buffer.
     fresh: Option<&'o mut Vec<f64>>,
+    /// [`estimate`](AdvantageEstimator::estimate)'s fresh returns (estimators with returns),
+    /// allocated zeroed where the advantages are: once the inputs are validated.
+    fresh_returns: Option<&'o mut Option<ndarray::Array2<f64>>>,
 }
 
 /// The caller's buffer as a row-major `f64` slice when it is one.
@@ -169,29 +172,44 @@ impl<'o> Out<'o> {
             stage,
             dim: (0, 0),
             fresh: None,
+            fresh_returns: None,
         }
     }
 
     /// Outputs for [`estimate`](AdvantageEstimator::estimate): advantages into `fresh` (`f64`,
-    /// row-major, the output's shape), returns into `returns`.
+    /// row-major, the output's shape), returns (when `returns` is given) into a fresh `f64`
+    /// array put in `returns`. Both are allocated when a writer first asks for its buffers,
+    /// after the estimator has checked its inputs: a refused input allocates no output.
     pub(crate) fn fresh(
         fresh: &'o mut Vec<f64>,
-        returns: Option<FloatViewMut<'o>>,
+        returns: Option<&'o mut Option<ndarray::Array2<f64>>>,
         stage: &'o mut Stage,
     ) -> Self {
         let empty: &'o mut [[f64; 0]] = &mut [];
         let mut out = Self::new(
             FloatViewMut::F64(ndarray::ArrayViewMut2::from(empty)),
-            returns,
+            None,
             stage,
         );
         out.fresh = Some(fresh);
+        out.fresh_returns = returns;
         out
     }
 
-    /// In [`fresh`](Self::fresh) mode, the fresh buffer zeroed to `dim` and used as the
-    /// advantages buffer.
+    /// In [`fresh`](Self::fresh) mode, the fresh returns zeroed to `dim` and used as the
+    /// returns buffer.
+    fn materialize_returns(&mut self, dim: (usize, usize)) -> Result<()> {
+        if let Some(slot) = self.fresh_returns.take() {
+            let r = slot.insert(crate::huge_pages::zeros(dim)?);
+            self.returns = Some(FloatViewMut::F64(r.view_mut()));
+        }
+        Ok(())
+    }
+
+    /// In [`fresh`](Self::fresh) mode, the fresh buffers zeroed to `dim` and used as the
+    /// advantages (and returns) buffers.
     fn materialize(&mut self, dim: (usize, usize)) -> Result<()> {
+        self.materialize_returns(dim)?;
         if let Some(v) = self.fresh.take() {
             *v = crate::huge_pages::zeroed_vec(dim)?;
             // Cannot fail: `v` holds rows × L elements.
@@ -267,11 +285,12 @@ impl<'o> Out<'o> {
     pub(crate) fn finish(mut self) -> Result<()> {
         let n = self.dim.0 * self.dim.1;
         if direct(&mut self.advantages).is_none() && self.stage.advantages.len() >= n {
-            self.advantages.assign_f64(&self.stage.advantages[..n]);
+            self.advantages
+                .assign_f64("advantages (overflows f32)", &self.stage.advantages[..n])?;
         }
         if let Some(ret) = &mut self.returns {
             if direct(ret).is_none() && self.stage.returns.len() >= n {
-                ret.assign_f64(&self.stage.returns[..n]);
+                ret.assign_f64("returns (overflows f32)", &self.stage.returns[..n])?;
             }
         }
         Ok(())
@@ -281,18 +300,19 @@ impl<'o> Out<'o> {
     /// generated tokens of row r and +0.0 elsewhere (verl's `scores.unsqueeze(-1) *
     /// response_mask`, returned twice), written in the caller's dtype in one pass.
     pub(crate) fn outcome(&mut self, scalars: &[f64], mask: &MaskView<'_>) -> Result<()> {
+        self.materialize_returns(mask.dim())?;
         if let Some(v) = self.fresh.take() {
             // Each element written once, in order: no zero-fill pass over fresh memory.
             if let Some(r) = &mut self.returns {
                 r.check_dim("returns", mask.dim())?;
-                crate::tensor::write_masked(scalars, mask, r)?;
+                crate::tensor::write_masked("returns (overflows f32)", scalars, mask, r)?;
             }
             return crate::tensor::extend_masked(scalars, mask, v);
         }
         self.check_dims(mask.dim())?;
-        crate::tensor::write_masked(scalars, mask, &mut self.advantages)?;
+        crate::tensor::write_masked("advantages (overflows f32)", scalars, mask, &mut self.advantages)?;
         if let Some(r) = &mut self.returns {
-            crate::tensor::write_masked(scalars, mask, r)?;
+            crate::tensor::write_masked("returns (overflows f32)", scalars, mask, r)?;
         }
         // Nothing staged: `finish` must not copy stale stand-ins.
         self.dim = (0, 0);
@@ -364,20 +384,15 @@ macro_rules! fill_estimator {
                 let dim = input.output_dim();
                 let mut workspace = $crate::estimator::Workspace::new();
                 let mut advantages = Vec::new();
-                // Every estimator here needs `token_level_rewards` of the mask's shape. Unless
-                // the rewards (data in memory) have that shape, the inputs are rejected before
-                // anything is written: allocate nothing for the mask's dim then, which a
-                // `Lengths` mask only claims (a wrong L must be an error, not a huge
-                // allocation). The empty stand-in could only ever fail the shape check.
-                let backed = input.token_level_rewards.is_some_and(|r| r.dim() == dim);
-                let mut returns = match $crate::estimator::AdvantageEstimator::has_returns(self) {
-                    true if backed => Some($crate::huge_pages::zeros(dim)?),
-                    true => Some($crate::ndarray::Array2::zeros((0, 0))),
-                    false => None,
-                };
+                // Both outputs are allocated when the estimator asks for its buffers, after it
+                // has checked its inputs (see `Out::fresh`): a refused input allocates neither,
+                // and a `Lengths` mask's claimed L is allocated only once the rewards (data in
+                // memory) were found to have that shape.
+                let mut returns = None;
+                let has_returns = $crate::estimator::AdvantageEstimator::has_returns(self);
                 let mut out = $crate::estimator::Out::fresh(
                     &mut advantages,
-                    returns.as_mut().map(|r| $crate::tensor::FloatViewMut::F64(r.view_mut())),
+                    has_returns.then_some(&mut returns),
                     &mut workspace.stage,
                 );
                 self.fill(input, &mut out, &mut workspace.scratch)?;
@@ -392,6 +407,12 @@ macro_rules! fill_estimator {
                         actual,
                     }
                 })?;
+                // (Every writer asks for its buffers; should one not, the returns are zeros
+                // of the output's shape, as the advantages are.)
+                let returns = match (has_returns, returns) {
+                    (true, None) => Some($crate::huge_pages::zeros(dim)?),
+                    (_, returns) => returns,
+                };
                 Ok($crate::estimator::Advantages::new(advantages, returns))
             }
 
@@ -798,6 +819,34 @@ pub(crate) fn estimate_via_steps(
     result
 }
 
+/// The step-level estimators' `estimate` (BEACON, GiGPO; the ablation runs BEACON's): as
+/// [`estimate_via_steps`] into a fresh `f64` output, with every input check first. The
+/// per-row advantages are computed (all of `estimate_into`'s checks but the mask's), then the
+/// mask's rows and lengths are checked, and only then is the rows × L output allocated: a
+/// refused input allocates no output, and a `Lengths` mask's claimed L is asked of the
+/// allocator only for an otherwise valid input. The errors are `estimate_into`'s, in its order.
+pub(crate) fn estimate_via_steps_fresh(
+    input: &EstimatorInput<'_>,
+    check: impl FnOnce() -> Result<()>,
+    steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
+) -> Result<Advantages> {
+    check()?;
+    let mut ws = Workspace::new();
+    let mut step = vec![0.0; input.batch.num_steps()];
+    steps(&mut step, &mut ws)?;
+    if let Some(mask) = &input.response_mask {
+        crate::token::check_broadcast_mask(&step, mask)?;
+    }
+    let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
+    steps_into(
+        &step,
+        input.response_mask,
+        FloatViewMut::F64(advantages.view_mut()),
+        None,
+    )?;
+    Ok(Advantages::new(advantages, None))
+}
+
 /// The per-row advantages in
 /// `step` broadcast under the input's response mask when there is one (rows × L), else into
 /// one column (rows × 1); returns, when asked for, equal the advantages.
@@ -827,7 +876,7 @@ fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>
                 .iter_mut()
                 .zip(step)
                 .for_each(|(a, &s)| *a = s as f32);
-            Ok(())
+            out.f32_overflow("token advantages (overflows f32)", step)
         }
         (None, FloatViewMut::F64(o)) => {
             o.column_mut(0).iter_mut().zip(step).for_each(|(a, &s)| *a = s);

@@ -279,7 +279,8 @@ pub trait AdvantageEstimator: Send + Sync {
     /// `token_level_rewards` (columns), [`Error::InvalidMask`] for a response length past L,
     /// [`Error::MaskValue`] for an integer mask entry other than 0 and 1,
     /// [`Error::NonFinite`] for NaN/infinite inputs (index `row * L + t` for matrices) or when
-    /// finite inputs overflow, [`Error::Undefined`] where verl raises (or would silently
+    /// finite inputs overflow (into an `f32` buffer also when an output lies past `f32::MAX`,
+    /// which would round to ∞: `what` ends in "(overflows f32)"), [`Error::Undefined`] where verl raises (or would silently
     /// return NaN), and [`Error::OutputShape`] when a buffer's shape is not the output's
     /// (checked once the inputs are validated).
     ///

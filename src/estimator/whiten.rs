@@ -48,8 +48,8 @@ use ndarray::{Array2, ArrayView2};
 use super::Tokens;
 use super::{masked_class_counts, put_row_from, put_row_masked, select, Out, LANES};
 use crate::error::{check_finite, Error, Result};
-use crate::tensor::FloatViewMut;
 use crate::tensor::MaskView;
+use crate::tensor::{overflows_f32, FloatViewMut};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
 /// [module docs](self) for the equation and verl's float32 quirks).
@@ -317,7 +317,7 @@ pub(crate) fn whiten_rows(
     remask: bool,
     slabs: &mut RowSlabs,
     advantages: &mut FloatViewMut<'_>,
-    returns: Option<&mut FloatViewMut<'_>>,
+    mut returns: Option<&mut FloatViewMut<'_>>,
     fill: impl Fn(usize, &mut Lanes<'_>) + Sync,
     inputs_error: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
@@ -358,13 +358,16 @@ pub(crate) fn whiten_rows(
         cols,
         stage: &mut *stage,
         mask: &mut *stage_mask,
-        out: returns.map(|r| r.reborrow()),
+        out: returns.as_deref_mut().map(|r| r.reborrow()),
         n: &mut *row_n,
         s: &mut *row_s,
         blocks: &mut blocks[..chunks],
         accs: &mut accs[..chunks],
     };
     let stream_ret = whole.out.as_ref().is_some_and(FloatViewMut::streams);
+    // `f32` returns: whether a written return lies past f32::MAX, reported after the `f64`
+    // errors (see the end).
+    let ret_f32 = matches!(whole.out, Some(FloatViewMut::F32(_)));
     crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
         let (BlockBufs { ret, a, b }, acc) = (&mut p.blocks[0], &mut p.accs[0]);
         let rows = p.stage.chunks_mut(n).zip(p.mask.chunks_mut(n));
@@ -379,6 +382,9 @@ pub(crate) fn whiten_rows(
                 let r = i * LANES + l;
                 if let Some(out) = p.out.as_mut() {
                     put_row_from(out, r, g, stream_ret, |x| x);
+                    if ret_f32 {
+                        acc.f32_overflow |= g.iter().fold(false, |any, &x| any | overflows_f32(x));
+                    }
                 }
                 (p.n[r], p.s[r]) = row_sum(pr, m);
                 (acc.lo, acc.hi) = range(pr, acc.lo, acc.hi);
@@ -465,6 +471,11 @@ pub(crate) fn whiten_rows(
                 crate::stream::fence();
             }
         });
+        // An `f32` advantage cannot overflow: a whitened value's |x − μ|·scale is at most
+        // √(n − 1) (|x − μ|² ≤ Σ(x − μ)² = (n − 1)·σ²). A return can.
+        if let (true, Some(r)) = (acc.f32_overflow, returns) {
+            r.infinite_f32("returns (overflows f32)")?;
+        }
         return Ok(());
     }
     // Overflow: the whole-matrix computation's error (first position in row-major order).
@@ -487,6 +498,8 @@ struct ChunkAcc {
     mask_ok: bool,
     lo: f64,
     hi: f64,
+    /// A return written into an `f32` buffer lies past f32::MAX.
+    f32_overflow: bool,
 }
 
 impl Default for ChunkAcc {
@@ -496,6 +509,7 @@ impl Default for ChunkAcc {
             mask_ok: true,
             lo: f64::INFINITY,
             hi: f64::NEG_INFINITY,
+            f32_overflow: false,
         }
     }
 }
@@ -507,6 +521,7 @@ impl ChunkAcc {
         self.mask_ok &= other.mask_ok;
         self.lo = self.lo.min(other.lo);
         self.hi = self.hi.max(other.hi);
+        self.f32_overflow |= other.f32_overflow;
         self
     }
 }

@@ -426,6 +426,72 @@ fn the_input_must_describe_the_diagnosed_batch() {
     ));
 }
 
+/// BEACON reads the input's milestone flags, the CCR the diagnostics'. Flags that differ
+/// would put two milestone sets in one report: an error naming the first differing row.
+#[test]
+fn the_input_milestones_must_be_the_diagnosed_ones() {
+    let c = case();
+    let diag = Diagnostics::new(
+        &c.batch,
+        &c.state,
+        &c.action,
+        &c.milestones,
+        DiagnosticsConfig::default(),
+    )
+    .unwrap();
+    let rewards = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
+    let mask = Array2::from_elem((7, 1), true);
+    let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
+    let base = EstimatorInput::new(&c.batch)
+        .with_token_level_rewards(&rewards)
+        .with_response_mask(&mask);
+
+    // Equal flags in another slice are accepted.
+    let copy = c.milestones;
+    let input = base.with_milestones(&copy);
+    assert!(diag.compare_estimators(&[("beacon", &beacon)], &input).is_ok());
+
+    // Rows 3 and 6 flipped (caller order): row 3 is reported, whatever the estimators.
+    let mut other = c.milestones;
+    other[6] = !other[6];
+    other[3] = !other[3];
+    let input = base.with_milestones(&other);
+    let grpo = build("grpo");
+    for list in [
+        vec![("beacon", &beacon as &dyn AdvantageEstimator)],
+        vec![("grpo", &*grpo)],
+        vec![],
+    ] {
+        let err = diag.compare_estimators(&list, &input).unwrap_err();
+        assert_eq!(
+            err,
+            Error::MilestoneMismatch {
+                row: 3,
+                input: false,
+                diagnosed: true
+            }
+        );
+    }
+
+    // A length other than the batch's is the same mismatch, not the estimator's error.
+    let short = &c.milestones[..6];
+    let input = base.with_milestones(short);
+    assert!(matches!(
+        diag.compare_estimators(&[("grpo", &*grpo)], &input),
+        Err(Error::LengthMismatch {
+            what: "milestone flags",
+            expected: 7,
+            actual: 6
+        })
+    ));
+
+    // Without flags in the input, an estimator that needs them says so.
+    let err = diag
+        .compare_estimators(&[("beacon", &beacon)], &base)
+        .unwrap_err();
+    assert_eq!(name_and_source(err).1, Error::MissingInput("milestones"));
+}
+
 #[cfg(feature = "serde")]
 mod bundled {
     use super::*;

@@ -22,6 +22,7 @@ mod diagnostics_estimators;
 mod diagnostics_paper;
 mod discover;
 mod fast_path_equivalence;
+mod finite_outputs;
 mod fuzz_regressions;
 mod gigpo_properties;
 mod gigpo_reference;

@@ -267,6 +267,70 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
     }
 }
 
+#[test]
+fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
+    // BEACON and GiGPO took `estimate` from the trait: it allocated the rows × L output
+    // before `estimate_into` checked the input, so a bad column under a `Lengths` mask whose
+    // claimed L no allocator grants was reported as that allocation's `CapacityExceeded`,
+    // not as what is wrong with the input (and a smaller claim cost a full-size allocation).
+    let every = common::EveryColumn::new();
+    let lengths = [1, 2, 3, 0];
+    let mask = beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: UNALLOCATABLE_COLS,
+    };
+    let mut input = every.input(mask);
+    input.token_level_rewards = None;
+    let nan = [0.0, f64::NAN, 0.0, 0.0];
+    let long = [1, UNALLOCATABLE_COLS + 1, 0, 0];
+    for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+        let est = common::build(name);
+        // A missing column (shapes are checked first).
+        let mut missing = input;
+        missing.milestones = None;
+        missing.step_rewards = None;
+        let want = if name == "gigpo" {
+            "step_rewards"
+        } else {
+            "milestones"
+        };
+        assert_eq!(
+            est.estimate(&missing).unwrap_err(),
+            Error::MissingInput(want),
+            "{name}"
+        );
+        // A value: GiGPO's NaN step reward, BEACON's NaN row score.
+        let bad = if name == "gigpo" {
+            input.with_step_rewards(&nan)
+        } else {
+            input.with_row_scores(&nan)
+        };
+        let err = est.estimate(&bad).unwrap_err();
+        assert!(
+            matches!(err, Error::NonFinite { index: 1, .. }),
+            "{name}: {err:?}"
+        );
+        // The mask itself, checked after the values: 3 rows for 4, a length past L.
+        let short = input.with_response_lengths(&lengths[..3], UNALLOCATABLE_COLS);
+        assert_eq!(
+            est.estimate(&short).unwrap_err(),
+            Error::LengthMismatch {
+                what: "response_mask rows",
+                expected: 4,
+                actual: 3
+            },
+            "{name}"
+        );
+        let err = est
+            .estimate(&input.with_response_lengths(&long, UNALLOCATABLE_COLS))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidMask { row: 1, .. }),
+            "{name}: {err:?}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
 /// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
@@ -619,4 +683,179 @@ fn w_whitening_overflow_fallback_reads_only_this_calls_values() {
     assert!((adv[[0, 0]] - HALF_SQRT2).abs() < 1e-15, "{adv:?}");
     assert!((adv[[1, 0]] + HALF_SQRT2).abs() < 1e-15, "{adv:?}");
     assert_eq!((adv[[0, 1]], adv[[1, 1]]), (0.0, 0.0));
+}
+
+// ---------------------------------------------------------------- F1–F3: f32 outputs
+
+/// The smallest `f64` that rounds to an infinite `f32`: f32::MAX = 2^128 − 2^104 has an odd
+/// significand, so the midpoint 2^128 − 2^103 between it and 2^128 rounds to the even
+/// neighbour 2^128, which is ∞ in `f32`. The `f64` just below rounds to f32::MAX.
+fn f32_overflow_threshold() -> f64 {
+    2f64.powi(128) - 2f64.powi(103)
+}
+
+/// The next smaller `f64` (`f64::next_down` needs Rust 1.86; the crate's MSRV is 1.75).
+fn below(x: f64) -> f64 {
+    f64::from_bits(x.to_bits() - 1)
+}
+
+#[test]
+fn f1_the_threshold_is_where_f32_rounding_overflows() {
+    let t = f32_overflow_threshold();
+    assert_eq!(t as f32, f32::INFINITY);
+    assert_eq!(below(t) as f32, f32::MAX);
+}
+
+#[test]
+fn f1_broadcast_and_spans_into_f32_refuse_a_value_that_rounds_to_infinity() {
+    // The old code wrote ∞ into the f32 buffer and returned Ok. Row 0 carries the overflowing
+    // value, written at its tokens 1 and 2 (token 0 not generated): index 0·3 + 1 = 1.
+    let t = f32_overflow_threshold();
+    let mask = ndarray::array![[false, true, true], [true, false, false]];
+    let mut out = Array2::<f32>::zeros((2, 3));
+    let want = Err(Error::NonFinite {
+        what: "token advantages (overflows f32)",
+        index: 1,
+        value: f64::INFINITY,
+    });
+    assert_eq!(beacon_rl::token::broadcast_into(&[t, 1.0], &mask, &mut out), want);
+    // Row 1's value negated, on its token 0 (index 3); row 0 not generated at all: nothing
+    // infinite is written, so the value past f32::MAX is not an error.
+    let mask1 = ndarray::array![[false, false, false], [true, false, false]];
+    assert_eq!(
+        beacon_rl::token::broadcast_into(&[t, -t], &mask1, &mut out),
+        Err(Error::NonFinite {
+            what: "token advantages (overflows f32)",
+            index: 3,
+            value: f64::NEG_INFINITY,
+        })
+    );
+    beacon_rl::token::broadcast_into(&[t, 1.0], &mask1, &mut out).unwrap();
+    assert_eq!(out, ndarray::array![[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]);
+    // Just below the threshold: f32::MAX, finite.
+    beacon_rl::token::broadcast_into(&[below(t), 1.0], &mask, &mut out).unwrap();
+    assert_eq!(out[[0, 1]], f32::MAX);
+    // The same value into f64 is representable.
+    let mut out64 = Array2::<f64>::zeros((2, 3));
+    beacon_rl::token::broadcast_into(&[t, 1.0], &mask, &mut out64).unwrap();
+    assert_eq!(out64[[0, 2]], t);
+
+    // Spans: step 1's span covers tokens 1..3 of sequence row 0 (index 1).
+    use beacon_rl::token::{spans_into, TokenSpan};
+    let spans = [
+        TokenSpan {
+            seq: 0,
+            step: 1,
+            start: 1,
+            end: 3,
+        },
+        TokenSpan {
+            seq: 1,
+            step: 0,
+            start: 0,
+            end: 1,
+        },
+    ];
+    assert_eq!(spans_into(&[1.0, t], &spans, &mask, &mut out), want);
+    spans_into(&[1.0, below(t)], &spans, &mask, &mut out).unwrap();
+}
+
+#[test]
+fn f2_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
+    // Two rows of one group scoring ±s with s = 2^128 − 2^103 (F1): the f64 outputs are
+    // finite, the f32 ones were ∞ in an Ok. Mean 0, so
+    // - RLOO: A = s − (−s) = 2s on row 0 (one token: index 0), −2s on row 1;
+    // - ReMax (baseline 0): advantages = returns = ±s; the advantages are written first;
+    // - REINFORCE++ (γ = 1): returns ±s (the whitened advantages, ±1/√2, fit);
+    // - GAE (values 0, γ = λ = 1): returns = advantages before whitening = ±s.
+    let s = f32_overflow_threshold();
+    let batch = RolloutBatch::from_group_keys(&[0, 0], &[s, -s]).unwrap();
+    let rewards = ndarray::array![[s], [-s]];
+    let mask = ndarray::array![[true], [true]];
+    let zeros = ndarray::array![[0.0], [0.0]];
+    let input = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&rewards)
+        .with_response_mask(&mask)
+        .with_values(&zeros)
+        .with_reward_baselines(&[0.0, 0.0]);
+    for (name, what, value) in [
+        ("rloo", "advantages (overflows f32)", f64::INFINITY),
+        ("remax", "advantages (overflows f32)", f64::INFINITY),
+        ("reinforce_plus_plus", "returns (overflows f32)", f64::INFINITY),
+        ("gae", "returns (overflows f32)", f64::INFINITY),
+    ] {
+        let est = common::build(name);
+        // f64: finite, Ok.
+        let out = est.estimate(&input).unwrap();
+        assert!(out.advantages.iter().all(|x| x.is_finite()), "{name}");
+        let (mut a, mut r) = (Array2::<f32>::zeros((2, 1)), Array2::<f32>::zeros((2, 1)));
+        let returns = est.has_returns().then_some((&mut r).into());
+        let err = est
+            .estimate_into(&input, (&mut a).into(), returns, &mut Workspace::new())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::NonFinite {
+                what,
+                index: 0,
+                value
+            },
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn f3_step_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
+    // BEACON, official flavour (mean_norm: A = R − μ), no milestones: two trajectories of one
+    // step scoring ±s give A = ±s. Into f32, with a mask (broadcast) and without (one column).
+    let s = f32_overflow_threshold();
+    let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![s, -s]).unwrap();
+    let flags = [false, false];
+    let mask = ndarray::array![[false, true], [true, true]];
+    let est = common::build("beacon_official");
+    let base = EstimatorInput::new(&batch).with_milestones(&flags);
+    assert_eq!(est.estimate(&base).unwrap().advantages[[0, 0]], s);
+    for (input, dim, index) in [(base.with_response_mask(&mask), (2, 2), 1), (base, (2, 1), 0)] {
+        let mut a = Array2::<f32>::zeros(dim);
+        let err = est
+            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::NonFinite {
+                what: "token advantages (overflows f32)",
+                index,
+                value: f64::INFINITY
+            }
+        );
+    }
+}
+
+#[test]
+fn s1_the_token_functions_refuse_non_finite_step_values() {
+    // `broadcast_into`, `broadcast` and `spans_into` wrote a NaN or ∞ step value onto the
+    // generated tokens and returned Ok (the estimators pass finite values; a caller's own
+    // step values were not checked).
+    use beacon_rl::token::{broadcast, broadcast_into, spans_into, TokenSpan};
+    let mask = ndarray::array![[true, false], [true, true]];
+    let mut out = Array2::<f64>::zeros((2, 2));
+    for bad in [f64::NAN, f64::INFINITY] {
+        let want: Result<(), Error> = Err(Error::NonFinite {
+            what: "step_values",
+            index: 1,
+            value: bad,
+        });
+        // (NaN ≠ NaN: compare the Debug text.)
+        let same = |got: Result<(), Error>| format!("{got:?}") == format!("{want:?}");
+        assert!(same(broadcast_into(&[0.5, bad], &mask, &mut out)), "{bad}");
+        assert!(same(broadcast(&[0.5, bad], &mask).map(drop)), "{bad}");
+        let spans = [TokenSpan {
+            seq: 1,
+            step: 1,
+            start: 0,
+            end: 2,
+        }];
+        assert!(same(spans_into(&[0.5, bad], &spans, &mask, &mut out)), "{bad}");
+    }
 }
