@@ -46,10 +46,10 @@ use ndarray::{Array2, ArrayView2};
 
 #[cfg(test)]
 use super::Tokens;
-use super::{masked_class_counts, put_row_from, put_row_masked, select, Out, LANES};
+use super::{masked_class_counts, put_row_checked, put_row_from, put_row_masked, select, Out, LANES};
 use crate::error::{check_finite, Error, Result};
+use crate::tensor::FloatViewMut;
 use crate::tensor::MaskView;
-use crate::tensor::{overflows_f32, FloatViewMut};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
 /// [module docs](self) for the equation and verl's float32 quirks).
@@ -365,9 +365,6 @@ pub(crate) fn whiten_rows(
         accs: &mut accs[..chunks],
     };
     let stream_ret = whole.out.as_ref().is_some_and(FloatViewMut::streams);
-    // `f32` returns: whether a written return lies past f32::MAX, reported after the `f64`
-    // errors (see the end).
-    let ret_f32 = matches!(whole.out, Some(FloatViewMut::F32(_)));
     crate::parallel::for_chunks(bounds, whole, &Part::split, &|_, mut p: Part<'_>| {
         let (BlockBufs { ret, a, b }, acc) = (&mut p.blocks[0], &mut p.accs[0]);
         let rows = p.stage.chunks_mut(n).zip(p.mask.chunks_mut(n));
@@ -381,10 +378,8 @@ pub(crate) fn whiten_rows(
             for (l, ((pr, m), g)) in block.zip(ret.chunks_exact(cols)).enumerate() {
                 let r = i * LANES + l;
                 if let Some(out) = p.out.as_mut() {
-                    put_row_from(out, r, g, stream_ret, |x| x);
-                    if ret_f32 {
-                        acc.f32_overflow |= g.iter().fold(false, |any, &x| any | overflows_f32(x));
-                    }
+                    // `f32` returns past f32::MAX, reported after the `f64` errors (the end).
+                    acc.f32_overflow |= put_row_checked(out, r, g, stream_ret);
                 }
                 (p.n[r], p.s[r]) = row_sum(pr, m);
                 (acc.lo, acc.hi) = range(pr, acc.lo, acc.hi);
