@@ -431,6 +431,12 @@ impl Beacon {
 
     /// Computes per-row advantages and their parts. `milestones[r]` flags caller row `r`.
     ///
+    /// The trajectory term reads each trajectory's episode reward R(τ) from the batch. Rows
+    /// that carry scores of their own (verl-agent's invalid-action penalty) go through the
+    /// trait instead: [`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into)
+    /// with [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores),
+    /// whose advantages these parts then do not add up to.
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`] when `milestones.len() != batch.num_steps()`;
     /// [`Error::NonFinite`] when a result overflows (finite but extreme rewards or weights).

@@ -410,6 +410,11 @@ impl Gigpo {
     /// trajectory's episode score (built with [`RolloutBatch::from_row_keys`] from verl-agent's
     /// `uid`, `traj_uid` and episode reward columns).
     ///
+    /// The episode term reads that score, one per trajectory. Rows that carry scores of their
+    /// own (verl-agent's invalid-action penalty) go through the trait instead:
+    /// [`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into) with
+    /// [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores).
+    ///
     /// # Errors
     /// [`Error::LengthMismatch`] when `step_rewards` or `anchors` do not have one entry per row;
     /// [`Error::NonFinite`] for a NaN or infinite step reward, or when a result overflows to

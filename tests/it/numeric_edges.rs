@@ -1,7 +1,9 @@
-//! Issue 11's numeric rows: claimed sizes (C1–C5), BEACON outputs (N1–N4), overflowing
-//! variances that used to give a plausible 0 (W1–W3), diagnostics sums (D1) and the decay
-//! table's look-ups (P1). Each test failed (panic, abort, `Ok` with ∞/NaN, or a wrong 0) on the
-//! code before the fix.
+//! Issue 11's numeric rows and later ones: claimed sizes and the order of checks before
+//! allocation (C1–C8), BEACON outputs (N1–N4), overflowing variances that used to give a
+//! plausible 0 (W1–W3), diagnostics sums (D1), the decay table's look-ups (P1), `f32` outputs
+//! that would round to ∞ (F1–F3) and non-finite step values of the token functions (S1).
+//! Each test failed (panic, abort, `Ok` with ∞/NaN, a wrong 0 or another error) on the code
+//! before the fix.
 //!
 //! Expected values are derived by hand in the comments. A group of two scores ±x has mean 0
 //! and unbiased σ = √(2x²/1) = √2·x, so (±x − 0)/(√2·x + ε) = ±1/√2 = ±0.70710678 whatever x
