@@ -18,7 +18,7 @@ use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTai
 use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::MaskView;
-use beacon_rl::{NormMode, RolloutBatch, SingletonRule};
+use beacon_rl::{Error, NormMode, RolloutBatch, SingletonRule};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 
 use super::bytes::Bytes;
@@ -216,6 +216,44 @@ pub fn check_estimator(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>,
             ),
             (a, b) => panic!("{name}: estimate gave {a:?}, estimate_into gave {b:?}"),
         }
+    }
+
+    // Into a NaN-filled `f32` buffer: `estimate`'s values rounded, bit for bit, or, when one
+    // of them rounds to ∞, `NonFinite` naming the "(overflows f32)" output; the same error
+    // where `estimate` failed.
+    let (mut adv32, mut ret32) = (Array2::from_elem(dim, f32::NAN), Array2::from_elem(dim, f32::NAN));
+    let returns = est.has_returns().then(|| ret32.view_mut().into());
+    let into = est.estimate_into(input, adv32.view_mut().into(), returns, &mut ws);
+    match (&fresh, into) {
+        (Ok(out), into) => {
+            let parts = [(&out.advantages, &adv32)]
+                .into_iter()
+                .chain(out.returns.as_ref().zip(Some(&ret32)));
+            let overflows = parts
+                .clone()
+                .any(|(f, _)| f.iter().any(|&x| (x as f32).is_infinite()));
+            match into {
+                Ok(()) => {
+                    assert!(!overflows, "{name}: Ok into f32 with a value past f32::MAX");
+                    for (f, o) in parts {
+                        assert!(
+                            f.iter()
+                                .zip(o.iter())
+                                .all(|(&x, &y)| (x as f32).to_bits() == y.to_bits()),
+                            "{name}: f32 output is not estimate's rounded"
+                        );
+                    }
+                }
+                Err(Error::NonFinite { what, .. }) if overflows && what.ends_with("(overflows f32)") => {}
+                Err(e) => panic!("{name}: estimate Ok, into f32 {e:?} (overflow expected: {overflows})"),
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(
+            format!("{a:?}"),
+            format!("{b:?}"),
+            "{name}: estimate and estimate_into (f32) disagree"
+        ),
+        (Err(a), Ok(())) => panic!("{name}: estimate gave {a:?}, estimate_into (f32) Ok"),
     }
 
     // A buffer one column too wide is a typed error.
