@@ -35,6 +35,20 @@ struct Case {
     reward: [f64; 7],
 }
 
+impl Case {
+    /// The case's diagnostics, default configuration.
+    fn diagnostics(&self) -> Diagnostics<'_> {
+        Diagnostics::new(
+            &self.batch,
+            &self.state,
+            &self.action,
+            &self.milestones,
+            DiagnosticsConfig::default(),
+        )
+        .unwrap()
+    }
+}
+
 fn case() -> Case {
     let group = ["t", "t", "u", "t", "t", "u", "t"];
     let traj = ["W", "L", "X", "W", "L", "Y", "L"];
@@ -60,14 +74,7 @@ fn grpo_by_hand() -> (f64, f64) {
 #[test]
 fn grpo_through_the_trait_gives_the_hand_computed_diagnostics() {
     let c = case();
-    let diag = Diagnostics::new(
-        &c.batch,
-        &c.state,
-        &c.action,
-        &c.milestones,
-        DiagnosticsConfig::default(),
-    )
-    .unwrap();
+    let diag = c.diagnostics();
     let rewards = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
     let mask = Array2::from_elem((7, 1), true);
     let input = EstimatorInput::new(&c.batch)
@@ -126,14 +133,7 @@ fn the_row_advantage_is_the_first_masked_token() {
     // outcome reward sits on token 1. GRPO writes 0 on token 0 and A on token 1; taking
     // column 0 would report ZAR = 1. With the first masked token, the report equals L = 1.
     let c = case();
-    let diag = Diagnostics::new(
-        &c.batch,
-        &c.state,
-        &c.action,
-        &c.milestones,
-        DiagnosticsConfig::default(),
-    )
-    .unwrap();
+    let diag = c.diagnostics();
     let one_col = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
     let one_mask = Array2::from_elem((7, 1), true);
     let two_col = Array2::from_shape_fn((7, 2), |(r, t)| if t == 1 { c.reward[r] } else { 0.0 });
@@ -158,14 +158,7 @@ fn an_input_without_response_tokens_is_measured_not_refused() {
     // carries signal, the shared pairs (s0, go) and (u0, go) are not contradictory (CAR 0/2)
     // and EGR is 0/0. The old code refused GRPO's output with OutputShape (expected (7, 1)).
     let c = case();
-    let diag = Diagnostics::new(
-        &c.batch,
-        &c.state,
-        &c.action,
-        &c.milestones,
-        DiagnosticsConfig::default(),
-    )
-    .unwrap();
+    let diag = c.diagnostics();
     let rewards = Array2::<f64>::zeros((7, 0));
     let mask = Array2::from_elem((7, 0), true);
     let input = EstimatorInput::new(&c.batch)
@@ -300,14 +293,7 @@ fn name_and_source(err: Error) -> (String, Error) {
 #[test]
 fn failures_name_the_estimator() {
     let c = case();
-    let diag = Diagnostics::new(
-        &c.batch,
-        &c.state,
-        &c.action,
-        &c.milestones,
-        DiagnosticsConfig::default(),
-    )
-    .unwrap();
+    let diag = c.diagnostics();
     let rewards = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
     let mask = Array2::from_elem((7, 1), true);
     let input = EstimatorInput::new(&c.batch)
@@ -396,14 +382,7 @@ fn failures_name_the_estimator() {
 #[test]
 fn the_input_must_describe_the_diagnosed_batch() {
     let c = case();
-    let diag = Diagnostics::new(
-        &c.batch,
-        &c.state,
-        &c.action,
-        &c.milestones,
-        DiagnosticsConfig::default(),
-    )
-    .unwrap();
+    let diag = c.diagnostics();
     let grpo = build("grpo");
     let rewards = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
     let mask = Array2::from_elem((7, 1), true);
@@ -431,14 +410,7 @@ fn the_input_must_describe_the_diagnosed_batch() {
 #[test]
 fn the_input_milestones_must_be_the_diagnosed_ones() {
     let c = case();
-    let diag = Diagnostics::new(
-        &c.batch,
-        &c.state,
-        &c.action,
-        &c.milestones,
-        DiagnosticsConfig::default(),
-    )
-    .unwrap();
+    let diag = c.diagnostics();
     let rewards = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
     let mask = Array2::from_elem((7, 1), true);
     let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
