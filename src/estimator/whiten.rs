@@ -48,8 +48,8 @@ use ndarray::{Array2, ArrayView2};
 use super::Tokens;
 use super::{masked_class_counts, put_row_checked, put_row_from, put_row_masked, select, Out, LANES};
 use crate::error::{check_finite, Error, Result};
-use crate::tensor::FloatViewMut;
 use crate::tensor::MaskView;
+use crate::tensor::{overflows_f32, FloatViewMut};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
 /// [module docs](self) for the equation and verl's float32 quirks).
@@ -466,8 +466,15 @@ pub(crate) fn whiten_rows(
                 crate::stream::fence();
             }
         });
-        // An `f32` advantage cannot overflow: a whitened value's |x − μ|·scale is at most
-        // √(n − 1) (|x − μ|² ≤ Σ(x − μ)² = (n − 1)·σ²). A return can.
+        // A counted token's whitened value is at most √(n − 1) in size (|x − μ|² ≤ Σ(x − μ)² =
+        // (n − 1)·σ²), but without `remask` the tokens the statistics did not count (GAE, as
+        // verl) are written too, and (x − μ)·scale may lie past f32::MAX there: for a counted
+        // μ of 1e225 with a tiny σ, a masked 0 whitens to about −μ/σ. The written values are
+        // monotone in x, so the extremes tell (found by fuzzing the f32 path).
+        let past_f32 = |x: f64| overflows_f32((x - mean) * scale);
+        if !remask && (past_f32(acc.lo) || past_f32(acc.hi)) {
+            advantages.infinite_f32("advantages (overflows f32)")?;
+        }
         if let (true, Some(r)) = (acc.f32_overflow, returns) {
             r.infinite_f32("returns (overflows f32)")?;
         }

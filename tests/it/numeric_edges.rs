@@ -808,6 +808,55 @@ fn f2_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
 }
 
 #[test]
+fn f4_gae_into_f32_refuses_whitened_uncounted_tokens_past_f32_max() {
+    // GAE writes the whitened value of every token, also of those the statistics did not count
+    // (verl does not re-mask). One row, mask [1, 1, 0, 0], rewards [0, r, 0, 0], values 0,
+    // γ = λ = 1: Â = [r, r, 0, 0] (the masked tail carries the initial 0), μ = r, σ² = 0, so
+    // scale = 1/√(0 + 1e-8) ≈ 1e4; counted tokens whiten to 0, the tail to −r·1e4. For
+    // r = 1e36 that is about −1e40: finite in f64, past f32::MAX (≈ 3.4e38), so into f32 it is
+    // an error at index 2 (it was an Ok holding −∞; found by fuzzing). For r = 1e33 the tail's
+    // −1e37 fits and the f32 output is the f64 one rounded.
+    let mask = ndarray::array![[true, true, false, false]];
+    let values = Array2::<f64>::zeros((1, 4));
+    let est = common::build("gae");
+    for (r, fits) in [(1e36, false), (1e33, true)] {
+        let batch = RolloutBatch::from_group_keys(&[0], &[r]).unwrap();
+        let rewards = ndarray::array![[0.0, r, 0.0, 0.0]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask)
+            .with_values(&values);
+        let out = est.estimate(&input).unwrap();
+        let tail = out.advantages[[0, 2]];
+        assert_eq!(out.advantages[[0, 0]], 0.0);
+        assert!(
+            tail.is_finite() && (tail / (-r * 1e4) - 1.0).abs() < 1e-6,
+            "{tail:e}"
+        );
+        let (mut a, mut ret) = (Array2::<f32>::zeros((1, 4)), Array2::<f32>::zeros((1, 4)));
+        let got = est.estimate_into(
+            &input,
+            (&mut a).into(),
+            Some((&mut ret).into()),
+            &mut Workspace::new(),
+        );
+        if fits {
+            got.unwrap();
+            assert_eq!(a, out.advantages.mapv(|x| x as f32));
+        } else {
+            assert_eq!(
+                got,
+                Err(Error::NonFinite {
+                    what: "advantages (overflows f32)",
+                    index: 2,
+                    value: f64::NEG_INFINITY
+                })
+            );
+        }
+    }
+}
+
+#[test]
 fn f3_step_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
     // BEACON, official flavour (mean_norm: A = R − μ), no milestones: two trajectories of one
     // step scoring ±s give A = ±s. Into f32, with a mask (broadcast) and without (one column).
