@@ -12,6 +12,19 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
         .unwrap()
 }
 
+/// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
+/// ablation and the outcome estimators on step rows.
+pub const STEP_ESTIMATORS: [&str; 8] = [
+    "grpo",
+    "grpo_vectorized",
+    "rloo",
+    "rloo_vectorized",
+    "gigpo",
+    "beacon",
+    "beacon_official",
+    "beacon_ablation",
+];
+
 /// The parity tolerance (see the module docs).
 pub const PARITY_TOL: f64 = 1e-5;
 

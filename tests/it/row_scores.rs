@@ -10,7 +10,7 @@ use beacon_rl::{Error, RolloutBatch};
 use ndarray::array;
 use proptest::prelude::*;
 
-use crate::common::build;
+use crate::common::{self, build};
 
 /// One task, trajectory "a" (rows 0, 1; R = 1, its first step an invalid action penalised by
 /// 0.1) and "b" (row 2; R = 0): row scores 0.9, 1.0, 0.0.
@@ -318,20 +318,11 @@ fn paper_consistency_is_checked_after_the_token_sums_and_shapes() {
 /// Every step-level estimator, plus configurations whose step paths differ (trajectory
 /// statistics, `mean_std_norm`).
 fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
-    let mut v: Vec<Box<dyn AdvantageEstimator>> = [
-        "grpo",
-        "grpo_vectorized",
-        "rloo",
-        "rloo_vectorized",
-        "gigpo",
-        "beacon",
-        "beacon_official",
-        "beacon_ablation",
-        "beacon_official:no_temporal_decay",
-    ]
-    .iter()
-    .map(|n| build(n))
-    .collect();
+    let mut v: Vec<Box<dyn AdvantageEstimator>> = common::STEP_ESTIMATORS
+        .iter()
+        .chain(&["beacon_official:no_temporal_decay"])
+        .map(|n| build(n))
+        .collect();
     v.push(Box::new(
         Grpo::new(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).unwrap(),
     ));

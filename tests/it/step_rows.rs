@@ -3,6 +3,7 @@
 //! `token_level_rewards` are given as well, each row's token sum must equal its trajectory's
 //! R(τ) in the batch; a disagreement is `EpisodeRewardMismatch`, never a silent choice of one.
 
+use crate::common;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::array;
@@ -62,21 +63,8 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
             "{name}"
         );
     }
-    // The documented step-level set (estimate_steps_into's docs): BEACON, GiGPO, the ablation
-    // and the outcome estimators on step rows.
-    assert_eq!(
-        step_level,
-        [
-            "grpo",
-            "grpo_vectorized",
-            "rloo",
-            "rloo_vectorized",
-            "gigpo",
-            "beacon",
-            "beacon_official",
-            "beacon_ablation"
-        ]
-    );
+    // The documented step-level set.
+    assert_eq!(step_level, common::STEP_ESTIMATORS);
 }
 
 /// The step path checks shapes before it reads a value, in one order for every estimator
