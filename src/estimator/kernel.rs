@@ -809,14 +809,9 @@ pub(crate) fn estimate_via_steps(
     check: impl FnOnce() -> Result<()>,
     steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
 ) -> Result<()> {
-    check()?;
-    let mut buf = std::mem::take(&mut ws.steps);
-    buf.clear();
-    buf.resize(input.batch.num_steps(), 0.0);
-    let result =
-        steps(&mut buf, ws).and_then(|()| steps_into(&buf, input.response_mask, advantages, returns));
-    ws.steps = buf;
-    result
+    with_steps(input, ws, check, steps, |step| {
+        steps_into(step, input.response_mask, advantages, returns)
+    })
 }
 
 /// The step-level estimators' `estimate` (BEACON, GiGPO; the ablation runs BEACON's): as
@@ -830,21 +825,37 @@ pub(crate) fn estimate_via_steps_fresh(
     check: impl FnOnce() -> Result<()>,
     steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
 ) -> Result<Advantages> {
+    with_steps(input, &mut Workspace::new(), check, steps, |step| {
+        if let Some(mask) = &input.response_mask {
+            crate::token::check_broadcast_mask(step, mask)?;
+        }
+        let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
+        steps_into(
+            step,
+            input.response_mask,
+            FloatViewMut::F64(advantages.view_mut()),
+            None,
+        )?;
+        Ok(Advantages::new(advantages, None))
+    })
+}
+
+/// `check()`, the per-row advantages by `steps` into the workspace's step buffer, then
+/// `write` of them: the part [`estimate_via_steps`] and [`estimate_via_steps_fresh`] share.
+fn with_steps<T>(
+    input: &EstimatorInput<'_>,
+    ws: &mut Workspace,
+    check: impl FnOnce() -> Result<()>,
+    steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
+    write: impl FnOnce(&[f64]) -> Result<T>,
+) -> Result<T> {
     check()?;
-    let mut ws = Workspace::new();
-    let mut step = vec![0.0; input.batch.num_steps()];
-    steps(&mut step, &mut ws)?;
-    if let Some(mask) = &input.response_mask {
-        crate::token::check_broadcast_mask(&step, mask)?;
-    }
-    let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
-    steps_into(
-        &step,
-        input.response_mask,
-        FloatViewMut::F64(advantages.view_mut()),
-        None,
-    )?;
-    Ok(Advantages::new(advantages, None))
+    let mut buf = std::mem::take(&mut ws.steps);
+    buf.clear();
+    buf.resize(input.batch.num_steps(), 0.0);
+    let result = steps(&mut buf, ws).and_then(|()| write(&buf));
+    ws.steps = buf;
+    result
 }
 
 /// The per-row advantages in
