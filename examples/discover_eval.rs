@@ -81,7 +81,7 @@ fn strip_status_counter(text: &str) -> String {
 }
 
 /// The detector's settings: the defaults, or `--noop-window N` (the one setting tuned on this
-/// sample; the README reports the F1 over its range).
+/// sample; docs/milestones.md reports the F1 over its range).
 fn config() -> DiscoveryConfig {
     static CONFIG: OnceLock<DiscoveryConfig> = OnceLock::new();
     *CONFIG.get_or_init(|| {

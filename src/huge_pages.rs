@@ -6,8 +6,8 @@
 //! 30,720 × 512 `f64` output, and under a hypervisor each costs more than the bytes it maps.
 //! Advising the kernel to back the buffer with 2 MiB pages (Linux `madvise(MADV_HUGEPAGE)`,
 //! honoured when `/sys/kernel/mm/transparent_hugepage/enabled` is `always` or `madvise`) makes
-//! that one fault per 2 MiB. Measured (docs/performance-log.md, "Fourth round"): `grpo`'s `estimate` at that
-//! size 84–91 ms before, 52–58 ms after (`cargo bench --bench trainer -- trainer_C/grpo`).
+//! that one fault per 2 MiB. Measured on 2026-11-23 on a 2-core Zen 1 VM: `grpo`'s `estimate` at that
+//! size 84–91 ms without the advice, 52–58 ms with it (`cargo bench --bench trainer -- trainer_C/grpo`).
 //!
 //! The advice covers the 2 MiB-aligned part of a buffer of at least [`MIN_BYTES`], before its
 //! first write. It never changes contents or validity; where it is unsupported (another OS,

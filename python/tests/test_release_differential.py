@@ -3,7 +3,7 @@
 verl-agent's GiGPO) on arbitrary verl-agent step batches, not only the stored vectors of
 ``tests/data/official_*.json``.
 
-The release is never part of this repository: when ``/tmp/beacon-release/{migpo,gigpo}`` holds
+The release is never part of this repository: when ``$BEACON_RELEASE/{migpo,gigpo}`` holds
 it, each module is copied to a temp dir and imported from there at test time (it imports only
 numpy, torch and verl's ``DataProto``); otherwise these tests skip. It is called as its trainer
 calls it, with the workarounds ``python/bench/bench_verl.py`` lists: the milestone column goes to
@@ -44,6 +44,7 @@ import contextlib
 import importlib.util
 import io
 import math
+import os
 import pathlib
 import shutil
 import types
@@ -61,7 +62,8 @@ pytest.importorskip("verl")
 from beacon_rl.verl import compute_step_advantages  # noqa: E402
 from verl import DataProto  # noqa: E402
 
-RELEASE = pathlib.Path("/tmp/beacon-release")
+# The release's directory, as python/bench/bench_verl.py reads it.
+RELEASE = pathlib.Path(os.environ.get("BEACON_RELEASE", "/tmp/beacon-release"))
 SOURCES = {"migpo": RELEASE / "migpo" / "core_migpo.py", "gigpo": RELEASE / "gigpo" / "core_gigpo.py"}
 EPS = 1e-6
 R_MS = 10.0  # the release's WebShop path hard-codes the milestone reward 10.0

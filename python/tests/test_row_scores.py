@@ -8,11 +8,12 @@ of one trajectory differ. The release's (and verl-agent's) ``episode_norm_reward
 row by its own sum; so must ``compute_step_advantages``.
 
 Expected values come from numpy transcriptions of the release's functions written here (not
-from the crate), and, when the release's code is present at ``/tmp/beacon-release/migpo``
+from the crate), and, when the release's code is present at ``$BEACON_RELEASE/migpo``
 (never part of this repository), from the release itself, run on a copy in a temp dir.
 """
 
 import importlib.util
+import os
 import pathlib
 import shutil
 
@@ -27,7 +28,8 @@ from beacon_rl.verl import compute_step_advantages  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 EPS = 1e-6
-RELEASE = pathlib.Path("/tmp/beacon-release/migpo/core_migpo.py")
+# The release's directory, as python/bench/bench_verl.py reads it.
+RELEASE = pathlib.Path(os.environ.get("BEACON_RELEASE", "/tmp/beacon-release"), "migpo", "core_migpo.py")
 
 
 def episode_norm_reward(scores, index, traj, remove_std, cross_steps=True):

@@ -4,7 +4,7 @@
 //! target `<target>`. It runs through the target's own oracle code: the modules below are
 //! the files of the fuzz crate (`fuzz/src/`), included with `#[path]`, so the replay and the
 //! fuzzer cannot drift apart and the root crate needs neither libFuzzer nor nightly. How to
-//! run the fuzzers and add a regression: README, section "Fuzzing".
+//! run the fuzzers and add a regression: docs/reliability.md, section "Fuzzing".
 
 use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
