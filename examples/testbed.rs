@@ -390,7 +390,11 @@ impl Report<'_> {
                 a.tune_k,
                 1000 + a.tune_seeds
             );
-            let over = if a.lr.is_some() { "; overridden by --lr" } else { "" };
+            let over = if a.lr.is_some() {
+                "; overridden by --lr"
+            } else {
+                ""
+            };
             println!("shared rate (best for grpo{over}): {}", self.lr);
             println!("{:<32} {:>8} {:>8}   AUC per rate", "method", "best lr", "AUC");
             for (m, lr, best, grid) in self.tuned {
@@ -437,7 +441,11 @@ impl Report<'_> {
     }
 
     fn print_cell_table(&self, e: &str, b: usize, k: usize) {
-        println!("\n## {e}, budget {b}/room, K = {k}, H = {}, lr = {}", b * k, self.lr);
+        println!(
+            "\n## {e}, budget {b}/room, K = {k}, H = {}, lr = {}",
+            b * k,
+            self.lr
+        );
         println!(
             "{:<26} {:>14} {:>14} {:>14} {:>13} {:>14}",
             "method", "train final", "held greedy", "held sampling", "iters to 50%", "AUC"

@@ -21,6 +21,40 @@
 //! - Defaults: γ = 0.95 and λ = 1 (the paper's Hyperparameters table); R_ms = 1 and ε = 1e-6,
 //!   which the paper does not give (its terminal reward R(τ) is in {0, 1}).
 //!
+//! # The completion blind spot, and [`SegmentBaseline::Entered`]
+//!
+//! In the paper flavour, b_k averages over G_k, the rollouts that *completed* segment k, and
+//! the steps of an unfinished segment get A^seg = 0. Over G_k the per-step means of A^seg sum
+//! to zero, so completing a segment slower than the others earns negative segment credit,
+//! while not completing it at all (running out of budget, or an action that ends the episode)
+//! earns 0. While no rollout of a group succeeds, A^traj is 0 for all of them and this is the
+//! only signal: quitting is never penalised. Constructed example (R_ms = 1, γ = 0.5, no
+//! success, only real doors flagged):
+//!
+//! | rollout | flags | paper A^seg | `Entered` A^seg |
+//! |---|---|---|---|
+//! | a: door in 2 steps, 1 more step | [·, m, ·] | [−0.375, 0.125, 0] (sum −0.25) | [−1/12, 5/12, 0] |
+//! | b: door in 1 step, 1 more step | [m, ·] | [0.125, 0] | [5/12, 0] |
+//! | c: trapdoor (episode ends) | [·] | [0] | [−7/12] |
+//!
+//! Paper: b_1 = (0.75 + 1)/2 = 0.875 over {a, b}; c is in no G_k. `Entered`: c entered
+//! segment 1 and did not finish it, so it counts with return 0: b_1 = (0.75 + 1 + 0)/3 = 7/12,
+//! and its step gets 0 − b_1 (a unit test below).
+//!
+//! Why: r_t = R_ms·γ^(t_k − t) is the discounted return-to-go of a reward R_ms paid at the
+//! milestone (0 if it is never reached), so Σ_{t∈Seg_k} ∇log π(a_t|s_t)(r_t − b) is the usual
+//! reward-to-go policy-gradient term with baseline b. Averaged over every rollout that enters
+//! segment k, the baseline part vanishes when b does not depend on the rollout, because
+//! whether step t lies in segment k is decided before a_t. The paper keeps the completers
+//! only: its expectation is the reward-to-go term minus b_k·∇P(complete segment k | entered
+//! it), a push *away* from completing of size b_k ∈ (0, R_ms]. [`SegmentBaseline::Entered`]
+//! keeps every rollout with a step in segment k (E_k ⊇ G_k; unfinished ones with return 0,
+//! their steps getting 0 − b_k), so the baseline part is zero in expectation up to b_k's
+//! 1/|E_k| share of the rollout's own return (the self-inclusion GRPO's group mean and the
+//! paper's b_k also have). It fixes quitting, not misleading milestones: a flagged decoy that
+//! completes a segment in one step still earns the most. `docs/completion-credit.md` has the
+//! derivation and the testbed's measurements.
+//!
 //! # Official flavour ([`BeaconConfig::official`]): the paper's public code release (MiGPO)
 //!
 //! The release computes something different from the equations, and this flavour reproduces it
@@ -1242,7 +1276,17 @@ mod tests {
         let batch = RolloutBatch::from_blocks(3, &[4, 3, 2], vec![1.0, 0.0, 0.0]).unwrap();
         let flags = [true, false, true, false, false, true, false, false, false];
         let out = entered(0.5).compute(&batch, &flags).unwrap();
-        let seg = [5.0 / 12.0, 0.125, 0.625, 0.0, -1.0 / 12.0, 5.0 / 12.0, -0.375, -7.0 / 12.0, -7.0 / 12.0];
+        let seg = [
+            5.0 / 12.0,
+            0.125,
+            0.625,
+            0.0,
+            -1.0 / 12.0,
+            5.0 / 12.0,
+            -0.375,
+            -7.0 / 12.0,
+            -7.0 / 12.0,
+        ];
         let std = (1.0f64 / 3.0).sqrt();
         let (ta, tb) = ((2.0 / 3.0) / (std + 1e-6), (-1.0 / 3.0) / (std + 1e-6));
         let traj = [ta, ta, ta, ta, tb, tb, tb, tb, tb];

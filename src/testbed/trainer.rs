@@ -243,7 +243,14 @@ enum Act {
 
 /// Success rate of `policy` over `episodes` episodes of random tasks, tasks and actions drawn
 /// from stream `stream` of `seed`.
-fn success_rate(env: &KeyChain, policy: &TabularPolicy, act: Act, episodes: usize, seed: u64, stream: u64) -> f64 {
+fn success_rate(
+    env: &KeyChain,
+    policy: &TabularPolicy,
+    act: Act,
+    episodes: usize,
+    seed: u64,
+    stream: u64,
+) -> f64 {
     let mut rng = SplitMix64::stream(seed, stream);
     let mut roll = Rollouts::default();
     roll.clear();
@@ -302,7 +309,14 @@ impl TrainerConfig {
 }
 
 /// One episode under `policy`, appended to `roll`.
-fn rollout(env: &KeyChain, policy: &TabularPolicy, task: u64, act: Act, rng: &mut SplitMix64, roll: &mut Rollouts) {
+fn rollout(
+    env: &KeyChain,
+    policy: &TabularPolicy,
+    task: u64,
+    act: Act,
+    rng: &mut SplitMix64,
+    roll: &mut Rollouts,
+) {
     let start = roll.obs.len();
     let mut state = env.reset();
     let mut success = false;

@@ -54,8 +54,8 @@ fn entered_reference(groups: &[Group], c: &BeaconConfig) -> Vec<f64> {
                 let mut v = Vec::new();
                 let mut start = 0;
                 let mut k = 0;
-                for t in 0..f.len() {
-                    if f[t] {
+                for (t, &milestone) in f.iter().enumerate() {
+                    if milestone {
                         for u in start..=t {
                             v.push((k, c.milestone_reward * c.segment_decay.powi((t - u) as i32)));
                         }
@@ -192,11 +192,17 @@ fn selected_by_name_and_by_serde_and_refused_with_the_official_flavour() {
     let paper = serde_json::to_string(&EstimatorConfig::Beacon(BeaconConfig::paper())).unwrap();
     assert!(!paper.contains("segment_baseline"), "{paper}");
     // An unknown value is a parse error, the official flavour a typed config error.
-    assert!(serde_json::from_str::<EstimatorConfig>(r#"{"adv_estimator":"beacon","segment_baseline":"all"}"#).is_err());
+    assert!(serde_json::from_str::<EstimatorConfig>(
+        r#"{"adv_estimator":"beacon","segment_baseline":"all"}"#
+    )
+    .is_err());
     let official: EstimatorConfig =
         serde_json::from_str(r#"{"adv_estimator":"beacon_official","segment_baseline":"entered"}"#).unwrap();
     assert!(matches!(
         official.build().err(),
-        Some(Error::InvalidConfig { name: "segment_baseline", .. })
+        Some(Error::InvalidConfig {
+            name: "segment_baseline",
+            ..
+        })
     ));
 }

@@ -9,9 +9,7 @@
 //! | a text detector trains identically | the environment's milestone flags arrive one step late |
 #![cfg(feature = "testbed")]
 
-use beacon_rl::testbed::{
-    auc, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig,
-};
+use beacon_rl::testbed::{auc, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig};
 
 /// Small and fast: 60 iterations, the sweep's shared rate, no held-out evaluation.
 fn config(seed: u64) -> TrainerConfig {
@@ -40,7 +38,10 @@ fn beacon_trains_faster_than_grpo_at_the_longest_horizon() {
     let b = aucs(&env, Method::Beacon, || MilestoneSource::Env);
     let g = aucs(&env, Method::Grpo, || MilestoneSource::Env);
     let wins = b.iter().zip(&g).filter(|(b, g)| b > g).count();
-    assert!(wins >= 7, "BEACON beat GRPO on only {wins}/8 seeds: {b:?} vs {g:?}");
+    assert!(
+        wins >= 7,
+        "BEACON beat GRPO on only {wins}/8 seeds: {b:?} vs {g:?}"
+    );
 }
 
 #[test]
