@@ -34,8 +34,11 @@ use beacon_rl::testbed::{
 };
 use beacon_rl::testbed::{PAPER_TABLE3_ALFWORLD, PAPER_TABLE3_WEBSHOP};
 use clap::{Parser, ValueEnum};
-use plotters::prelude::*;
 use serde_json::{json, Value};
+
+mod draw;
+
+use draw::draw;
 
 type BoxResult<T> = Result<T, Box<dyn Error>>;
 
@@ -222,6 +225,44 @@ fn curves(
     Ok(runs.into_iter().map(|r| r.success).collect())
 }
 
+/// Each method's AUC per rate of the grid on the tuning seeds, and its best rate.
+fn tune(methods: &[Method], budget: usize, args: &Args) -> BoxResult<Vec<Tuned>> {
+    let tune_env = make_env("key", args.tune_k, budget)?;
+    let tune_seeds = || 1000..1000 + args.tune_seeds;
+    let mut tuned = Vec::new();
+    for &m in methods {
+        let mut grid = Vec::new();
+        for &lr in &args.lr_grid {
+            let c = curves("key", &tune_env, m, lr, tune_seeds(), args)?;
+            grid.push((lr, mean(&c.iter().map(|c| auc(c)).collect::<Vec<_>>())));
+        }
+        // Highest AUC; ties go to the smaller rate (the grid is ascending).
+        let best = grid.iter().copied().fold(
+            (f64::NAN, f64::NEG_INFINITY),
+            |b, x| if x.1 > b.1 { x } else { b },
+        );
+        tuned.push((m, best.0, best.1, grid));
+    }
+    Ok(tuned)
+}
+
+/// Every (environment, budget, K, method) cell at the shared rate, seeds 0..N.
+fn sweep(envs: &[&'static str], methods: &[Method], lr: f64, args: &Args) -> BoxResult<Vec<Cell>> {
+    let mut cells = Vec::new();
+    for &e in envs {
+        for &b in &args.budgets {
+            for &k in &args.horizons {
+                let env = make_env(e, k, b)?;
+                for &m in methods {
+                    let r = runs(e, &env, m, lr, 0..args.seeds, args)?;
+                    cells.push(Cell::new(e, b, k, m, r));
+                }
+            }
+        }
+    }
+    Ok(cells)
+}
+
 fn main() -> BoxResult<()> {
     let args = Args::parse();
     let start = Instant::now();
@@ -244,29 +285,11 @@ fn main() -> BoxResult<()> {
     }
 
     // 1. Learning rates, on seeds 1000.. at K = tune_k (key chain, first budget).
-    let tune_env = make_env("key", args.tune_k, first_budget)?;
-    let tune_seeds = || 1000..1000 + args.tune_seeds;
-    let mut tuned = Vec::new();
-    for &m in methods.iter().filter(|_| !args.skip_tuning) {
-        let mut grid = Vec::new();
-        for &lr in &args.lr_grid {
-            grid.push((
-                lr,
-                mean(
-                    &curves("key", &tune_env, m, lr, tune_seeds(), &args)?
-                        .iter()
-                        .map(|c| auc(c))
-                        .collect::<Vec<_>>(),
-                ),
-            ));
-        }
-        // Highest AUC; ties go to the smaller rate (the grid is ascending).
-        let best = grid.iter().copied().fold(
-            (f64::NAN, f64::NEG_INFINITY),
-            |b, x| if x.1 > b.1 { x } else { b },
-        );
-        tuned.push((m, best.0, best.1, grid));
-    }
+    let tuned = if args.skip_tuning {
+        Vec::new()
+    } else {
+        tune(&methods, first_budget, &args)?
+    };
     let grpo_lr = tuned.iter().find(|t| t.0 == Method::Grpo).map(|t| t.1);
     let lr = match (args.lr, grpo_lr) {
         (Some(lr), _) => lr,
@@ -285,18 +308,7 @@ fn main() -> BoxResult<()> {
     }
 
     // 3. Sweep at the shared rate.
-    let mut cells = Vec::new();
-    for &e in &envs {
-        for &b in &args.budgets {
-            for &k in &args.horizons {
-                let env = make_env(e, k, b)?;
-                for &m in &methods {
-                    let r = runs(e, &env, m, lr, 0..args.seeds, &args)?;
-                    cells.push(Cell::new(e, b, k, m, r));
-                }
-            }
-        }
-    }
+    let cells = sweep(&envs, &methods, lr, &args)?;
     // Each method at its own rate, longest K, key chain, first budget.
     let own_env = make_env("key", longest, first_budget)?;
     let mut own = Vec::new();
@@ -578,84 +590,4 @@ fn opt_std(x: &[f64]) -> Option<f64> {
 
 fn fmt_tau(t: Option<f64>) -> String {
     t.map_or("undefined (constant)".to_owned(), |t| format!("{t:+.2}"))
-}
-
-/// Methods drawn in the picture, with their colours (the ablations are in the tables).
-const DRAWN: [(Method, RGBColor); 8] = [
-    (Method::Grpo, RGBColor(120, 120, 120)),
-    (Method::GrpoTrajectory, RGBColor(180, 180, 180)),
-    (Method::Gigpo, RGBColor(31, 119, 180)),
-    (Method::Beacon, RGBColor(214, 39, 40)),
-    (Method::BeaconOfficial, RGBColor(255, 127, 14)),
-    (Method::BeaconCompletion, RGBColor(140, 86, 75)),
-    (Method::GigpoMilestoneRewards, RGBColor(44, 160, 44)),
-    (Method::GrpoProgress, RGBColor(148, 103, 189)),
-];
-const FONT: &str = "sans-serif";
-
-/// Mean success curve over seeds, averaged over blocks of 5 iterations (keeps the SVG small).
-fn drawn_curve(c: &Cell) -> Vec<(f64, f64)> {
-    let n = c.curves.iter().map(Vec::len).min().unwrap_or(0);
-    (0..n.div_ceil(5))
-        .map(|b| {
-            let (lo, hi) = (b * 5, (b * 5 + 5).min(n));
-            let v = mean(&c.curves.iter().map(|cv| mean(&cv[lo..hi])).collect::<Vec<_>>());
-            ((lo + hi) as f64 / 2.0, (v * 1000.0).round() / 1000.0)
-        })
-        .collect()
-}
-
-/// One row of panels per (environment, budget), one column per K.
-fn draw(path: &PathBuf, cells: &[Cell], panel_rows: &[(&str, usize)], horizons: &[usize]) -> BoxResult<()> {
-    let (cols, rows) = (horizons.len().max(1), panel_rows.len().max(1));
-    let (w, h) = (300 * cols as u32, 260 * rows as u32 + 60);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (w, h)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let (legend, body) = root.split_vertically(60);
-        for (i, (m, colour)) in DRAWN.iter().enumerate() {
-            let (x, y) = (10 + (i as i32 % 4) * 200, 12 + (i as i32 / 4) * 24);
-            legend.draw(&PathElement::new(
-                vec![(x, y + 8), (x + 24, y + 8)],
-                colour.stroke_width(3),
-            ))?;
-            legend.draw(&Text::new(m.to_string(), (x + 30, y), (FONT, 15)))?;
-        }
-        let panels = body.split_evenly((rows, cols));
-        for (p, area) in panels.iter().enumerate() {
-            let ((env, b), k) = (panel_rows[p / cols], horizons[p % cols]);
-            let at = |c: &&Cell| c.env == env && c.budget == b && c.k == k;
-            let iters = cells
-                .iter()
-                .find(at)
-                .map_or(1, |c| c.curves.first().map_or(1, Vec::len));
-            let mut chart = ChartBuilder::on(area)
-                .caption(format!("{env}, {b}/room, K = {k}"), (FONT, 17))
-                .margin(6)
-                .x_label_area_size(30)
-                .y_label_area_size(36)
-                .build_cartesian_2d(0.0..iters as f64, 0.0..1.02)?;
-            chart
-                .configure_mesh()
-                .x_labels(4)
-                .y_labels(3)
-                .x_desc("iteration")
-                .label_style((FONT, 12))
-                .axis_desc_style((FONT, 12))
-                .light_line_style(WHITE.mix(0.0))
-                .draw()?;
-            for (m, colour) in DRAWN {
-                if let Some(c) = cells.iter().filter(at).find(|c| c.method == m) {
-                    chart.draw_series(LineSeries::new(drawn_curve(c), colour.stroke_width(2)))?;
-                }
-            }
-        }
-        root.present()?;
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, svg)?;
-    Ok(())
 }
