@@ -33,9 +33,9 @@
 //!
 //! | rollout | flags | paper A^seg | `Entered` A^seg |
 //! |---|---|---|---|
-//! | a: door in 2 steps, 1 more step | [·, m, ·] | [−0.375, 0.125, 0] (sum −0.25) | [−1/12, 5/12, 0] |
-//! | b: door in 1 step, 1 more step | [m, ·] | [0.125, 0] | [5/12, 0] |
-//! | c: trapdoor (episode ends) | [·] | [0] | [−7/12] |
+//! | a: door in 2 steps, 1 more step | `[·, m, ·]` | `[−0.375, 0.125, 0]` (sum −0.25) | `[−1/12, 5/12, 0]` |
+//! | b: door in 1 step, 1 more step | `[m, ·]` | `[0.125, 0]` | `[5/12, 0]` |
+//! | c: trapdoor (episode ends) | `[·]` | `[0]` | `[−7/12]` |
 //!
 //! Paper: b_1 = (0.75 + 1)/2 = 0.875 over {a, b}; c is in no G_k. `Entered`: c entered
 //! segment 1 and did not finish it, so it counts with return 0: b_1 = (0.75 + 1 + 0)/3 = 7/12,
