@@ -2,8 +2,7 @@
 //! proptest against a literal transcription of its definition.
 
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, SegmentBaseline};
-use beacon_rl::estimator::EstimatorConfig;
-use beacon_rl::{Error, RolloutBatch};
+use beacon_rl::RolloutBatch;
 use proptest::prelude::*;
 
 /// One group: per trajectory (terminal reward, milestone flags).
@@ -180,6 +179,8 @@ proptest! {
 #[cfg(feature = "serde")]
 #[test]
 fn selected_by_name_and_by_serde_and_refused_with_the_official_flavour() {
+    use beacon_rl::estimator::EstimatorConfig;
+    use beacon_rl::Error;
     let want = EstimatorConfig::Beacon(entered(1.0, 0.95));
     assert_eq!("beacon_completion".parse::<EstimatorConfig>().unwrap(), want);
     let json: EstimatorConfig =
