@@ -21,6 +21,40 @@
 //! - Defaults: γ = 0.95 and λ = 1 (the paper's Hyperparameters table); R_ms = 1 and ε = 1e-6,
 //!   which the paper does not give (its terminal reward R(τ) is in {0, 1}).
 //!
+//! # The completion blind spot, and [`SegmentBaseline::Entered`]
+//!
+//! In the paper flavour, b_k averages over G_k, the rollouts that *completed* segment k, and
+//! the steps of an unfinished segment get A^seg = 0. Over G_k the per-step means of A^seg sum
+//! to zero, so completing a segment slower than the others earns negative segment credit,
+//! while not completing it at all (running out of budget, or an action that ends the episode)
+//! earns 0. While no rollout of a group succeeds, A^traj is 0 for all of them and this is the
+//! only signal: quitting is never penalised. Constructed example (R_ms = 1, γ = 0.5, no
+//! success, only real doors flagged):
+//!
+//! | rollout | flags | paper A^seg | `Entered` A^seg |
+//! |---|---|---|---|
+//! | a: door in 2 steps, 1 more step | `[·, m, ·]` | `[−0.375, 0.125, 0]` (sum −0.25) | `[−1/12, 5/12, 0]` |
+//! | b: door in 1 step, 1 more step | `[m, ·]` | `[0.125, 0]` | `[5/12, 0]` |
+//! | c: trapdoor (episode ends) | `[·]` | `[0]` | `[−7/12]` |
+//!
+//! Paper: b_1 = (0.75 + 1)/2 = 0.875 over {a, b}; c is in no G_k. `Entered`: c entered
+//! segment 1 and did not finish it, so it counts with return 0: b_1 = (0.75 + 1 + 0)/3 = 7/12,
+//! and its step gets 0 − b_1 (a unit test below).
+//!
+//! Why: r_t = R_ms·γ^(t_k − t) is the discounted return-to-go of a reward R_ms paid at the
+//! milestone (0 if it is never reached), so Σ_{t∈Seg_k} ∇log π(a_t|s_t)(r_t − b) is the usual
+//! reward-to-go policy-gradient term with baseline b. Averaged over every rollout that enters
+//! segment k, the baseline part vanishes when b does not depend on the rollout, because
+//! whether step t lies in segment k is decided before a_t. The paper keeps the completers
+//! only: its expectation is the reward-to-go term minus b_k·∇P(complete segment k | entered
+//! it), a push *away* from completing of size b_k ∈ (0, R_ms]. [`SegmentBaseline::Entered`]
+//! keeps every rollout with a step in segment k (E_k ⊇ G_k; unfinished ones with return 0,
+//! their steps getting 0 − b_k), so the baseline part is zero in expectation up to b_k's
+//! 1/|E_k| share of the rollout's own return (the self-inclusion GRPO's group mean and the
+//! paper's b_k also have). It fixes quitting, not misleading milestones: a flagged decoy that
+//! completes a segment in one step still earns the most. `docs/completion-credit.md` has the
+//! derivation and the testbed's measurements.
+//!
 //! # Official flavour ([`BeaconConfig::official`]): the paper's public code release (MiGPO)
 //!
 //! The release computes something different from the equations, and this flavour reproduces it
@@ -84,6 +118,36 @@ pub enum BeaconFlavour {
     },
 }
 
+/// Which rollouts form the paper flavour's segment baseline b_k, and what the steps of an
+/// unfinished segment get (see the module docs, "The completion blind spot").
+///
+/// ```
+/// use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
+/// assert_eq!(BeaconConfig::paper().segment_baseline, SegmentBaseline::Completed);
+/// let c = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
+/// assert_eq!(c.segment_baseline, SegmentBaseline::Entered);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum SegmentBaseline {
+    /// The paper: b_k over G_k = { j : K_j ≥ k }, the rollouts that completed segment k; the
+    /// steps of an unfinished segment get A^seg = 0.
+    #[default]
+    Completed,
+    /// Completion credit: b_k over E_k, the rollouts with at least one step in segment k,
+    /// where a rollout that entered segment k and did not finish it counts with shaped return
+    /// 0; its unfinished steps get A^seg = 0 − b_k. Paper flavour only.
+    Entered,
+}
+
+impl SegmentBaseline {
+    /// True for the paper's [`Completed`](Self::Completed) (the default, which serde omits).
+    pub fn is_completed(&self) -> bool {
+        *self == Self::Completed
+    }
+}
+
 /// BEACON parameters. Build from a preset and adjust fields; [`Beacon::new`] validates.
 ///
 /// ```
@@ -119,6 +183,14 @@ pub struct BeaconConfig {
     /// Trajectory term of a group with one trajectory (paper flavour; the release always
     /// passes the value through). Default [`SingletonRule::PassThrough`].
     pub singleton: SingletonRule,
+    /// Paper flavour: which rollouts form b_k. Default [`SegmentBaseline::Completed`] (the
+    /// paper); [`SegmentBaseline::Entered`] credits completing a segment against not
+    /// completing it. Serde omits the default.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "SegmentBaseline::is_completed")
+    )]
+    pub segment_baseline: SegmentBaseline,
 }
 
 impl BeaconConfig {
@@ -139,6 +211,7 @@ impl BeaconConfig {
             trajectory_weight: 1.0,
             std_eps: 1e-6,
             singleton: SingletonRule::PassThrough,
+            segment_baseline: SegmentBaseline::Completed,
         }
     }
 
@@ -180,7 +253,9 @@ impl BeaconConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first parameter out of range: γ ∉ [0, 1], R_ms ≤ 0,
-    /// λ < 0, trajectory weight < 0, ε ≤ 0, or any non-finite value.
+    /// λ < 0, trajectory weight < 0, ε ≤ 0, or any non-finite value; `segment_baseline`
+    /// (value 1, for `entered`) with the official flavour, whose segment groups hold the
+    /// unfinished rows already.
     ///
     /// ```
     /// use beacon_rl::estimator::beacon::BeaconConfig;
@@ -195,6 +270,13 @@ impl BeaconConfig {
         Range::NON_NEGATIVE.check("segment_weight", self.segment_weight)?;
         Range::NON_NEGATIVE.check("trajectory_weight", self.trajectory_weight)?;
         Range::POSITIVE.check("std_eps", self.std_eps)?;
+        if self.segment_baseline == SegmentBaseline::Entered && self.flavour != BeaconFlavour::Paper {
+            return Err(Error::InvalidConfig {
+                name: "segment_baseline",
+                value: 1.0,
+                expected: "completed with the official flavour (its segment groups include unfinished rows)",
+            });
+        }
         Ok(())
     }
 }
@@ -248,6 +330,7 @@ where
         trajectory_weight: Option<f64>,
         std_eps: Option<f64>,
         singleton: Option<SingletonRule>,
+        segment_baseline: Option<SegmentBaseline>,
     }
     let p = <Patch as serde::Deserialize>::deserialize(d)?;
     let preset = preset(p.flavour);
@@ -259,6 +342,7 @@ where
         trajectory_weight: p.trajectory_weight.unwrap_or(preset.trajectory_weight),
         std_eps: p.std_eps.unwrap_or(preset.std_eps),
         singleton: p.singleton.unwrap_or(preset.singleton),
+        segment_baseline: p.segment_baseline.unwrap_or(preset.segment_baseline),
     })
 }
 
@@ -270,7 +354,7 @@ impl Default for BeaconConfig {
 }
 
 crate::setters::with_setters! {
-    BeaconConfig, "use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
+    BeaconConfig, "use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
     with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
@@ -286,6 +370,9 @@ crate::setters::with_setters! {
     /// Sets the trajectory term of a single-trajectory group (default
     /// [`SingletonRule::PassThrough`]).
     with_singleton(singleton: SingletonRule) = SingletonRule::Zero;
+    /// Sets which rollouts form the paper flavour's segment baseline (default
+    /// [`SegmentBaseline::Completed`], the paper).
+    with_segment_baseline(segment_baseline: SegmentBaseline) = SegmentBaseline::Entered;
 }
 
 /// The BEACON estimator with a validated configuration.
@@ -698,12 +785,18 @@ impl Beacon {
         };
         let singleton_zero = rewards.len() == 1 && c.singleton == SingletonRule::Zero;
 
-        // Segment level, pass 1: per-step mean return R_k/|Seg_k| summed over G_k.
+        // Segment level, pass 1: per-step mean return R_k/|Seg_k| summed over G_k (E_k under
+        // `Entered`: an unfinished segment with steps counts with return 0).
+        let entered = c.segment_baseline == SegmentBaseline::Entered;
         let mut max_k = 0;
         for j in trajs.clone() {
             let (lo, hi) = (offs[j] - b, offs[j + 1] - b);
             Self::shape_trajectory(ws, lo, hi);
-            for (k, len) in partition::completed_lengths(&ws.flags[lo..hi]).enumerate() {
+            let completed = partition::completed_lengths(&ws.flags[lo..hi])
+                .map(|len| ws.table.mean_return(len).unwrap_or(f64::NAN));
+            // Steps after the last milestone: a segment entered and not finished.
+            let unfinished = (entered && !ws.flags[hi - 1]).then_some(0.0);
+            for (k, m) in completed.chain(unfinished).enumerate() {
                 if k >= max_k {
                     ws.sum[k] = 0.0;
                     ws.count[k] = 0;
@@ -711,7 +804,6 @@ impl Beacon {
                     ws.hi[k] = f64::NEG_INFINITY;
                     max_k = k + 1;
                 }
-                let m = ws.table.mean_return(len).unwrap_or(f64::NAN);
                 ws.sum[k] += m;
                 ws.count[k] += 1;
                 ws.lo[k] = ws.lo[k].min(m);
@@ -740,7 +832,8 @@ impl Beacon {
             for s in lo..hi {
                 ws.traj[s] = a_traj;
                 let k = ws.seg[s];
-                ws.seg_adv[s] = if k < completed {
+                ws.seg_adv[s] = if k < completed || entered {
+                    // Unfinished steps (k = completed) have r = 0: 0 − b_k under `Entered`.
                     ws.reward[s] - ws.sum[k]
                 } else {
                     0.0
@@ -1130,6 +1223,110 @@ mod tests {
         assert_abs_diff_eq!(out.trajectory_advantages[0], t, epsilon = 1e-12);
         assert_abs_diff_eq!(out.trajectory_advantages[2], -t, epsilon = 1e-12);
         assert_eq!(out.segment_advantages, vec![0.0; 5]);
+    }
+
+    fn entered(decay: f64) -> Beacon {
+        let c = BeaconConfig::paper()
+            .with_segment_decay(decay)
+            .with_segment_baseline(SegmentBaseline::Entered);
+        beacon(c)
+    }
+
+    #[test]
+    fn blind_spot_example_completed_vs_entered() {
+        // The module docs' example. One group, no success (R = 0 everywhere, so A^traj = 0),
+        // R_ms = 1, γ = 0.5, doors-only flags:
+        // a: [., m, .]  the door in two steps, then one step (segment 2, unfinished)
+        // b: [m, .]     the door in one step, then one step (segment 2, unfinished)
+        // c: [.]        the trapdoor: the episode ends at once, no milestone
+        // Completed (paper): G_1 = {a, b}; a's per-step mean (0.5 + 1)/2 = 0.75, b's 1,
+        //   b_1 = 0.875. A^seg a = [−0.375, 0.125, 0], b = [0.125, 0], c = [0]: reaching the
+        //   door slowly sums to −0.25, quitting to 0.
+        // Entered: E_1 = {a, b, c}, c counting 0: b_1 = 1.75/3 = 7/12; E_2 = {a, b}, both 0:
+        //   b_2 = 0. A^seg a = [0.5 − 7/12, 1 − 7/12, 0] = [−1/12, 5/12, 0], b = [5/12, 0],
+        //   c = [−7/12]: quitting is now the worst.
+        let batch = RolloutBatch::from_blocks(3, &[3, 2, 1], vec![0.0; 3]).unwrap();
+        let flags = [false, true, false, true, false, false];
+        let mut p = BeaconConfig::paper();
+        p.segment_decay = 0.5;
+        let out = beacon(p).compute(&batch, &flags).unwrap();
+        let want = [-0.375, 0.125, 0.0, 0.125, 0.0, 0.0];
+        for (got, want) in out.segment_advantages.iter().zip(want) {
+            assert_abs_diff_eq!(*got, want, epsilon = 1e-12);
+        }
+        let out = entered(0.5).compute(&batch, &flags).unwrap();
+        let want = [-1.0, 5.0, 0.0, 5.0, 0.0, -7.0].map(|x| x / 12.0);
+        for (got, want) in out.segment_advantages.iter().zip(want) {
+            assert_abs_diff_eq!(*got, want, epsilon = 1e-12);
+        }
+        assert_eq!(out.trajectory_advantages, vec![0.0; 6]);
+        assert_eq!(out.shaped_rewards, vec![0.5, 1.0, 0.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn entered_hand_case_three_trajectories() {
+        // The group of `paper_hand_case_three_trajectories` under `Entered` (R_ms = 1, γ = 0.5):
+        // a: [m, ., m, .] R=1: seg 1 {0} (mean 1), seg 2 {1, 2} (mean 0.75), unfinished {3}
+        // b: [., m, .]    R=0: seg 1 {0, 1} (mean 0.75), unfinished {2} (segment 2)
+        // c: [., .]       R=0: unfinished {0, 1} (segment 1)
+        // E_1 = {a, b, c}: b_1 = (1 + 0.75 + 0)/3 = 7/12; E_2 = {a, b}: (0.75 + 0)/2 = 0.375;
+        // E_3 = {a}: 0.
+        // a: r = [1, .5, 1, 0] → [5/12, 0.125, 0.625, 0]; b: r = [.5, 1, 0] → [−1/12, 5/12,
+        // −0.375]; c → [−7/12, −7/12]. The trajectory term is the paper's.
+        let batch = RolloutBatch::from_blocks(3, &[4, 3, 2], vec![1.0, 0.0, 0.0]).unwrap();
+        let flags = [true, false, true, false, false, true, false, false, false];
+        let out = entered(0.5).compute(&batch, &flags).unwrap();
+        let seg = [
+            5.0 / 12.0,
+            0.125,
+            0.625,
+            0.0,
+            -1.0 / 12.0,
+            5.0 / 12.0,
+            -0.375,
+            -7.0 / 12.0,
+            -7.0 / 12.0,
+        ];
+        let std = (1.0f64 / 3.0).sqrt();
+        let (ta, tb) = ((2.0 / 3.0) / (std + 1e-6), (-1.0 / 3.0) / (std + 1e-6));
+        let traj = [ta, ta, ta, ta, tb, tb, tb, tb, tb];
+        for i in 0..9 {
+            assert_abs_diff_eq!(out.segment_advantages[i], seg[i], epsilon = 1e-12);
+            assert_abs_diff_eq!(out.advantages[i], traj[i] + seg[i], epsilon = 1e-12);
+        }
+        // The trait path agrees with `compute`.
+        let input = EstimatorInput::new(&batch).with_milestones(&flags);
+        let mut adv = vec![0.0; 9];
+        entered(0.5)
+            .estimate_steps_into(&input, &mut adv, &mut Workspace::new())
+            .unwrap();
+        assert_eq!(adv, out.advantages);
+    }
+
+    #[test]
+    fn entered_equals_completed_when_every_rollout_ends_on_a_milestone() {
+        // No unfinished segment anywhere: E_k = G_k, the same numbers bit for bit.
+        let batch = RolloutBatch::from_blocks(3, &[2, 3, 1], vec![1.0, 0.0, 1.0]).unwrap();
+        let flags = [false, true, true, false, true, true];
+        let mut p = BeaconConfig::paper();
+        p.segment_decay = 0.5;
+        let a = beacon(p).compute(&batch, &flags).unwrap();
+        let b = entered(0.5).compute(&batch, &flags).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn entered_is_paper_flavour_only() {
+        let c = BeaconConfig::official().with_segment_baseline(SegmentBaseline::Entered);
+        assert!(matches!(
+            Beacon::new(c),
+            Err(Error::InvalidConfig {
+                name: "segment_baseline",
+                ..
+            })
+        ));
+        let c = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
+        assert_eq!(Beacon::new(c).unwrap().name(), "beacon");
     }
 
     #[test]

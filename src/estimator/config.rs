@@ -265,13 +265,30 @@ impl FromStr for EstimatorConfig {
     type Err = Error;
 
     /// Parses a bare verl `adv_estimator` name into the estimator with verl's default
-    /// parameters.
+    /// parameters, a Table 3 row (`beacon:ABLATION[,seed=N]`), or the preset
+    /// `beacon_completion`: `beacon` with
+    /// [`SegmentBaseline::Entered`](beacon::SegmentBaseline::Entered) (its name and serde tag
+    /// stay `beacon`).
     ///
     /// # Errors
     /// [`Error::UnknownEstimator`] for a name that is not in [`EstimatorConfig::NAMES`].
+    ///
+    /// ```
+    /// use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
+    /// use beacon_rl::estimator::EstimatorConfig;
+    /// let c: EstimatorConfig = "beacon_completion".parse()?;
+    /// let want = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
+    /// assert_eq!(c, EstimatorConfig::Beacon(want));
+    /// assert_eq!(c.build()?.name(), "beacon");
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
     fn from_str(s: &str) -> Result<Self> {
         if let Some(c) = Self::from_name(s) {
             return Ok(c);
+        }
+        if s == "beacon_completion" {
+            let c = beacon::BeaconConfig::paper().with_segment_baseline(beacon::SegmentBaseline::Entered);
+            return Ok(Self::Beacon(c));
         }
         if s.starts_with("beacon:") || s.starts_with("beacon_official:") {
             return Ok(Self::BeaconAblation(s.parse()?));

@@ -3,7 +3,7 @@ use ndarray::{Array2, ArrayView2};
 use crate::ablation::Ablation;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
-use crate::estimator::beacon::BeaconConfig;
+use crate::estimator::beacon::{BeaconConfig, SegmentBaseline};
 use crate::estimator::gigpo::GigpoConfig;
 use crate::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use crate::testbed::Method;
@@ -61,6 +61,9 @@ fn config(method: Method) -> EstimatorConfig {
         Method::Gigpo | Method::GigpoMilestoneRewards => EstimatorConfig::Gigpo(GigpoConfig::verl_agent()),
         Method::Beacon => EstimatorConfig::Beacon(BeaconConfig::paper()),
         Method::BeaconOfficial => EstimatorConfig::BeaconOfficial(BeaconConfig::official()),
+        Method::BeaconCompletion => {
+            EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered))
+        }
         Method::Ablation(a) => EstimatorConfig::Beacon(a.config(BeaconConfig::paper())),
     }
 }
@@ -116,7 +119,9 @@ impl Credit {
                     .with_step_rewards(&self.scratch)
                     .with_anchor_obs(cols.anchors)
             }
-            Method::Beacon | Method::BeaconOfficial => input.with_milestones(cols.milestones),
+            Method::Beacon | Method::BeaconOfficial | Method::BeaconCompletion => {
+                input.with_milestones(cols.milestones)
+            }
             Method::Ablation(a) => {
                 ablated = a.milestones(batch, cols.milestones, seed)?;
                 input.with_milestones(&ablated)

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// use beacon_rl::testbed::Method;
 /// let m: Method = "beacon/no_temporal_decay".parse()?;
 /// assert_eq!(m.to_string(), "beacon/no_temporal_decay");
-/// assert_eq!(Method::all().len(), 13);
+/// assert_eq!(Method::all().len(), 14);
 /// assert!(Method::all().iter().all(|m| m.to_string().parse::<Method>() == Ok(*m)));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 /// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](crate::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
 /// | `beacon` | [`BeaconConfig::paper`](crate::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
 /// | `beacon_official` | [`BeaconConfig::official`](crate::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
+/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](crate::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
 /// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
 /// | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
 /// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 outcome |
@@ -39,6 +40,8 @@ pub enum Method {
     Beacon,
     /// BEACON, the release's preset.
     BeaconOfficial,
+    /// BEACON, paper preset with the entered-segment baseline.
+    BeaconCompletion,
     /// A Table 3 ablation of the paper preset (`Ablation::Full` is `Beacon`).
     Ablation(Ablation),
     /// Control: GiGPO with the milestones as step rewards.
@@ -48,7 +51,7 @@ pub enum Method {
 }
 
 impl Method {
-    /// Every method: the five named in the issue, the six Table 3 ablations (without `Full`,
+    /// Every method: the five compared methods, the completion-credit option, the six Table 3 ablations (without `Full`,
     /// which is `beacon`), the two controls.
     pub fn all() -> Vec<Method> {
         let mut all = vec![
@@ -57,6 +60,7 @@ impl Method {
             Method::Gigpo,
             Method::Beacon,
             Method::BeaconOfficial,
+            Method::BeaconCompletion,
         ];
         all.extend(
             Ablation::paper_table3()
@@ -80,7 +84,11 @@ impl Method {
     pub fn uses_milestones(&self) -> bool {
         matches!(
             self,
-            Method::Beacon | Method::BeaconOfficial | Method::Ablation(_) | Method::GigpoMilestoneRewards
+            Method::Beacon
+                | Method::BeaconOfficial
+                | Method::BeaconCompletion
+                | Method::Ablation(_)
+                | Method::GigpoMilestoneRewards
         )
     }
 }
@@ -93,6 +101,7 @@ impl fmt::Display for Method {
             Method::Gigpo => f.write_str("gigpo"),
             Method::Beacon => f.write_str("beacon"),
             Method::BeaconOfficial => f.write_str("beacon_official"),
+            Method::BeaconCompletion => f.write_str("beacon_completion"),
             Method::Ablation(a) => write!(f, "beacon/{}", a.name()),
             Method::GigpoMilestoneRewards => f.write_str("gigpo+milestones"),
             Method::GrpoProgress => f.write_str("grpo+progress"),
@@ -112,6 +121,7 @@ impl FromStr for Method {
             "gigpo" => Method::Gigpo,
             "beacon" | "beacon/full" => Method::Beacon,
             "beacon_official" => Method::BeaconOfficial,
+            "beacon_completion" => Method::BeaconCompletion,
             "gigpo+milestones" => Method::GigpoMilestoneRewards,
             "grpo+progress" => Method::GrpoProgress,
             _ => match s.strip_prefix("beacon/").map(str::parse::<Ablation>) {

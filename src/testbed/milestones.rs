@@ -58,6 +58,9 @@ impl<F: FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>> MilestoneLabeler for F {
 pub enum MilestoneSource {
     /// The environment's own signal: a door passed for the first time (and the decoy).
     Env,
+    /// The environment's signal for the real doors only: on the decoy variant the trapdoor is
+    /// not a milestone (on the key chain this is [`Env`](Self::Env)).
+    EnvDoors,
     /// No milestones at all (BEACON then reduces to its trajectory term).
     None,
     /// A caller's detector over text and outcome.
@@ -76,10 +79,11 @@ impl MilestoneSource {
         Self::Custom(Box::new(labeler))
     }
 
-    /// `env`, `none` or `custom`.
+    /// `env`, `env_doors`, `none` or `custom`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Env => "env",
+            Self::EnvDoors => "env_doors",
             Self::None => "none",
             Self::Custom(_) => "custom",
         }

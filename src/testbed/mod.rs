@@ -15,12 +15,15 @@
 //!   its decoy variant; every step's action and observation is also a short text
 //!   ([`EpisodeState`], [`Transition`]).
 //! - the policy: [`TabularPolicy`], π(a | o) = softmax(θ(o)), REINFORCE updates.
-//! - milestones: [`MilestoneSource`]: the environment's signal, none, or a caller's
-//!   [`MilestoneLabeler`] over the episodes' text ([`EpisodeText`], [`StepText`]) and outcome.
+//! - milestones: [`MilestoneSource`]: the environment's signal, its real doors only (the decoy
+//!   not flagged), none, or a caller's [`MilestoneLabeler`] over the episodes' text
+//!   ([`EpisodeText`], [`StepText`]) and outcome.
 //! - methods: [`Method`], the compared methods by name.
 //! - credit: [`Credit`] (with [`CreditColumns`]), the *only* code that calls the estimators
 //!   (port it when the estimator interface changes).
-//! - the trainer: [`train`] ([`TrainerConfig`], [`AdvantageScale`], [`TrainingRun`]), the loop;
+//! - the trainer: [`train`] ([`TrainerConfig`], [`AdvantageScale`], [`TrainingRun`]), the loop,
+//!   then the held-out evaluation of the trained policy on fresh tasks and action draws,
+//!   greedy and sampling ([`TrainingRun::heldout_greedy`], [`TrainingRun::heldout_sampling`]);
 //!   [`random_policy_success`].
 //! - metrics: [`final_success`] (mean success over the last tenth of the iterations),
 //!   [`iterations_to_half`] (first iteration whose trailing 5-iteration mean reaches 0.5),

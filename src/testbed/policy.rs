@@ -91,6 +91,23 @@ impl TabularPolicy {
         n - 1
     }
 
+    /// The most probable action at `o` (ties go to the lowest index, so an observation never
+    /// trained on gives action 0): the greedy policy of the held-out evaluation.
+    ///
+    /// ```
+    /// use beacon_rl::testbed::TabularPolicy;
+    /// let mut p = TabularPolicy::new(1, 3);
+    /// assert_eq!(p.greedy(0), 0);
+    /// p.accumulate(0, 2, 1.0);
+    /// p.apply(1.0, 1);
+    /// assert_eq!(p.greedy(0), 2);
+    /// ```
+    pub fn greedy(&self, observation: usize) -> usize {
+        let mut p = [0.0; 8];
+        let n = self.probabilities(observation, &mut p);
+        (0..n).fold(0, |best, a| if p[a] > p[best] { a } else { best })
+    }
+
     /// Adds one step's gradient Â · (e_a − π(· | o)) to the pending update.
     pub fn accumulate(&mut self, observation: usize, action: usize, advantage: f64) {
         if advantage == 0.0 {

@@ -17,7 +17,7 @@ pub enum AdvantageScale {
 }
 
 /// Trainer settings. [`TrainerConfig::default`]: G = 8, 4 tasks per iteration, 200
-/// iterations, η = 1, batch-RMS scaling, seed 0.
+/// iterations, η = 1, batch-RMS scaling, seed 0, 200 held-out episodes per policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct TrainerConfig {
@@ -33,6 +33,9 @@ pub struct TrainerConfig {
     pub scale: AdvantageScale,
     /// Seed of every random draw.
     pub seed: u64,
+    /// Episodes of the held-out evaluation after training, for each of the greedy and the
+    /// sampling policy (0: no evaluation).
+    pub eval_episodes: usize,
 }
 
 impl Default for TrainerConfig {
@@ -44,6 +47,7 @@ impl Default for TrainerConfig {
             learning_rate: 1.0,
             scale: AdvantageScale::BatchRms,
             seed: 0,
+            eval_episodes: 200,
         }
     }
 }
@@ -62,6 +66,8 @@ crate::setters::with_setters! {
     with_scale(scale: AdvantageScale) = AdvantageScale::None;
     /// Sets the seed of every random draw (default 0).
     with_seed(seed: u64) = 7;
+    /// Sets the held-out episodes per policy (default 200; 0 = none).
+    with_eval_episodes(eval_episodes: usize) = 0;
 }
 
 /// What one training run measured, per iteration (before that iteration's update).
@@ -72,6 +78,11 @@ pub struct TrainingRun {
     pub success: Vec<f64>,
     /// Mean fraction of the K milestones reached.
     pub progress: Vec<f64>,
+    /// Success of the trained policy on held-out episodes, acting greedily (the most probable
+    /// action; `None` when [`TrainerConfig::eval_episodes`] is 0).
+    pub heldout_greedy: Option<f64>,
+    /// Success of the trained policy on held-out episodes, sampling as in training.
+    pub heldout_sampling: Option<f64>,
 }
 
 /// The batch of one iteration, flat in step order (group → episode → step).
@@ -81,6 +92,7 @@ struct Rollouts {
     action: Vec<usize>,
     next_obs: Vec<usize>,
     env_milestone: Vec<bool>,
+    env_door: Vec<bool>,
     env_reward: Vec<f64>,
     outcome: Vec<f64>,
     progress: Vec<f64>,
@@ -95,6 +107,7 @@ impl Rollouts {
         self.action.clear();
         self.next_obs.clear();
         self.env_milestone.clear();
+        self.env_door.clear();
         self.env_reward.clear();
         self.outcome.clear();
         self.progress.clear();
@@ -160,7 +173,7 @@ pub fn train(
         for _ in 0..groups {
             let task = env.sample_task(&mut rng);
             for _ in 0..g {
-                rollout(env, &policy, task, &mut rng, &mut roll);
+                rollout(env, &policy, task, Act::Sample, &mut rng, &mut roll);
             }
         }
         let episodes = (groups * g) as f64;
@@ -173,6 +186,7 @@ pub fn train(
         if method.uses_milestones() {
             match source {
                 MilestoneSource::Env => flags.copy_from_slice(&roll.env_milestone),
+                MilestoneSource::EnvDoors => flags.copy_from_slice(&roll.env_door),
                 MilestoneSource::None => {}
                 MilestoneSource::Custom(labeler) => {
                     label_custom(env, &roll, &group_offsets, labeler.as_mut(), &mut flags)?;
@@ -209,7 +223,42 @@ pub fn train(
         }
         policy.apply(config.learning_rate, rows);
     }
+    if config.eval_episodes > 0 {
+        // Fresh streams: neither the tasks nor the action draws were seen in training.
+        let n = config.eval_episodes;
+        run.heldout_sampling = Some(success_rate(env, &policy, Act::Sample, n, config.seed, 3));
+        run.heldout_greedy = Some(success_rate(env, &policy, Act::Greedy, n, config.seed, 4));
+    }
     Ok(run)
+}
+
+/// How a rollout picks its actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Draw from π(· | o), as in training.
+    Sample,
+    /// The most probable action ([`TabularPolicy::greedy`]).
+    Greedy,
+}
+
+/// Success rate of `policy` over `episodes` episodes of random tasks, tasks and actions drawn
+/// from stream `stream` of `seed`.
+fn success_rate(
+    env: &KeyChain,
+    policy: &TabularPolicy,
+    act: Act,
+    episodes: usize,
+    seed: u64,
+    stream: u64,
+) -> f64 {
+    let mut rng = SplitMix64::stream(seed, stream);
+    let mut roll = Rollouts::default();
+    roll.clear();
+    for _ in 0..episodes {
+        let task = env.sample_task(&mut rng);
+        rollout(env, policy, task, act, &mut rng, &mut roll);
+    }
+    roll.success.iter().sum::<f64>() / episodes.max(1) as f64
 }
 
 impl TrainerConfig {
@@ -260,18 +309,29 @@ impl TrainerConfig {
 }
 
 /// One episode under `policy`, appended to `roll`.
-fn rollout(env: &KeyChain, policy: &TabularPolicy, task: u64, rng: &mut SplitMix64, roll: &mut Rollouts) {
+fn rollout(
+    env: &KeyChain,
+    policy: &TabularPolicy,
+    task: u64,
+    act: Act,
+    rng: &mut SplitMix64,
+    roll: &mut Rollouts,
+) {
     let start = roll.obs.len();
     let mut state = env.reset();
     let mut success = false;
     for _ in 0..env.horizon() {
         let o = env.observe(task, &state);
-        let a = policy.sample(o, rng);
+        let a = match act {
+            Act::Sample => policy.sample(o, rng),
+            Act::Greedy => policy.greedy(o),
+        };
         let t = env.step(task, &state, a);
         roll.obs.push(o);
         roll.action.push(a);
         roll.next_obs.push(env.observe(task, &t.next));
         roll.env_milestone.push(t.milestone);
+        roll.env_door.push(t.milestone && !t.next.in_cellar);
         roll.env_reward.push(f64::from(u8::from(t.success)));
         state = t.next;
         if t.done {
@@ -326,12 +386,5 @@ fn label_custom(
 /// ```
 pub fn random_policy_success(env: &KeyChain, episodes: usize, seed: u64) -> f64 {
     let policy = TabularPolicy::new(env.num_observations(), env.num_actions());
-    let mut rng = SplitMix64::stream(seed, 2);
-    let mut roll = Rollouts::default();
-    roll.clear();
-    for _ in 0..episodes {
-        let task = env.sample_task(&mut rng);
-        rollout(env, &policy, task, &mut rng, &mut roll);
-    }
-    roll.success.iter().sum::<f64>() / episodes.max(1) as f64
+    success_rate(env, &policy, Act::Sample, episodes, seed, 2)
 }

@@ -15,6 +15,7 @@ mod ablation;
 mod ablation_estimators;
 mod api_paths;
 mod cli;
+mod completion_credit;
 mod detectors;
 mod detectors_real_data;
 mod diagnostics;
