@@ -208,8 +208,9 @@ def main(argv: Optional[list] = None) -> None:
 
     ``argv``: the Hydra overrides (default ``sys.argv[1:]``). Run from a verl-agent checkout.
     """
+    import runpy
+
     import ray
-    from verl.trainer import main_ppo
 
     install()
     if argv is not None:
@@ -223,7 +224,8 @@ def main(argv: Optional[list] = None) -> None:
 
     ray.init = init
     try:
-        main_ppo.main()
+        # As `python -m verl.trainer.main_ppo`: Hydra finds verl-agent's config next to the file.
+        runpy.run_module("verl.trainer.main_ppo", run_name="__main__", alter_sys=True)
     finally:
         ray.init = real_init
 

@@ -141,3 +141,16 @@ def test_against_verl_agents_ray_trainer():
     run = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "verl-agent checks passed" in run.stdout
+
+
+@pytest.mark.skipif(not CHECKOUT, reason="BEACON_RL_VERL_AGENT (a verl-agent checkout) is not set")
+def test_the_launcher_reads_verl_agents_config():
+    import beacon_rl
+
+    package = os.path.dirname(os.path.dirname(beacon_rl.__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*CHECKOUT.split(":"), package]))
+    # Hydra's --cfg job prints the composed config and exits before Ray starts.
+    args = [sys.executable, "-m", "beacon_rl.verl_agent", "--cfg", "job", "algorithm.adv_estimator=beacon"]
+    run = subprocess.run(args, env=env, cwd=CHECKOUT.split(":")[0], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "adv_estimator: beacon" in run.stdout
