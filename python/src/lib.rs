@@ -2,7 +2,8 @@
 //!
 //! This file turns Python objects (numpy arrays, `None`) into borrowed views and calls
 //! `adapter`, the one module that talks to the `beacon-rl` crate. Inputs are read in place
-//! in the caller's dtype (`f32`/`f64` values, `bool`/`uint8`/`int64` masks, no conversion),
+//! in the caller's dtype (`f32`/`f64` values, `bool`/`uint8`/`int64` masks, no conversion;
+//! `int32` and float masks are converted once into bytes checked to be 0 or 1),
 //! outputs are written into arrays the caller allocated, and the GIL is released while the
 //! crate computes. The Python package (`beacon_rl/__init__.py`) wraps these functions for torch
 //! tensors and verl.
@@ -247,6 +248,9 @@ enum M2<'py> {
     Bool(PyReadonlyArray2<'py, bool>),
     U8(PyReadonlyArray2<'py, u8>),
     I64(PyReadonlyArray2<'py, i64>),
+    /// An `int32` or float mask (verl's `.float()` masks), as bytes checked to be 0 or 1, in
+    /// this thread's kept buffer.
+    Converted(ndarray::Array2<u8>),
 }
 
 impl M2<'_> {
@@ -255,23 +259,144 @@ impl M2<'_> {
             M2::Bool(a) => Mask2::U8(bool_bytes(a)),
             M2::U8(a) => Mask2::U8(a.as_array()),
             M2::I64(a) => Mask2::I64(a.as_array()),
+            M2::Converted(a) => Mask2::U8(a.view()),
         }
     }
+}
+
+thread_local! {
+    /// The byte buffer of the last converted mask, reused so that a call of a size seen before
+    /// allocates none.
+    static MASK_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Drop for M2<'_> {
+    /// Gives a converted mask's buffer back to this thread.
+    fn drop(&mut self) {
+        if let M2::Converted(a) = self {
+            let a = std::mem::replace(a, ndarray::Array2::zeros((0, 0)));
+            let (mut v, _) = a.into_raw_vec_and_offset();
+            v.clear();
+            MASK_BUF.with(|b| {
+                if let Ok(mut b) = b.try_borrow_mut() {
+                    *b = v;
+                }
+            });
+        }
+    }
+}
+
+/// Writes `a` as bytes (1 where an entry equals `one`) into `out`; `Err((row, token))` names
+/// the first entry that is neither `zero` nor `one` (NaN included).
+fn mask_bytes<T: Copy + PartialEq>(
+    a: ndarray::ArrayView2<'_, T>,
+    zero: T,
+    one: T,
+    out: &mut Vec<u8>,
+) -> Result<(), (usize, usize)> {
+    let (rows, cols) = a.dim();
+    out.clear();
+    out.resize(rows * cols, 0);
+    if cols == 0 {
+        return Ok(());
+    }
+    for ((r, row), dst) in a.outer_iter().enumerate().zip(out.chunks_exact_mut(cols)) {
+        // One branch-free pass per row; the offending entry is searched only on failure.
+        let mut bad = false;
+        match row.as_slice() {
+            Some(src) => {
+                for (o, &v) in dst.iter_mut().zip(src) {
+                    *o = u8::from(v == one);
+                    bad |= (v != zero) & (v != one);
+                }
+            }
+            None => {
+                for (o, &v) in dst.iter_mut().zip(row.iter()) {
+                    *o = u8::from(v == one);
+                    bad |= (v != zero) & (v != one);
+                }
+            }
+        }
+        if bad {
+            let t = row.iter().position(|&v| v != zero && v != one).unwrap_or(0);
+            return Err((r, t));
+        }
+    }
+    Ok(())
+}
+
+/// A mask the crate does not read directly (`int32`, `float32`, `float64`), converted into
+/// bytes with the GIL released; any entry other than exactly 0 or 1 is a `ValueError` naming
+/// its row and token.
+fn convert<T: Copy + PartialEq + Sync + std::fmt::Display + numpy::Element>(
+    py: Python<'_>,
+    what: &str,
+    a: &PyReadonlyArray2<'_, T>,
+    zero: T,
+    one: T,
+) -> PyResult<ndarray::Array2<u8>> {
+    let view = a.as_array();
+    let mut buf = MASK_BUF
+        .with(|b| b.try_borrow_mut().ok().map(|mut b| std::mem::take(&mut *b)))
+        .unwrap_or_default();
+    let res = py.detach(|| mask_bytes(view, zero, one, &mut buf));
+    if let Err((r, t)) = res {
+        return Err(PyValueError::new_err(format!(
+            "{what}[{r}, {t}] = {}: a mask holds only 0 and 1",
+            view[[r, t]]
+        )));
+    }
+    ndarray::Array2::from_shape_vec(view.dim(), buf)
+        .map_err(|e| PyValueError::new_err(format!("internal: {what}: {e}")))
 }
 
 fn m2<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<M2<'py>>> {
     let Some(obj) = obj else { return Ok(None) };
     let obj = checked(what, obj)?;
     let e = borrow_err(what);
+    let py = obj.py();
     if let Ok(a) = obj.cast::<PyArray2<bool>>() {
         Ok(Some(M2::Bool(a.try_readonly().map_err(e)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<u8>>() {
         Ok(Some(M2::U8(a.try_readonly().map_err(e)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<i64>>() {
         Ok(Some(M2::I64(a.try_readonly().map_err(e)?)))
+    } else if let Ok(a) = obj.cast::<PyArray2<i32>>() {
+        let a = a.try_readonly().map_err(e)?;
+        Ok(Some(M2::Converted(convert(py, what, &a, 0, 1)?)))
+    } else if let Ok(a) = obj.cast::<PyArray2<f32>>() {
+        let a = a.try_readonly().map_err(e)?;
+        Ok(Some(M2::Converted(convert(py, what, &a, 0.0, 1.0)?)))
+    } else if let Ok(a) = obj.cast::<PyArray2<f64>>() {
+        let a = a.try_readonly().map_err(e)?;
+        Ok(Some(M2::Converted(convert(py, what, &a, 0.0, 1.0)?)))
     } else {
-        Err(type_error(what, "a 2-D bool, uint8 or int64 array", obj))
+        Err(type_error(
+            what,
+            "a 2-D bool, uint8, int32, int64, float16, float32 or float64 array",
+            obj,
+        ))
     }
+}
+
+/// The shape of a mask `m2` accepts, without reading (or converting) its entries.
+fn m2_dim(what: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(usize, usize)>> {
+    let Some(obj) = obj else { return Ok(None) };
+    let accepted = obj.cast::<PyArray2<bool>>().is_ok()
+        || obj.cast::<PyArray2<u8>>().is_ok()
+        || obj.cast::<PyArray2<i64>>().is_ok()
+        || obj.cast::<PyArray2<i32>>().is_ok()
+        || obj.cast::<PyArray2<f32>>().is_ok()
+        || obj.cast::<PyArray2<f64>>().is_ok();
+    if !accepted {
+        return Err(type_error(
+            what,
+            "a 2-D bool, uint8, int32, int64, float16, float32 or float64 array",
+            obj,
+        ));
+    }
+    let a = obj.cast::<PyUntypedArray>()?;
+    Ok(Some((a.shape()[0], a.shape()[1])))
 }
 
 enum M1<'py> {
@@ -613,14 +738,14 @@ fn output_shape<'py>(
     response_mask: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(usize, usize)> {
     let rewards = f2("token_level_rewards", token_level_rewards)?;
-    let mask = m2("response_mask", response_mask)?;
+    let mask = m2_dim("response_mask", response_mask)?;
     let rows = index
         .cast::<PyUntypedArray>()
         .map_err(|_| type_error("index", "a 1-D array", index))?
         .len();
     Ok(adapter::output_dim(
-        rewards.as_ref().map(F2::view).as_ref(),
-        mask.as_ref().map(M2::view).as_ref(),
+        rewards.as_ref().map(|r| r.view().dim()),
+        mask,
         rows,
     ))
 }
