@@ -9,6 +9,7 @@
 //! tensors and verl.
 
 mod adapter;
+mod mask;
 mod threads;
 
 use numpy::{
@@ -264,90 +265,13 @@ impl M2<'_> {
     }
 }
 
-thread_local! {
-    /// The byte buffer of the last converted mask, reused so that a call of a size seen before
-    /// allocates none.
-    static MASK_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 impl Drop for M2<'_> {
     /// Gives a converted mask's buffer back to this thread.
     fn drop(&mut self) {
         if let M2::Converted(a) = self {
-            let a = std::mem::replace(a, ndarray::Array2::zeros((0, 0)));
-            let (mut v, _) = a.into_raw_vec_and_offset();
-            v.clear();
-            MASK_BUF.with(|b| {
-                if let Ok(mut b) = b.try_borrow_mut() {
-                    *b = v;
-                }
-            });
+            mask::give_back(a);
         }
     }
-}
-
-/// Writes `a` as bytes (1 where an entry equals `one`) into `out`; `Err((row, token))` names
-/// the first entry that is neither `zero` nor `one` (NaN included).
-fn mask_bytes<T: Copy + PartialEq>(
-    a: ndarray::ArrayView2<'_, T>,
-    zero: T,
-    one: T,
-    out: &mut Vec<u8>,
-) -> Result<(), (usize, usize)> {
-    let (rows, cols) = a.dim();
-    out.clear();
-    out.resize(rows * cols, 0);
-    if cols == 0 {
-        return Ok(());
-    }
-    for ((r, row), dst) in a.outer_iter().enumerate().zip(out.chunks_exact_mut(cols)) {
-        // One branch-free pass per row; the offending entry is searched only on failure.
-        let mut bad = false;
-        match row.as_slice() {
-            Some(src) => {
-                for (o, &v) in dst.iter_mut().zip(src) {
-                    *o = u8::from(v == one);
-                    bad |= (v != zero) & (v != one);
-                }
-            }
-            None => {
-                for (o, &v) in dst.iter_mut().zip(row.iter()) {
-                    *o = u8::from(v == one);
-                    bad |= (v != zero) & (v != one);
-                }
-            }
-        }
-        if bad {
-            let t = row.iter().position(|&v| v != zero && v != one).unwrap_or(0);
-            return Err((r, t));
-        }
-    }
-    Ok(())
-}
-
-/// A mask the crate does not read directly (`int32`, `float32`, `float64`), converted into
-/// bytes with the GIL released; any entry other than exactly 0 or 1 is a `ValueError` naming
-/// its row and token.
-fn convert<T: Copy + PartialEq + Sync + std::fmt::Display + numpy::Element>(
-    py: Python<'_>,
-    what: &str,
-    a: &PyReadonlyArray2<'_, T>,
-    zero: T,
-    one: T,
-) -> PyResult<ndarray::Array2<u8>> {
-    let view = a.as_array();
-    let mut buf = MASK_BUF
-        .with(|b| b.try_borrow_mut().ok().map(|mut b| std::mem::take(&mut *b)))
-        .unwrap_or_default();
-    let res = py.detach(|| mask_bytes(view, zero, one, &mut buf));
-    if let Err((r, t)) = res {
-        return Err(PyValueError::new_err(format!(
-            "{what}[{r}, {t}] = {}: a mask holds only 0 and 1",
-            view[[r, t]]
-        )));
-    }
-    ndarray::Array2::from_shape_vec(view.dim(), buf)
-        .map_err(|e| PyValueError::new_err(format!("internal: {what}: {e}")))
 }
 
 fn m2<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<M2<'py>>> {
@@ -363,13 +287,13 @@ fn m2<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<M2<'p
         Ok(Some(M2::I64(a.try_readonly().map_err(e)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<i32>>() {
         let a = a.try_readonly().map_err(e)?;
-        Ok(Some(M2::Converted(convert(py, what, &a, 0, 1)?)))
+        Ok(Some(M2::Converted(mask::convert(py, what, &a, 0, 1)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<f32>>() {
         let a = a.try_readonly().map_err(e)?;
-        Ok(Some(M2::Converted(convert(py, what, &a, 0.0, 1.0)?)))
+        Ok(Some(M2::Converted(mask::convert(py, what, &a, 0.0, 1.0)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<f64>>() {
         let a = a.try_readonly().map_err(e)?;
-        Ok(Some(M2::Converted(convert(py, what, &a, 0.0, 1.0)?)))
+        Ok(Some(M2::Converted(mask::convert(py, what, &a, 0.0, 1.0)?)))
     } else {
         Err(type_error(
             what,

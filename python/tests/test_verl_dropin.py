@@ -60,7 +60,7 @@ def verl_call(name, rewards, mask, uid, **kw):
     return f(token_level_rewards=rewards, response_mask=mask, index=uid, config=config, **kw)
 
 
-# --- 1. and the multi-turn convention -------------------------------------------------------
+# --- the multi-turn convention -------------------------------------------------------
 
 
 def test_an_outcome_on_a_masked_trailing_token_is_counted():
@@ -191,7 +191,7 @@ def test_single_turn_beacon_equals_verl_grpo_on_multi_turn_outcomes(seed):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-# --- 2. verl's keywords ---------------------------------------------------------------------
+# --- verl's keywords ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -237,7 +237,7 @@ def test_signatures_are_verls():
         assert ours == theirs, name
 
 
-# --- 3. config of grpo_vectorized -----------------------------------------------------------
+# --- config of grpo_vectorized -----------------------------------------------------------
 
 
 def run_trainer(name, rewards, mask, uid, config):
@@ -274,7 +274,7 @@ def test_grpo_follows_the_trainer_which_passes_the_flag_to_grpo():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-# --- 4. gigpo's gamma -----------------------------------------------------------------------
+# --- gigpo's gamma -----------------------------------------------------------------------
 
 
 def test_gigpo_reads_algorithm_gamma():
@@ -290,7 +290,7 @@ def test_gigpo_reads_algorithm_gamma():
     assert (a - b).abs().max() > 1e-3
 
 
-# --- 5. names a stock trainer cannot feed ---------------------------------------------------
+# --- names a stock trainer cannot feed ---------------------------------------------------
 
 
 def test_names_a_stock_trainer_cannot_feed_are_not_registered():
@@ -301,7 +301,7 @@ def test_names_a_stock_trainer_cannot_feed_are_not_registered():
         assert ca.get_adv_estimator_fn(name).__module__ == "beacon_rl.verl"
 
 
-# --- 6. empty batches -----------------------------------------------------------------------
+# --- empty batches -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", sorted(REGISTERED_OUTCOME) + list(STEP))
@@ -328,7 +328,7 @@ def test_estimate_returns_empty_batches_for_every_name():
         assert adv.shape == (0, 4), name
 
 
-# --- 7. masks as verl passes them -----------------------------------------------------------
+# --- masks as verl passes them -----------------------------------------------------------
 
 MASK_DTYPES = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64]
 
@@ -419,7 +419,7 @@ def test_the_registry_and_algoconfig_paths():
             torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
 
 
-# --- 8. meta-device tensors -----------------------------------------------------------------
+# --- meta-device tensors -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arg", ["token_level_rewards", "response_mask"])
