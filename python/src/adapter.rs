@@ -190,12 +190,40 @@ impl Floats2<'_> {
         }
     }
 
-    /// Row `r` in `f64` into `out` (resized to L).
-    fn row_into(&self, r: usize, out: &mut Vec<f64>) {
-        out.clear();
+    /// Calls `f(t, value)` for every nonzero reward of row `r`, in token order, in `f64`
+    /// (NaN and ±inf are nonzero: `f` sees them). No copy; a contiguous row is tested in
+    /// blocks of 64 tokens with one branch-free pass each (rewards are mostly zero), and only a
+    /// block holding a nonzero value is visited token by token.
+    fn for_each_nonzero(&self, r: usize, mut f: impl FnMut(usize, f64) -> Res<()>) -> Res<()> {
+        fn scan<T: Copy + Default + PartialEq + Into<f64>>(
+            row: ndarray::ArrayView1<'_, T>,
+            f: &mut impl FnMut(usize, f64) -> Res<()>,
+        ) -> Res<()> {
+            const BLOCK: usize = 64;
+            let zero = T::default();
+            let mut visit = |(t, &v): (usize, &T)| {
+                if v != zero {
+                    f(t, v.into())?;
+                }
+                Ok(())
+            };
+            let Some(s) = row.as_slice() else {
+                return row.iter().enumerate().try_for_each(&mut visit);
+            };
+            for (b, block) in s.chunks(BLOCK).enumerate() {
+                if block.iter().fold(false, |any, &v| any | (v != zero)) {
+                    let t0 = b * BLOCK;
+                    block
+                        .iter()
+                        .enumerate()
+                        .try_for_each(|(i, v)| visit((t0 + i, v)))?;
+                }
+            }
+            Ok(())
+        }
         match self {
-            Floats2::F32(a) => out.extend(a.row(r).iter().map(|&v| f64::from(v))),
-            Floats2::F64(a) => out.extend(a.row(r).iter().copied()),
+            Floats2::F32(a) => scan(a.row(r), &mut f),
+            Floats2::F64(a) => scan(a.row(r), &mut f),
         }
     }
 
@@ -806,10 +834,8 @@ pub fn estimate_turns(
 struct Turns {
     /// Each turn's tokens, in row order.
     spans: Vec<TokenSpan>,
-    /// One row of the mask as flags and one of the rewards as `f64` (L long each), not
-    /// copies of the whole matrices.
+    /// One row of the mask as flags (L long), not a copy of the whole mask.
     row: Vec<bool>,
-    values: Vec<f64>,
     /// Per turn: the row it came from (its trajectory), the row's group key, the outcome, the
     /// milestone flag, the turn's own rewards, the position in the dialogue.
     trajs: Vec<usize>,
@@ -866,19 +892,16 @@ impl Turns {
                 }
             }
             let turns = self.spans.len() - first;
-            rewards.row_into(r, &mut self.values);
             // The row's outcome, and each turn's own rewards (GiGPO's step rewards).
             self.step_reward.resize(first + turns, 0.0);
             let mut total = 0.0;
             let mut k = 0;
-            for (t, &v) in self.values.iter().enumerate() {
+            let (spans, step_reward) = (&self.spans, &mut self.step_reward);
+            rewards.for_each_nonzero(r, |t, v| {
                 if !v.is_finite() {
                     return Err(Failure(format!(
                         "token_level_rewards[{r}, {t}] = {v}: rewards must be finite"
                     )));
-                }
-                if v == 0.0 {
-                    continue;
                 }
                 if turns == 0 {
                     return Err(Failure(format!(
@@ -886,12 +909,13 @@ impl Turns {
                          response_mask, so no turn could be credited with this reward"
                     )));
                 }
-                while k + 1 < turns && self.spans[first + k + 1].start <= t {
+                while k + 1 < turns && spans[first + k + 1].start <= t {
                     k += 1;
                 }
-                self.step_reward[first + k] += v;
+                step_reward[first + k] += v;
                 total += v;
-            }
+                Ok(())
+            })?;
             if !f64::is_finite(total) {
                 return Err(Failure(format!(
                     "token_level_rewards: the rewards of row {r} overflow their sum"
@@ -902,7 +926,7 @@ impl Turns {
                 continue;
             }
             for k in 0..turns {
-                let end_reward = self.values[self.spans[first + k].end - 1];
+                let end_reward = rewards.get(r, self.spans[first + k].end - 1);
                 let milestone = k + 1 < turns && end_reward > 0.0;
                 stats.milestones += usize::from(milestone);
                 self.trajs.push(r);

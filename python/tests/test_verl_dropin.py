@@ -480,3 +480,37 @@ def test_column_names_come_from_algorithm_beacon_rl():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(ValueError, match="no milestone column 'milestone'"):
         fn("beacon_official")(rewards, mask, index=ntb["uid"], config=AlgoConfig(), non_tensor_batch=ntb)
+
+
+def test_long_rows_attribute_every_reward_to_its_turn():
+    """Rows longer than the binding's 64-token scan blocks, contiguous and column-major: each
+    reward counts in the outcome and in the step reward of the turn it lies in or follows."""
+    L = 200
+    mask = torch.zeros(2, L, dtype=torch.int64)
+    for s, e in ((0, 10), (70, 80), (150, 160)):
+        mask[:, s:e] = 1
+    rewards = torch.zeros(2, L, dtype=torch.float64)
+    rewards[0, 75], rewards[0, 130], rewards[0, 199], rewards[0, 64] = 0.25, 0.5, 1.0, -0.125
+    uid = np.array([0, 0])
+    steps, _ = beacon_rl.estimate(
+        "gigpo",
+        index=np.zeros(6, dtype=np.int64),
+        traj_index=np.array([0, 0, 0, 1, 1, 1]),
+        episode_rewards=np.array([1.625] * 3 + [0.0] * 3),
+        # turn 0: -0.125 (token 64 follows it); turn 1: 0.25 + 0.5; turn 2: 1.0
+        step_rewards=np.array([-0.125, 0.75, 1.0, 0.0, 0.0, 0.0]),
+        anchor_obs=np.array(["turn 0", "turn 1", "turn 2"] * 2, dtype=object),
+        config={"step_decay": 0.5},
+    )
+    want = torch.zeros(2, L, dtype=torch.float64)
+    for k, (s, e) in enumerate(((0, 10), (70, 80), (150, 160))):
+        want[0, s:e] = float(steps[k, 0])
+        want[1, s:e] = float(steps[3 + k, 0])
+    for r in (rewards, rewards.T.contiguous().T):
+        got, _ = beacon_rl.estimate_turns("gigpo", r, mask, uid, config={"step_decay": 0.5})
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    for token in (64, 130, 199):
+        bad = rewards.clone()
+        bad[1, token] = float("nan")
+        with pytest.raises(ValueError, match=rf"token_level_rewards\[1, {token}\] = NaN"):
+            beacon_rl.estimate_turns("beacon", bad.T.contiguous().T if token == 130 else bad, mask, uid)
