@@ -12,7 +12,8 @@ returns ``(advantages, returns)`` in the caller's array type and float dtype:
 
 Inputs are read in place: numpy arrays through NumPy's C-API, CPU tensors through
 ``Tensor.numpy()`` (same memory). Values may be float32 or float64, masks bool, uint8 or
-int64, group keys int64 or any object array (verl's uuid strings). The GIL is released while
+int64 (read in place) or int32, float16, float32 or float64 (as verl's ``.float()`` masks;
+converted once, checked to hold exactly 0 and 1), group keys int64 or any object array (verl's uuid strings). The GIL is released while
 the crate computes. Bad input raises ``ValueError`` or ``TypeError`` with the crate's message.
 
 ``beacon_rl.verl`` registers the estimators with verl (see its docstring), and
@@ -138,6 +139,9 @@ class _Caller:
             if self.torch_device is None:
                 self.torch_device = x.device
                 self.torch_cpu = x.is_cpu
+            if x.is_meta:
+                # torch's own NotImplementedError would name no argument.
+                raise TypeError(f"{what}: a meta-device tensor holds no values")
             # Tensor.numpy() views the same memory; only autograd history needs a detach
             # first (each of detach and device.type costs about 1 µs per tensor).
             t = x if x.is_cpu and not x.requires_grad else x.detach()
@@ -157,6 +161,14 @@ def _tensor_numpy(t: Any, what: str) -> np.ndarray:
         return t.numpy()
     except (TypeError, RuntimeError) as e:
         raise TypeError(f"{what}: unsupported tensor ({t.dtype}, {t.layout}): {e}") from None
+
+
+def _mask(m: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """A float16 mask as float32 (a copy; the native layer reads bool, uint8, int32, int64,
+    float32 and float64 masks itself and checks every entry is exactly 0 or 1)."""
+    if m is not None and m.dtype == np.float16:
+        return m.astype(np.float32)
+    return m
 
 
 def _keys(caller: _Caller, x: Any, what: str) -> np.ndarray:
@@ -369,7 +381,8 @@ def estimate(
     Arguments follow verl's names. Rows are responses (verl) or steps (verl-agent):
 
     - ``token_level_rewards`` (rows × L, float32/float64), ``response_mask`` (rows × L,
-      bool/uint8/int64, 0 or 1) and ``index`` (one group key per row: integers, strings, or
+      bool/uint8/int32/int64/float16/float32/float64, exactly 0 or 1; any other value is a
+      ``ValueError`` naming its row and token) and ``index`` (one group key per row: integers, strings, or
       any object array such as verl's uuid strings, compared by Python's equality; a list's
       entries are compared as the objects they are; None and NaN are refused) are what
       verl's estimators read.
@@ -399,6 +412,9 @@ def estimate(
       with returns of their own), the pair may be one array twice: only the advantages are
       written.
 
+    An empty batch (0 rows) gives advantages and returns of shape (0, L), as verl's
+    estimators do. A meta-device tensor raises ``TypeError`` naming its argument.
+
     Returns ``(advantages, returns)`` of shape ``response_mask.shape`` (else
     ``token_level_rewards.shape``, else rows × 1), as torch tensors when
     ``token_level_rewards`` (or the first array given) is one, in its float dtype. When the
@@ -415,7 +431,7 @@ def estimate(
     """
     caller = _Caller()
     rewards = caller.numpy(token_level_rewards, "token_level_rewards")
-    mask = caller.numpy(response_mask, "response_mask")
+    mask = _mask(caller.numpy(response_mask, "response_mask"))
     episode = caller.numpy(episode_rewards, "episode_rewards")
     scores = caller.numpy(row_scores, "row_scores")
     step = caller.numpy(step_rewards, "step_rewards")
@@ -434,6 +450,10 @@ def estimate(
     dtype = _float_dtype(rewards, episode, scores, step, vals)
     config_json = _config_json(config)
     adv, ret, adv_view, ret_view = _outputs(caller, out, shape, dtype, _has_returns(name, config_json))
+    if shape[0] == 0 and all(a is None or a.shape[0] == 0 for a in (rewards, mask, idx)):
+        # An empty batch: advantages of shape (0, L), as verl's estimators return.
+        _native.validate(name, config_json)
+        return _finish_pair(caller, adv, ret)
     _native.estimate(
         name,
         config_json,
@@ -468,28 +488,42 @@ def estimate_turns(
 ) -> Tuple[Array, Array]:
     """Per-turn advantages for verl's multi-turn layout (one dialogue per row).
 
-    The convention, which needs nothing beyond what verl passes an estimator:
+    The convention reads what verl's GRPO reads, and needs nothing beyond what verl passes
+    an estimator:
 
+    - a row's **outcome** R(τ) is the sum of its ``token_level_rewards`` over the whole row,
+      masked tokens included (verl's ``token_level_rewards.sum(-1)``): verl's reward managers
+      put the score on the last attended token, which in a multi-turn rollout may be a tool or
+      environment token outside ``response_mask``;
     - a **turn** is a maximal run of ``response_mask == 1`` (assistant tokens; tool and
       environment tokens between turns are masked), and each turn is one step;
-    - the value of ``token_level_rewards`` on a row's **last valid token** is the episode
-      outcome R(τ);
     - a turn other than the last whose **last token** carries a reward > 0 is a
       **milestone** (a reward function marks a milestone by placing a positive increment
-      there);
-    - rows sharing an ``index`` key form a group; a row with no valid token gets zeros and
-      joins no group.
+      there; the increment counts in the outcome too, as verl's sum counts it);
+    - no reward is dropped: one between turns, after the last turn, mid-turn or on any
+      masked token counts in the outcome. A row with no turn but a nonzero reward raises
+      ``ValueError`` naming the row and token (no token could carry its credit), and so does
+      NaN or ±inf anywhere in ``token_level_rewards``;
+    - rows sharing an ``index`` key form a group; a row with no valid token (and no reward)
+      gets zeros and joins no group.
 
-    ``name`` is ``beacon``, ``beacon_official``, ``beacon_ablation`` or ``gigpo`` (for GiGPO a turn's anchor state
-    is its position in the dialogue and its step reward the sum of the turn-end rewards from
-    it on, since verl passes no observations). Each turn's advantage is written over its
-    tokens; every other token gets 0. Returns ``(advantages, returns)``, one array twice
-    (returns equal the advantages), shaped and typed like ``token_level_rewards``; ``out`` as
-    in :func:`estimate` (a pair, possibly one array twice).
+    Example: ``response_mask`` row ``[1, 1, 1, 0, 0, 1, 1, 0, 0, 0]``, rewards
+    ``[0, 0, 0.5, 0, 0, 0, 0, 0, 0, 1.0]``: turns are tokens 0-2 and 5-6, turn 0 is a
+    milestone, and R = 1.5 (the 1.0 on masked token 9 included, as verl's GRPO scores it).
+
+    ``name`` is ``beacon``, ``beacon_official``, ``beacon_ablation`` or ``gigpo``. For GiGPO a
+    turn's anchor state is its position in the dialogue (verl passes no observations) and its
+    step reward the sum of the rewards that belong to it: every reward belongs to the turn it
+    is in or follows (one before the first turn to the first turn); GiGPO discounts them into
+    step returns (``step_decay``), so with γ = 1 the first turn's return is R. Masks may be
+    bool, uint8, int32, int64 or float16/32/64 holding exactly 0 and 1. Each turn's advantage
+    is written over its tokens; every other token gets 0. Returns ``(advantages, returns)``,
+    one array twice (returns equal the advantages), shaped and typed like
+    ``token_level_rewards``; ``out`` as in :func:`estimate` (a pair, possibly one array twice).
     """
     caller = _Caller()
     rewards = caller.numpy(token_level_rewards, "token_level_rewards")
-    mask = caller.numpy(response_mask, "response_mask")
+    mask = _mask(caller.numpy(response_mask, "response_mask"))
     if rewards is None or mask is None:
         raise TypeError("token_level_rewards and response_mask are required")
     idx = _keys(caller, index, "index")

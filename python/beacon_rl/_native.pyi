@@ -29,8 +29,10 @@ def estimate(
     """Computes advantages and returns of estimator ``name`` into the two output arrays
     (float32 or float64, allocated by the caller; ``out_returns`` may be ``None`` when
     ``has_returns(name)`` is false, and only the advantages are written). Inputs:
-    float32/float64 values, bool/uint8/int64 masks (bool read as its bytes: only 0 and 1),
-    int64 or object keys (None and NaN refused), in any aligned layout. Outputs must have
+    float32/float64 values, bool/uint8/int64 masks read in place (bool read as its bytes:
+    only 0 and 1) or int32/float32/float64 masks converted once into a kept byte buffer (every
+    entry exactly 0 or 1, else ValueError naming row and token; ``beacon_rl`` passes float16 as
+    float32), int64 or object keys (None and NaN refused), in any aligned layout. Outputs must have
     distinct elements and share no memory with an input or each other. Releases the GIL
     while computing. Raises TypeError for unsupported dtypes, ValueError with the crate's
     message otherwise."""
@@ -45,7 +47,9 @@ def estimate_turns(
     response_mask: np.ndarray,
     index: np.ndarray,
 ) -> Tuple[int, int, int]:
-    """verl's multi-turn convention (see ``beacon_rl.estimate_turns``); returns
+    """verl's multi-turn convention (see ``beacon_rl.estimate_turns``: a row's outcome is its
+    whole reward sum, masked tokens included; non-finite rewards and rewards on rows without a
+    turn raise ValueError naming row and token), masks as for :func:`estimate`; returns
     ``(turns, milestones, empty_rows)``."""
 
 def output_shape(
@@ -54,7 +58,8 @@ def output_shape(
     token_level_rewards: Optional[npt.NDArray[np.floating]] = None,
     response_mask: Optional[np.ndarray] = None,
 ) -> Tuple[int, int]:
-    """The shape ``estimate`` writes: the mask's, else the rewards', else (rows, 1)."""
+    """The shape ``estimate`` writes: the mask's, else the rewards', else (rows, 1). The
+    mask's dtype is checked, its entries are not read."""
 
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus ``gigpo``,

@@ -6,16 +6,101 @@ Importing this module registers the crate's estimators with verl's own
 ``compute_advantage``.
 
 Names
-    - ``beacon``, ``beacon_official``, ``beacon_ablation``, ``gigpo``: the crate's step-level estimators, on verl's
-      multi-turn layout by the turn convention of :func:`beacon_rl.estimate_turns` (turns are
-      runs of ``response_mask == 1``; a positive reward on a turn's last token marks a
-      milestone; the reward on the last valid token is the outcome). A single-turn row is a
-      one-step trajectory.
-    - ``beacon_rl_<name>`` for verl's own estimators (``beacon_rl_grpo``, ``beacon_rl_rloo``,
-      ...): verl refuses to register a name it already has, so the crate's versions carry the
-      prefix ``beacon_rl_``. Only those verl feeds through its generic path are registered:
-      ``gae`` (verl passes no ``values`` there) and the optimal-token-baseline estimators
-      (verl passes ``sum_pi_squared`` only under its own names) are not.
+    - ``beacon``, ``beacon_official``, ``beacon_ablation``, ``gigpo``: the crate's step-level
+      estimators. On verl's layout (one dialogue per row) they read turns by the multi-turn
+      convention below; on verl-agent's layout (one row per step) they read the
+      ``traj_uid`` and milestone columns when verl passes ``non_tensor_batch``.
+    - ``beacon_rl_<name>`` for verl's own estimators: ``beacon_rl_grpo``,
+      ``beacon_rl_grpo_vectorized``, ``beacon_rl_grpo_passk``, ``beacon_rl_rloo``,
+      ``beacon_rl_rloo_vectorized``, ``beacon_rl_opo``, ``beacon_rl_gpg``,
+      ``beacon_rl_reinforce_plus_plus``, ``beacon_rl_reinforce_plus_plus_baseline``. verl
+      refuses to register a name it already has, hence the prefix. Each takes exactly the
+      keyword arguments of verl's function of that name, with verl's meaning (table below).
+    - Not registered, because a stock trainer cannot feed them under another name: ``gae``
+      (verl calls its own function directly, with ``values``), ``remax`` (verl computes
+      ``reward_baselines`` only when ``adv_estimator`` is ``remax``), ``gdpo`` (verl passes
+      ``non_tensor_batch`` and ``batch``, where ``gdpo_reward_keys`` are read, only to the
+      name ``gdpo``) and the optimal-token-baseline estimators (``sum_pi_squared`` is passed
+      only under their own names). :func:`beacon_rl.estimate` computes all of them from the
+      tensors directly.
+
+The multi-turn convention (one dialogue per row)
+    What verl's GRPO reads, read the same way:
+
+    - a row's **outcome** R(τ) is the sum of its ``token_level_rewards`` over the whole row,
+      masked tokens included (``token_level_rewards.sum(-1)``, as verl's GRPO takes a score);
+    - a **turn** is a maximal run of ``response_mask == 1`` and is one step;
+    - a turn other than the last whose **last token** carries a reward > 0 is a
+      **milestone** (the reward function's in-turn increment);
+    - no reward is dropped: a reward between turns, after the last turn, mid-turn or on any
+      masked token counts in the outcome, where verl counts it. A row without any turn but
+      with a nonzero reward has no token to credit and raises ``ValueError`` naming the row
+      and token; NaN or ±inf anywhere in ``token_level_rewards`` raises ``ValueError`` naming
+      the row and token;
+    - rows sharing an ``index`` key form a group; a row with no turn (and no reward) gets
+      zeros and joins no group. Each turn's advantage is written over its tokens; every other
+      token gets 0.
+
+    Worked example, one row of L = 10 (``|`` separates turns from tool / environment tokens)::
+
+        token               0    1    2  | 3    4  | 5    6  | 7    8    9
+        response_mask       1    1    1  | 0    0  | 1    1  | 0    0    0
+        token_level_rewards 0    0   0.5 | 0    0  | 0    0  | 0    0   1.0
+
+    Turns: tokens 0-2 and 5-6. Outcome R = 0.5 + 1.0 = 1.5 (verl's reward manager put the
+    score 1.0 on token 9, the last attended token, a masked environment token; verl's GRPO
+    scores this row 1.5 too). Turn 0 is a milestone (0.5 on its last token). GiGPO's step
+    reward of a turn is the sum of the rewards that belong to it: each reward belongs to the
+    turn it is in or follows (one before the first turn to the first), so turn 0 gets 0.5 and
+    turn 1 gets 1.0, which GiGPO discounts into step returns with ``algorithm.gamma``
+    (γ = 1: 1.5 and 1.0). GiGPO's anchor state of a turn is its position in the dialogue
+    (verl passes no observations).
+
+Parameters
+    verl passes ``config`` (the ``algorithm`` section). Besides the keywords in the table,
+    ``algorithm.beacon_rl`` (an optional mapping) holds the crate's own parameters (serde
+    field names) for the estimator in use, e.g. ``+algorithm.beacon_rl.segment_weight=0.5``;
+    they are explicit and take precedence over what the table derives, and
+    :func:`set_config` takes precedence over both. It also holds the column names the step
+    estimators read from ``non_tensor_batch``: ``milestone_key`` (default ``"milestone"``),
+    ``traj_key`` (``"traj_uid"``), ``anchor_key`` (``"anchor_obs"``) and
+    ``step_reward_key`` (``"rewards"``).
+
+    ======================================= =========================================================
+    registered name (verl's keywords)       meaning, as in verl 0.9.1
+    ======================================= =========================================================
+    beacon_rl_grpo (epsilon=1e-6,           ``epsilon``: added to the group std. Without the keyword,
+    norm_adv_by_std_in_grpo, config)        ``config.norm_adv_by_std_in_grpo`` (default True) is read:
+                                            verl's trainer passes that value to ``grpo``; the generic
+                                            path that calls ``beacon_rl_grpo`` does not.
+    beacon_rl_grpo_vectorized (epsilon=1e-6, ``config`` is not read, as in verl: verl's trainer never
+    norm_adv_by_std_in_grpo=True, config)   passes the keyword here, so it normalises by the std.
+                                            ``+algorithm.beacon_rl.norm=mean_only`` deviates
+                                            explicitly.
+    beacon_rl_grpo_passk (epsilon=1e-6,     ``config`` is required and its
+    norm_adv_by_std_in_grpo, config)        ``norm_adv_by_std_in_grpo`` (default True) decides; the
+                                            keyword is accepted and unused, as in verl.
+    beacon_rl_rloo, _rloo_vectorized, _opo  ``epsilon`` accepted and unused, as in verl.
+    (epsilon=1e-6, config)
+    beacon_rl_gpg (epsilon=1e-6,            ``f_norm``: divisor of every advantage. ``alpha`` and
+    f_norm=1.0, alpha=1.0, config)          ``epsilon`` accepted and unused (verl recomputes alpha as
+                                            rows / nonzero scores).
+    beacon_rl_reinforce_plus_plus (config)  ``config.gamma``: the per-token discount; ``config`` is
+                                            required, as in verl. ``index`` is accepted, unused.
+    beacon_rl_reinforce_plus_plus_baseline  ``epsilon`` accepted and unused, as in verl.
+    (epsilon=1e-6, config)
+    gigpo (index, config)                   ``config.gamma``: the step-return discount (verl-agent's
+                                            ``algorithm.gamma``); ``+algorithm.beacon_rl.step_decay``
+                                            deviates explicitly.
+    beacon, beacon_official, beacon_ablation only ``algorithm.beacon_rl``.
+    (index, config)
+    ======================================= =========================================================
+
+    Every function also accepts ``non_tensor_batch`` and ``batch``, which a verl that forwards
+    them to estimators passes (the outcome estimators do not read them, as verl's do not);
+    any other keyword raises ``TypeError`` naming it, where verl's functions with ``**kwargs``
+    would drop it. Empty batches give advantages of shape (0, L), as verl's do (verl's
+    batch-whitened ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` raise there).
 
 Getting the import into verl's processes
     verl's trainer loop runs inside a Ray actor (``TaskRunner``), not in the script that
@@ -32,14 +117,6 @@ Getting the import into verl's processes
     holds a plain ``str``; ``get_adv_estimator_fn`` looks the name up in the registry when
     advantages are computed), so the names above pass it; a name that is not registered fails
     there with verl's "Unknown advantage estimator".
-
-Parameters
-    verl passes ``config`` (the ``algorithm`` section). The registered functions read:
-    ``norm_adv_by_std_in_grpo`` (grpo family: ``mean_only`` when false), ``gamma``
-    (``reinforce_plus_plus``'s discount) and ``algorithm.beacon_rl`` (an optional mapping of
-    the crate's serde parameters for the estimator in use, e.g.
-    ``+algorithm.beacon_rl.segment_weight=0.5``), over which :func:`set_config` takes
-    precedence.
 """
 
 from __future__ import annotations
@@ -62,22 +139,20 @@ __all__ = [
 #: Prefix of the crate's versions of verl's own estimators.
 PREFIX = "beacon_rl_"
 
-# verl's estimators the crate registers (those verl's generic compute_advantage path can feed).
-_VERL_FED = (
-    "grpo",
-    "grpo_vectorized",
-    "grpo_passk",
-    "gdpo",
-    "rloo",
-    "rloo_vectorized",
-    "opo",
-    "gpg",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "remax",
-)
 _STEP = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
-_GRPO_FAMILY = ("grpo", "grpo_vectorized", "grpo_passk", "gdpo")
+
+#: Keys of ``algorithm.beacon_rl`` (and of :func:`set_config`) that name ``non_tensor_batch``
+#: columns for the step estimators, with their defaults; the rest are the crate's parameters.
+_COLUMN_KEYS = {
+    "milestone_key": "milestone",
+    "traj_key": "traj_uid",
+    "anchor_key": "anchor_obs",
+    "step_reward_key": "rewards",
+}
+
+#: What verl (its trainer, or a verl that forwards the batch to estimators) may pass besides
+#: the named arguments; the outcome estimators do not read them, as verl's own do not.
+_CONTEXT = ("non_tensor_batch", "batch")
 
 
 def _is_step(name: str) -> bool:
@@ -89,82 +164,273 @@ def _needs_milestones(name: str) -> bool:
     """The BEACON family reads one milestone flag per step."""
     return _is_step(name) and name != "gigpo"
 
+
 _log = logging.getLogger(__name__)
 _overrides: Dict[str, Dict[str, Any]] = {}
 _registered: Dict[str, str] = {}
 
 
 def set_config(name: str, params: Optional[Mapping[str, Any]]) -> None:
-    """Parameters (the crate's serde field names) for crate estimator ``name`` when verl calls
-    it, e.g. ``set_config("beacon", {"segment_weight": 0.5})``; ``None`` clears them. Checked
-    now: raises ``ValueError`` with the crate's message when invalid."""
+    """Parameters (the crate's serde field names, plus the column keys ``milestone_key``,
+    ``traj_key``, ``anchor_key``, ``step_reward_key``) for crate estimator ``name`` when verl
+    calls it, e.g. ``set_config("beacon", {"segment_weight": 0.5})``; ``None`` clears them.
+    Checked now: raises ``ValueError`` with the crate's message when invalid."""
     from . import validate
 
     if params is None:
         _overrides.pop(name, None)
         return
-    validate(name, params)
-    _overrides[name] = dict(params)
+    params = dict(params)
+    crate = dict(params)
+    _columns(crate)  # checks the column names and leaves the crate's parameters
+    validate(name, crate)
+    _overrides[name] = params
 
 
-def _config_for(name: str, config: Any) -> Optional[Dict[str, Any]]:
-    """The crate parameters for ``name`` from verl's ``algorithm`` config and set_config."""
-    params: Dict[str, Any] = {}
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` for a DictConfig, a verl dataclass config or a plain mapping."""
+    if config is None:
+        return default
+    try:
+        return config.get(key, default)
+    except AttributeError:
+        return getattr(config, key, default)
 
-    def get(key: str, default: Any = None) -> Any:
-        """``config[key]`` for a DictConfig, a verl dataclass config or a plain mapping."""
-        if config is None:
-            return default
-        try:
-            return config.get(key, default)
-        except AttributeError:
-            return getattr(config, key, default)
 
-    if name in _GRPO_FAMILY and get("norm_adv_by_std_in_grpo", True) is False:
-        params["norm"] = "mean_only"
-    if name == "reinforce_plus_plus" and get("gamma") is not None:
-        params["discount"] = float(get("gamma"))
-    extra = get("beacon_rl")
+def _columns(params: Dict[str, Any]) -> Dict[str, str]:
+    """Pops the column keys from ``params`` (defaults for those absent)."""
+    out = {}
+    for key, default in _COLUMN_KEYS.items():
+        value = params.pop(key, default)
+        if not isinstance(value, str):
+            raise TypeError(f"{key}: expected a column name (str), got {type(value).__name__}")
+        out[key] = value
+    return out
+
+
+def _params(name: str, derived: Dict[str, Any], config: Any) -> Tuple[Optional[Dict[str, Any]], Dict[str, str]]:
+    """The crate parameters for ``name`` (derived from verl's keywords, then
+    ``algorithm.beacon_rl``, then :func:`set_config`) and the step estimators' column names."""
+    params = dict(derived)
+    extra = _get(config, "beacon_rl")
     if extra:
         params.update({str(k): v for k, v in dict(extra).items()})
     params.update(_overrides.get(name, {}))
-    return params or None
+    columns = _columns(params)
+    return (params or None), columns
 
 
-def _make(name: str) -> Callable[..., Tuple[Any, Any]]:
-    """verl's registered-estimator signature around crate estimator ``name``."""
-    step = _is_step(name)
+def _refuse(fn: str, kwargs: Mapping[str, Any], allowed: Tuple[str, ...] = _CONTEXT) -> None:
+    """``TypeError`` naming the first keyword this function cannot honour (verl's own functions
+    with ``**kwargs`` drop them without a word)."""
+    for key in kwargs:
+        if key not in allowed:
+            raise TypeError(f"{fn}: unexpected keyword argument {key!r}: beacon-rl cannot honour it")
+
+
+def _require_config(fn: str, config: Any) -> None:
+    """``TypeError`` unless verl passed ``config`` (verl's function of that name asserts it)."""
+    if config is None:
+        raise TypeError(f"{fn}: config is required (verl's function of this name reads it)")
+
+
+def _grpo(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: float, norm: Any, config: Any, name: str) -> Tuple[Any, Any]:
+    """A GRPO-family estimator with verl's ``epsilon`` and normalisation flag."""
+    derived = {"std_eps": float(epsilon)}
+    if not norm:
+        derived["norm"] = "mean_only"
+    params, _ = _params(name, derived, config)
+    return estimate(name, token_level_rewards, response_mask, index, config=params)
+
+
+def _outcome(name: str, token_level_rewards: Any, response_mask: Any, index: Any, config: Any, derived: Optional[Dict[str, Any]] = None) -> Tuple[Any, Any]:
+    """An outcome estimator with the parameters verl's keywords derive (``derived``)."""
+    params, _ = _params(name, derived or {}, config)
+    return estimate(name, token_level_rewards, response_mask, index, config=params)
+
+
+def beacon_rl_grpo(
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: Optional[bool] = None,
+    config: Any = None,
+) -> Tuple[Any, Any]:
+    """verl's ``compute_grpo_outcome_advantage``, computed by the crate. Without
+    ``norm_adv_by_std_in_grpo``, ``config.norm_adv_by_std_in_grpo`` (default True) decides, as
+    verl's trainer decides for ``grpo``."""
+    norm = norm_adv_by_std_in_grpo
+    if norm is None:
+        norm = _get(config, "norm_adv_by_std_in_grpo", True)
+    return _grpo(token_level_rewards, response_mask, index, epsilon, norm, config, "grpo")
+
+
+def beacon_rl_grpo_vectorized(
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+) -> Tuple[Any, Any]:
+    """verl's ``compute_grpo_vectorized_outcome_advantage``: ``config`` does not change the
+    normalisation (as in verl); ``algorithm.beacon_rl.norm`` does, explicitly."""
+    return _grpo(token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo, config, "grpo_vectorized")
+
+
+def beacon_rl_grpo_passk(
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **kwargs: Any,
+) -> Tuple[Any, Any]:
+    """verl's ``compute_grpo_passk_outcome_advantage``: ``config`` is required and its
+    ``norm_adv_by_std_in_grpo`` decides (verl reads it in place of the keyword)."""
+    _refuse("beacon_rl_grpo_passk", kwargs)
+    _require_config("beacon_rl_grpo_passk", config)
+    norm = _get(config, "norm_adv_by_std_in_grpo", True)
+    return _grpo(token_level_rewards, response_mask, index, epsilon, norm, config, "grpo_passk")
+
+
+def beacon_rl_rloo(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: float = 1e-6, config: Any = None, **kwargs: Any) -> Tuple[Any, Any]:
+    """verl's ``compute_rloo_outcome_advantage`` (``epsilon`` unused, as in verl)."""
+    _refuse("beacon_rl_rloo", kwargs)
+    return _outcome("rloo", token_level_rewards, response_mask, index, config)
+
+
+def beacon_rl_rloo_vectorized(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: float = 1e-6, config: Any = None, **kwargs: Any) -> Tuple[Any, Any]:
+    """verl's ``compute_rloo_vectorized_outcome_advantage`` (``epsilon`` unused, as in verl)."""
+    _refuse("beacon_rl_rloo_vectorized", kwargs)
+    return _outcome("rloo_vectorized", token_level_rewards, response_mask, index, config)
+
+
+def beacon_rl_opo(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: float = 1e-6, config: Any = None, **kwargs: Any) -> Tuple[Any, Any]:
+    """verl's ``compute_opo_outcome_advantage`` (``epsilon`` unused, as in verl)."""
+    _refuse("beacon_rl_opo", kwargs)
+    return _outcome("opo", token_level_rewards, response_mask, index, config)
+
+
+def beacon_rl_gpg(
+    token_level_rewards: Any,
+    response_mask: Any,
+    index: Any,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    alpha: float = 1.0,
+    config: Any = None,
+    **kwargs: Any,
+) -> Tuple[Any, Any]:
+    """verl's ``compute_gpg_outcome_advantage``: ``f_norm`` divides every advantage;
+    ``alpha`` and ``epsilon`` are unused, as in verl (it recomputes alpha)."""
+    _refuse("beacon_rl_gpg", kwargs)
+    return _outcome("gpg", token_level_rewards, response_mask, index, config, {"f_norm": float(f_norm)})
+
+
+def beacon_rl_reinforce_plus_plus(token_level_rewards: Any, response_mask: Any, config: Any = None, **kwargs: Any) -> Tuple[Any, Any]:
+    """verl's ``compute_reinforce_plus_plus_outcome_advantage``: ``config.gamma`` is the
+    per-token discount and ``config`` is required, as in verl; ``index`` is unused."""
+    _refuse("beacon_rl_reinforce_plus_plus", kwargs, _CONTEXT + ("index",))
+    _require_config("beacon_rl_reinforce_plus_plus", config)
+    gamma = _get(config, "gamma")
+    if gamma is None:
+        raise TypeError("beacon_rl_reinforce_plus_plus: config.gamma is required (verl reads it)")
+    rows = np.arange(token_level_rewards.shape[0], dtype=np.int64)
+    return _outcome("reinforce_plus_plus", token_level_rewards, response_mask, rows, config, {"discount": float(gamma)})
+
+
+def beacon_rl_reinforce_plus_plus_baseline(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: float = 1e-6, config: Any = None, **kwargs: Any) -> Tuple[Any, Any]:
+    """verl's ``compute_reinforce_plus_plus_baseline_outcome_advantage`` (``epsilon`` unused,
+    as in verl)."""
+    _refuse("beacon_rl_reinforce_plus_plus_baseline", kwargs)
+    return _outcome("reinforce_plus_plus_baseline", token_level_rewards, response_mask, index, config)
+
+
+#: verl's estimators the crate registers, by verl name (those a stock trainer can feed).
+_VERL_FNS: Dict[str, Callable[..., Tuple[Any, Any]]] = {
+    "grpo": beacon_rl_grpo,
+    "grpo_vectorized": beacon_rl_grpo_vectorized,
+    "grpo_passk": beacon_rl_grpo_passk,
+    "rloo": beacon_rl_rloo,
+    "rloo_vectorized": beacon_rl_rloo_vectorized,
+    "opo": beacon_rl_opo,
+    "gpg": beacon_rl_gpg,
+    "reinforce_plus_plus": beacon_rl_reinforce_plus_plus,
+    "reinforce_plus_plus_baseline": beacon_rl_reinforce_plus_plus_baseline,
+}
+
+
+def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
+    """verl's registered-estimator signature around step estimator ``name``."""
 
     def adv_fn(
         token_level_rewards: Any,
         response_mask: Any,
         index: Any = None,
         config: Any = None,
-        **kwargs: Any,
+        non_tensor_batch: Optional[Mapping[str, Any]] = None,
+        batch: Any = None,
     ) -> Tuple[Any, Any]:
         if index is None:
             # verl passes `index` only when the batch has a uid; without one every row is
             # its own group.
             index = np.arange(token_level_rewards.shape[0], dtype=np.int64)
-        params = _config_for(name, config)
-        if step:
-            return estimate_turns(name, token_level_rewards, response_mask, index, config=params)
-        return estimate(
-            name,
-            token_level_rewards,
-            response_mask,
-            index,
-            reward_baselines=kwargs.get("reward_baselines"),
-            config=params,
-        )
+        derived: Dict[str, Any] = {}
+        if name == "gigpo" and _get(config, "gamma") is not None:
+            derived["step_decay"] = float(_get(config, "gamma"))
+        params, columns = _params(name, derived, config)
+        if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
+            # verl-agent's layout, one row per step: the columns it names.
+            kwargs = _step_columns(name, non_tensor_batch, columns)
+            return estimate(
+                name,
+                token_level_rewards,
+                response_mask,
+                index,
+                traj_index=non_tensor_batch[columns["traj_key"]],
+                config=params,
+                **kwargs,
+            )
+        return estimate_turns(name, token_level_rewards, response_mask, index, config=params)
 
     adv_fn.__name__ = f"beacon_rl_{name}_adv"
     adv_fn.__qualname__ = adv_fn.__name__
     adv_fn.__doc__ = (
         f"beacon-rl's `{name}` with verl's registered-estimator signature: "
-        "(token_level_rewards, response_mask, index, config) -> (advantages, returns)."
+        "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
+        "(advantages, returns). With `non_tensor_batch` holding the trajectory column (one row "
+        "per step), reads it and the milestone column; else one dialogue per row, by the "
+        "multi-turn convention of the module docstring."
     )
     return adv_fn
+
+
+def _step_columns(name: str, ntb: Mapping[str, Any], columns: Mapping[str, str]) -> Dict[str, Any]:
+    """The step estimators' per-row columns from ``non_tensor_batch`` (verl-agent's layout)."""
+    kwargs: Dict[str, Any] = {}
+    if _needs_milestones(name):
+        key = columns["milestone_key"]
+        if key not in ntb:
+            raise ValueError(f"non_tensor_batch has no milestone column {key!r}")
+        flags = np.asarray(ntb[key])
+        if flags.dtype not in (np.bool_, np.uint8, np.int64):
+            # Checked: astype(bool) would read 2, NaN or None as a flag.
+            flags = _flags(flags, f"non_tensor_batch[{key!r}]")
+        kwargs["milestones"] = flags
+    if name == "gigpo":
+        anchor_key, step_key = columns["anchor_key"], columns["step_reward_key"]
+        for key in (anchor_key, step_key):
+            if key not in ntb:
+                raise ValueError(f"non_tensor_batch has no column {key!r} (gigpo)")
+        kwargs["anchor_obs"] = ntb[anchor_key]
+        try:
+            kwargs["step_rewards"] = np.asarray(ntb[step_key], dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"non_tensor_batch[{step_key!r}]: expected numbers ({e})") from None
+    return kwargs
 
 
 def register() -> Dict[str, str]:
@@ -177,16 +443,17 @@ def register() -> Dict[str, str]:
     from verl.trainer.ppo import core_algos
 
     known = set(names())
-    wanted = {n: n for n in _STEP if n in known}
-    wanted.update({PREFIX + n: n for n in _VERL_FED if n in verl_names()})
-    for verl_name, crate_name in wanted.items():
+    wanted: Dict[str, Tuple[str, Callable[..., Tuple[Any, Any]]]] = {
+        n: (n, _make_step(n)) for n in _STEP if n in known
+    }
+    wanted.update({PREFIX + n: (n, fn) for n, fn in _VERL_FNS.items() if n in verl_names()})
+    for verl_name, (crate_name, fn) in wanted.items():
         if verl_name in _registered:
             continue
         existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(verl_name)
         if existing is not None and not getattr(existing, "__module__", "").startswith("beacon_rl"):
             _log.warning("beacon_rl: verl already has an estimator %r; not registering it", verl_name)
             continue
-        fn = _make(crate_name)
         if existing is not None:
             # A re-import of this module (e.g. importlib.reload): replace our own entry.
             core_algos.ADV_ESTIMATOR_REGISTRY.pop(verl_name)
@@ -268,24 +535,11 @@ def compute_step_advantages(
             )
         ):
             out = (a, r)
-    kwargs: Dict[str, Any] = {}
-    if _needs_milestones(name):
-        if milestone_key not in ntb:
-            raise ValueError(f"non_tensor_batch has no milestone column {milestone_key!r}")
-        flags = np.asarray(ntb[milestone_key])
-        if flags.dtype not in (np.bool_, np.uint8, np.int64):
-            # Checked: astype(bool) would read 2, NaN or None as a flag.
-            flags = _flags(flags, f"non_tensor_batch[{milestone_key!r}]")
-        kwargs["milestones"] = flags
-    if name == "gigpo":
-        for key in (anchor_key, step_reward_key):
-            if key not in ntb:
-                raise ValueError(f"non_tensor_batch has no column {key!r} (gigpo)")
-        kwargs["anchor_obs"] = ntb[anchor_key]
-        try:
-            kwargs["step_rewards"] = np.asarray(ntb[step_reward_key], dtype=np.float64)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"non_tensor_batch[{step_reward_key!r}]: expected numbers ({e})") from None
+    kwargs = _step_columns(
+        name,
+        ntb,
+        {"milestone_key": milestone_key, "anchor_key": anchor_key, "step_reward_key": step_reward_key},
+    )
     for key in (uid_key,) + ((traj_key,) if _is_step(name) else ()):
         if key not in ntb:
             raise ValueError(f"non_tensor_batch has no column {key!r}")

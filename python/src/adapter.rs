@@ -176,7 +176,7 @@ impl Floats2<'_> {
         }
     }
 
-    fn dim(&self) -> (usize, usize) {
+    pub fn dim(&self) -> (usize, usize) {
         match self {
             Floats2::F32(a) => a.dim(),
             Floats2::F64(a) => a.dim(),
@@ -187,6 +187,43 @@ impl Floats2<'_> {
         match self {
             Floats2::F32(a) => f64::from(a[[r, j]]),
             Floats2::F64(a) => a[[r, j]],
+        }
+    }
+
+    /// Calls `f(t, value)` for every nonzero reward of row `r`, in token order, in `f64`
+    /// (NaN and ±inf are nonzero: `f` sees them). No copy; a contiguous row is tested in
+    /// blocks of 64 tokens with one branch-free pass each (rewards are mostly zero), and only a
+    /// block holding a nonzero value is visited token by token.
+    fn for_each_nonzero(&self, r: usize, mut f: impl FnMut(usize, f64) -> Res<()>) -> Res<()> {
+        fn scan<T: Copy + Default + PartialEq + Into<f64>>(
+            row: ndarray::ArrayView1<'_, T>,
+            f: &mut impl FnMut(usize, f64) -> Res<()>,
+        ) -> Res<()> {
+            const BLOCK: usize = 64;
+            let zero = T::default();
+            let mut visit = |(t, &v): (usize, &T)| {
+                if v != zero {
+                    f(t, v.into())?;
+                }
+                Ok(())
+            };
+            let Some(s) = row.as_slice() else {
+                return row.iter().enumerate().try_for_each(&mut visit);
+            };
+            for (b, block) in s.chunks(BLOCK).enumerate() {
+                if block.iter().fold(false, |any, &v| any | (v != zero)) {
+                    let t0 = b * BLOCK;
+                    block
+                        .iter()
+                        .enumerate()
+                        .try_for_each(|(i, v)| visit((t0 + i, v)))?;
+                }
+            }
+            Ok(())
+        }
+        match self {
+            Floats2::F32(a) => scan(a.row(r), &mut f),
+            Floats2::F64(a) => scan(a.row(r), &mut f),
         }
     }
 
@@ -387,14 +424,12 @@ pub fn verl_names() -> &'static [&'static str] {
 
 /// The output shape `estimate` writes: the mask's (or rewards') shape, else one column per
 /// key (`rows`).
-pub fn output_dim(rewards: Option<&Floats2<'_>>, mask: Option<&Mask2<'_>>, rows: usize) -> (usize, usize) {
-    if let Some(m) = mask {
-        m.dim()
-    } else if let Some(r) = rewards {
-        r.dim()
-    } else {
-        (rows, 1)
-    }
+pub fn output_dim(
+    rewards: Option<(usize, usize)>,
+    mask: Option<(usize, usize)>,
+    rows: usize,
+) -> (usize, usize) {
+    mask.or(rewards).unwrap_or((rows, 1))
 }
 
 /// Checks every input's shape before anything is read: each rows × L matrix against
@@ -700,15 +735,18 @@ pub struct TurnStats {
 }
 
 /// verl's multi-turn layout: one dialogue per row. Turns are maximal runs of
-/// `response_mask == 1`; each is a step. The reward on the row's last valid token is the
-/// episode outcome R(τ); a turn other than the last whose last token carries a reward > 0 is a
-/// milestone. The estimator (`beacon`, `beacon_official`, `beacon_ablation` or `gigpo`) runs on the steps (grouped
-/// by `index`, one trajectory per row) and each turn's advantage is written over its tokens
+/// `response_mask == 1`; each is a step. A row's outcome R(τ) is the sum of all its token
+/// rewards, masked tokens included (what verl's GRPO reads as the row's score); a turn other
+/// than the last whose last token carries a reward > 0 is a milestone. The estimator
+/// (`beacon`, `beacon_official`, `beacon_ablation` or `gigpo`) runs on the steps (grouped by
+/// `index`, one trajectory per row) and each turn's advantage is written over its tokens
 /// (`token::spans_into`); every other token gets 0. Returns equal the advantages.
 ///
 /// GiGPO needs anchor states and step rewards, which verl does not pass: here a turn's anchor
-/// is its position in the dialogue and its step reward the sum of the rewards on turn ends from
-/// that turn on (the outcome included).
+/// is its position in the dialogue and its step reward the sum of the rewards that belong to it
+/// (those in the turn or after it, up to the next turn; those before the first turn belong to
+/// the first), which GiGPO discounts into step returns: with γ = 1 the first turn's return is
+/// R(τ).
 pub fn estimate_turns(
     est: &Estimator,
     rewards: &Floats2<'_>,
@@ -771,7 +809,7 @@ pub fn estimate_turns(
         let batch = rebuild(builder, batch, &t.keys, Some(&t.trajs), &t.outcome)?;
         let mut input = EstimatorInput::new(batch)
             .with_milestones(&t.flags)
-            .with_step_rewards(&t.to_go);
+            .with_step_rewards(&t.step_reward);
         if !anchors.is_empty() {
             input = input.with_anchor_obs(&anchors);
         }
@@ -799,12 +837,12 @@ struct Turns {
     /// One row of the mask as flags (L long), not a copy of the whole mask.
     row: Vec<bool>,
     /// Per turn: the row it came from (its trajectory), the row's group key, the outcome, the
-    /// milestone flag, the reward-to-go over turn ends, the position in the dialogue.
+    /// milestone flag, the turn's own rewards, the position in the dialogue.
     trajs: Vec<usize>,
     keys: Vec<i64>,
     outcome: Vec<f64>,
     flags: Vec<bool>,
-    to_go: Vec<f64>,
+    step_reward: Vec<f64>,
     pos: Vec<usize>,
     /// GiGPO's anchor of position k, "turn k", grown to the longest dialogue seen.
     labels: Vec<String>,
@@ -813,9 +851,15 @@ struct Turns {
 
 impl Turns {
     /// Finds the turns of every row and their per-turn columns.
+    ///
+    /// Every reward of a row is read: their sum is the row's outcome (verl's GRPO score,
+    /// masked tokens included), and each belongs to the turn it lies in or follows (one
+    /// before the first turn to the first): GiGPO's step reward of that turn. Nothing is
+    /// dropped: a nonzero reward on a row without a turn, and any non-finite reward, is an
+    /// error naming its row and token.
     fn read(&mut self, rewards: &Floats2<'_>, mask: &Mask2<'_>, index: Keys<'_>) -> Res<TurnStats> {
         let (rows, cols) = mask.dim();
-        for v in [&mut self.outcome, &mut self.to_go] {
+        for v in [&mut self.outcome, &mut self.step_reward] {
             v.clear();
         }
         self.spans.clear();
@@ -826,20 +870,6 @@ impl Turns {
         self.row.clear();
         self.row.resize(cols, false);
         let mut stats = TurnStats::default();
-        let reward = |r: usize, j: usize| {
-            let v = rewards.get(r, j);
-            // Every reward the convention reads must be a number (a NaN on a turn end would
-            // silently read as "no milestone").
-            if v.is_finite() {
-                Ok(v)
-            } else {
-                Err(beacon_rl::Error::NonFinite {
-                    what: "token_level_rewards",
-                    index: r * cols + j,
-                    value: v,
-                })
-            }
-        };
         for r in 0..rows {
             let first = self.spans.len();
             mask.row_into(r, &mut self.row);
@@ -862,32 +892,52 @@ impl Turns {
                 }
             }
             let turns = self.spans.len() - first;
+            // The row's outcome, and each turn's own rewards (GiGPO's step rewards).
+            self.step_reward.resize(first + turns, 0.0);
+            let mut total = 0.0;
+            let mut k = 0;
+            let (spans, step_reward) = (&self.spans, &mut self.step_reward);
+            rewards.for_each_nonzero(r, |t, v| {
+                if !v.is_finite() {
+                    return Err(Failure(format!(
+                        "token_level_rewards[{r}, {t}] = {v}: rewards must be finite"
+                    )));
+                }
+                if turns == 0 {
+                    return Err(Failure(format!(
+                        "token_level_rewards[{r}, {t}] = {v}: row {r} has no token in \
+                         response_mask, so no turn could be credited with this reward"
+                    )));
+                }
+                while k + 1 < turns && spans[first + k + 1].start <= t {
+                    k += 1;
+                }
+                step_reward[first + k] += v;
+                total += v;
+                Ok(())
+            })?;
+            if !f64::is_finite(total) {
+                return Err(Failure(format!(
+                    "token_level_rewards: the rewards of row {r} overflow their sum"
+                )));
+            }
             if turns == 0 {
                 stats.empty_rows += 1;
                 continue;
             }
-            let r_out = reward(r, self.spans[self.spans.len() - 1].end - 1)?;
             for k in 0..turns {
-                let end_reward = reward(r, self.spans[first + k].end - 1)?;
+                let end_reward = rewards.get(r, self.spans[first + k].end - 1);
                 let milestone = k + 1 < turns && end_reward > 0.0;
                 stats.milestones += usize::from(milestone);
                 self.trajs.push(r);
                 // A turn's group key is its row's.
                 self.keys.push(index.ids[r]);
-                self.outcome.push(r_out);
+                self.outcome.push(total);
                 self.flags.push(milestone);
-                self.to_go.push(end_reward);
                 self.pos.push(k);
             }
         }
         stats.turns = self.spans.len();
-        // Reward-to-go over turn ends, per trajectory (GiGPO's step reward under this
-        // convention): turn-end rewards summed from the last turn back.
-        for s in (0..self.to_go.len().saturating_sub(1)).rev() {
-            if self.trajs[s] == self.trajs[s + 1] {
-                self.to_go[s] += self.to_go[s + 1];
-            }
-        }
         Ok(stats)
     }
 

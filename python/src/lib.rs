@@ -2,12 +2,14 @@
 //!
 //! This file turns Python objects (numpy arrays, `None`) into borrowed views and calls
 //! `adapter`, the one module that talks to the `beacon-rl` crate. Inputs are read in place
-//! in the caller's dtype (`f32`/`f64` values, `bool`/`uint8`/`int64` masks, no conversion),
+//! in the caller's dtype (`f32`/`f64` values, `bool`/`uint8`/`int64` masks, no conversion;
+//! `int32` and float masks are converted once into bytes checked to be 0 or 1),
 //! outputs are written into arrays the caller allocated, and the GIL is released while the
 //! crate computes. The Python package (`beacon_rl/__init__.py`) wraps these functions for torch
 //! tensors and verl.
 
 mod adapter;
+mod mask;
 mod threads;
 
 use numpy::{
@@ -247,6 +249,9 @@ enum M2<'py> {
     Bool(PyReadonlyArray2<'py, bool>),
     U8(PyReadonlyArray2<'py, u8>),
     I64(PyReadonlyArray2<'py, i64>),
+    /// An `int32` or float mask (verl's `.float()` masks), as bytes checked to be 0 or 1, in
+    /// this thread's kept buffer.
+    Converted(ndarray::Array2<u8>),
 }
 
 impl M2<'_> {
@@ -255,6 +260,16 @@ impl M2<'_> {
             M2::Bool(a) => Mask2::U8(bool_bytes(a)),
             M2::U8(a) => Mask2::U8(a.as_array()),
             M2::I64(a) => Mask2::I64(a.as_array()),
+            M2::Converted(a) => Mask2::U8(a.view()),
+        }
+    }
+}
+
+impl Drop for M2<'_> {
+    /// Gives a converted mask's buffer back to this thread.
+    fn drop(&mut self) {
+        if let M2::Converted(a) = self {
+            mask::give_back(a);
         }
     }
 }
@@ -263,15 +278,49 @@ fn m2<'py>(what: &str, obj: Option<&Bound<'py, PyAny>>) -> PyResult<Option<M2<'p
     let Some(obj) = obj else { return Ok(None) };
     let obj = checked(what, obj)?;
     let e = borrow_err(what);
+    let py = obj.py();
     if let Ok(a) = obj.cast::<PyArray2<bool>>() {
         Ok(Some(M2::Bool(a.try_readonly().map_err(e)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<u8>>() {
         Ok(Some(M2::U8(a.try_readonly().map_err(e)?)))
     } else if let Ok(a) = obj.cast::<PyArray2<i64>>() {
         Ok(Some(M2::I64(a.try_readonly().map_err(e)?)))
+    } else if let Ok(a) = obj.cast::<PyArray2<i32>>() {
+        let a = a.try_readonly().map_err(e)?;
+        Ok(Some(M2::Converted(mask::convert(py, what, &a, 0, 1)?)))
+    } else if let Ok(a) = obj.cast::<PyArray2<f32>>() {
+        let a = a.try_readonly().map_err(e)?;
+        Ok(Some(M2::Converted(mask::convert(py, what, &a, 0.0, 1.0)?)))
+    } else if let Ok(a) = obj.cast::<PyArray2<f64>>() {
+        let a = a.try_readonly().map_err(e)?;
+        Ok(Some(M2::Converted(mask::convert(py, what, &a, 0.0, 1.0)?)))
     } else {
-        Err(type_error(what, "a 2-D bool, uint8 or int64 array", obj))
+        Err(type_error(
+            what,
+            "a 2-D bool, uint8, int32, int64, float16, float32 or float64 array",
+            obj,
+        ))
     }
+}
+
+/// The shape of a mask `m2` accepts, without reading (or converting) its entries.
+fn m2_dim(what: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(usize, usize)>> {
+    let Some(obj) = obj else { return Ok(None) };
+    let accepted = obj.cast::<PyArray2<bool>>().is_ok()
+        || obj.cast::<PyArray2<u8>>().is_ok()
+        || obj.cast::<PyArray2<i64>>().is_ok()
+        || obj.cast::<PyArray2<i32>>().is_ok()
+        || obj.cast::<PyArray2<f32>>().is_ok()
+        || obj.cast::<PyArray2<f64>>().is_ok();
+    if !accepted {
+        return Err(type_error(
+            what,
+            "a 2-D bool, uint8, int32, int64, float16, float32 or float64 array",
+            obj,
+        ));
+    }
+    let a = obj.cast::<PyUntypedArray>()?;
+    Ok(Some((a.shape()[0], a.shape()[1])))
 }
 
 enum M1<'py> {
@@ -613,14 +662,14 @@ fn output_shape<'py>(
     response_mask: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(usize, usize)> {
     let rewards = f2("token_level_rewards", token_level_rewards)?;
-    let mask = m2("response_mask", response_mask)?;
+    let mask = m2_dim("response_mask", response_mask)?;
     let rows = index
         .cast::<PyUntypedArray>()
         .map_err(|_| type_error("index", "a 1-D array", index))?
         .len();
     Ok(adapter::output_dim(
-        rewards.as_ref().map(F2::view).as_ref(),
-        mask.as_ref().map(M2::view).as_ref(),
+        rewards.as_ref().map(|r| r.view().dim()),
+        mask,
         rows,
     ))
 }

@@ -128,8 +128,8 @@ def test_errors_carry_the_crate_message():
         beacon_rl.estimate("ppo", REWARDS, MASK, UIDS)
     with pytest.raises(TypeError, match="float32 or float64"):
         beacon_rl.estimate("grpo", REWARDS.astype(np.int32), MASK, UIDS)
-    with pytest.raises(TypeError, match="bool, uint8 or int64"):
-        beacon_rl.estimate("grpo", REWARDS, MASK.astype(np.float32), UIDS)
+    with pytest.raises(TypeError, match="bool, uint8, int32, int64, float16, float32 or float64"):
+        beacon_rl.estimate("grpo", REWARDS, MASK.astype(np.int8), UIDS)
     with pytest.raises(TypeError, match="keys"):
         beacon_rl.estimate("grpo", REWARDS, MASK, np.zeros(4))
     with pytest.raises(ValueError, match="milestones"):

@@ -360,7 +360,7 @@ def test_non_finite_episode_rewards_are_named():
     "kw,exc,pattern",
     [
         (dict(token_level_rewards=REWARDS[0]), TypeError, "token_level_rewards: expected a 2-D"),
-        (dict(response_mask=MASK.astype(np.int32)), TypeError, "response_mask: expected a 2-D bool, uint8 or int64"),
+        (dict(response_mask=MASK.astype(np.int16)), TypeError, "response_mask: expected a 2-D bool, uint8, int32, int64, float16, float32 or float64"),
         (dict(response_mask=MASK.astype(np.uint64)), TypeError, "response_mask: expected"),
         (dict(token_level_rewards=REWARDS.astype(np.float16)), TypeError, "token_level_rewards: expected"),
         (dict(response_mask=MASK * 2), ValueError, r"response_mask\[0, 0\] = 2"),
@@ -368,7 +368,7 @@ def test_non_finite_episode_rewards_are_named():
         (dict(token_level_rewards=np.where(MASK == 1, np.nan, 0).astype(np.float32)), ValueError, "token_level_rewards at index 0"),
         (dict(index=np.zeros(4, dtype=np.float64)), TypeError, "index: expected integer, string or object keys"),
     ],
-    ids=["1-d", "int32-mask", "uint64-mask", "float16", "mask-2", "mask-minus-1", "nan", "float-keys"],
+    ids=["1-d", "int16-mask", "uint64-mask", "float16", "mask-2", "mask-minus-1", "nan", "float-keys"],
 )
 def test_wrong_dtypes_and_values_name_the_argument(kw, exc, pattern):
     args = dict(token_level_rewards=REWARDS, response_mask=MASK, index=UIDS)
@@ -378,8 +378,9 @@ def test_wrong_dtypes_and_values_name_the_argument(kw, exc, pattern):
 
 
 def test_empty_batches():
-    with pytest.raises(ValueError, match="empty batch"):
-        beacon_rl.estimate("grpo", REWARDS[:0], MASK[:0], UIDS[:0])
+    # Shape (0, L), as verl's estimators return for an empty batch.
+    adv, ret = beacon_rl.estimate("grpo", REWARDS[:0], MASK[:0], UIDS[:0])
+    assert adv.shape == (0, 3) and ret.shape == (0, 3)
     adv, ret = beacon_rl.estimate("grpo", REWARDS[:, :0], MASK[:, :0], UIDS)
     assert adv.shape == (4, 0) and ret.shape == (4, 0)
 
@@ -423,7 +424,7 @@ def test_turn_end_rewards_must_be_finite():
     # A NaN on the end of a turn other than the last was read as "no milestone".
     rewards = np.array([[0, np.nan, 0, 1.0]], dtype=np.float32)
     mask = np.array([[1, 1, 0, 1]])
-    with pytest.raises(ValueError, match=r"non-finite value NaN in token_level_rewards at index 1"):
+    with pytest.raises(ValueError, match=r"token_level_rewards\[0, 1\] = NaN: rewards must be finite"):
         beacon_rl.estimate_turns("beacon", rewards, mask, np.array([0]))
 
 

@@ -38,7 +38,7 @@ def test_verl_config_accepts_the_names():
 
 def multi_turn_batch():
     """Two prompts × 2 dialogues, L = 12. Turns are runs of mask 1; the reward on a turn's
-    last token (not the last turn) > 0 marks a milestone; the last valid token holds R."""
+    last token (not the last turn) > 0 marks a milestone; a row's outcome is its reward sum."""
     L = 12
     mask = torch.zeros(4, L, dtype=torch.int64)
     rewards = torch.zeros(4, L, dtype=torch.float32)
@@ -96,7 +96,10 @@ def test_verl_compute_advantage_runs_beacon_multi_turn(name):
         last[r] = e - 1
     steps_uid = np.array([uid[r] for r, _, _ in turns], dtype=object)
     traj = np.array([r for r, _, _ in turns])
-    outcome = np.array([float(rewards[r, last[r]]) for r, _, _ in turns])
+    # The outcome is the row's whole reward sum, as verl's GRPO scores it (milestone
+    # increments included).
+    outcome = np.array([float(rewards[r].sum()) for r, _, _ in turns])
+    assert outcome.tolist() == [2.0, 2.0, 2.0, 0.0, 0.0, 1.0, 1.0, 1.0]
     flags = np.array([bool(rewards[r, e - 1] > 0) and e - 1 != last[r] for r, s, e in turns])
     assert flags.tolist() == [True, False, False, False, False, True, False, False]
     step_adv, _ = beacon_rl.estimate(name, index=steps_uid, traj_index=traj, episode_rewards=outcome, milestones=flags)
