@@ -62,34 +62,36 @@ def available(method: Method) -> Optional[str]:
     return None
 
 
+def columns(method: Method, episodes: Sequence[Episode]) -> dict:
+    """The arguments of ``beacon_rl.estimate`` for ``method``: one row per step of ``episodes``."""
+    lengths = [len(e.chosen) for e in episodes]
+    rows = sum(lengths)
+    per_episode = {
+        "success": [float(e.success) for e in episodes],
+        "progress": [e.progress for e in episodes],
+    }
+    cols = {
+        "token_level_rewards": np.repeat(per_episode[method.score], lengths)[:, None],
+        "response_mask": np.ones((rows, 1), dtype=bool),
+        "index": np.repeat([e.game for e in episodes], lengths).astype(np.int64),
+        "traj_index": np.repeat(np.arange(len(episodes)), lengths).astype(np.int64),
+    }
+    flags = np.fromiter((m for e in episodes for m in e.milestones), dtype=bool, count=rows)
+    if method.milestones:
+        cols["milestones"] = flags
+    if method.step_rewards is not None:
+        # The game's reward in the sparse setting: 1 on the winning step (an episode's last).
+        reward = np.zeros(rows)
+        reward[np.cumsum(lengths) - 1] = per_episode["success"]
+        if method.step_rewards == "success+milestones":
+            reward = reward + flags
+        cols["step_rewards"] = reward
+        cols["anchor_obs"] = np.array([s for e in episodes for s in e.states], dtype=object)
+    return cols
+
+
 def advantages(method: Method, episodes: Sequence[Episode]) -> np.ndarray:
     """One advantage per step of ``episodes`` (in order), from the package."""
-    lengths = [len(e.chosen) for e in episodes]
-    index = np.repeat([e.game for e in episodes], lengths).astype(np.int64)
-    traj = np.repeat(np.arange(len(episodes)), lengths).astype(np.int64)
-    success = np.repeat([float(e.success) for e in episodes], lengths)
-    progress = np.repeat([e.progress for e in episodes], lengths)
-    score = progress if method.score == "progress" else success
-    rows = len(index)
-    kwargs = {}
-    if method.milestones:
-        kwargs["milestones"] = np.fromiter((m for e in episodes for m in e.milestones), dtype=bool, count=rows)
-    if method.step_rewards is not None:
-        win = np.zeros(rows)
-        ends = np.cumsum(lengths) - 1
-        win[ends] = [float(e.success) for e in episodes]
-        reward = win
-        if method.step_rewards == "success+milestones":
-            reward = win + np.fromiter((m for e in episodes for m in e.milestones), dtype=float, count=rows)
-        kwargs["step_rewards"] = reward
-        kwargs["anchor_obs"] = np.array([s for e in episodes for s in e.states], dtype=object)
-    adv, _ = beacon_rl.estimate(
-        method.estimator,
-        score[:, None],
-        np.ones((rows, 1), dtype=bool),
-        index,
-        traj_index=traj,
-        config=method.config,
-        **kwargs,
-    )
+    cols = columns(method, episodes)
+    adv, _ = beacon_rl.estimate(method.estimator, config=method.config, **cols)
     return np.asarray(adv[:, 0], dtype=np.float64)

@@ -40,17 +40,16 @@ LEVELS = (
     Level("1 room, 1 object", 1, 1, 10),
     Level("1 room, 2 objects", 1, 2, 15),
     Level("1 room, 3 objects", 1, 3, 20),
-    Level("2 rooms, 3 objects", 2, 3, 25),
 )
 FULL = RunConfig(
-    levels=LEVELS, iterations=60, games=4, group=8, learning_rate=0.0, entropy=0.01,
-    eval_every=10, eval_games=16, final_eval_games=40,
+    levels=LEVELS, iterations=45, games=4, group=8, learning_rate=0.0, entropy=0.01,
+    eval_every=15, eval_games=12, final_eval_games=30,
 )
 SMOKE = RunConfig(
     levels=LEVELS[:2], iterations=2, games=2, group=2, learning_rate=3e-3, entropy=0.01,
     eval_every=1, eval_games=2, final_eval_games=2,
 )
-LEARNING_RATES = (1e-3, 3e-3, 1e-2)
+LEARNING_RATES = (3e-3, 1e-2)
 SELECT_RUN_SEED = 100
 EVAL_RUN_SEEDS = (0, 1, 2, 3, 4)
 
@@ -95,7 +94,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory for summary.json and curves.svg")
     ap.add_argument("--smoke", action="store_true", help="a few iterations: checks that it runs")
-    ap.add_argument("--workers", type=int, default=2, help="training runs in parallel (default 2)")
+    ap.add_argument("--workers", type=int, default=3, help="training runs in parallel (default 3)")
     ap.add_argument("--learning-rate", type=float, help="skip the selection and use this rate")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
