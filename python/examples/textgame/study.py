@@ -42,8 +42,8 @@ LEVELS = (
     Level("1 room, 3 objects", 1, 3, 20),
 )
 FULL = RunConfig(
-    levels=LEVELS, iterations=45, games=4, group=8, learning_rate=0.0, entropy=0.01,
-    eval_every=15, eval_games=12, final_eval_games=30,
+    levels=LEVELS, iterations=30, games=4, group=8, learning_rate=0.0, entropy=0.01,
+    eval_every=10, eval_games=10, final_eval_games=20,
 )
 SMOKE = RunConfig(
     levels=LEVELS[:2], iterations=2, games=2, group=2, learning_rate=3e-3, entropy=0.01,
