@@ -11,8 +11,9 @@ with the same compute, evaluated on held-out games.
    method) and is evaluated on held-out games: unseen train-fold seeds (500..999) and the test
    fold (unseen seeds and objects).
 
-Writes ``summary.json`` (configuration, seeds, per-run curves and results, the table) and
-``curves.svg`` (held-out success against iteration, mean over seeds) to ``--out``.
+Writes ``summary.json`` (configuration, seeds, per-run curves and results, the table),
+``table.md`` (the tables in Markdown) and ``curves.svg`` (held-out success against iteration,
+mean over seeds) to ``--out``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from credit import METHODS, Method, available  # noqa: E402
 from game import Games, Level  # noqa: E402
 from train import HELD_OUT_SEEDS, SELECT_SEEDS, TEST_FOLD_SEEDS, RunConfig, RunResult, run  # noqa: E402
+import report  # noqa: E402
 import svg  # noqa: E402
 
 LEVELS = (
@@ -162,11 +164,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     svg.write_curves(os.path.join(args.out, "curves.svg"), results, [m.name for m in methods])
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(report.markdown(summary))
     print(f"\n{'method':<18} held-out greedy   held-out sampled  test-fold sampled")
     for name, row in table.items():
         cells = [row[k] for k in ("held_out/greedy", "held_out/sampled", "test_fold/sampled")]
         print(f"{name:<18} " + "  ".join(f"{c['mean']:.3f} ± {c['std']:.3f}  " for c in cells))
-    print(f"wrote {args.out}/summary.json and curves.svg in {elapsed:.0f} s", flush=True)
+    print(f"wrote {args.out}/summary.json, table.md and curves.svg in {elapsed:.0f} s", flush=True)
     return 0
 
 
