@@ -124,3 +124,6 @@ class Games:
 
     def close(self) -> None:
         self.env.close()
+        # The environment's finaliser would close it again at interpreter exit, when py4j's
+        # logging is already gone, and print a traceback.
+        self.env.close = lambda: None
