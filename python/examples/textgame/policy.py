@@ -5,7 +5,7 @@
 
 Words are hashed into ``game.VOCAB`` buckets, so an unseen word (a held-out game's new object)
 still has an embedding, untrained. About 1.1 M parameters at the default width, nearly all in
-the two embedding tables; a forward pass over one state is a few hundred microseconds on a CPU.
+the two embedding tables.
 """
 
 from __future__ import annotations

@@ -92,6 +92,22 @@ def _stats(xs: List[float]) -> dict:
     return {"mean": float(np.mean(xs)), "std": float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0, "runs": xs}
 
 
+def _table(methods: List[Method], results: List[RunResult], sets: dict, levels) -> dict:
+    """Per method: mean ± std over run seeds of each eval set × play mode (also per level)."""
+    table = {}
+    for m in methods:
+        rs = [r for r in results if r.method == m.name]
+        row = {}
+        for name in sets:
+            for mode in ("greedy", "sampled"):
+                row[f"{name}/{mode}"] = _stats([float(np.mean(list(r.final[name][mode].values()))) for r in rs])
+                for level in levels:
+                    row[f"{name}/{mode}/{level.name}"] = _stats([r.final[name][mode][level.name] for r in rs])
+        row["train_success_last_10"] = _stats([float(np.mean(r.train_success[-10:])) for r in rs])
+        table[m.name] = row
+    return table
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory for summary.json and curves.svg")
@@ -132,17 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"evaluation runs (seeds {list(seeds)}, lr {lr:g}):", flush=True)
     results = _run_all([(m, s, cfg, held_out) for m in methods for s in seeds], args.workers)
 
-    table = {}
-    for m in methods:
-        rs = [r for r in results if r.method == m.name]
-        row = {}
-        for name in held_out:
-            for mode in ("greedy", "sampled"):
-                row[f"{name}/{mode}"] = _stats([float(np.mean(list(r.final[name][mode].values()))) for r in rs])
-                for level in cfg.levels:
-                    row[f"{name}/{mode}/{level.name}"] = _stats([r.final[name][mode][level.name] for r in rs])
-        row["train_success_last_10"] = _stats([float(np.mean(r.train_success[-10:])) for r in rs])
-        table[m.name] = row
+    table = _table(methods, results, held_out, cfg.levels)
 
     elapsed = time.time() - start
     summary = {
