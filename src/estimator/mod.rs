@@ -28,6 +28,13 @@
 //! | `gae` | [`Gae`](gae::Gae) | [`gae`] |
 //! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`](optimal_baseline::OptimalTokenBaseline), [`TirOptimalTokenBaseline`](optimal_baseline::TirOptimalTokenBaseline) | [`optimal_baseline`] |
 //!
+//! Turn-level estimators (one value per turn of a multi-turn episode, on step rows or on
+//! verl's multi-turn rows, see `docs/turn-level.md`):
+//!
+//! | name | type | module |
+//! |---|---|---|
+//! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
+//!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
 //! [`estimate`](AdvantageEstimator::estimate) (fresh `f64` arrays),
@@ -191,6 +198,8 @@ pub mod optimal_baseline;
 pub mod reinforce;
 pub mod remax;
 pub mod rloo;
+pub mod step_reinforce;
+mod turns;
 mod whiten;
 
 mod config;

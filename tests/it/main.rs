@@ -31,6 +31,7 @@ mod numeric_edges;
 mod parity_beacon_official;
 mod parity_difflib;
 mod parity_gigpo;
+mod parity_step_reinforce;
 mod parity_verl;
 mod properties_baselines;
 mod properties_beacon;

@@ -1,0 +1,406 @@
+//! Turns: the unit of the turn-level estimators ([`step_reinforce`](super::step_reinforce)).
+//!
+//! A *turn* is one policy response inside a multi-turn episode. The turn-level estimators
+//! compute one value per turn and write it over the turn's tokens. They read turns from two
+//! layouts, told apart by whether `step_rewards` is given:
+//!
+//! - **Step rows** (`step_rewards` given): every row is one turn, as verl-agent and ROLL keep
+//!   agent batches. Row r's reward is `step_rewards[r]`; its tokens are its generated tokens
+//!   (`response_mask`). The rows of a trajectory are its turns in step order (the batch's
+//!   [`trajectory_rows`](crate::RolloutBatch::trajectory_rows)). `token_level_rewards` are not
+//!   read in this layout.
+//! - **Multi-turn token rows** (no `step_rewards`): verl's layout, one dialogue per row. The
+//!   turns of a row are its maximal runs of `response_mask == 1`. Turn k *owns* the tokens
+//!   after turn k − 1's last token up to its own last token; the row's first turn also owns
+//!   the tokens before it and its last turn the tokens after it. A turn's reward is the sum of
+//!   `token_level_rewards` over the tokens it owns, so every reward of a row is counted, in
+//!   exactly one turn, and the turn rewards of a row sum to the row's token sum (the score
+//!   verl's outcome estimators read). A row with no generated token has no turn; a nonzero
+//!   reward on such a row has nowhere to go and is refused ([`Error::Undefined`] naming the
+//!   row). When a trajectory has several rows, its turns are those of its rows in step order.
+//!
+//! ```text
+//! mask     0 0 1 1 0 0 1 1 1 0
+//! reward   0 0 0 .5 0 0 0 0 1 .2      -> turn 0 = tokens 2..4, reward 0.5
+//!                                        turn 1 = tokens 6..9, reward 1 + 0.2 (owns the tail)
+//! ```
+//!
+//! Every token outside a turn gets 0 in the output.
+
+use super::{float_row, mask_row, row_groups_into, EstimatorInput};
+use crate::error::{check_len, Error, Result};
+use crate::tensor::{overflows_f32, Float, FloatView, FloatViewMut, MaskView};
+use crate::RolloutBatch;
+
+/// The turn-level estimators' part of a [`Workspace`](super::Workspace).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TurnWorkspace {
+    pub(crate) turns: Turns,
+    pub(crate) a: Vec<f64>,
+    pub(crate) values: Vec<f64>,
+}
+
+/// A run of generated tokens `start..end` of caller row `row`, belonging to turn `turn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) row: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) turn: usize,
+}
+
+/// The turns of one batch, kept across calls so that a batch of a size seen before
+/// allocates nothing. Turn ids follow the caller's row order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Turns {
+    /// Token runs in row order (empty on the step path).
+    pub(crate) spans: Vec<Span>,
+    /// Reward of each turn.
+    pub(crate) reward: Vec<f64>,
+    /// Generated tokens of each turn.
+    pub(crate) tokens: Vec<usize>,
+    /// Group (the batch's uid group) of each turn.
+    pub(crate) group: Vec<usize>,
+    /// Turn ids trajectory-major, each trajectory's turns in step order.
+    pub(crate) order: Vec<usize>,
+    /// Offsets into `order`, one per trajectory plus one.
+    pub(crate) traj_offsets: Vec<usize>,
+    /// Each row's first turn id (length rows + 1).
+    row_turns: Vec<usize>,
+    row_group: Vec<usize>,
+    rbuf: Vec<f64>,
+    mbuf: Vec<u8>,
+}
+
+impl Turns {
+    /// Number of turns.
+    pub(crate) fn len(&self) -> usize {
+        self.reward.len()
+    }
+
+    /// The turns of trajectory `j`, in step order.
+    pub(crate) fn trajectory(&self, j: usize) -> &[usize] {
+        &self.order[self.traj_offsets[j]..self.traj_offsets[j + 1]]
+    }
+
+    fn clear(&mut self) {
+        self.spans.clear();
+        self.reward.clear();
+        self.tokens.clear();
+        self.row_turns.clear();
+    }
+
+    /// Step rows without a mask (the step path): turn r = row r, reward `rewards[r]`.
+    pub(crate) fn read_steps(&mut self, batch: &RolloutBatch, rewards: &[f64]) -> Result<()> {
+        check_len("step_rewards", batch.num_steps(), rewards.len())?;
+        check_step_rewards(rewards)?;
+        self.clear();
+        self.reward.extend_from_slice(rewards);
+        self.tokens.resize(rewards.len(), 1);
+        self.row_turns.extend(0..=rewards.len());
+        self.index(batch);
+        Ok(())
+    }
+
+    /// Reads the turns of `input` for the token path (see the [module docs](self)), with the
+    /// mask checked against the batch and the output's shape `dim`.
+    pub(crate) fn read_tokens(&mut self, input: &EstimatorInput<'_>, dim: (usize, usize)) -> Result<()> {
+        let rows = input.batch.num_steps();
+        match input.step_rewards {
+            Some(rewards) => {
+                check_len("step_rewards", rows, rewards.len())?;
+                let mask = input.checked_mask((rows, dim.1))?;
+                check_step_rewards(rewards)?;
+                self.clear();
+                self.reward.extend_from_slice(rewards);
+                self.tokens.resize(rows, 0);
+                self.read_runs(&mask, None)?;
+            }
+            None => {
+                let rewards = input
+                    .token_level_rewards
+                    .ok_or(Error::MissingInput("token_level_rewards"))?;
+                check_len("token_level_rewards rows", rows, rewards.dim().0)?;
+                let mask = input.checked_mask(rewards.dim())?;
+                self.clear();
+                self.read_runs(&mask, Some(&rewards))?;
+            }
+        }
+        self.index(input.batch);
+        Ok(())
+    }
+
+    /// One pass over the mask (and the rewards): the runs, and in the multi-turn layout one
+    /// turn per run with the rewards it owns.
+    fn read_runs(&mut self, mask: &MaskView<'_>, rewards: Option<&FloatView<'_>>) -> Result<()> {
+        let (rows, cols) = mask.dim();
+        self.mbuf.resize(cols, 0);
+        self.rbuf.resize(cols, 0.0);
+        for r in 0..rows {
+            if !mask_row(mask, r, &mut self.mbuf) {
+                return Err(mask.value_error());
+            }
+            self.row_turns.push(self.reward.len());
+            let first = self.reward.len();
+            if let Some(rw) = rewards {
+                float_row(rw, r, &mut self.rbuf);
+            }
+            let mut acc = 0.0;
+            let mut t = 0;
+            while t < cols {
+                if rewards.is_some() {
+                    acc += self.rbuf[t];
+                }
+                if self.mbuf[t] == 0 {
+                    t += 1;
+                    continue;
+                }
+                let start = t;
+                while t < cols && self.mbuf[t] != 0 {
+                    if rewards.is_some() && t > start {
+                        acc += self.rbuf[t];
+                    }
+                    t += 1;
+                }
+                let turn = match rewards {
+                    Some(_) => {
+                        self.reward.push(acc);
+                        self.tokens.push(t - start);
+                        acc = 0.0;
+                        self.reward.len() - 1
+                    }
+                    None => {
+                        self.tokens[r] += t - start;
+                        r
+                    }
+                };
+                self.spans.push(Span {
+                    row: r,
+                    start,
+                    end: t,
+                    turn,
+                });
+            }
+            if rewards.is_some() {
+                self.close_row(r, cols, first, acc)?;
+            }
+        }
+        self.row_turns.push(self.reward.len());
+        if rewards.is_none() {
+            // One turn per row: row r's turns are r..r + 1 whether or not it has tokens.
+            self.row_turns.clear();
+            self.row_turns.extend(0..=rows);
+        }
+        Ok(())
+    }
+
+    /// The end of row `r` in the multi-turn layout: the tail's rewards `acc` go to the row's
+    /// last turn; non-finite rewards and rewards on a row without turns are refused.
+    fn close_row(&mut self, r: usize, cols: usize, first: usize, acc: f64) -> Result<()> {
+        let last = self.reward.len();
+        if last > first {
+            self.reward[last - 1] += acc;
+        }
+        let sum: f64 = self.reward[first..last].iter().sum::<f64>() + if last > first { 0.0 } else { acc };
+        if !sum.is_finite() {
+            if let Some(t) = self.rbuf.iter().position(|x| !x.is_finite()) {
+                return Err(Error::NonFinite {
+                    what: "token_level_rewards",
+                    index: r * cols + t,
+                    value: self.rbuf[t],
+                });
+            }
+            return Err(Error::NonFinite {
+                what: "turn rewards (overflow)",
+                index: r,
+                value: sum,
+            });
+        }
+        if last == first {
+            if let Some(t) = self.rbuf.iter().position(|&x| x != 0.0) {
+                return Err(Error::Undefined(format!(
+                    "row {r} has no generated token but a reward {} on token {t}: no turn to credit it to",
+                    self.rbuf[t]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The trajectory order of the turns and each turn's group.
+    fn index(&mut self, batch: &RolloutBatch) {
+        row_groups_into(batch, &mut self.row_group);
+        self.group.clear();
+        self.group.resize(self.reward.len(), 0);
+        for r in 0..batch.num_steps() {
+            for k in self.row_turns[r]..self.row_turns[r + 1] {
+                self.group[k] = self.row_group[r];
+            }
+        }
+        self.order.clear();
+        self.traj_offsets.clear();
+        self.traj_offsets.push(0);
+        for j in 0..batch.num_trajectories() {
+            for &r in batch.trajectory_rows(j) {
+                self.order.extend(self.row_turns[r]..self.row_turns[r + 1]);
+            }
+            self.traj_offsets.push(self.order.len());
+        }
+    }
+
+    /// Writes `values[turn]` over every span of the turn and 0 on every other token.
+    ///
+    /// # Errors
+    /// [`Error::OutputShape`] when `out` is not rows × L of the mask read;
+    /// [`Error::NonFinite`] for a non-finite value, or one past `f32::MAX` into an `f32`
+    /// buffer (naming the turn's first token).
+    pub(crate) fn write(&self, values: &[f64], out: &mut FloatViewMut<'_>) -> Result<()> {
+        for s in &self.spans {
+            let v = values[s.turn];
+            let f32_out = matches!(out, FloatViewMut::F32(_));
+            if !v.is_finite() || (f32_out && overflows_f32(v)) {
+                return Err(Error::NonFinite {
+                    what: if v.is_finite() {
+                        "advantages (overflows f32)"
+                    } else {
+                        "advantages"
+                    },
+                    index: s.row * out.dim().1 + s.start,
+                    value: v,
+                });
+            }
+        }
+        match out {
+            FloatViewMut::F32(o) => write_rows(&self.spans, values, o),
+            FloatViewMut::F64(o) => write_rows(&self.spans, values, o),
+        }
+        Ok(())
+    }
+}
+
+fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::ArrayViewMut2<'_, T>) {
+    let mut s = spans.iter().peekable();
+    for (r, mut row) in out.rows_mut().into_iter().enumerate() {
+        match row.as_slice_mut() {
+            Some(o) => {
+                o.fill(T::ZERO);
+                while let Some(sp) = s.next_if(|sp| sp.row == r) {
+                    o[sp.start..sp.end].fill(T::from_f64(values[sp.turn]));
+                }
+            }
+            None => {
+                row.fill(T::ZERO);
+                while let Some(sp) = s.next_if(|sp| sp.row == r) {
+                    let v = T::from_f64(values[sp.turn]);
+                    for t in sp.start..sp.end {
+                        row[t] = v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_step_rewards(rewards: &[f64]) -> Result<()> {
+    crate::error::check_finite("step_rewards", rewards)
+}
+
+/// Mean and unbiased standard deviation of `values[k]` over the turns `k` in `turns`, in one
+/// two-pass computation: (μ, σ), σ NaN for fewer than 2 turns (as `torch.std`).
+pub(crate) fn mean_std(values: &[f64], turns: impl Iterator<Item = usize> + Clone) -> (f64, f64) {
+    let (mut n, mut sum) = (0usize, 0.0);
+    for k in turns.clone() {
+        n += 1;
+        sum += values[k];
+    }
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = sum / n as f64;
+    if n < 2 {
+        return (mean, f64::NAN);
+    }
+    let ss: f64 = turns.map(|k| (values[k] - mean) * (values[k] - mean)).sum();
+    (mean, (ss / (n - 1) as f64).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    #[test]
+    fn turns_own_the_rewards_between_them() {
+        // The module's example: rewards 0.5 (turn 0's last token), 1 and 0.2 after turn 1.
+        let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        let mask = array![[0u8, 0, 1, 1, 0, 0, 1, 1, 1, 0]];
+        let rewards = array![[0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 1.0, 0.2]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        let mut t = Turns::default();
+        t.read_tokens(&input, (1, 10)).unwrap();
+        assert_eq!(t.reward, vec![0.5, 1.2]);
+        assert_eq!(t.tokens, vec![2, 3]);
+        assert_eq!(t.order, vec![0, 1]);
+        assert_eq!(
+            t.spans,
+            vec![
+                Span { row: 0, start: 2, end: 4, turn: 0 },
+                Span { row: 0, start: 6, end: 9, turn: 1 }
+            ]
+        );
+        let mut out = ndarray::Array2::<f32>::from_elem((1, 10), f32::NAN);
+        t.write(&[2.0, -1.0], &mut (&mut out).into()).unwrap();
+        assert_eq!(out, array![[0.0, 0.0, 2.0, 2.0, 0.0, 0.0, -1.0, -1.0, -1.0, 0.0]]);
+    }
+
+    #[test]
+    fn a_reward_without_a_turn_is_refused() {
+        let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2]).unwrap();
+        let mask = array![[true, false], [false, false]];
+        let rewards = array![[1.0, 0.0], [0.0, 0.3]];
+        let input = EstimatorInput::new(&batch)
+            .with_token_level_rewards(&rewards)
+            .with_response_mask(&mask);
+        let err = Turns::default().read_tokens(&input, (2, 2)).unwrap_err();
+        assert!(matches!(err, Error::Undefined(ref m) if m.starts_with("row 1 ")), "{err}");
+        let nan = array![[1.0, f64::NAN], [0.0, 0.0]];
+        let input = input.with_token_level_rewards(&nan);
+        assert!(matches!(
+            Turns::default().read_tokens(&input, (2, 2)),
+            Err(Error::NonFinite { index: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn step_rows_are_one_turn_each_in_step_order() {
+        // Trajectory a = rows 0, 2; b = row 1.
+        let batch = RolloutBatch::from_row_keys(&["u"; 3], &["a", "b", "a"], &[0.0; 3]).unwrap();
+        let mask = array![[1i64, 0, 1], [0, 0, 0], [1, 1, 0]];
+        let steps = [0.1, 0.2, 0.3];
+        let input = EstimatorInput::new(&batch)
+            .with_step_rewards(&steps)
+            .with_response_mask(&mask);
+        let mut t = Turns::default();
+        t.read_tokens(&input, (3, 3)).unwrap();
+        assert_eq!(t.trajectory(0), &[0, 2]);
+        assert_eq!(t.trajectory(1), &[1]);
+        assert_eq!(t.tokens, vec![2, 0, 2]);
+        let bad = array![[1i64, 0, 2], [0, 0, 0], [1, 1, 0]];
+        assert!(matches!(
+            t.read_tokens(&input.with_response_mask(&bad), (3, 3)),
+            Err(Error::MaskValue { row: 0, token: 2, value: 2 })
+        ));
+    }
+
+    #[test]
+    fn mean_std_is_torch_std() {
+        let v = [1.0, 2.0, 4.0];
+        let (m, s) = mean_std(&v, 0..3);
+        assert!((m - 7.0 / 3.0).abs() < 1e-15);
+        // Σ (v − μ)² = 16/9 + 1/9 + 25/9 = 42/9; / 2 = 7/3.
+        assert!((s - (7.0f64 / 3.0).sqrt()).abs() < 1e-15);
+        assert!(mean_std(&v, 0..1).1.is_nan());
+    }
+}
