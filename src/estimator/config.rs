@@ -49,7 +49,7 @@ macro_rules! registry {
 
             /// Every bare name [`FromStr`] accepts, in declaration order:
             /// [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`, `beacon_official`,
-            /// `step_reinforce` and `beacon_ablation` (which also parses with an ablation,
+            /// `step_reinforce`, `mt_grpo` and `beacon_ablation` (which also parses with an ablation,
             /// `beacon:milestone_dropout=0.5`).
             ///
             /// ```
@@ -95,7 +95,7 @@ registry! {
     /// verl's string; parameter structs default to verl's values. [`build`](Self::build)
     /// validates the parameters and returns a boxed estimator. Besides verl's estimators it
     /// holds the crate's own (`gigpo`, `beacon`, `beacon_official`, `beacon_ablation`) and the
-    /// turn-level estimators (`step_reinforce`). The
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`). The
     /// enum is `#[non_exhaustive]`: more estimators may join it.
     ///
     /// ```
@@ -175,6 +175,9 @@ registry! {
         /// them ([`StepReinforce`](step_reinforce::StepReinforce)). Omitted fields take
         /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
         StepReinforce(step_reinforce::StepReinforceConfig = step_reinforce::StepReinforceConfig::roll()) => "step_reinforce";
+        /// `mt_grpo`: multi-turn GRPO with turn-level advantages ([`MtGrpo`](mt_grpo::MtGrpo)).
+        /// Omitted fields take [`MtGrpoConfig::authors`](mt_grpo::MtGrpoConfig::authors).
+        MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::authors()) => "mt_grpo";
     }
 }
 
@@ -227,6 +230,7 @@ impl EstimatorConfig {
             }
             Self::BeaconAblation(c) => c.validate(),
             Self::StepReinforce(c) => c.validate(),
+            Self::MtGrpo(c) => c.validate(),
         }
     }
 
@@ -264,6 +268,7 @@ impl EstimatorConfig {
             }
             Self::BeaconAblation(c) => Box::new(crate::ablation::BeaconAblation::new(*c)?),
             Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
+            Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
         })
     }
 }
@@ -319,7 +324,7 @@ mod tests {
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
-        assert_eq!(EstimatorConfig::NAMES.len(), 19);
+        assert_eq!(EstimatorConfig::NAMES.len(), 20);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         // Every name parses to the variant whose name(), Display and built estimator say it.

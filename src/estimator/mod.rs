@@ -34,6 +34,7 @@
 //! | name | type | module |
 //! |---|---|---|
 //! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
+//! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -198,6 +199,7 @@ pub mod optimal_baseline;
 pub mod reinforce;
 pub mod remax;
 pub mod rloo;
+pub mod mt_grpo;
 pub mod step_reinforce;
 mod turns;
 mod whiten;

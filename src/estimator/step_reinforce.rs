@@ -46,8 +46,8 @@
 //! the returns equal the advantages. ROLL groups by any column (`tags`, ...); the crate by
 //! the batch's groups or the whole batch.
 
-use super::turns::{mean_std, Turns};
-use super::{check_steps_out, AdvantageEstimator, EstimatorInput, Workspace};
+use super::turns::{TurnWorkspace, Turns};
+use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use crate::error::{Error, Range, Result};
 use crate::tensor::FloatViewMut;
 
@@ -221,9 +221,25 @@ impl StepReinforce {
         &self.config
     }
 
-    /// The normalised, clipped value of every turn into `values` (one per turn).
-    fn turn_values(&self, t: &Turns, returns: &mut Vec<f64>, values: &mut Vec<f64>) {
+    /// Reads the turns of the token path and computes every turn's final value.
+    fn prepare(&self, input: &EstimatorInput<'_>, ws: &mut TurnWorkspace) -> Result<()> {
+        ws.turns.read_tokens(input, input.output_dim())?;
+        self.turn_values(ws);
+        self.finish_tokens(&ws.turns, &mut ws.values);
+        Ok(())
+    }
+
+    /// The normalised, clipped value of every turn into `ws.values` (one per turn).
+    fn turn_values(&self, ws: &mut TurnWorkspace) {
         let c = &self.config;
+        let TurnWorkspace {
+            turns: t,
+            a: returns,
+            values,
+            batch_stats,
+            set_stats,
+            ..
+        } = ws;
         returns.clear();
         returns.resize(t.len(), 0.0);
         for j in 0..t.traj_offsets.len() - 1 {
@@ -233,47 +249,40 @@ impl StepReinforce {
                 returns[k] = g;
             }
         }
-        values.clear();
-        values.resize(t.len(), 0.0);
-        let all = 0..t.len();
-        let (batch_mean, batch_std) = mean_std(returns, all.clone());
-        let sets = match c.grouping {
-            Grouping::Batch => 1,
-            Grouping::Group => t.group.iter().max().map_or(0, |&g| g + 1),
-        };
-        for s in 0..sets {
-            let in_set = |k: &usize| c.grouping == Grouping::Batch || t.group[*k] == s;
-            let members = all.clone().filter(in_set);
-            let n = members.clone().count();
-            if n == 0 {
-                continue;
+        batch_stats.compute(returns, None, 1);
+        let by_group = c.grouping == Grouping::Group;
+        let set = by_group.then_some(&t.group[..]);
+        let sets = match set {
+            Some(_) => {
+                set_stats.compute(returns, set, t.num_groups);
+                &*set_stats
             }
-            let (set_mean, set_std) = match (c.norm_mean, c.norm_std) {
-                (Some(NormScope::Group), _) | (_, Some(NormScope::Group)) => mean_std(returns, members.clone()),
-                _ => (0.0, 0.0),
-            };
+            None => &*batch_stats,
+        };
+        values.clear();
+        values.extend(returns.iter().enumerate().map(|(k, &g)| {
+            let s = if by_group { t.group[k] } else { 0 };
             let mean = match c.norm_mean {
-                Some(NormScope::Batch) => batch_mean,
-                Some(NormScope::Group) => set_mean,
+                Some(NormScope::Batch) => batch_stats.mean[0],
+                Some(NormScope::Group) => sets.mean[s],
                 None => 0.0,
             };
             let std = match c.norm_std {
-                Some(NormScope::Batch) => Some(batch_std),
-                Some(NormScope::Group) => Some(set_std),
+                Some(NormScope::Batch) => Some(batch_stats.std[0]),
+                Some(NormScope::Group) => Some(sets.std[s]),
                 None => None,
             };
-            for k in members {
-                let v = match std {
-                    Some(s) if n > 1 && s.abs() > 1e-6 => (returns[k] - mean) / (s + 1e-6),
-                    Some(_) => 0.0,
-                    None => returns[k] - mean,
-                };
-                values[k] = match c.reward_clip {
-                    Some(clip) => v.clamp(-clip, clip),
-                    None => v,
-                };
+            // ROLL's guard: σ is used only for a set of more than one turn with |σ| > 1e-6.
+            let v = match std {
+                Some(sd) if sets.n[s] > 1 && sd.abs() > 1e-6 => (g - mean) / (sd + 1e-6),
+                Some(_) => 0.0,
+                None => g - mean,
+            };
+            match c.reward_clip {
+                Some(clip) => v.clamp(-clip, clip),
+                None => v,
             }
-        }
+        }));
     }
 
     /// Batch whitening over the generated tokens (each turn's value counted once per token),
@@ -314,20 +323,30 @@ impl AdvantageEstimator for StepReinforce {
         returns: Option<FloatViewMut<'_>>,
         workspace: &mut Workspace,
     ) -> Result<()> {
-        let ws = &mut workspace.turns;
-        ws.turns.read_tokens(input, advantages.dim())?;
+        self.prepare(input, &mut workspace.turns)?;
         let dim = input.output_dim();
         advantages.check_dim("advantages", dim)?;
         if let Some(r) = &returns {
             r.check_dim("returns", dim)?;
         }
-        self.turn_values(&ws.turns, &mut ws.a, &mut ws.values);
-        self.finish_tokens(&ws.turns, &mut ws.values);
+        let ws = &workspace.turns;
         ws.turns.write(&ws.values, &mut advantages)?;
         if let Some(mut r) = returns {
             ws.turns.write(&ws.values, &mut r)?;
         }
         Ok(())
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        // The inputs are read and checked before the output is allocated.
+        let mut ws = TurnWorkspace::default();
+        self.prepare(input, &mut ws)?;
+        let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
+        ws.turns.write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
+        Ok(Advantages {
+            advantages,
+            returns: None,
+        })
     }
 
     fn estimate_steps_into(
@@ -348,7 +367,7 @@ impl AdvantageEstimator for StepReinforce {
         let rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
         let ws = &mut workspace.turns;
         ws.turns.read_steps(input.batch, rewards)?;
-        self.turn_values(&ws.turns, &mut ws.a, &mut ws.values);
+        self.turn_values(ws);
         self.finish_tokens(&ws.turns, &mut ws.values);
         crate::error::check_finite("advantages", &ws.values)?;
         advantages.copy_from_slice(&ws.values);

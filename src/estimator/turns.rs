@@ -1,4 +1,5 @@
-//! Turns: the unit of the turn-level estimators ([`step_reinforce`](super::step_reinforce)).
+//! Turns: the unit of the turn-level estimators ([`step_reinforce`](super::step_reinforce),
+//! [`mt_grpo`](super::mt_grpo)).
 //!
 //! A *turn* is one policy response inside a multi-turn episode. The turn-level estimators
 //! compute one value per turn and write it over the turn's tokens. They read turns from two
@@ -37,7 +38,14 @@ use crate::RolloutBatch;
 pub(crate) struct TurnWorkspace {
     pub(crate) turns: Turns,
     pub(crate) a: Vec<f64>,
+    pub(crate) b: Vec<f64>,
     pub(crate) values: Vec<f64>,
+    pub(crate) batch_stats: SetStats,
+    pub(crate) set_stats: SetStats,
+    pub(crate) traj_stats: SetStats,
+    pub(crate) n: Vec<usize>,
+    pub(crate) s1: Vec<f64>,
+    pub(crate) s2: Vec<f64>,
 }
 
 /// A run of generated tokens `start..end` of caller row `row`, belonging to turn `turn`.
@@ -65,6 +73,10 @@ pub(crate) struct Turns {
     pub(crate) order: Vec<usize>,
     /// Offsets into `order`, one per trajectory plus one.
     pub(crate) traj_offsets: Vec<usize>,
+    /// Number of groups of the batch.
+    pub(crate) num_groups: usize,
+    /// Group of each trajectory.
+    pub(crate) traj_group: Vec<usize>,
     /// Each row's first turn id (length rows + 1).
     row_turns: Vec<usize>,
     row_group: Vec<usize>,
@@ -76,6 +88,11 @@ impl Turns {
     /// Number of turns.
     pub(crate) fn len(&self) -> usize {
         self.reward.len()
+    }
+
+    /// Number of trajectories.
+    pub(crate) fn num_trajectories(&self) -> usize {
+        self.traj_offsets.len() - 1
     }
 
     /// The turns of trajectory `j`, in step order.
@@ -134,6 +151,23 @@ impl Turns {
     /// turn per run with the rewards it owns.
     fn read_runs(&mut self, mask: &MaskView<'_>, rewards: Option<&FloatView<'_>>) -> Result<()> {
         let (rows, cols) = mask.dim();
+        if let (MaskView::Lengths { lengths, .. }, None) = (mask, rewards) {
+            // Step rows under per-row lengths: one run per row, no column buffer (a claimed L
+            // is not data in memory).
+            for (r, &n) in lengths.iter().enumerate() {
+                self.tokens[r] = n;
+                if n > 0 {
+                    self.spans.push(Span {
+                        row: r,
+                        start: 0,
+                        end: n,
+                        turn: r,
+                    });
+                }
+            }
+            self.row_turns.extend(0..=rows);
+            return Ok(());
+        }
         self.mbuf.resize(cols, 0);
         self.rbuf.resize(cols, 0.0);
         for r in 0..rows {
@@ -230,12 +264,17 @@ impl Turns {
     /// The trajectory order of the turns and each turn's group.
     fn index(&mut self, batch: &RolloutBatch) {
         row_groups_into(batch, &mut self.row_group);
+        self.num_groups = batch.num_groups();
         self.group.clear();
         self.group.resize(self.reward.len(), 0);
         for r in 0..batch.num_steps() {
             for k in self.row_turns[r]..self.row_turns[r + 1] {
                 self.group[k] = self.row_group[r];
             }
+        }
+        self.traj_group.clear();
+        for g in 0..batch.num_groups() {
+            self.traj_group.extend(batch.group_trajectories(g).map(|_| g));
         }
         self.order.clear();
         self.traj_offsets.clear();
@@ -305,23 +344,43 @@ fn check_step_rewards(rewards: &[f64]) -> Result<()> {
     crate::error::check_finite("step_rewards", rewards)
 }
 
-/// Mean and unbiased standard deviation of `values[k]` over the turns `k` in `turns`, in one
-/// two-pass computation: (μ, σ), σ NaN for fewer than 2 turns (as `torch.std`).
-pub(crate) fn mean_std(values: &[f64], turns: impl Iterator<Item = usize> + Clone) -> (f64, f64) {
-    let (mut n, mut sum) = (0usize, 0.0);
-    for k in turns.clone() {
-        n += 1;
-        sum += values[k];
+/// Per-set count, mean and unbiased standard deviation of per-turn values, in two passes
+/// over the turns (no pass per set): σ is NaN for a set of fewer than 2 turns, as
+/// `torch.std`, and μ NaN for an empty set.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SetStats {
+    pub(crate) n: Vec<usize>,
+    pub(crate) mean: Vec<f64>,
+    pub(crate) std: Vec<f64>,
+}
+
+impl SetStats {
+    /// Statistics of `values[k]` over the sets `set[k]` (`sets` of them), or over one set
+    /// holding every turn when `set` is `None`.
+    pub(crate) fn compute(&mut self, values: &[f64], set: Option<&[usize]>, sets: usize) {
+        let sets = if set.is_some() { sets } else { 1 };
+        let of = |k: usize| set.map_or(0, |s| s[k]);
+        self.n.clear();
+        self.n.resize(sets, 0);
+        self.mean.clear();
+        self.mean.resize(sets, 0.0);
+        self.std.clear();
+        self.std.resize(sets, 0.0);
+        for (k, &v) in values.iter().enumerate() {
+            self.n[of(k)] += 1;
+            self.mean[of(k)] += v;
+        }
+        for (m, &n) in self.mean.iter_mut().zip(&self.n) {
+            *m = if n == 0 { f64::NAN } else { *m / n as f64 };
+        }
+        for (k, &v) in values.iter().enumerate() {
+            let d = v - self.mean[of(k)];
+            self.std[of(k)] += d * d;
+        }
+        for (s, &n) in self.std.iter_mut().zip(&self.n) {
+            *s = if n < 2 { f64::NAN } else { (*s / (n - 1) as f64).sqrt() };
+        }
     }
-    if n == 0 {
-        return (f64::NAN, f64::NAN);
-    }
-    let mean = sum / n as f64;
-    if n < 2 {
-        return (mean, f64::NAN);
-    }
-    let ss: f64 = turns.map(|k| (values[k] - mean) * (values[k] - mean)).sum();
-    (mean, (ss / (n - 1) as f64).sqrt())
 }
 
 #[cfg(test)]
@@ -395,12 +454,17 @@ mod tests {
     }
 
     #[test]
-    fn mean_std_is_torch_std() {
-        let v = [1.0, 2.0, 4.0];
-        let (m, s) = mean_std(&v, 0..3);
-        assert!((m - 7.0 / 3.0).abs() < 1e-15);
+    fn set_stats_are_torch_mean_and_std() {
+        let v = [1.0, 2.0, 4.0, 7.0];
+        let mut st = SetStats::default();
+        st.compute(&v[..3], None, 5);
+        assert!((st.mean[0] - 7.0 / 3.0).abs() < 1e-15);
         // Σ (v − μ)² = 16/9 + 1/9 + 25/9 = 42/9; / 2 = 7/3.
-        assert!((s - (7.0f64 / 3.0).sqrt()).abs() < 1e-15);
-        assert!(mean_std(&v, 0..1).1.is_nan());
+        assert!((st.std[0] - (7.0f64 / 3.0).sqrt()).abs() < 1e-15);
+        st.compute(&v, Some(&[1, 0, 1, 2]), 4);
+        assert_eq!(st.n, vec![1, 2, 1, 0]);
+        assert_eq!(st.mean[..3], [2.0, 2.5, 7.0]);
+        assert!(st.std[0].is_nan() && st.mean[3].is_nan());
+        assert!((st.std[1] - 4.5f64.sqrt()).abs() < 1e-15);
     }
 }

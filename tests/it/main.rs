@@ -35,6 +35,7 @@ mod parity_step_reinforce;
 mod parity_verl;
 mod properties_baselines;
 mod properties_beacon;
+mod properties_turn_level;
 mod record;
 mod row_scores;
 mod row_sums;

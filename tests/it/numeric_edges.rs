@@ -258,7 +258,7 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
                 expected: RolloutBatch::MAX_STEPS,
                 actual: 1,
             },
-            "gigpo" => Error::LengthMismatch {
+            "gigpo" | "step_reinforce" | "mt_grpo" => Error::LengthMismatch {
                 what: "step_rewards",
                 expected: RolloutBatch::MAX_STEPS,
                 actual: 1,
