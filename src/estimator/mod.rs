@@ -374,10 +374,13 @@ pub trait AdvantageEstimator: Send + Sync {
     /// token matrix and no response mask read. BEACON (`beacon`, `beacon_official`,
     /// `beacon_ablation`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
     /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
-    /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows).
+    /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows); and the
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`: one turn per row, its reward from
+    /// `step_rewards`).
     ///
-    /// Every one of them reads the episode reward from the batch, or each row's own score
-    /// from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
+    /// Every one of them but the turn-level ones (which read their turn rewards, and check
+    /// the rest as the others do) reads the episode reward from the batch, or each row's own
+    /// score from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
     /// [`with_row_scores`](EstimatorInput::with_row_scores)); when `token_level_rewards` are
     /// given too, each row's sum must equal the row's score
     /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).

@@ -380,9 +380,8 @@ impl AdvantageEstimator for MtGrpo {
         workspace: &mut Workspace,
     ) -> Result<()> {
         check_steps_out(input, advantages)?;
-        let rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
         let ws = &mut workspace.turns;
-        ws.turns.read_steps(input.batch, rewards)?;
+        ws.turns.read_steps(input)?;
         self.turn_values(ws)?;
         advantages.copy_from_slice(&ws.values);
         Ok(())

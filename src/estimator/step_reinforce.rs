@@ -364,9 +364,8 @@ impl AdvantageEstimator for StepReinforce {
                 expected: "false on step rows (the whitening needs the response mask)",
             });
         }
-        let rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
         let ws = &mut workspace.turns;
-        ws.turns.read_steps(input.batch, rewards)?;
+        ws.turns.read_steps(input)?;
         self.turn_values(ws);
         self.finish_tokens(&ws.turns, &mut ws.values);
         crate::error::check_finite("advantages", &ws.values)?;

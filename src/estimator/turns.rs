@@ -8,8 +8,11 @@
 //! - **Step rows** (`step_rewards` given): every row is one turn, as verl-agent and ROLL keep
 //!   agent batches. Row r's reward is `step_rewards[r]`; its tokens are its generated tokens
 //!   (`response_mask`). The rows of a trajectory are its turns in step order (the batch's
-//!   [`trajectory_rows`](crate::RolloutBatch::trajectory_rows)). `token_level_rewards` are not
-//!   read in this layout.
+//!   [`trajectory_rows`](crate::RolloutBatch::trajectory_rows)). The batch's R(τ),
+//!   `row_scores` and `token_level_rewards` do not enter the values here; when given they are
+//!   checked as on every step path (token sums against each row's score:
+//!   [`Error::EpisodeRewardMismatch`], [`Error::RowScoreMismatch`]), so that a batch whose
+//!   sources disagree is refused rather than trained on.
 //! - **Multi-turn token rows** (no `step_rewards`): verl's layout, one dialogue per row. The
 //!   turns of a row are its maximal runs of `response_mask == 1`. Turn k *owns* the tokens
 //!   after turn k − 1's last token up to its own last token; the row's first turn also owns
@@ -107,10 +110,12 @@ impl Turns {
         self.row_turns.clear();
     }
 
-    /// Step rows without a mask (the step path): turn r = row r, reward `rewards[r]`.
-    pub(crate) fn read_steps(&mut self, batch: &RolloutBatch, rewards: &[f64]) -> Result<()> {
-        check_len("step_rewards", batch.num_steps(), rewards.len())?;
-        check_step_rewards(rewards)?;
+    /// Step rows without a mask (the step path): turn r = row r, reward `step_rewards[r]`,
+    /// after the step path's checks in their documented order
+    /// ([`step_columns`]).
+    pub(crate) fn read_steps(&mut self, input: &EstimatorInput<'_>) -> Result<()> {
+        let rewards = step_columns(input)?;
+        let batch = input.batch;
         self.clear();
         self.reward.extend_from_slice(rewards);
         self.tokens.resize(rewards.len(), 1);
@@ -124,10 +129,9 @@ impl Turns {
     pub(crate) fn read_tokens(&mut self, input: &EstimatorInput<'_>, dim: (usize, usize)) -> Result<()> {
         let rows = input.batch.num_steps();
         match input.step_rewards {
-            Some(rewards) => {
-                check_len("step_rewards", rows, rewards.len())?;
+            Some(_) => {
+                let rewards = step_columns(input)?;
                 let mask = input.checked_mask((rows, dim.1))?;
-                check_step_rewards(rewards)?;
                 self.clear();
                 self.reward.extend_from_slice(rewards);
                 self.tokens.resize(rows, 0);
@@ -340,8 +344,18 @@ fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::Array
     }
 }
 
-fn check_step_rewards(rewards: &[f64]) -> Result<()> {
-    crate::error::check_finite("step_rewards", rewards)
+/// The step rows' columns, checked in the step path's order (`estimate_steps_into`'s docs):
+/// `step_rewards` present and one per row; the length of `row_scores` and the rows of
+/// `token_level_rewards` when given; `row_scores` finite and the token sums against each
+/// row's score (the batch's promise of one episode reward: these estimators read neither,
+/// but a disagreement is never passed over); then `step_rewards` finite.
+pub(crate) fn step_columns<'a>(input: &EstimatorInput<'a>) -> Result<&'a [f64]> {
+    let rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
+    check_len("step_rewards", input.batch.num_steps(), rewards.len())?;
+    input.check_step_shapes()?;
+    input.check_step_values()?;
+    crate::error::check_finite("step_rewards", rewards)?;
+    Ok(rewards)
 }
 
 /// Per-set count, mean and unbiased standard deviation of per-turn values, in two passes

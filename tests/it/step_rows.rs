@@ -138,6 +138,8 @@ fn step_path_checks_shapes_before_values_in_one_order() {
     let alone = |name: &str, fault: usize| -> Option<Error> {
         let beacon = name.starts_with("beacon");
         let own = beacon || name == "gigpo";
+        // The turn-level estimators' own column is `step_rewards` alone.
+        let turn_level = name == "step_reinforce" || name == "mt_grpo";
         match fault {
             0 => Some(Error::OutputShape {
                 what: "step advantages",
@@ -145,7 +147,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
                 actual: (3, 1),
             }),
             1 if beacon => Some(Error::MissingInput("milestones")),
-            1 if own => Some(Error::MissingInput("step_rewards")),
+            1 if own || turn_level => Some(Error::MissingInput("step_rewards")),
             2 if own => Some(Error::LengthMismatch {
                 what: if beacon { "milestone flags" } else { "anchors" },
                 expected: 4,
@@ -171,7 +173,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
                 row_score: 0.0,
                 tokens: 0.5,
             }),
-            7 if name == "gigpo" => Some(Error::NonFinite {
+            7 if name == "gigpo" || turn_level => Some(Error::NonFinite {
                 what: "step_rewards",
                 index: 1,
                 value: f64::NAN,
