@@ -200,7 +200,7 @@ impl MtGrpo {
         let cells = t
             .num_groups
             .checked_mul(width)
-            .ok_or(Error::Undefined("turn index table overflows".into()))?;
+            .ok_or_else(|| Error::Undefined("turn index table overflows".into()))?;
         ws.values.clear();
         ws.values.resize(t.len(), 0.0);
         match self.config.turn_baseline {
