@@ -1,6 +1,7 @@
 //! Property tests of the turn-level estimators: the two layouts agree, the equations' own
 //! invariants hold, and tokens outside turns stay 0.
 
+use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig, TurnBaseline};
 use beacon_rl::estimator::step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
 use beacon_rl::RolloutBatch;
@@ -167,6 +168,43 @@ proptest! {
         for g in 0..3u32 {
             let sum: f64 = s.at.iter().zip(&adv).filter(|((j, _), _)| ep.trajs[*j].0 == g).map(|(_, a)| a).sum();
             prop_assert!(sum.abs() < 1e-9, "group {g}: {sum}");
+        }
+    }
+
+    /// mt_grpo: both layouts agree, for both baselines; with the reward-to-go baseline the
+    /// advantages of the trajectories of a group that reached turn k sum to 0 (leave-one-out
+    /// means) whenever at least two reached it.
+    #[test]
+    fn mt_grpo_layouts_agree_and_reward_to_go_centres(
+        ep in episodes(),
+        coef in 0.0f64..2.0,
+        unbiased in any::<bool>(),
+    ) {
+        let baseline = if unbiased { TurnBaseline::RewardToGo } else { TurnBaseline::PerIndex };
+        let est = MtGrpo::new(MtGrpoConfig::authors().with_turn_advantage_coef(coef).with_turn_baseline(baseline)).unwrap();
+        let s = ep.step_rows();
+        let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards);
+        let mut adv = vec![f64::NAN; s.rewards.len()];
+        est.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
+        let (batch, rewards, mask, starts) = ep.multi_turn();
+        let mt_input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+        let mt = est.estimate(&mt_input).unwrap().advantages;
+        for (r, &(j, k)) in s.at.iter().enumerate() {
+            let v = mt[[j, starts[j][k]]];
+            prop_assert!((v - adv[r]).abs() <= 1e-12 * v.abs().max(1.0), "{} vs {}", v, adv[r]);
+        }
+        if unbiased {
+            for g in 0..3u32 {
+                for k in 0..4 {
+                    let members: Vec<f64> = s.at.iter().zip(&adv)
+                        .filter(|((j, kk), _)| ep.trajs[*j].0 == g && *kk == k)
+                        .map(|(_, a)| *a).collect();
+                    if members.len() > 1 {
+                        let sum: f64 = members.iter().sum();
+                        prop_assert!(sum.abs() < 1e-9, "group {} turn {}: {}", g, k, sum);
+                    }
+                }
+            }
         }
     }
 }
