@@ -8,8 +8,12 @@
 //! - `step_rows/C`: the same shape as step rows (one turn per row, 8 trajectories of 4 steps
 //!   per group, `step_rewards` per row, `i64` mask). `floor_mask/C`: read the mask, write the
 //!   output.
-//! - `steps/N`: `estimate_steps_into` on 4-step trajectories, N = 10³ … 10⁶ trajectories
+//! - `NAME/N`: `estimate_steps_into` on 4-step trajectories, N = 10³ … 10⁶ trajectories
 //!   (throughput per trajectory: a linear cost is a flat rate).
+//!
+//! Times are the bench thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, criterion's
+//! `iter_custom`), not wall time: on a machine shared with other jobs the wall time mostly
+//! measures the wait for a core. Memory-bandwidth contention still shows.
 //!
 //! `cargo bench --bench turn_level -- --warm-up-time 1 --measurement-time 3`
 
@@ -19,7 +23,7 @@ use std::time::Duration;
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::RolloutBatch;
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Bencher, Criterion, Throughput};
 use ndarray::Array2;
 
 const TOKENS: usize = 512;
@@ -28,11 +32,13 @@ const GROUP_SIZE: usize = 8;
 const STEPS: usize = 4;
 
 /// The estimators benched, by name (group-normalised where they have the option).
-const NAMES: &[&str] = &["step_reinforce"];
+const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
 
 fn build(name: &str) -> Box<dyn AdvantageEstimator> {
     let json = match name {
         "step_reinforce" => r#"{"adv_estimator":"step_reinforce","grouping":"group","norm_mean":"group","norm_std":"group"}"#,
+        "mt_grpo" => r#"{"adv_estimator":"mt_grpo"}"#,
+        "turn_gae" => r#"{"adv_estimator":"turn_gae","discount":0.99,"lam":0.95}"#,
         _ => unreachable!(),
     };
     let c: EstimatorConfig = serde_json::from_str(json).expect("config");
@@ -42,6 +48,7 @@ fn build(name: &str) -> Box<dyn AdvantageEstimator> {
 struct MultiTurn {
     batch: RolloutBatch,
     rewards: Array2<f32>,
+    values: Array2<f32>,
     mask: Array2<i64>,
 }
 
@@ -66,18 +73,56 @@ fn multi_turn(rng: &mut SplitMix64) -> MultiTurn {
     }
     let uids: Vec<usize> = (0..ROWS).map(|r| r / GROUP_SIZE).collect();
     let batch = RolloutBatch::from_group_keys(&uids, &vec![0.0; ROWS]).expect("batch");
-    MultiTurn { batch, rewards, mask }
+    let values = Array2::from_shape_fn((ROWS, TOKENS), |(r, t)| ((r * 7 + t) % 13) as f32 / 13.0);
+    MultiTurn {
+        batch,
+        rewards,
+        values,
+        mask,
+    }
 }
 
 /// Step rows: GROUP_SIZE trajectories × STEPS steps per uid, steps interleaved.
-fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>) {
+fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
     let rows = trajectories * STEPS;
     let per_group = GROUP_SIZE * STEPS;
     let uids: Vec<usize> = (0..rows).map(|r| r / per_group).collect();
     let trajs: Vec<usize> = (0..rows).map(|r| (r / per_group) * GROUP_SIZE + r % GROUP_SIZE).collect();
     let mut rng = SplitMix64::new(7 + rows as u64);
     let rewards = (0..rows).map(|_| rng.next_f64()).collect();
-    (RolloutBatch::from_row_keys(&uids, &trajs, &vec![0.0; rows]).expect("batch"), rewards)
+    let values = (0..rows).map(|_| rng.next_f64()).collect();
+    (
+        RolloutBatch::from_row_keys(&uids, &trajs, &vec![0.0; rows]).expect("batch"),
+        rewards,
+        values,
+    )
+}
+
+/// This thread's CPU time.
+#[cfg(target_os = "linux")]
+fn cpu_now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cpu_now() -> Duration {
+    use std::sync::OnceLock;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
+}
+
+/// `f` timed by this thread's CPU time.
+fn cpu_iter(b: &mut Bencher<'_>, mut f: impl FnMut()) {
+    b.iter_custom(|iters| {
+        let t0 = cpu_now();
+        for _ in 0..iters {
+            f();
+        }
+        cpu_now() - t0
+    })
 }
 
 fn bench(c: &mut Criterion) {
@@ -90,7 +135,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements((ROWS * TOKENS) as u64));
     let mut adv = Array2::<f32>::zeros((ROWS, TOKENS));
     group.bench_function("floor_tokens/C", |b| {
-        b.iter(|| {
+        cpu_iter(b, || {
             ndarray::Zip::from(&mut adv)
                 .and(black_box(&d.rewards))
                 .and(black_box(&d.mask))
@@ -98,28 +143,30 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("floor_mask/C", |b| {
-        b.iter(|| {
+        cpu_iter(b, || {
             ndarray::Zip::from(&mut adv)
                 .and(black_box(&d.mask))
                 .for_each(|o, &m| *o = if m != 0 { 0.5 } else { 0.0 });
         })
     });
-    let (steps, step_rewards) = step_batch(ROWS / STEPS);
+    let (steps, step_rewards, turn_values) = step_batch(ROWS / STEPS);
     let step_mask = &d.mask;
     for name in NAMES {
         let est = build(name);
         let mut ws = Workspace::new();
         let input = EstimatorInput::new(&d.batch)
             .with_token_level_rewards(&d.rewards)
+            .with_values(&d.values)
             .with_response_mask(&d.mask);
         group.bench_function(format!("{name}/multi_turn/C"), |b| {
-            b.iter(|| est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws).unwrap())
+            cpu_iter(b, || est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws).unwrap())
         });
         let input = EstimatorInput::new(&steps)
             .with_step_rewards(&step_rewards)
+            .with_turn_values(&turn_values)
             .with_response_mask(step_mask);
         group.bench_function(format!("{name}/step_rows/C"), |b| {
-            b.iter(|| est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws).unwrap())
+            cpu_iter(b, || est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws).unwrap())
         });
     }
     group.finish();
@@ -129,15 +176,17 @@ fn bench(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
     for n in [1_000usize, 10_000, 100_000, 1_000_000] {
-        let (batch, rewards) = step_batch(n);
+        let (batch, rewards, values) = step_batch(n);
         let mut out = vec![0.0; rewards.len()];
         group.throughput(Throughput::Elements(n as u64));
         for name in NAMES {
             let est = build(name);
             let mut ws = Workspace::new();
-            let input = EstimatorInput::new(&batch).with_step_rewards(&rewards);
+            let input = EstimatorInput::new(&batch)
+                .with_step_rewards(&rewards)
+                .with_turn_values(&values);
             group.bench_function(format!("{name}/{n}"), |b| {
-                b.iter(|| est.estimate_steps_into(black_box(&input), &mut out, &mut ws).unwrap())
+                cpu_iter(b, || est.estimate_steps_into(black_box(&input), &mut out, &mut ws).unwrap())
             });
         }
     }

@@ -49,7 +49,7 @@ macro_rules! registry {
 
             /// Every bare name [`FromStr`] accepts, in declaration order:
             /// [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`, `beacon_official`,
-            /// `step_reinforce`, `mt_grpo` and `beacon_ablation` (which also parses with an ablation,
+            /// `step_reinforce`, `mt_grpo`, `turn_gae` and `beacon_ablation` (which also parses with an ablation,
             /// `beacon:milestone_dropout=0.5`).
             ///
             /// ```
@@ -95,7 +95,7 @@ registry! {
     /// verl's string; parameter structs default to verl's values. [`build`](Self::build)
     /// validates the parameters and returns a boxed estimator. Besides verl's estimators it
     /// holds the crate's own (`gigpo`, `beacon`, `beacon_official`, `beacon_ablation`) and the
-    /// turn-level estimators (`step_reinforce`, `mt_grpo`). The
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`). The
     /// enum is `#[non_exhaustive]`: more estimators may join it.
     ///
     /// ```
@@ -178,6 +178,9 @@ registry! {
         /// `mt_grpo`: multi-turn GRPO with turn-level advantages ([`MtGrpo`](mt_grpo::MtGrpo)).
         /// Omitted fields take [`MtGrpoConfig::authors`](mt_grpo::MtGrpoConfig::authors).
         MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::authors()) => "mt_grpo";
+        /// `turn_gae`: GAE over one critic value per turn ([`TurnGae`](turn_gae::TurnGae)).
+        /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
+        TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
     }
 }
 
@@ -231,6 +234,7 @@ impl EstimatorConfig {
             Self::BeaconAblation(c) => c.validate(),
             Self::StepReinforce(c) => c.validate(),
             Self::MtGrpo(c) => c.validate(),
+            Self::TurnGae(c) => c.validate(),
         }
     }
 
@@ -269,6 +273,7 @@ impl EstimatorConfig {
             Self::BeaconAblation(c) => Box::new(crate::ablation::BeaconAblation::new(*c)?),
             Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
             Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
+            Self::TurnGae(c) => Box::new(turn_gae::TurnGae::new(*c)?),
         })
     }
 }
@@ -324,7 +329,7 @@ mod tests {
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
-        assert_eq!(EstimatorConfig::NAMES.len(), 20);
+        assert_eq!(EstimatorConfig::NAMES.len(), 21);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         // Every name parses to the variant whose name(), Display and built estimator say it.

@@ -35,6 +35,7 @@
 //! |---|---|---|
 //! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
 //! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
+//! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -201,6 +202,7 @@ pub mod remax;
 pub mod rloo;
 pub mod mt_grpo;
 pub mod step_reinforce;
+pub mod turn_gae;
 mod turns;
 mod whiten;
 
@@ -375,8 +377,8 @@ pub trait AdvantageEstimator: Send + Sync {
     /// `beacon_ablation`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
     /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
     /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows); and the
-    /// turn-level estimators (`step_reinforce`, `mt_grpo`: one turn per row, its reward from
-    /// `step_rewards`).
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`: one turn per row, its
+    /// reward from `step_rewards`).
     ///
     /// Every one of them but the turn-level ones (which read their turn rewards, and check
     /// the rest as the others do) reads the episode reward from the batch, or each row's own

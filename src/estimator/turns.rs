@@ -70,6 +70,10 @@ pub(crate) struct Turns {
     pub(crate) reward: Vec<f64>,
     /// Generated tokens of each turn.
     pub(crate) tokens: Vec<usize>,
+    /// Caller row of each turn.
+    pub(crate) row_of: Vec<usize>,
+    /// Column of each turn's first generated token (`usize::MAX`: none).
+    pub(crate) first: Vec<usize>,
     /// Group (the batch's uid group) of each turn.
     pub(crate) group: Vec<usize>,
     /// Turn ids trajectory-major, each trajectory's turns in step order.
@@ -107,6 +111,8 @@ impl Turns {
         self.spans.clear();
         self.reward.clear();
         self.tokens.clear();
+        self.row_of.clear();
+        self.first.clear();
         self.row_turns.clear();
     }
 
@@ -119,6 +125,8 @@ impl Turns {
         self.clear();
         self.reward.extend_from_slice(rewards);
         self.tokens.resize(rewards.len(), 1);
+        self.row_of.extend(0..rewards.len());
+        self.first.resize(rewards.len(), usize::MAX);
         self.row_turns.extend(0..=rewards.len());
         self.index(batch);
         Ok(())
@@ -135,6 +143,8 @@ impl Turns {
                 self.clear();
                 self.reward.extend_from_slice(rewards);
                 self.tokens.resize(rows, 0);
+                self.row_of.extend(0..rows);
+                self.first.resize(rows, usize::MAX);
                 self.read_runs(&mask, None)?;
             }
             None => {
@@ -161,6 +171,7 @@ impl Turns {
             for (r, &n) in lengths.iter().enumerate() {
                 self.tokens[r] = n;
                 if n > 0 {
+                    self.first[r] = 0;
                     self.spans.push(Span {
                         row: r,
                         start: 0,
@@ -204,11 +215,14 @@ impl Turns {
                     Some(_) => {
                         self.reward.push(acc);
                         self.tokens.push(t - start);
+                        self.row_of.push(r);
+                        self.first.push(start);
                         acc = 0.0;
                         self.reward.len() - 1
                     }
                     None => {
                         self.tokens[r] += t - start;
+                        self.first[r] = self.first[r].min(start);
                         r
                     }
                 };

@@ -14,7 +14,7 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
 
 /// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
 /// ablation, the outcome estimators on step rows and the turn-level estimators.
-pub const STEP_ESTIMATORS: [&str; 10] = [
+pub const STEP_ESTIMATORS: [&str; 11] = [
     "grpo",
     "grpo_vectorized",
     "rloo",
@@ -25,6 +25,7 @@ pub const STEP_ESTIMATORS: [&str; 10] = [
     "beacon_ablation",
     "step_reinforce",
     "mt_grpo",
+    "turn_gae",
 ];
 
 /// The parity tolerance (see the module docs).

@@ -43,6 +43,7 @@ mod row_sums;
 mod step_rows;
 mod testbed;
 mod trainer_dtypes;
+mod turn_gae;
 mod turn_level_bias;
 
 mod layout {
