@@ -190,6 +190,13 @@ impl TurnGae {
                 second: "token_level_rewards (multi-turn rows: one value per turn is read from values)",
             });
         }
+        // Presence first, so that a refused input costs no pass and no allocation.
+        if input.step_rewards.is_none() && input.token_level_rewards.is_none() {
+            return Err(Error::MissingInput("token_level_rewards"));
+        }
+        if input.turn_values.is_none() && input.values.is_none() {
+            return Err(Error::MissingInput("values"));
+        }
         ws.turns.read_tokens(input, input.output_dim())?;
         match input.turn_values {
             Some(tv) => {

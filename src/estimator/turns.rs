@@ -194,30 +194,21 @@ impl Turns {
             if let Some(rw) = rewards {
                 float_row(rw, r, &mut self.rbuf);
             }
-            let mut acc = 0.0;
-            let mut t = 0;
-            while t < cols {
-                if rewards.is_some() {
-                    acc += self.rbuf[t];
+            // `owned`: where the tokens the next turn owns begin.
+            let (mut t, mut owned) = (0, 0);
+            loop {
+                let start = skip_run(&self.mbuf, t, 0);
+                if start == cols {
+                    break;
                 }
-                if self.mbuf[t] == 0 {
-                    t += 1;
-                    continue;
-                }
-                let start = t;
-                while t < cols && self.mbuf[t] != 0 {
-                    if rewards.is_some() && t > start {
-                        acc += self.rbuf[t];
-                    }
-                    t += 1;
-                }
+                t = skip_run(&self.mbuf, start, 1);
                 let turn = match rewards {
                     Some(_) => {
-                        self.reward.push(acc);
+                        self.reward.push(lane_sum(&self.rbuf[owned..t]));
                         self.tokens.push(t - start);
                         self.row_of.push(r);
                         self.first.push(start);
-                        acc = 0.0;
+                        owned = t;
                         self.reward.len() - 1
                     }
                     None => {
@@ -234,7 +225,8 @@ impl Turns {
                 });
             }
             if rewards.is_some() {
-                self.close_row(r, cols, first, acc)?;
+                let tail = lane_sum(&self.rbuf[owned..]);
+                self.close_row(r, cols, first, tail)?;
             }
         }
         self.row_turns.push(self.reward.len());
@@ -253,8 +245,8 @@ impl Turns {
         if last > first {
             self.reward[last - 1] += acc;
         }
-        let sum: f64 = self.reward[first..last].iter().sum::<f64>() + if last > first { 0.0 } else { acc };
-        if !sum.is_finite() {
+        let bad = self.reward[first..last].iter().copied().chain([acc]).find(|x| !x.is_finite());
+        if let Some(sum) = bad {
             if let Some(t) = self.rbuf.iter().position(|x| !x.is_finite()) {
                 return Err(Error::NonFinite {
                     what: "token_level_rewards",
@@ -333,6 +325,41 @@ impl Turns {
         }
         Ok(())
     }
+}
+
+/// The first position at or after `t` where the 0/1 bytes of `m` differ from `bit`: eight
+/// bytes at a time through a run (masks are long runs), then byte by byte.
+#[inline]
+fn skip_run(m: &[u8], mut t: usize, bit: u8) -> usize {
+    let word = u64::from_ne_bytes([bit; 8]);
+    while let Some(chunk) = m.get(t..t + 8) {
+        let w = u64::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
+        if w != word {
+            break;
+        }
+        t += 8;
+    }
+    while t < m.len() && m[t] == bit {
+        t += 1;
+    }
+    t
+}
+
+/// Σ x in four interleaved partial sums (x[i] into partial i mod 4, combined as
+/// (p0 + p2) + (p1 + p3)): a fixed order that vectorizes, where one chain does not.
+#[inline]
+fn lane_sum(x: &[f64]) -> f64 {
+    let mut p = [0.0f64; 4];
+    let mut c = x.chunks_exact(4);
+    for q in &mut c {
+        for j in 0..4 {
+            p[j] += q[j];
+        }
+    }
+    for (j, &v) in c.remainder().iter().enumerate() {
+        p[j] += v;
+    }
+    (p[0] + p[2]) + (p[1] + p[3])
 }
 
 fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::ArrayViewMut2<'_, T>) {
