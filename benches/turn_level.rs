@@ -36,7 +36,9 @@ const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
 
 fn build(name: &str) -> Box<dyn AdvantageEstimator> {
     let json = match name {
-        "step_reinforce" => r#"{"adv_estimator":"step_reinforce","grouping":"group","norm_mean":"group","norm_std":"group"}"#,
+        "step_reinforce" => {
+            r#"{"adv_estimator":"step_reinforce","grouping":"group","norm_mean":"group","norm_std":"group"}"#
+        }
         "mt_grpo" => r#"{"adv_estimator":"mt_grpo"}"#,
         "turn_gae" => r#"{"adv_estimator":"turn_gae","discount":0.99,"lam":0.95}"#,
         _ => unreachable!(),
@@ -87,7 +89,9 @@ fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
     let rows = trajectories * STEPS;
     let per_group = GROUP_SIZE * STEPS;
     let uids: Vec<usize> = (0..rows).map(|r| r / per_group).collect();
-    let trajs: Vec<usize> = (0..rows).map(|r| (r / per_group) * GROUP_SIZE + r % GROUP_SIZE).collect();
+    let trajs: Vec<usize> = (0..rows)
+        .map(|r| (r / per_group) * GROUP_SIZE + r % GROUP_SIZE)
+        .collect();
     let mut rng = SplitMix64::new(7 + rows as u64);
     let rewards = (0..rows).map(|_| rng.next_f64()).collect();
     let values = (0..rows).map(|_| rng.next_f64()).collect();
@@ -101,7 +105,10 @@ fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
 /// This thread's CPU time.
 #[cfg(target_os = "linux")]
 fn cpu_now() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
@@ -159,14 +166,20 @@ fn bench(c: &mut Criterion) {
             .with_values(&d.values)
             .with_response_mask(&d.mask);
         group.bench_function(format!("{name}/multi_turn/C"), |b| {
-            cpu_iter(b, || est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws).unwrap())
+            cpu_iter(b, || {
+                est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
+                    .unwrap()
+            })
         });
         let input = EstimatorInput::new(&steps)
             .with_step_rewards(&step_rewards)
             .with_turn_values(&turn_values)
             .with_response_mask(step_mask);
         group.bench_function(format!("{name}/step_rows/C"), |b| {
-            cpu_iter(b, || est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws).unwrap())
+            cpu_iter(b, || {
+                est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
+                    .unwrap()
+            })
         });
     }
     group.finish();
@@ -186,7 +199,10 @@ fn bench(c: &mut Criterion) {
                 .with_step_rewards(&rewards)
                 .with_turn_values(&values);
             group.bench_function(format!("{name}/{n}"), |b| {
-                cpu_iter(b, || est.estimate_steps_into(black_box(&input), &mut out, &mut ws).unwrap())
+                cpu_iter(b, || {
+                    est.estimate_steps_into(black_box(&input), &mut out, &mut ws)
+                        .unwrap()
+                })
             });
         }
     }

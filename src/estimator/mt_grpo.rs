@@ -196,7 +196,10 @@ impl MtGrpo {
     fn turn_values(&self, ws: &mut TurnWorkspace) -> Result<()> {
         let t = &ws.turns;
         // Per (group, turn index) accumulators: index g · width + k.
-        let width = (0..t.num_trajectories()).map(|j| t.trajectory(j).len()).max().unwrap_or(0);
+        let width = (0..t.num_trajectories())
+            .map(|j| t.trajectory(j).len())
+            .max()
+            .unwrap_or(0);
         let cells = t
             .num_groups
             .checked_mul(width)
@@ -282,7 +285,13 @@ fn per_index(ws: &mut TurnWorkspace, width: usize, cells: usize, c: &MtGrpoConfi
         let ng = size(g);
         let a_o = normalised(outcome[j], traj_stats.mean[g], traj_stats.std[g], ng, c.std_eps);
         if turns.len() == 1 {
-            values[turns[0]] = normalised(combined[j], combined_stats.mean[g], combined_stats.std[g], ng, c.std_eps);
+            values[turns[0]] = normalised(
+                combined[j],
+                combined_stats.mean[g],
+                combined_stats.std[g],
+                ng,
+                c.std_eps,
+            );
             continue;
         }
         for (k, &turn) in turns.iter().enumerate() {
@@ -329,7 +338,11 @@ fn reward_to_go(ws: &mut TurnWorkspace, width: usize, cells: usize) {
         let base = t.traj_group[j] * width;
         for (k, &turn) in t.trajectory(j).iter().enumerate() {
             let (m, s) = (n[base + k], sum[base + k]);
-            let baseline = if m > 1 { (s - to_go[turn]) / (m - 1) as f64 } else { 0.0 };
+            let baseline = if m > 1 {
+                (s - to_go[turn]) / (m - 1) as f64
+            } else {
+                0.0
+            };
             values[turn] = to_go[turn] - baseline;
         }
     }
@@ -366,7 +379,8 @@ impl AdvantageEstimator for MtGrpo {
         let mut ws = TurnWorkspace::default();
         self.prepare(input, &mut ws)?;
         let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
-        ws.turns.write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
+        ws.turns
+            .write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
         Ok(Advantages {
             advantages,
             returns: None,
@@ -414,21 +428,32 @@ mod tests {
             )
             .unwrap();
         let mut it = out.into_iter();
-        trajs.iter().map(|t| it.by_ref().take(t.len()).collect()).collect()
+        trajs
+            .iter()
+            .map(|t| it.by_ref().take(t.len()).collect())
+            .collect()
     }
 
     #[test]
     fn per_index_hand_computed() {
         // Four rollouts: stop with O = 1, stop with O = 0, tool turn 1 then O = 0, tool turn 1
         // then O = −1. σ's below are unbiased over the 4 rollouts, ε = 1e-4.
-        let got = run(MtGrpoConfig::authors(), &[&[1.0], &[0.0], &[1.0, 0.0], &[1.0, -1.0]]);
+        let got = run(
+            MtGrpoConfig::authors(),
+            &[&[1.0], &[0.0], &[1.0, 0.0], &[1.0, -1.0]],
+        );
         let eps = 1e-4;
         // O = 1, 0, 0, −1: μ 0, σ √(2/3). r^T = 0, 0, 1, 1: μ ½, σ √(1/3). C = 1, 0, 1, 0.
         let (so, st) = ((2.0f64 / 3.0).sqrt(), (1.0f64 / 3.0).sqrt());
         let at = 0.5 / (st + eps);
         let ac = 0.5 / (st + eps);
         let ao = |o: f64| o / (so + eps);
-        let want = [vec![ac], vec![-ac], vec![ao(0.0) + at, ao(0.0)], vec![ao(-1.0) + at, ao(-1.0)]];
+        let want = [
+            vec![ac],
+            vec![-ac],
+            vec![ao(0.0) + at, ao(0.0)],
+            vec![ao(-1.0) + at, ao(-1.0)],
+        ];
         for (g, w) in got.iter().zip(&want) {
             for (a, b) in g.iter().zip(w) {
                 assert!((a - b).abs() < 1e-12, "{got:?} vs {want:?}");
@@ -458,7 +483,10 @@ mod tests {
     fn one_trajectory_groups_get_zero_and_missing_rewards_are_typed() {
         let got = run(MtGrpoConfig::authors(), &[&[0.5, 2.0]]);
         assert_eq!(got, vec![vec![0.0, 0.0]]);
-        let got = run(MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo), &[&[0.5, 2.0]]);
+        let got = run(
+            MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo),
+            &[&[0.5, 2.0]],
+        );
         assert_eq!(got, vec![vec![2.5, 2.0]]);
         let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
         let est = MtGrpo::new(MtGrpoConfig::authors()).unwrap();

@@ -342,7 +342,8 @@ impl AdvantageEstimator for StepReinforce {
         let mut ws = TurnWorkspace::default();
         self.prepare(input, &mut ws)?;
         let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
-        ws.turns.write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
+        ws.turns
+            .write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
         Ok(Advantages {
             advantages,
             returns: None,
@@ -397,7 +398,10 @@ mod tests {
         // a: G = 1 + 0.5·(0 + 0.5·2) = 1.5, 0 + 0.5·2 = 1, 2; b: 3. No normalisation.
         let batch = RolloutBatch::from_row_keys(&["u"; 4], &["a", "b", "a", "a"], &[0.0; 4]).unwrap();
         let est = StepReinforce::new(StepReinforceConfig::roll().with_step_discount(0.5)).unwrap();
-        assert_eq!(steps(&est, &batch, &[1.0, 3.0, 0.0, 2.0]), vec![1.5, 3.0, 1.0, 2.0]);
+        assert_eq!(
+            steps(&est, &batch, &[1.0, 3.0, 0.0, 2.0]),
+            vec![1.5, 3.0, 1.0, 2.0]
+        );
     }
 
     #[test]
@@ -430,10 +434,16 @@ mod tests {
         assert_eq!(got[2], 0.0);
         // Mean only: G − μ_group, the singleton keeps G − G = 0.
         let c = c.with_norm_std(None);
-        assert_eq!(steps(&StepReinforce::new(c).unwrap(), &batch, &[1.0, 3.0, 5.0]), vec![-1.0, 1.0, 0.0]);
+        assert_eq!(
+            steps(&StepReinforce::new(c).unwrap(), &batch, &[1.0, 3.0, 5.0]),
+            vec![-1.0, 1.0, 0.0]
+        );
         // Batch mean inside group sets: μ = 3 for every set.
         let c = c.with_norm_mean(Some(NormScope::Batch));
-        assert_eq!(steps(&StepReinforce::new(c).unwrap(), &batch, &[1.0, 3.0, 5.0]), vec![-2.0, 0.0, 2.0]);
+        assert_eq!(
+            steps(&StepReinforce::new(c).unwrap(), &batch, &[1.0, 3.0, 5.0]),
+            vec![-2.0, 0.0, 2.0]
+        );
     }
 
     #[test]
@@ -442,7 +452,10 @@ mod tests {
         let c = StepReinforceConfig::roll()
             .with_reward_clip(Some(2.0))
             .with_advantage_clip(Some(1.5));
-        assert_eq!(steps(&StepReinforce::new(c).unwrap(), &batch, &[-4.0, 1.0]), vec![-1.5, 1.0]);
+        assert_eq!(
+            steps(&StepReinforce::new(c).unwrap(), &batch, &[-4.0, 1.0]),
+            vec![-1.5, 1.0]
+        );
     }
 
     #[test]
@@ -460,14 +473,20 @@ mod tests {
         // The 1e-8 of n + 1e-8 moves μ by 5e-9: compared to 1e-7.
         let mu = 5.0 / 3.0;
         let scale = 1.0 / (4.0f64 / 3.0 + 1e-8).sqrt();
-        let want = array![[(1.0 - mu) * scale, (1.0 - mu) * scale, 0.0], [(3.0 - mu) * scale, 0.0, 0.0]];
+        let want = array![
+            [(1.0 - mu) * scale, (1.0 - mu) * scale, 0.0],
+            [(3.0 - mu) * scale, 0.0, 0.0]
+        ];
         assert!(out.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-7), "{out}");
         // No whitening on step rows.
         let mut adv = [0.0; 2];
         let steps = EstimatorInput::new(&batch).with_step_rewards(&[1.0, 3.0]);
         assert!(matches!(
             est.estimate_steps_into(&steps, &mut adv, &mut Workspace::new()),
-            Err(Error::InvalidConfig { name: "whiten_advantages", .. })
+            Err(Error::InvalidConfig {
+                name: "whiten_advantages",
+                ..
+            })
         ));
     }
 

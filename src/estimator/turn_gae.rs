@@ -291,8 +291,10 @@ impl AdvantageEstimator for TurnGae {
         let dim = input.output_dim();
         let mut advantages = crate::huge_pages::zeros(dim)?;
         let mut returns = crate::huge_pages::zeros(dim)?;
-        ws.turns.write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
-        ws.turns.write(&ws.b, &mut FloatViewMut::F64(returns.view_mut()))?;
+        ws.turns
+            .write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
+        ws.turns
+            .write(&ws.b, &mut FloatViewMut::F64(returns.view_mut()))?;
         Ok(Advantages {
             advantages,
             returns: Some(returns),
@@ -366,7 +368,10 @@ mod tests {
             .with_token_level_rewards(&rewards)
             .with_values(&values)
             .with_response_mask(&mask);
-        let out = TurnGae::new(TurnGaeConfig::verl()).unwrap().estimate(&input).unwrap();
+        let out = TurnGae::new(TurnGaeConfig::verl())
+            .unwrap()
+            .estimate(&input)
+            .unwrap();
         let a = &out.advantages;
         assert!((a[[0, 0]] - 1.3).abs() < 1e-15 && a[[0, 1]] == a[[0, 0]] && a[[0, 2]] == 0.0);
         assert!((a[[0, 3]] - 0.6).abs() < 1e-15);

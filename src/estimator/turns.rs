@@ -245,7 +245,11 @@ impl Turns {
         if last > first {
             self.reward[last - 1] += acc;
         }
-        let bad = self.reward[first..last].iter().copied().chain([acc]).find(|x| !x.is_finite());
+        let bad = self.reward[first..last]
+            .iter()
+            .copied()
+            .chain([acc])
+            .find(|x| !x.is_finite());
         if let Some(sum) = bad {
             if let Some(t) = self.rbuf.iter().position(|x| !x.is_finite()) {
                 return Err(Error::NonFinite {
@@ -333,7 +337,9 @@ impl Turns {
 fn skip_run(m: &[u8], mut t: usize, bit: u8) -> usize {
     let word = u64::from_ne_bytes([bit; 8]);
     while let Some(chunk) = m.get(t..t + 8) {
-        let w = u64::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
+        let w = u64::from_ne_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]);
         if w != word {
             break;
         }
@@ -433,7 +439,11 @@ impl SetStats {
             self.std[of(k)] += d * d;
         }
         for (s, &n) in self.std.iter_mut().zip(&self.n) {
-            *s = if n < 2 { f64::NAN } else { (*s / (n - 1) as f64).sqrt() };
+            *s = if n < 2 {
+                f64::NAN
+            } else {
+                (*s / (n - 1) as f64).sqrt()
+            };
         }
     }
 }
@@ -460,8 +470,18 @@ mod tests {
         assert_eq!(
             t.spans,
             vec![
-                Span { row: 0, start: 2, end: 4, turn: 0 },
-                Span { row: 0, start: 6, end: 9, turn: 1 }
+                Span {
+                    row: 0,
+                    start: 2,
+                    end: 4,
+                    turn: 0
+                },
+                Span {
+                    row: 0,
+                    start: 6,
+                    end: 9,
+                    turn: 1
+                }
             ]
         );
         let mut out = ndarray::Array2::<f32>::from_elem((1, 10), f32::NAN);
@@ -478,7 +498,10 @@ mod tests {
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
         let err = Turns::default().read_tokens(&input, (2, 2)).unwrap_err();
-        assert!(matches!(err, Error::Undefined(ref m) if m.starts_with("row 1 ")), "{err}");
+        assert!(
+            matches!(err, Error::Undefined(ref m) if m.starts_with("row 1 ")),
+            "{err}"
+        );
         let nan = array![[1.0, f64::NAN], [0.0, 0.0]];
         let input = input.with_token_level_rewards(&nan);
         assert!(matches!(
@@ -504,7 +527,11 @@ mod tests {
         let bad = array![[1i64, 0, 2], [0, 0, 0], [1, 1, 0]];
         assert!(matches!(
             t.read_tokens(&input.with_response_mask(&bad), (3, 3)),
-            Err(Error::MaskValue { row: 0, token: 2, value: 2 })
+            Err(Error::MaskValue {
+                row: 0,
+                token: 2,
+                value: 2
+            })
         ));
     }
 

@@ -17,7 +17,11 @@ use serde_json::Value;
 use crate::common::{parity_err, PARITY_TOL};
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 /// The runs of 1s of a mask row, as (start, end).
@@ -52,8 +56,18 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
     for (i, case) in data["cases"].as_array().unwrap().iter().enumerate() {
         let g = case["num_generations"].as_u64().unwrap() as usize;
         let (rt, ro) = (floats(&case["turn_reward"]), floats(&case["outcome_reward"]));
-        let masks: Vec<Vec<f64>> = case["completion_mask"].as_array().unwrap().iter().map(floats).collect();
-        let want: Vec<Vec<f64>> = case["advantages"].as_array().unwrap().iter().map(floats).collect();
+        let masks: Vec<Vec<f64>> = case["completion_mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(floats)
+            .collect();
+        let want: Vec<Vec<f64>> = case["advantages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(floats)
+            .collect();
         let (n, cols) = (masks.len(), masks[0].len());
         let est = MtGrpo::new(
             MtGrpoConfig::authors().with_turn_advantage_coef(case["turn_advantage_coef"].as_f64().unwrap()),
@@ -78,7 +92,8 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
         let mut got = Array2::<f32>::from_elem((n, cols), f32::NAN);
-        est.estimate_into(&input, (&mut got).into(), None, &mut ws).unwrap();
+        est.estimate_into(&input, (&mut got).into(), None, &mut ws)
+            .unwrap();
         for ((r, t), &m) in mask.indexed_iter() {
             let x = f64::from(got[[r, t]]);
             if m {
@@ -103,10 +118,18 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
         }
         let batch = RolloutBatch::from_row_keys(&groups, &trajs, &vec![0.0; groups.len()]).unwrap();
         let mut adv = vec![f64::NAN; steps.len()];
-        est.estimate_steps_into(&EstimatorInput::new(&batch).with_step_rewards(&steps), &mut adv, &mut ws)
-            .unwrap();
+        est.estimate_steps_into(
+            &EstimatorInput::new(&batch).with_step_rewards(&steps),
+            &mut adv,
+            &mut ws,
+        )
+        .unwrap();
         for (a, &(r, s)) in adv.iter().zip(&first) {
-            assert!(parity_err(*a, want[r][s]) <= PARITY_TOL, "case {i} step row of {r}: {a} vs {}", want[r][s]);
+            assert!(
+                parity_err(*a, want[r][s]) <= PARITY_TOL,
+                "case {i} step row of {r}: {a} vs {}",
+                want[r][s]
+            );
         }
     }
     assert!(checked > 500, "{checked}");

@@ -20,7 +20,11 @@ use serde_json::Value;
 use crate::common::{parity_err, PARITY_TOL};
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -62,8 +66,11 @@ fn config(p: &Value) -> StepReinforceConfig {
 }
 
 fn cases() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/step_reinforce.json"))
-        .unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/step_reinforce.json"
+    ))
+    .unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
     assert!(v["meta"]["source"].as_str().unwrap().starts_with("alibaba/ROLL@"));
     v["cases"].as_array().unwrap().clone()
@@ -126,11 +133,16 @@ fn every_roll_case_on_step_rows_steps_and_multi_turn_rows() {
             .with_step_rewards(&scores)
             .with_response_mask(&mask_b);
         let mut got = Array2::<f64>::zeros(mask.dim());
-        est.estimate_into(&input, (&mut got).into(), None, &mut ws).unwrap();
+        est.estimate_into(&input, (&mut got).into(), None, &mut ws)
+            .unwrap();
         for ((r, t), &w) in want.indexed_iter() {
             let e = parity_err(got[[r, t]], w);
             worst = worst.max(e);
-            assert!(e <= PARITY_TOL, "case {i} token ({r}, {t}): {} vs {w}", got[[r, t]]);
+            assert!(
+                e <= PARITY_TOL,
+                "case {i} token ({r}, {t}): {} vs {w}",
+                got[[r, t]]
+            );
             checked += 1;
         }
         if !cfg.whiten_advantages {
@@ -147,13 +159,17 @@ fn every_roll_case_on_step_rows_steps_and_multi_turn_rows() {
             .with_token_level_rewards(&mt_rewards)
             .with_response_mask(&mt_mask);
         let mut mt = Array2::<f32>::zeros(mt_mask.dim());
-        est.estimate_into(&mt_input, (&mut mt).into(), None, &mut ws).unwrap();
+        est.estimate_into(&mt_input, (&mut mt).into(), None, &mut ws)
+            .unwrap();
         for (r, &(j, start)) in at.iter().enumerate() {
             let n = mask.row(r).iter().filter(|&&m| m != 0.0).count();
             let first = mask.row(r).iter().position(|&m| m != 0.0).unwrap();
             for k in 0..n {
                 let (g, w) = (f64::from(mt[[j, start + k]]), want[[r, first + k]]);
-                assert!(parity_err(g, w) <= PARITY_TOL, "case {i} multi-turn row {r}: {g} vs {w}");
+                assert!(
+                    parity_err(g, w) <= PARITY_TOL,
+                    "case {i} multi-turn row {r}: {g} vs {w}"
+                );
             }
         }
     }

@@ -87,7 +87,11 @@ impl Episodes {
 }
 
 fn scope() -> impl Strategy<Value = Option<NormScope>> {
-    prop_oneof![Just(None), Just(Some(NormScope::Batch)), Just(Some(NormScope::Group))]
+    prop_oneof![
+        Just(None),
+        Just(Some(NormScope::Batch)),
+        Just(Some(NormScope::Group))
+    ]
 }
 
 fn step_reinforce_config() -> impl Strategy<Value = StepReinforceConfig> {
