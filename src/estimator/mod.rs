@@ -3,7 +3,7 @@
 //! Every estimator implements [`AdvantageEstimator`]: it reads an [`EstimatorInput`] (the
 //! batch's group structure plus per-row columns in the caller's row order and dtypes: `f32` or
 //! `f64` values, `bool`/`u8`/`i64` masks or per-row response lengths, see [`crate::tensor`])
-//! and writes advantages (and, for GAE, REINFORCE++, ReMax and OTB, returns) as `f32` or `f64`
+//! and writes advantages (and, for GAE, turn-level GAE, REINFORCE++, ReMax and OTB, returns) as `f32` or `f64`
 //! rows × L token matrices. [`EstimatorConfig`] names each estimator by verl's `adv_estimator`
 //! string, holds its parameters with verl's defaults, and [`builds`](EstimatorConfig::build) a
 //! validated, boxed estimator.
@@ -64,8 +64,8 @@
 //! across batches, in the caller's dtype, with scratch space in a [`Workspace`] the caller
 //! also keeps: after the first batch of a given size it allocates nothing, through
 //! `Box<dyn AdvantageEstimator>` too (`tests/allocations.rs` counts). Returns are written
-//! only when asked for, and differ from the advantages only for GAE, REINFORCE++, ReMax and
-//! OTB ([`has_returns`](AdvantageEstimator::has_returns)).
+//! only when asked for, and differ from the advantages only for GAE, turn-level GAE,
+//! REINFORCE++, ReMax and OTB ([`has_returns`](AdvantageEstimator::has_returns)).
 //! [`estimate`](AdvantageEstimator::estimate) allocates fresh `f64` arrays per call; at
 //! trainer sizes (thousands of rows × 512 tokens) its extra time is the kernel mapping and
 //! zeroing those fresh pages. On Linux the arrays are advised for transparent huge pages
@@ -203,7 +203,7 @@ pub mod remax;
 pub mod rloo;
 pub mod step_reinforce;
 pub mod turn_gae;
-mod turns;
+pub mod turns;
 mod whiten;
 
 mod config;
@@ -238,8 +238,8 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 ///   matrix; the token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
 ///
 /// # Returns
-/// Only GAE, REINFORCE++, ReMax and the optimal token baselines define returns that differ
-/// from their advantages ([`has_returns`](Self::has_returns)). For every other estimator
+/// Only GAE, turn-level GAE, REINFORCE++, ReMax and the optimal token baselines define
+/// returns that differ from their advantages ([`has_returns`](Self::has_returns)). For every other estimator
 /// (the outcome estimators, BEACON, GiGPO) the returns **equal the advantages**, as in verl;
 /// pass `None` for them and use the advantages.
 ///
@@ -264,7 +264,7 @@ pub trait AdvantageEstimator: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// True when the estimator defines returns that differ from its advantages (GAE,
-    /// REINFORCE++, ReMax, the optimal token baselines). Otherwise returns equal advantages
+    /// `turn_gae`, REINFORCE++, ReMax, the optimal token baselines). Otherwise returns equal advantages
     /// and callers can skip them. Default: false.
     ///
     /// ```

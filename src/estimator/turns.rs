@@ -1,5 +1,5 @@
 //! Turns: the unit of the turn-level estimators ([`step_reinforce`](super::step_reinforce),
-//! [`mt_grpo`](super::mt_grpo)).
+//! [`mt_grpo`](super::mt_grpo), [`turn_gae`](super::turn_gae)).
 //!
 //! A *turn* is one policy response inside a multi-turn episode. The turn-level estimators
 //! compute one value per turn and write it over the turn's tokens. They read turns from two
@@ -191,9 +191,23 @@ impl Turns {
             }
             self.row_turns.push(self.reward.len());
             let first = self.reward.len();
-            if let Some(rw) = rewards {
-                float_row(rw, r, &mut self.rbuf);
-            }
+            // The row's rewards in place when contiguous, else widened into `rbuf`.
+            let src = rewards.map(|rw| match rw {
+                FloatView::F32(m) => match m.row(r).to_slice() {
+                    Some(s) => RowRef::F32(s),
+                    None => {
+                        float_row(rw, r, &mut self.rbuf);
+                        RowRef::F64(&self.rbuf)
+                    }
+                },
+                FloatView::F64(m) => match m.row(r).to_slice() {
+                    Some(s) => RowRef::F64(s),
+                    None => {
+                        float_row(rw, r, &mut self.rbuf);
+                        RowRef::F64(&self.rbuf)
+                    }
+                },
+            });
             // `owned`: where the tokens the next turn owns begin.
             let (mut t, mut owned) = (0, 0);
             loop {
@@ -202,9 +216,9 @@ impl Turns {
                     break;
                 }
                 t = skip_run(&self.mbuf, start, 1);
-                let turn = match rewards {
-                    Some(_) => {
-                        self.reward.push(lane_sum(&self.rbuf[owned..t]));
+                let turn = match &src {
+                    Some(row) => {
+                        self.reward.push(row.sum(owned, t));
                         self.tokens.push(t - start);
                         self.row_of.push(r);
                         self.first.push(start);
@@ -224,9 +238,9 @@ impl Turns {
                     turn,
                 });
             }
-            if rewards.is_some() {
-                let tail = lane_sum(&self.rbuf[owned..]);
-                self.close_row(r, cols, first, tail)?;
+            if let (Some(rw), Some(row)) = (rewards, src) {
+                let tail = row.sum(owned, cols);
+                self.close_row(rw, r, first, tail)?;
             }
         }
         self.row_turns.push(self.reward.len());
@@ -240,7 +254,8 @@ impl Turns {
 
     /// The end of row `r` in the multi-turn layout: the tail's rewards `acc` go to the row's
     /// last turn; non-finite rewards and rewards on a row without turns are refused.
-    fn close_row(&mut self, r: usize, cols: usize, first: usize, acc: f64) -> Result<()> {
+    fn close_row(&mut self, rewards: &FloatView<'_>, r: usize, first: usize, acc: f64) -> Result<()> {
+        let cols = rewards.dim().1;
         let last = self.reward.len();
         if last > first {
             self.reward[last - 1] += acc;
@@ -250,6 +265,10 @@ impl Turns {
             .copied()
             .chain([acc])
             .find(|x| !x.is_finite());
+        // The error paths read the row again (the sums read it in place).
+        if bad.is_some() || last == first {
+            float_row(rewards, r, &mut self.rbuf);
+        }
         if let Some(sum) = bad {
             if let Some(t) = self.rbuf.iter().position(|x| !x.is_finite()) {
                 return Err(Error::NonFinite {
@@ -351,19 +370,36 @@ fn skip_run(m: &[u8], mut t: usize, bit: u8) -> usize {
     t
 }
 
+/// One row of a float column, in its own dtype.
+#[derive(Clone, Copy)]
+enum RowRef<'b> {
+    F32(&'b [f32]),
+    F64(&'b [f64]),
+}
+
+impl RowRef<'_> {
+    /// Σ over tokens `a..b`, widened to `f64` ([`lane_sum`]).
+    fn sum(&self, a: usize, b: usize) -> f64 {
+        match self {
+            Self::F32(s) => lane_sum(&s[a..b]),
+            Self::F64(s) => lane_sum(&s[a..b]),
+        }
+    }
+}
+
 /// Σ x in four interleaved partial sums (x[i] into partial i mod 4, combined as
 /// (p0 + p2) + (p1 + p3)): a fixed order that vectorizes, where one chain does not.
 #[inline]
-fn lane_sum(x: &[f64]) -> f64 {
+fn lane_sum<T: Float>(x: &[T]) -> f64 {
     let mut p = [0.0f64; 4];
     let mut c = x.chunks_exact(4);
     for q in &mut c {
         for j in 0..4 {
-            p[j] += q[j];
+            p[j] += q[j].to_f64();
         }
     }
     for (j, &v) in c.remainder().iter().enumerate() {
-        p[j] += v;
+        p[j] += v.to_f64();
     }
     (p[0] + p[2]) + (p[1] + p[3])
 }

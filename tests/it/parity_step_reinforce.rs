@@ -76,16 +76,14 @@ fn cases() -> Vec<Value> {
     v["cases"].as_array().unwrap().clone()
 }
 
+/// A batch, its token rewards and mask, and where each step row's turn begins.
+type MultiTurn = (RolloutBatch, Array2<f64>, Array2<bool>, Vec<(usize, usize)>);
+
 /// The verl multi-turn form of a step batch: one row per trajectory (order of first
 /// appearance), its turns in step order, each turn's tokens then one observation token, the
 /// turn's reward on its last token. Returns the batch, rewards, mask and, per step row, its
 /// (row, first column) in the multi-turn matrix.
-fn multi_turn(
-    groups: &[String],
-    trajs: &[String],
-    scores: &[f64],
-    mask: &Array2<f64>,
-) -> (RolloutBatch, Array2<f64>, Array2<bool>, Vec<(usize, usize)>) {
+fn multi_turn(groups: &[String], trajs: &[String], scores: &[f64], mask: &Array2<f64>) -> MultiTurn {
     let mut names: Vec<&String> = Vec::new();
     let mut row_groups = Vec::new();
     let mut at = Vec::new();
