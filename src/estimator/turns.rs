@@ -409,10 +409,14 @@ fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::Array
     for (r, mut row) in out.rows_mut().into_iter().enumerate() {
         match row.as_slice_mut() {
             Some(o) => {
-                o.fill(T::ZERO);
+                // Each element written once: the gap before a span, the span, the tail.
+                let mut at = 0;
                 while let Some(sp) = s.next_if(|sp| sp.row == r) {
+                    o[at..sp.start].fill(T::ZERO);
                     o[sp.start..sp.end].fill(T::from_f64(values[sp.turn]));
+                    at = sp.end;
                 }
+                o[at..].fill(T::ZERO);
             }
             None => {
                 row.fill(T::ZERO);
