@@ -154,11 +154,12 @@ crate::setters::with_setters! {
 /// let mask = [[true, true, false, true], [true, true, false, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
 /// let out = MtGrpo::new(MtGrpoConfig::authors())?.estimate(&input)?;
-/// // O = 1, 0 and r^T = 1, 0 (the second has no tool turn): each Â is ±0.7071/(0.7071 + ε).
-/// let a = 0.5f64.sqrt() / (0.5f64.sqrt() + 1e-4);
+/// // O = 1, 0 and r^T = 1, 0 (the second has no tool turn): μ = ½, σ = √½, so
+/// // A^O = A^T = ±½/(√½ + ε); C = 2, 0: A^C = ±1/(√2 + ε).
+/// let a = 0.5 / (0.5f64.sqrt() + 1e-4);
 /// assert!((out.advantages[[0, 0]] - 2.0 * a).abs() < 1e-12); // A^O + A^T
 /// assert!((out.advantages[[0, 3]] - a).abs() < 1e-12); // A^O
-/// assert!((out.advantages[[1, 0]] + a).abs() < 1e-12); // A^C: C = 2, 0
+/// assert!((out.advantages[[1, 0]] + 1.0 / (2f64.sqrt() + 1e-4)).abs() < 1e-12); // A^C
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
