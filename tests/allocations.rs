@@ -80,10 +80,11 @@ fn zero_allocations_after_the_first_call() {
         let mut ret64 = Array2::<f64>::zeros((rows, cols));
         let mut adv32 = Array2::<f32>::zeros((rows, cols));
         let mut step = vec![0.0; rows];
-        // BEACON and GiGPO read the batch's episode rewards: token rewards that disagree with
-        // them are an error, so they get none.
+        // BEACON, GiGPO and the turn-level estimators check token rewards against the batch's
+        // episode rewards on step rows: token rewards that disagree are an error, so they get
+        // none.
         let (mut f64_input, mut f32_input) = (f64_input, f32_input);
-        if name.starts_with("beacon") || *name == "gigpo" {
+        if name.starts_with("beacon") || ["gigpo", "step_reinforce", "mt_grpo", "turn_gae"].contains(name) {
             f64_input.token_level_rewards = None;
             f32_input.token_level_rewards = None;
         }

@@ -48,8 +48,8 @@ macro_rules! registry {
             pub const VERL_NAMES: &'static [&'static str] = &[$($vn),*];
 
             /// Every bare name [`FromStr`] accepts, in declaration order:
-            /// [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`, `beacon_official` and
-            /// `beacon_ablation` (which also parses with an ablation,
+            /// [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`, `beacon_official`,
+            /// `step_reinforce`, `mt_grpo`, `turn_gae` and `beacon_ablation` (which also parses with an ablation,
             /// `beacon:milestone_dropout=0.5`).
             ///
             /// ```
@@ -94,7 +94,8 @@ registry! {
     /// Each variant's name (serde tag `adv_estimator`, [`name`](Self::name), [`FromStr`]) is
     /// verl's string; parameter structs default to verl's values. [`build`](Self::build)
     /// validates the parameters and returns a boxed estimator. Besides verl's estimators it
-    /// holds the crate's own (`gigpo`, `beacon`, `beacon_official`, `beacon_ablation`). The
+    /// holds the crate's own (`gigpo`, `beacon`, `beacon_official`, `beacon_ablation`) and the
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`). The
     /// enum is `#[non_exhaustive]`: more estimators may join it.
     ///
     /// ```
@@ -170,6 +171,16 @@ registry! {
         /// `beacon:ABLATION[,seed=N]` or `beacon_official:ABLATION[,seed=N]` (e.g.
         /// `beacon:milestone_dropout=0.5`); bare `beacon_ablation` is the paper's BEACON unablated.
         BeaconAblation(crate::ablation::BeaconAblationConfig = crate::ablation::BeaconAblationConfig::default()) => "beacon_ablation";
+        /// `step_reinforce`: discounted per-turn returns normalised over turns, as ROLL runs
+        /// them ([`StepReinforce`](step_reinforce::StepReinforce)). Omitted fields take
+        /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
+        StepReinforce(step_reinforce::StepReinforceConfig = step_reinforce::StepReinforceConfig::roll()) => "step_reinforce";
+        /// `mt_grpo`: multi-turn GRPO with turn-level advantages ([`MtGrpo`](mt_grpo::MtGrpo)).
+        /// Omitted fields take [`MtGrpoConfig::authors`](mt_grpo::MtGrpoConfig::authors).
+        MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::authors()) => "mt_grpo";
+        /// `turn_gae`: GAE over one critic value per turn ([`TurnGae`](turn_gae::TurnGae)).
+        /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
+        TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
     }
 }
 
@@ -221,6 +232,9 @@ impl EstimatorConfig {
                 Ok(())
             }
             Self::BeaconAblation(c) => c.validate(),
+            Self::StepReinforce(c) => c.validate(),
+            Self::MtGrpo(c) => c.validate(),
+            Self::TurnGae(c) => c.validate(),
         }
     }
 
@@ -257,6 +271,9 @@ impl EstimatorConfig {
                 Box::new(beacon::Beacon::new(*c)?)
             }
             Self::BeaconAblation(c) => Box::new(crate::ablation::BeaconAblation::new(*c)?),
+            Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
+            Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
+            Self::TurnGae(c) => Box::new(turn_gae::TurnGae::new(*c)?),
         })
     }
 }
@@ -329,7 +346,7 @@ mod tests {
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
-        assert_eq!(EstimatorConfig::NAMES.len(), 18);
+        assert_eq!(EstimatorConfig::NAMES.len(), 21);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         // Every name parses to the variant whose name(), Display and built estimator say it.

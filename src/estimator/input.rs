@@ -59,6 +59,9 @@ pub struct EstimatorInput<'a> {
     /// penalty), read by the step paths in place of its trajectory's R(τ); see
     /// [`with_row_scores`](Self::with_row_scores).
     pub row_scores: Option<&'a [f64]>,
+    /// One critic value per row, the value of the state before the row's turn (`turn_gae` on
+    /// step rows); see [`with_turn_values`](Self::with_turn_values).
+    pub turn_values: Option<&'a [f64]>,
 }
 
 impl<'a> EstimatorInput<'a> {
@@ -86,6 +89,7 @@ impl<'a> EstimatorInput<'a> {
             anchor_obs: None,
             anchor_ids: None,
             row_scores: None,
+            turn_values: None,
         }
     }
 
@@ -316,6 +320,24 @@ impl<'a> EstimatorInput<'a> {
     #[must_use]
     pub fn with_row_scores(mut self, row_scores: &'a [f64]) -> Self {
         self.row_scores = Some(row_scores);
+        self
+    }
+
+    /// Sets one critic value per row for the step-rows layout of the turn-level estimators:
+    /// V of the state in which the row's turn begins (`turn_gae`). Without it, `turn_gae`
+    /// reads each turn's value from [`values`](Self::with_values) at the turn's first
+    /// generated token.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
+    /// let input = EstimatorInput::new(&batch).with_turn_values(&[0.4]);
+    /// assert_eq!(input.turn_values, Some(&[0.4][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_turn_values(mut self, turn_values: &'a [f64]) -> Self {
+        self.turn_values = Some(turn_values);
         self
     }
 

@@ -3,7 +3,7 @@
 //! Every estimator implements [`AdvantageEstimator`]: it reads an [`EstimatorInput`] (the
 //! batch's group structure plus per-row columns in the caller's row order and dtypes: `f32` or
 //! `f64` values, `bool`/`u8`/`i64` masks or per-row response lengths, see [`crate::tensor`])
-//! and writes advantages (and, for GAE, REINFORCE++, ReMax and OTB, returns) as `f32` or `f64`
+//! and writes advantages (and, for GAE, turn-level GAE, REINFORCE++, ReMax and OTB, returns) as `f32` or `f64`
 //! rows × L token matrices. [`EstimatorConfig`] names each estimator by verl's `adv_estimator`
 //! string, holds its parameters with verl's defaults, and [`builds`](EstimatorConfig::build) a
 //! validated, boxed estimator.
@@ -27,6 +27,15 @@
 //! | `remax` | [`Remax`](remax::Remax) | [`remax`] |
 //! | `gae` | [`Gae`](gae::Gae) | [`gae`] |
 //! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`](optimal_baseline::OptimalTokenBaseline), [`TirOptimalTokenBaseline`](optimal_baseline::TirOptimalTokenBaseline) | [`optimal_baseline`] |
+//!
+//! Turn-level estimators (one value per turn of a multi-turn episode, on step rows or on
+//! verl's multi-turn rows, see `docs/turn-level.md`):
+//!
+//! | name | type | module |
+//! |---|---|---|
+//! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
+//! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
+//! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -55,8 +64,8 @@
 //! across batches, in the caller's dtype, with scratch space in a [`Workspace`] the caller
 //! also keeps: after the first batch of a given size it allocates nothing, through
 //! `Box<dyn AdvantageEstimator>` too (`tests/allocations.rs` counts). Returns are written
-//! only when asked for, and differ from the advantages only for GAE, REINFORCE++, ReMax and
-//! OTB ([`has_returns`](AdvantageEstimator::has_returns)).
+//! only when asked for, and differ from the advantages only for GAE, turn-level GAE,
+//! REINFORCE++, ReMax and OTB ([`has_returns`](AdvantageEstimator::has_returns)).
 //! [`estimate`](AdvantageEstimator::estimate) allocates fresh `f64` arrays per call; at
 //! trainer sizes (thousands of rows × 512 tokens) its extra time is the kernel mapping and
 //! zeroing those fresh pages. On Linux the arrays are advised for transparent huge pages
@@ -186,11 +195,15 @@ pub mod gae;
 pub mod gigpo;
 pub mod gpg;
 pub mod grpo;
+pub mod mt_grpo;
 pub mod opo;
 pub mod optimal_baseline;
 pub mod reinforce;
 pub mod remax;
 pub mod rloo;
+pub mod step_reinforce;
+pub mod turn_gae;
+pub mod turns;
 mod whiten;
 
 mod config;
@@ -225,8 +238,8 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 ///   matrix; the token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
 ///
 /// # Returns
-/// Only GAE, REINFORCE++, ReMax and the optimal token baselines define returns that differ
-/// from their advantages ([`has_returns`](Self::has_returns)). For every other estimator
+/// Only GAE, turn-level GAE, REINFORCE++, ReMax and the optimal token baselines define
+/// returns that differ from their advantages ([`has_returns`](Self::has_returns)). For every other estimator
 /// (the outcome estimators, BEACON, GiGPO) the returns **equal the advantages**, as in verl;
 /// pass `None` for them and use the advantages.
 ///
@@ -251,7 +264,7 @@ pub trait AdvantageEstimator: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// True when the estimator defines returns that differ from its advantages (GAE,
-    /// REINFORCE++, ReMax, the optimal token baselines). Otherwise returns equal advantages
+    /// `turn_gae`, REINFORCE++, ReMax, the optimal token baselines). Otherwise returns equal advantages
     /// and callers can skip them. Default: false.
     ///
     /// ```
@@ -363,10 +376,13 @@ pub trait AdvantageEstimator: Send + Sync {
     /// token matrix and no response mask read. BEACON (`beacon`, `beacon_official`,
     /// `beacon_ablation`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
     /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
-    /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows).
+    /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows); and the
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`: one turn per row, its
+    /// reward from `step_rewards`).
     ///
-    /// Every one of them reads the episode reward from the batch, or each row's own score
-    /// from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
+    /// Every one of them but the turn-level ones (which read their turn rewards, and check
+    /// the rest as the others do) reads the episode reward from the batch, or each row's own
+    /// score from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
     /// [`with_row_scores`](EstimatorInput::with_row_scores)); when `token_level_rewards` are
     /// given too, each row's sum must equal the row's score
     /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).

@@ -31,6 +31,7 @@ pub struct Workspace {
     pub(crate) beacon: beacon::BeaconWorkspace,
     pub(crate) gigpo: gigpo::GigpoWorkspace,
     pub(crate) gigpo_out: gigpo::GigpoOutput,
+    pub(crate) turns: turns::TurnWorkspace,
 }
 
 impl Workspace {

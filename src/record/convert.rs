@@ -298,7 +298,7 @@ impl<'a> RecordBatch<'a> {
     /// let cols = rb.columns();
     /// let flags = vec![false; rb.num_rows()];
     /// // Every estimator but those needing a critic, a greedy baseline or log-probabilities.
-    /// let needs_more = ["gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"];
+    /// let needs_more = ["gae", "turn_gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"];
     /// for name in EstimatorConfig::NAMES.iter().filter(|n| !needs_more.contains(n)) {
     ///     let est = name.parse::<EstimatorConfig>()?.build()?;
     ///     let out = est.estimate(&cols.input(rb.batch(), &flags))?;

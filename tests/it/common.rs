@@ -13,8 +13,8 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
 }
 
 /// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
-/// ablation and the outcome estimators on step rows.
-pub const STEP_ESTIMATORS: [&str; 8] = [
+/// ablation, the outcome estimators on step rows and the turn-level estimators.
+pub const STEP_ESTIMATORS: [&str; 11] = [
     "grpo",
     "grpo_vectorized",
     "rloo",
@@ -23,6 +23,9 @@ pub const STEP_ESTIMATORS: [&str; 8] = [
     "beacon",
     "beacon_official",
     "beacon_ablation",
+    "step_reinforce",
+    "mt_grpo",
+    "turn_gae",
 ];
 
 /// The parity tolerance (see the module docs).

@@ -32,15 +32,20 @@ mod numeric_edges;
 mod parity_beacon_official;
 mod parity_difflib;
 mod parity_gigpo;
+mod parity_mt_grpo;
+mod parity_step_reinforce;
 mod parity_verl;
 mod properties_baselines;
 mod properties_beacon;
+mod properties_turn_level;
 mod record;
 mod row_scores;
 mod row_sums;
 mod step_rows;
 mod testbed;
 mod trainer_dtypes;
+mod turn_gae;
+mod turn_level_bias;
 
 mod layout {
     use std::collections::BTreeSet;

@@ -369,7 +369,7 @@ proptest! {
         let batch = RolloutBatch::from_row_keys(&uid, &traj, &rewards).unwrap();
         let zeros = RolloutBatch::from_row_keys(&uid, &traj, &vec![0.0; rewards.len()]).unwrap();
         let columns = |b| {
-            EstimatorInput::new(b).with_milestones(&flags).with_step_rewards(&step).with_anchor_ids(&anchors)
+            EstimatorInput::new(b).with_milestones(&flags).with_step_rewards(&step).with_turn_values(&step).with_anchor_ids(&anchors)
         };
         for est in step_estimators() {
             let plain = steps(&*est, &columns(&batch)).unwrap();

@@ -18,6 +18,7 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
     let input = EstimatorInput::new(&batch)
         .with_milestones(&[true, false, false, true])
         .with_step_rewards(&[0.0; 4])
+        .with_turn_values(&[0.0; 4])
         .with_anchor_ids(&[1, 2, 1, 3]);
     let mut ws = Workspace::new();
     let mut step_level = Vec::new();
@@ -85,6 +86,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
     let base = EstimatorInput::new(&batch)
         .with_milestones(&[true, false, false, true])
         .with_step_rewards(&[0.0; 4])
+        .with_turn_values(&[0.0; 4])
         .with_anchor_ids(&[1, 2, 1, 3])
         .with_row_scores(&row_scores)
         .with_token_level_rewards(&agree);
@@ -138,6 +140,8 @@ fn step_path_checks_shapes_before_values_in_one_order() {
     let alone = |name: &str, fault: usize| -> Option<Error> {
         let beacon = name.starts_with("beacon");
         let own = beacon || name == "gigpo";
+        // The turn-level estimators' own column is `step_rewards` alone.
+        let turn_level = ["step_reinforce", "mt_grpo", "turn_gae"].contains(&name);
         match fault {
             0 => Some(Error::OutputShape {
                 what: "step advantages",
@@ -145,7 +149,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
                 actual: (3, 1),
             }),
             1 if beacon => Some(Error::MissingInput("milestones")),
-            1 if own => Some(Error::MissingInput("step_rewards")),
+            1 if own || turn_level => Some(Error::MissingInput("step_rewards")),
             2 if own => Some(Error::LengthMismatch {
                 what: if beacon { "milestone flags" } else { "anchors" },
                 expected: 4,
@@ -171,7 +175,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
                 row_score: 0.0,
                 tokens: 0.5,
             }),
-            7 if name == "gigpo" => Some(Error::NonFinite {
+            7 if name == "gigpo" || turn_level => Some(Error::NonFinite {
                 what: "step_rewards",
                 index: 1,
                 value: f64::NAN,

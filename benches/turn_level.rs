@@ -1,0 +1,213 @@
+//! The turn-level estimators against their byte floor, and their step path's linearity.
+//!
+//! - `multi_turn/C`: verl's multi-turn layout at C = 30,720 rows × 512 tokens: each row a
+//!   dialogue of 1–6 turns separated by observation tokens, `f32` token rewards (each turn's
+//!   reward on its last token), an `i64` mask, `f32` advantages into a kept buffer with a kept
+//!   `Workspace`. `floor_tokens/C`: one pass reading the `f32` rewards and the `i64` mask and
+//!   writing the `f32` output (the bytes the estimator must touch).
+//! - `step_rows/C`: the same shape as step rows (one turn per row, 8 trajectories of 4 steps
+//!   per group, `step_rewards` per row, `i64` mask). `floor_mask/C`: read the mask, write the
+//!   output.
+//! - `NAME/N`: `estimate_steps_into` on 4-step trajectories, N = 10³ … 10⁶ trajectories
+//!   (throughput per trajectory: a linear cost is a flat rate).
+//!
+//! Times are the bench thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, criterion's
+//! `iter_custom`), not wall time: on a machine shared with other jobs the wall time mostly
+//! measures the wait for a core. Memory-bandwidth contention still shows.
+//!
+//! `cargo bench --bench turn_level -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use beacon_rl::ablation::SplitMix64;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::RolloutBatch;
+use criterion::{criterion_group, criterion_main, Bencher, Criterion, Throughput};
+use ndarray::Array2;
+
+const TOKENS: usize = 512;
+const ROWS: usize = 30_720;
+const GROUP_SIZE: usize = 8;
+const STEPS: usize = 4;
+
+/// The estimators benched, by name (group-normalised where they have the option).
+const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
+
+fn build(name: &str) -> Box<dyn AdvantageEstimator> {
+    let json = match name {
+        "step_reinforce" => {
+            r#"{"adv_estimator":"step_reinforce","grouping":"group","norm_mean":"group","norm_std":"group"}"#
+        }
+        "mt_grpo" => r#"{"adv_estimator":"mt_grpo"}"#,
+        "turn_gae" => r#"{"adv_estimator":"turn_gae","discount":0.99,"lam":0.95}"#,
+        _ => unreachable!(),
+    };
+    let c: EstimatorConfig = serde_json::from_str(json).expect("config");
+    c.build().expect("valid")
+}
+
+struct MultiTurn {
+    batch: RolloutBatch,
+    rewards: Array2<f32>,
+    values: Array2<f32>,
+    mask: Array2<i64>,
+}
+
+fn multi_turn(rng: &mut SplitMix64) -> MultiTurn {
+    let mut rewards = Array2::<f32>::zeros((ROWS, TOKENS));
+    rewards.fill(black_box(0.0));
+    let mut mask = Array2::<i64>::zeros((ROWS, TOKENS));
+    for r in 0..ROWS {
+        let turns = 1 + (rng.next_u64() as usize) % 6;
+        let mut t = 16; // prompt
+        for _ in 0..turns {
+            let len = 8 + (rng.next_u64() as usize) % 64;
+            if t + len + 8 > TOKENS {
+                break;
+            }
+            for x in t..t + len {
+                mask[[r, x]] = 1;
+            }
+            rewards[[r, t + len - 1]] = (rng.next_f64() < 0.5) as u8 as f32;
+            t += len + 8 + (rng.next_u64() as usize) % 32; // observation
+        }
+    }
+    let uids: Vec<usize> = (0..ROWS).map(|r| r / GROUP_SIZE).collect();
+    let batch = RolloutBatch::from_group_keys(&uids, &vec![0.0; ROWS]).expect("batch");
+    let values = Array2::from_shape_fn((ROWS, TOKENS), |(r, t)| ((r * 7 + t) % 13) as f32 / 13.0);
+    MultiTurn {
+        batch,
+        rewards,
+        values,
+        mask,
+    }
+}
+
+/// Step rows: GROUP_SIZE trajectories × STEPS steps per uid, steps interleaved.
+fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
+    let rows = trajectories * STEPS;
+    let per_group = GROUP_SIZE * STEPS;
+    let uids: Vec<usize> = (0..rows).map(|r| r / per_group).collect();
+    let trajs: Vec<usize> = (0..rows)
+        .map(|r| (r / per_group) * GROUP_SIZE + r % GROUP_SIZE)
+        .collect();
+    let mut rng = SplitMix64::new(7 + rows as u64);
+    let rewards = (0..rows).map(|_| rng.next_f64()).collect();
+    let values = (0..rows).map(|_| rng.next_f64()).collect();
+    (
+        RolloutBatch::from_row_keys(&uids, &trajs, &vec![0.0; rows]).expect("batch"),
+        rewards,
+        values,
+    )
+}
+
+/// This thread's CPU time.
+#[cfg(target_os = "linux")]
+fn cpu_now() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cpu_now() -> Duration {
+    use std::sync::OnceLock;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
+}
+
+/// `f` timed by this thread's CPU time.
+fn cpu_iter(b: &mut Bencher<'_>, mut f: impl FnMut()) {
+    b.iter_custom(|iters| {
+        let t0 = cpu_now();
+        for _ in 0..iters {
+            f();
+        }
+        cpu_now() - t0
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let mut rng = SplitMix64::new(0x7E57);
+    let d = multi_turn(&mut rng);
+    let mut group = c.benchmark_group("turn_level");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(3));
+    group.warm_up_time(Duration::from_secs(1));
+    group.throughput(Throughput::Elements((ROWS * TOKENS) as u64));
+    let mut adv = Array2::<f32>::zeros((ROWS, TOKENS));
+    group.bench_function("floor_tokens/C", |b| {
+        cpu_iter(b, || {
+            ndarray::Zip::from(&mut adv)
+                .and(black_box(&d.rewards))
+                .and(black_box(&d.mask))
+                .for_each(|o, &r, &m| *o = if m != 0 { r } else { 0.0 });
+        })
+    });
+    group.bench_function("floor_mask/C", |b| {
+        cpu_iter(b, || {
+            ndarray::Zip::from(&mut adv)
+                .and(black_box(&d.mask))
+                .for_each(|o, &m| *o = if m != 0 { 0.5 } else { 0.0 });
+        })
+    });
+    let (steps, step_rewards, turn_values) = step_batch(ROWS / STEPS);
+    let step_mask = &d.mask;
+    for name in NAMES {
+        let est = build(name);
+        let mut ws = Workspace::new();
+        let input = EstimatorInput::new(&d.batch)
+            .with_token_level_rewards(&d.rewards)
+            .with_values(&d.values)
+            .with_response_mask(&d.mask);
+        group.bench_function(format!("{name}/multi_turn/C"), |b| {
+            cpu_iter(b, || {
+                est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
+                    .unwrap()
+            })
+        });
+        let input = EstimatorInput::new(&steps)
+            .with_step_rewards(&step_rewards)
+            .with_turn_values(&turn_values)
+            .with_response_mask(step_mask);
+        group.bench_function(format!("{name}/step_rows/C"), |b| {
+            cpu_iter(b, || {
+                est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
+                    .unwrap()
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("turn_level_steps");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(3));
+    group.warm_up_time(Duration::from_secs(1));
+    for n in [1_000usize, 10_000, 100_000, 1_000_000] {
+        let (batch, rewards, values) = step_batch(n);
+        let mut out = vec![0.0; rewards.len()];
+        group.throughput(Throughput::Elements(n as u64));
+        for name in NAMES {
+            let est = build(name);
+            let mut ws = Workspace::new();
+            let input = EstimatorInput::new(&batch)
+                .with_step_rewards(&rewards)
+                .with_turn_values(&values);
+            group.bench_function(format!("{name}/{n}"), |b| {
+                cpu_iter(b, || {
+                    est.estimate_steps_into(black_box(&input), &mut out, &mut ws)
+                        .unwrap()
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
