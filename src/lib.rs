@@ -100,7 +100,7 @@
 //!   results are bit-identical to the serial path.
 //! - **`cli`**: the `beacon` program, which computes credit on recorded trajectories from the
 //!   command line (`cargo install beacon-rl --features cli`; from a clone,
-//!   `cargo run --release --features cli`). It adds `clap` and turns on `serde`; the library
+//!   `cargo run --features cli`). It adds `clap` and turns on `serde`; the library
 //!   does not use it.
 //!
 //! With `default-features = false` the crate depends on `ndarray`, `regex`, `memchr`,

@@ -1,7 +1,7 @@
 //! `beacon`: credit on recorded trajectories, from the command line.
 //!
 //! ```text
-//! cargo run --release --features cli -- [FILE…]
+//! cargo run --features cli -- [FILE…]              # --release for large inputs
 //! ```
 //!
 //! Reads recorded trajectories (JSON Lines, one trajectory a line; `-` for stdin; the bundled
@@ -286,14 +286,14 @@ impl Written {
 
     /// The error that ends the run. When a group reappears after its lines were written,
     /// a last JSON line marks them invalid: `{"error": ..., "invalid_lines": {"group_id": ..,
-    /// "first": .., "count": ..}}` (the table is written only at the end, so it has nothing
-    /// to mark).
+    /// "first": .., "count": ..}}` (the table is written only at the end: nothing to mark).
     fn refuse(&self, e: beacon_rl::Error, out: &mut impl Write) -> BoxError {
         let beacon_rl::Error::GroupNotContiguous { group_id, .. } = &e else {
             return e.into();
         };
+        let hint = "Put each group's lines together, or pass --whole-input";
         let Some(&(first, count)) = self.groups.get(group_id) else {
-            return e.into();
+            return format!("{e}. {hint}").into();
         };
         let lines = match count {
             1 => format!("output line {first}"),
@@ -301,17 +301,14 @@ impl Written {
         };
         let message = format!(
             "{e}. The advantages already written for it ({lines}) were computed on part of the \
-             group and are invalid; the last output line says so. Put each group's lines \
-             together, or pass --whole-input"
+             group and are invalid; the last output line says so. {hint}"
         );
         let marker = json!({
             "error": message,
             "invalid_lines": { "group_id": group_id, "first": first, "count": count },
         });
-        // The run fails either way; a failed write is reported by the exit status alone.
-        if writeln!(out, "{marker}").and_then(|()| out.flush()).is_err() {
-            return message.into();
-        }
+        // The run fails either way: if the mark cannot be written, the exit status tells.
+        let _ = writeln!(out, "{marker}").and_then(|()| out.flush());
         message.into()
     }
 }

@@ -440,7 +440,7 @@ fn lines_of_a_group_that_reappears_are_marked_invalid() {
     );
 
     let table = run(&["-"], Some(input.as_bytes()));
-    failure(&table);
+    assert!(failure(&table).contains("--whole-input"));
     assert!(
         table.stdout.is_empty(),
         "{}",
