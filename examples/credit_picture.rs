@@ -604,7 +604,7 @@ fn draw_panel(
                 .iter()
                 .zip(&track.milestones)
                 .enumerate()
-                .filter(|(_, (_, &flag))| flag)
+                .filter(|&(_, (_, &flag))| flag)
                 .map(|(t, (&v, _))| EmptyElement::at((o + t as f64, v.max(0.0))) + star((0, -10), 7)),
         )?;
     }

@@ -89,6 +89,23 @@
 //!   walkthrough detector use it.
 //! - `testbed` (feature `testbed`): a tabular training loop that compares the estimators.
 //!
+//! # Crate features
+//!
+//! - **`serde`** (default): serde derives on configs, outputs and reports, and the `record`
+//!   module (recorded trajectories as JSON Lines, through `serde_json`).
+//! - **`testbed`** (default): the `testbed` module, a training loop over small environments
+//!   that runs every estimator. It adds no dependency.
+//! - **`rayon`**: independent groups (BEACON, GiGPO, the outcome estimators) and token rows
+//!   (the token broadcast, GAE, REINFORCE++) run in parallel on rayon's global pool. The
+//!   results are bit-identical to the serial path.
+//! - **`cli`**: the `beacon` program, which computes credit on recorded trajectories from the
+//!   command line (`cargo install beacon-rl --features cli`; from a clone,
+//!   `cargo run --features cli`). It adds `clap` and turns on `serde`; the library
+//!   does not use it.
+//!
+//! With `default-features = false` the crate depends on `ndarray`, `regex`, `memchr`,
+//! `thiserror` and, on Linux, `libc` only.
+//!
 //! # Performance
 //!
 //! The estimators are bound by memory, not arithmetic: a trainer's batch of 30,720 rows × 512

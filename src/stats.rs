@@ -202,7 +202,7 @@ pub(crate) fn group_spreads(values: &[f64], labels: &[usize], stats: &mut [Group
     // squares overflowed (so every other result keeps its bits).
     if stats.iter().any(|s| !s.m2.is_finite()) {
         let pending: Vec<bool> = stats.iter().map(|s| !s.m2.is_finite()).collect();
-        for (s, _) in stats.iter_mut().zip(&pending).filter(|(_, &p)| p) {
+        for (s, _) in stats.iter_mut().zip(&pending).filter(|&(_, &p)| p) {
             s.rescaled = true;
             s.m2 = 0.0;
         }
@@ -213,7 +213,7 @@ pub(crate) fn group_spreads(values: &[f64], labels: &[usize], stats: &mut [Group
                 s.m2 += d * d;
             }
         }
-        for (s, _) in stats.iter_mut().zip(&pending).filter(|(_, &p)| p) {
+        for (s, _) in stats.iter_mut().zip(&pending).filter(|&(_, &p)| p) {
             let std = s.scale() * (s.m2 / (s.count - 1) as f64).sqrt();
             s.std = if std.is_finite() { std } else { f64::NAN };
         }

@@ -271,7 +271,7 @@ fn group_keys() -> impl Strategy<Value = Vec<u8>> {
     let runs = prop::collection::vec(1usize..5, 1..12).prop_map(|lens| {
         lens.iter()
             .enumerate()
-            .flat_map(|(k, &n)| std::iter::repeat((k * 7 % 12) as u8).take(n))
+            .flat_map(|(k, &n)| std::iter::repeat_n((k * 7 % 12) as u8, n))
             .collect::<Vec<u8>>()
     });
     prop_oneof![
@@ -389,7 +389,7 @@ fn layouts(spec: &[Vec<usize>], seed: u64) -> Vec<Vec<(u64, u64, f64)>> {
                 .collect()
         })
         .collect();
-    let steps = |j: &(u64, u64, f64, usize)| std::iter::repeat((j.0, j.1, j.2)).take(j.3);
+    let steps = |j: &(u64, u64, f64, usize)| std::iter::repeat_n((j.0, j.1, j.2), j.3);
     let major: Vec<_> = trajs.iter().flatten().flat_map(steps).collect();
     let mut blocks: Vec<_> = trajs.iter().flatten().collect();
     for i in (1..blocks.len()).rev() {

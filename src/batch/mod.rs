@@ -506,7 +506,7 @@ impl RolloutBatch {
             for &r in self.trajectory_rows(j) {
                 let s = score(r);
                 // Terminal rewards are finite (checked on construction).
-                if !scores_agree(expected, s) && first.map_or(true, |(b, _, _)| r < b) {
+                if !scores_agree(expected, s) && first.is_none_or(|(b, _, _)| r < b) {
                     first = Some((r, expected, s));
                 }
             }

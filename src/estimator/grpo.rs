@@ -642,7 +642,7 @@ fn scaled_std_f32(groups: &[usize], scores: &[f64], g: usize, mean: f32, count: 
         groups
             .iter()
             .zip(scores)
-            .filter(move |(&gg, _)| gg == g)
+            .filter(move |&(&gg, _)| gg == g)
             .map(|(_, &s)| s as f32)
     };
     let scale = in_group().fold(0.0f32, |m, x| m.max(x.abs()));

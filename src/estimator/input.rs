@@ -621,7 +621,7 @@ pub(crate) fn check_trajectories_agree(batch: &RolloutBatch, scores: &[f64]) -> 
         let rows = batch.trajectory_rows(j);
         let expected = scores[rows[0]];
         if let Some(&r) = rows.iter().find(|&&r| scores[r] != expected) {
-            if first.map_or(true, |(b, _, _)| r < b) {
+            if first.is_none_or(|(b, _, _)| r < b) {
                 first = Some((r, expected, scores[r]));
             }
         }

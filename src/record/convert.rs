@@ -109,10 +109,10 @@ impl<'a> RecordBatch<'a> {
         let mut rewards: Vec<f64> = Vec::with_capacity(rows);
         for (i, rec) in records.iter().enumerate() {
             let n = rec.steps.len();
-            group_keys.extend(std::iter::repeat(rec.group_id.as_str()).take(n));
+            group_keys.extend(std::iter::repeat_n(rec.group_id.as_str(), n));
             // traj_ids are unique (checked above), so the record index is the trajectory key.
-            traj_keys.extend(std::iter::repeat(i).take(n));
-            rewards.extend(std::iter::repeat(rec.terminal_reward).take(n));
+            traj_keys.extend(std::iter::repeat_n(i, n));
+            rewards.extend(std::iter::repeat_n(rec.terminal_reward, n));
         }
         let batch = RolloutBatch::from_row_keys(&group_keys, &traj_keys, &rewards)?;
         Ok(Self {

@@ -294,7 +294,7 @@ impl TrainerConfig {
         }
         // Checked: the product sizes the batch (the group offsets are k · G).
         let episodes = self.group_size.checked_mul(self.tasks_per_iteration);
-        if episodes.map_or(true, |n| n > RolloutBatch::MAX_STEPS) {
+        if episodes.is_none_or(|n| n > RolloutBatch::MAX_STEPS) {
             return bad(
                 "tasks_per_iteration",
                 self.tasks_per_iteration as f64,
@@ -342,8 +342,8 @@ fn rollout(
     let outcome = f64::from(u8::from(success));
     let progress = state.reached as f64 / env.rooms() as f64;
     let len = roll.obs.len() - start;
-    roll.outcome.extend(std::iter::repeat(outcome).take(len));
-    roll.progress.extend(std::iter::repeat(progress).take(len));
+    roll.outcome.extend(std::iter::repeat_n(outcome, len));
+    roll.progress.extend(std::iter::repeat_n(progress, len));
     roll.traj_offsets.push(roll.obs.len());
     roll.success.push(outcome);
     roll.reached.push(progress);

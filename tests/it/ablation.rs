@@ -407,7 +407,7 @@ proptest! {
         let build = |ids: &[usize]| {
             let (mut t, mut f) = (vec![], vec![]);
             for &j in ids {
-                t.extend(std::iter::repeat(j).take(trajs[j].len()));
+                t.extend(std::iter::repeat_n(j, trajs[j].len()));
                 f.extend_from_slice(&trajs[j]);
             }
             let batch = RolloutBatch::from_row_keys(&vec![0; t.len()], &t, &vec![0.0; t.len()]).unwrap();

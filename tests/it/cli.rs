@@ -1,5 +1,6 @@
-//! The `beacon` command-line example on the bundled data: exit codes, output shape,
-//! determinism, stdin input and errors. `cargo test` builds the example next to this test.
+//! The `beacon` program on the bundled data: exit codes, output shape, determinism, stdin
+//! input and errors. Needs the `cli` feature (`cargo test --features cli`), which builds the
+//! program for these tests.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,30 +10,8 @@ use serde_json::Value;
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
 
-fn example() -> PathBuf {
-    // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/beacon
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir
-        .join("examples")
-        .join(format!("beacon{}", std::env::consts::EXE_SUFFIX));
-    let hint = "run plain `cargo test` (it builds the examples) or `cargo build --examples`";
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
-    let source = std::fs::metadata(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/beacon.rs"))
-        .and_then(|m| m.modified());
-    match (built, source) {
-        (Ok(b), Ok(s)) => assert!(
-            b >= s,
-            "{} is older than examples/beacon.rs: {hint}",
-            bin.display()
-        ),
-        _ => panic!("{} not found: {hint}", bin.display()),
-    }
-    bin
-}
-
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(example())
+    let mut child = Command::new(env!("CARGO_BIN_EXE_beacon"))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -70,8 +49,7 @@ fn sample_records() -> Vec<Value> {
 
 #[test]
 fn default_run_is_beacon_over_the_bundled_sample_one_object_per_trajectory() {
-    // stdout is a pipe here, so the default format is jsonl.
-    let lines = jsonl(&run(&[], None));
+    let lines = jsonl(&run(&["--format", "jsonl"], None));
     let records = sample_records();
     assert_eq!(lines.len(), records.len());
     for (line, rec) in lines.iter().zip(&records) {
@@ -118,11 +96,12 @@ fn output_is_deterministic_and_stdin_equals_the_file() {
 
 #[test]
 fn grpo_gives_one_value_per_trajectory_and_gigpo_its_parts() {
-    for line in jsonl(&run(&["--estimator", "grpo"], None)) {
+    for line in jsonl(&run(&["--estimator", "grpo", "--format", "jsonl"], None)) {
         let adv = line["advantages"].as_array().unwrap();
         assert!(adv.iter().all(|a| a == &adv[0]), "{}", line["traj_id"]);
     }
-    for line in jsonl(&run(&["--estimator", "gigpo", "-p", "mode=mean_std_norm"], None)) {
+    let args = ["-e", "gigpo", "-p", "mode=mean_std_norm", "--format", "jsonl"];
+    for line in jsonl(&run(&args, None)) {
         assert!(line["step_groups"].is_array() && line["episode_advantage"].is_f64());
     }
 }
@@ -131,6 +110,8 @@ fn grpo_gives_one_value_per_trajectory_and_gigpo_its_parts() {
 fn text_detector_on_textworld_matches_the_score_flags() {
     let lines = jsonl(&run(
         &[
+            "--format",
+            "jsonl",
             "--detector",
             "text",
             "--pattern",
@@ -156,14 +137,59 @@ fn text_detector_on_textworld_matches_the_score_flags() {
 
 #[test]
 fn table_and_diagnostics() {
-    let out = run(&["--format", "table", "--diagnostics"], None);
+    let out = run(&["--diagnostics"], None);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("beacon: 4 groups, 32 trajectories, 437 steps"));
     // GRPO beside BEACON by default
-    assert!(text.contains("    grpo   beacon"), "{text}");
+    assert!(text.contains("   beacon      min      max     grpo\n"), "{text}");
     assert_eq!(text.matches("\ngroup ").count(), 4);
     assert!(text.contains("CAR ") && text.contains("ZAR ") && text.contains("utilisation"));
+}
+
+// The table is the default, piped or not, and fits 100 columns, per-step values included;
+// every column of its header is explained above it.
+#[test]
+fn table_fits_100_columns_and_explains_its_columns() {
+    for args in [
+        &[][..],
+        &["--steps"],
+        &["--steps", "-e", "gigpo", "--beside", "reinforce_plus_plus"],
+    ] {
+        let out = run(args, None);
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        for line in text.lines().take_while(|l| !l.starts_with("diagnostics")) {
+            assert!(
+                line.chars().count() <= 100,
+                "{args:?}: {} columns: {line}",
+                line.chars().count()
+            );
+        }
+        let header = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("trajectory"))
+            .unwrap();
+        let legend: String = text.lines().take_while(|l| !l.is_empty()).collect();
+        for column in header.split_whitespace().skip(1) {
+            let column = column.trim_end_matches(',');
+            assert!(
+                legend.contains(&format!("{column}:")) || legend.contains(&format!("{column},")),
+                "{args:?}: column `{column}` is not explained:\n{legend}"
+            );
+        }
+    }
+    let steps = String::from_utf8(run(&["--steps"], None).stdout).unwrap();
+    let totals = steps.lines().next().unwrap();
+    let milestones = totals
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" milestones (detector: score)"));
+    let stars = steps.matches('*').count().to_string();
+    assert_eq!(
+        milestones,
+        Some(stars.as_str()),
+        "one star per milestone: {totals}"
+    );
 }
 
 #[test]
@@ -212,6 +238,8 @@ fn walkthrough_detector_matches_each_tasks_expert_actions_in_order() {
     .unwrap();
     let out = run(
         &[
+            "--format",
+            "jsonl",
             "--detector",
             "walkthrough",
             "--walkthrough",
@@ -356,6 +384,111 @@ fn groups_stream_and_must_be_contiguous() {
     );
     assert!(err.contains(&expected), "{err}");
     // An estimator that whitens over the batch reads the whole input: interleaving is fine.
-    let out = run(&["-e", "reinforce_plus_plus", interleaved.path()], None);
+    let out = run(
+        &["-e", "reinforce_plus_plus", "-f", "jsonl", interleaved.path()],
+        None,
+    );
     assert_eq!(jsonl(&out).len(), 32);
+}
+
+/// A one-step trajectory line.
+fn record(group: &str, traj: &str, reward: f64) -> String {
+    serde_json::json!({
+        "group_id": group, "traj_id": traj, "terminal_reward": reward,
+        "steps": [{"action": "go", "observation": "ok", "reward": 0, "done": true}],
+    })
+    .to_string()
+        + "\n"
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+// A group that reappears after another group: its lines already written were computed on
+// part of the group. The last output line marks them; the table writes nothing; read whole,
+// the same input gives the group's true advantages.
+#[test]
+fn lines_of_a_group_that_reappears_are_marked_invalid() {
+    let input = [
+        record("g1", "a", 1.0),
+        record("g2", "b", 1.0),
+        record("g1", "c", 0.0),
+    ]
+    .concat();
+    let out = run(&["--format", "jsonl", "-"], Some(input.as_bytes()));
+    let err = failure(&out);
+    assert!(err.contains("group `g1` reappears at line 3 of -"), "{err}");
+    assert!(
+        err.contains("(output line 1)") && err.contains("--whole-input"),
+        "{err}"
+    );
+    let written = lines(&out);
+    assert_eq!(written.len(), 3, "two trajectories, then the mark");
+    assert_eq!(
+        (&written[0]["traj_id"], &written[1]["traj_id"]),
+        (&"a".into(), &"b".into())
+    );
+    let mark = &written[2];
+    assert!(mark["error"].as_str().unwrap().contains("reappears"), "{mark}");
+    assert_eq!(
+        mark["invalid_lines"],
+        serde_json::json!({"group_id": "g1", "first": 1, "count": 1})
+    );
+
+    let table = run(&["-"], Some(input.as_bytes()));
+    assert!(failure(&table).contains("--whole-input"));
+    assert!(
+        table.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&table.stdout)
+    );
+
+    let whole = jsonl(&run(
+        &["--format", "jsonl", "--whole-input", "-"],
+        Some(input.as_bytes()),
+    ));
+    let a = whole.iter().find(|l| l["traj_id"] == "a").unwrap();
+    let adv = a["advantages"][0].as_f64().unwrap();
+    assert!((adv - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-5, "{adv}");
+}
+
+// No trajectory at all is an error saying so, whatever the format, not an empty success.
+#[test]
+fn empty_input_is_an_empty_batch_error() {
+    let blank = TempFile::new("empty.jsonl", "\n\n");
+    for (args, stdin) in [
+        (&["--format", "jsonl", "-"][..], Some(&b""[..])),
+        (&["-"], Some(b"")),
+        (&["--format", "jsonl", blank.path()], None),
+        (&["--format", "jsonl", "--whole-input", "-"], Some(b"")),
+    ] {
+        let out = run(args, stdin);
+        let err = failure(&out);
+        assert!(err.contains("empty batch: no trajectory in"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+// Ids come from files: in the table, control and bidirectional characters are escaped, so an
+// id cannot clear the terminal or reorder the line. JSON output escapes them as JSON does.
+#[test]
+fn table_escapes_control_characters_in_ids() {
+    let input = [
+        record("g\u{202e}1", "clear\u{1b}[2J", 1.0),
+        record("g\u{202e}1", "bell\u{7}\\x", 0.0),
+    ]
+    .concat();
+    let out = run(&["-"], Some(input.as_bytes()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{text:?}");
+    assert!(text.contains("group g\\u{202e}1\n"), "{text}");
+    assert!(text.contains("clear\\u{1b}[2J "), "{text}");
+    assert!(text.contains("bell\\u{7}\\\\x "), "{text}");
+    let json = jsonl(&run(&["--format", "jsonl", "-"], Some(input.as_bytes())));
+    assert_eq!(json[0]["traj_id"], "clear\u{1b}[2J");
 }

@@ -559,21 +559,8 @@ fn scores_rewards_flags_and_subgoals_are_never_read() {
 
 // ---- the command line: `--detector discover` ----
 
-/// The `beacon` example binary, built by `cargo test` next to this test.
-fn beacon_example() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir
-        .join("examples")
-        .join(format!("beacon{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.exists(),
-        "{} not found: run plain `cargo test` (it builds the examples)",
-        bin.display()
-    );
-    bin
-}
-
+/// Runs the `beacon` program, which cargo builds for the tests with the `cli` feature.
+#[cfg(feature = "cli")]
 #[test]
 fn cli_discover_ignores_scores_rewards_flags_and_subgoals() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
@@ -598,7 +585,7 @@ fn cli_discover_ignores_scores_rewards_flags_and_subgoals() {
     let copy = dir.join("scrambled.jsonl");
     std::fs::write(&copy, scrambled).unwrap();
     let run = |file: &str| {
-        let out = std::process::Command::new(beacon_example())
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_beacon"))
             .args([
                 "--detector",
                 "discover",

@@ -299,7 +299,7 @@ mod reference {
             let s = values
                 .iter()
                 .zip(mask)
-                .filter(|(_, &m)| m)
+                .filter(|&(_, &m)| m)
                 .fold(0.0f64, |a, (&x, _)| a.max(x.abs()));
             let (mut sum, mut sq) = (0.0f64, 0.0f64);
             for (&x, &m) in values.iter().zip(mask) {
@@ -439,7 +439,7 @@ mod reference {
                         groups
                             .iter()
                             .zip(scores)
-                            .filter(|(&h, _)| h == g)
+                            .filter(|&(&h, _)| h == g)
                             .map(|(_, &s)| s as f32)
                     };
                     let scale = xs().fold(0.0f32, |m, x| m.max(x.abs()));

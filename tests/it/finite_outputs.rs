@@ -214,7 +214,7 @@ fn case() -> impl Strategy<Value = Case> {
         let mut t = 0u8;
         for (g, trajs) in groups.iter().enumerate() {
             for &len in trajs {
-                keys.extend(std::iter::repeat((g as u8, t)).take(len));
+                keys.extend(std::iter::repeat_n((g as u8, t), len));
                 t += 1;
             }
         }

@@ -333,7 +333,7 @@ impl Scenario {
         self.trajs
             .iter()
             .enumerate()
-            .flat_map(|(j, t)| std::iter::repeat(j).take(t.2.len()))
+            .flat_map(|(j, t)| std::iter::repeat_n(j, t.2.len()))
             .collect()
     }
 

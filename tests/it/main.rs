@@ -14,6 +14,7 @@ mod common;
 mod ablation;
 mod ablation_estimators;
 mod api_paths;
+#[cfg(feature = "cli")]
 mod cli;
 mod completion_credit;
 mod detectors;

@@ -85,7 +85,7 @@ fn case_strategy(min_group: usize, prefix_masks: bool) -> impl Strategy<Value = 
                     let mut uids: Vec<u32> = sizes
                         .iter()
                         .enumerate()
-                        .flat_map(|(g, &n)| std::iter::repeat(g as u32).take(n))
+                        .flat_map(|(g, &n)| std::iter::repeat_n(g as u32, n))
                         .collect();
                     // Interleave groups: sort rows by a random key.
                     let mut idx: Vec<usize> = (0..uids.len()).collect();
@@ -301,7 +301,7 @@ proptest! {
         for name in ["gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gdpo"] {
             let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
             let Ok(out) = case.run(est.as_ref()) else { continue };
-            let vals: Vec<f64> = out.advantages.iter().zip(case.mask.iter()).filter(|(_, &m)| m).map(|(&x, _)| x).collect();
+            let vals: Vec<f64> = out.advantages.iter().zip(case.mask.iter()).filter(|&(_, &m)| m).map(|(&x, _)| x).collect();
             let n = vals.len() as f64;
             let mean = vals.iter().sum::<f64>() / n;
             let var = vals.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);

@@ -53,7 +53,7 @@ fn grpo_per_step(groups: &[Group], eps: f64) -> Vec<f64> {
             (mean, var.sqrt())
         };
         for (r, f) in g {
-            out.extend(std::iter::repeat((r - mean) / (std + eps)).take(f.len()));
+            out.extend(std::iter::repeat_n((r - mean) / (std + eps), f.len()));
         }
     }
     out

@@ -1,22 +1,24 @@
-//! Credit on recorded trajectories, from the command line.
+//! `beacon`: credit on recorded trajectories, from the command line.
 //!
 //! ```text
-//! cargo run --release --example beacon -- [FILE…]
+//! cargo run --features cli -- [FILE…]              # --release for large inputs
 //! ```
 //!
 //! Reads recorded trajectories (JSON Lines, one trajectory a line; `-` for stdin; the bundled
-//! ScienceWorld/TextWorld sample when no file is given), detects milestones, runs an advantage
-//! estimator and prints the credit per trajectory: a table on a terminal, JSON Lines otherwise.
+//! ScienceWorld/TextWorld sample, built into the program, when no file is given), detects
+//! milestones, runs an advantage estimator and prints the credit per trajectory: a table
+//! (default), or JSON Lines with `--format jsonl`. The guide's chapter `docs/cli.md` describes
+//! the options, the record format and the output.
 //!
 //! Examples:
 //!
 //! ```text
-//! cargo run --release --example beacon                                  # BEACON (paper) on the sample
-//! cargo run --release --example beacon -- --estimator grpo --format jsonl
-//! cargo run --release --example beacon -- --estimator beacon_official -p mode=mean_std_norm
-//! cargo run --release --example beacon -- --detector text --pattern 'score has just gone up'
-//! cargo run --release --example beacon -- --diagnostics
-//! cargo run --release --example beacon -- --detector discover              # no score, reward or subgoal read
+//! beacon                                          # BEACON (paper) on the bundled sample
+//! beacon --estimator grpo --format jsonl
+//! beacon --estimator beacon_official -p mode=mean_std_norm
+//! beacon --detector text --pattern 'score has just gone up'
+//! beacon --diagnostics
+//! beacon --detector discover                      # no score, reward or subgoal read
 //! ```
 //!
 //! Estimator parameters are given as `-p NAME=VALUE` with the names of the estimator's config
@@ -27,12 +29,18 @@
 //!
 //! The input is processed one group at a time (memory of a few groups, not the file; parsing
 //! runs on a second thread): a group's trajectories must be on contiguous lines over the files
-//! in order. Estimators that normalise over the whole batch (REINFORCE++, GAE, GDPO, GPG, ...)
-//! and `--diagnostics` read the whole input into one batch instead (`needs_whole_input`). On an
-//! input error the groups before it have been written; the error names the file and line.
-//! Lines longer than `--max-line-bytes` (default 64 MiB) are an error.
+//! in order. Estimators that normalise over the whole batch (REINFORCE++, GAE, GDPO, GPG, ...),
+//! `--diagnostics` and `--whole-input` read the whole input into one batch instead
+//! (`needs_whole_input`). On an input error the program exits with status 1 and the error
+//! names the file and line; JSON Lines already written for earlier groups stay valid, except
+//! those of a group that reappears later, which the last output line marks (`Written`). The
+//! table is written only once the whole input has been read. Lines longer than
+//! `--max-line-bytes` (default 64 MiB) are an error.
 
-use std::io::{self, IsTerminal, Write};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
 use std::sync::mpsc;
 
@@ -53,7 +61,14 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-const BUNDLED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
+/// The sample read when no file is given, built into the program so that an installed
+/// `beacon` has it too.
+const BUNDLED: &str = include_str!("../../data/sample_trajectories.jsonl");
+/// How errors name the bundled sample.
+const BUNDLED_NAME: &str = "the bundled sample (data/sample_trajectories.jsonl)";
+
+/// The width the table fits in.
+const TABLE_WIDTH: usize = 100;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -61,10 +76,10 @@ const BUNDLED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajecto
     about = "Advantages (BEACON, GRPO, GiGPO, …) on recorded trajectories"
 )]
 struct Args {
-    /// JSON Lines files of recorded trajectories (`-` = stdin). Default: the bundled sample.
-    /// A group's trajectories must be on contiguous lines (the files taken in order) unless
-    /// the whole input is read at once (estimators that normalise over the batch,
-    /// --diagnostics).
+    /// JSON Lines files of recorded trajectories (`-` = stdin). Default: the bundled sample
+    /// (data/sample_trajectories.jsonl). A group's trajectories must be on contiguous lines (the
+    /// files taken in order) unless the whole input is read at once (--whole-input, estimators
+    /// that normalise over the batch, --diagnostics).
     files: Vec<String>,
 
     /// Estimator, by verl-style name: beacon, beacon_official, grpo, gigpo, rloo, opo, gpg, …
@@ -92,14 +107,24 @@ struct Args {
     #[arg(long, default_value_t = 0.85)]
     threshold: f64,
 
-    /// Output format (default: table on a terminal, jsonl otherwise).
-    #[arg(long, short, value_enum)]
-    format: Option<Format>,
+    /// Output format: `table`, for reading, or `jsonl`, one JSON object per trajectory with
+    /// every value at full precision, for programs.
+    #[arg(long, short, value_enum, default_value = "table")]
+    format: Format,
 
     /// In the table, a second estimator's mean credit per trajectory beside the first
     /// (`none` to hide).
     #[arg(long, default_value = "grpo")]
     beside: String,
+
+    /// In the table, each trajectory's advantage per step under its line (* = milestone).
+    #[arg(long)]
+    steps: bool,
+
+    /// Read the whole input into one batch before computing, so that a group's trajectories
+    /// may be on any lines (memory grows with the input).
+    #[arg(long)]
+    whole_input: bool,
 
     /// Also print credit-assignment diagnostics (CAR, EGR, ZAR, CCR, sample split). Reads the
     /// whole input at once.
@@ -148,17 +173,13 @@ const GROUP_LOCAL: &[&str] = &[
 /// one group at a time). A detector that learns from the whole input belongs here too.
 fn needs_whole_input(args: &Args, beside: Option<&str>) -> bool {
     let local = |name: &str| GROUP_LOCAL.contains(&name);
-    args.diagnostics || !local(&args.estimator) || beside.is_some_and(|b| !local(b))
+    args.whole_input || args.diagnostics || !local(&args.estimator) || beside.is_some_and(|b| !local(b))
 }
 
 fn run(args: Args) -> Result<(), BoxError> {
     let config = estimator_config(&args.estimator, &args.params)?;
     let estimator = config.build()?;
-    let format = args.format.unwrap_or(if io::stdout().is_terminal() {
-        Format::Table
-    } else {
-        Format::Jsonl
-    });
+    let format = args.format;
     let beside = match (format, args.beside.as_str()) {
         (Format::Table, "none") | (Format::Jsonl, _) => None,
         (Format::Table, name) => Some(estimator_config(name, &[])?.build()?),
@@ -174,16 +195,21 @@ fn run(args: Args) -> Result<(), BoxError> {
         step_groups_before: std::cell::Cell::new(0),
     };
 
-    let files = if args.files.is_empty() {
-        vec![BUNDLED.to_string()]
+    let inputs: Vec<Input> = if args.files.is_empty() {
+        vec![Input::Bundled]
     } else {
-        args.files.clone()
+        args.files.iter().cloned().map(Input::Path).collect()
     };
-    let (groups, done) = read_in_background(files, args.max_line_bytes, whole);
+    let input_names: Vec<&str> = inputs.iter().map(Input::name).collect();
+    let (groups, done) = read_in_background(inputs.clone(), args.max_line_bytes, whole);
 
     let stdout = io::stdout();
     let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let mut table = Table::default();
+    let mut table = Table::new(&args, estimator.name(), beside.as_ref().map(|b| b.name()));
+    let mut written = Written {
+        jsonl: format == Format::Jsonl,
+        ..Written::default()
+    };
     if whole {
         // Runs of one group may be interleaved here: the batch gathers them.
         let mut records: Vec<TrajectoryRecord> = Vec::new();
@@ -191,22 +217,100 @@ fn run(args: Args) -> Result<(), BoxError> {
             records.append(&mut group?.records);
         }
         detector.prepare(&mut records);
+        written.trajectories = records.len();
         run.chunk(&records, &mut detector, &mut out, &mut table)?;
     } else {
         for group in groups {
-            let mut group = group?;
+            let mut group = group.map_err(|e| written.refuse(e, &mut out))?;
             detector.prepare(&mut group.records);
             run.chunk(&group.records, &mut detector, &mut out, &mut table)?;
+            written.add(&group.records);
             // Back to the reader, which reads the next lines into its allocations. (The
             // reader may have stopped already: nothing to hand back to then.)
             let _ = done.send(group);
         }
     }
+    if written.trajectories == 0 {
+        return Err(format!("empty batch: no trajectory in {}", input_names.join(", ")).into());
+    }
     if format == Format::Table {
-        table.finish(&mut out, estimator.name())?;
+        table.finish(&mut out)?;
     }
     out.flush()?;
     Ok(())
+}
+
+/// An input of the run: a file (`-` for stdin) or the sample built into the program.
+#[derive(Clone, Debug)]
+enum Input {
+    Path(String),
+    Bundled,
+}
+
+impl Input {
+    fn name(&self) -> &str {
+        match self {
+            Input::Path(p) => p,
+            Input::Bundled => BUNDLED_NAME,
+        }
+    }
+
+    fn open(&self) -> beacon_rl::Result<Box<dyn BufRead>> {
+        match self {
+            Input::Path(p) => open_jsonl(p),
+            Input::Bundled => Ok(Box::new(BUNDLED.as_bytes())),
+        }
+    }
+}
+
+/// What has been written group by group: the trajectories (one JSON line each), and each
+/// group's output lines, which a later line of the same group would invalidate (its
+/// advantages were computed on part of the group).
+#[derive(Default)]
+struct Written {
+    /// Whether the output is JSON Lines, written as groups are computed.
+    jsonl: bool,
+    trajectories: usize,
+    /// group_id → (first output line, 1-based; number of lines), in JSON Lines output.
+    groups: HashMap<String, (usize, usize)>,
+}
+
+impl Written {
+    fn add(&mut self, records: &[TrajectoryRecord]) {
+        if let (true, Some(first)) = (self.jsonl, records.first()) {
+            let lines = (self.trajectories + 1, records.len());
+            self.groups.insert(first.group_id.clone(), lines);
+        }
+        self.trajectories += records.len();
+    }
+
+    /// The error that ends the run. When a group reappears after its lines were written,
+    /// a last JSON line marks them invalid: `{"error": ..., "invalid_lines": {"group_id": ..,
+    /// "first": .., "count": ..}}` (the table is written only at the end: nothing to mark).
+    fn refuse(&self, e: beacon_rl::Error, out: &mut impl Write) -> BoxError {
+        let beacon_rl::Error::GroupNotContiguous { group_id, .. } = &e else {
+            return e.into();
+        };
+        let hint = "Put each group's lines together, or pass --whole-input";
+        let Some(&(first, count)) = self.groups.get(group_id) else {
+            return format!("{e}. {hint}").into();
+        };
+        let lines = match count {
+            1 => format!("output line {first}"),
+            _ => format!("output lines {first}-{}", first + count - 1),
+        };
+        let message = format!(
+            "{e}. The advantages already written for it ({lines}) were computed on part of the \
+             group and are invalid; the last output line says so. {hint}"
+        );
+        let marker = json!({
+            "error": message,
+            "invalid_lines": { "group_id": group_id, "first": first, "count": count },
+        });
+        // The run fails either way: if the mark cannot be written, the exit status tells.
+        let _ = writeln!(out, "{marker}").and_then(|()| out.flush());
+        message.into()
+    }
 }
 
 /// Groups read and parsed on a second thread while this one computes and writes: parsing
@@ -216,7 +320,7 @@ fn run(args: Args) -> Result<(), BoxError> {
 /// thread frees nothing the other allocated. `interleaved`: yield runs without the
 /// contiguity rule.
 fn read_in_background(
-    files: Vec<String>,
+    inputs: Vec<Input>,
     max_line_bytes: usize,
     interleaved: bool,
 ) -> (
@@ -226,13 +330,13 @@ fn read_in_background(
     let (tx, rx) = mpsc::sync_channel(4);
     let (done, back) = mpsc::channel::<RecordGroup>();
     std::thread::spawn(move || {
-        let mut readers = Vec::with_capacity(files.len());
+        let mut readers = Vec::with_capacity(inputs.len());
         // Every file is opened before any is read, so a missing file fails before output.
-        for f in &files {
-            match open_jsonl(f) {
-                Ok(input) => readers.push(
-                    read_trajectories(input)
-                        .with_source(f.as_str())
+        for input in &inputs {
+            match input.open() {
+                Ok(reader) => readers.push(
+                    read_trajectories(reader)
+                        .with_source(input.name())
                         .with_max_line_bytes(max_line_bytes),
                 ),
                 Err(e) => {
@@ -303,12 +407,9 @@ impl Run<'_> {
             Format::Table => {
                 let beside = match self.beside {
                     None => None,
-                    Some(other) => Some((
-                        other.name(),
-                        other.estimate(&input)?.advantages.column(0).to_vec(),
-                    )),
+                    Some(other) => Some(other.estimate(&input)?.advantages.column(0).to_vec()),
                 };
-                table.add(&rb, adv, &flags, self.estimator.name(), beside.as_ref())?
+                table.add(&rb, adv, &flags, beside.as_deref())?
             }
         }
         if self.diagnostics {
@@ -559,10 +660,16 @@ fn write_jsonl(
     Ok(())
 }
 
-/// The table: its totals line comes first, so group sections are kept until the end (text,
-/// much smaller than the records they summarise).
-#[derive(Default)]
+/// The table: its totals line and the columns' legend come first, so group sections are kept
+/// until the end (text, much smaller than the records they summarise). Every line fits
+/// [`TABLE_WIDTH`] columns: long ids are shortened from the left (`…`), and the per-step
+/// advantages (`--steps`) are wrapped.
 struct Table {
+    /// Estimator, second estimator (`--beside`) and detector names.
+    name: &'static str,
+    beside: Option<&'static str>,
+    detector: String,
+    steps_per_line: bool,
     groups: usize,
     trajectories: usize,
     steps: usize,
@@ -572,27 +679,70 @@ struct Table {
 }
 
 impl Table {
+    fn new(args: &Args, name: &'static str, beside: Option<&'static str>) -> Self {
+        Self {
+            name,
+            beside,
+            detector: args.detector.clone(),
+            steps_per_line: args.steps,
+            groups: 0,
+            trajectories: 0,
+            steps: 0,
+            milestones: 0,
+            body: Vec::new(),
+            diagnostics: None,
+        }
+    }
+
     fn add(
         &mut self,
         rb: &RecordBatch<'_>,
         adv: &[f64],
         flags: &[bool],
-        name: &str,
-        beside: Option<&(&str, Vec<f64>)>,
+        beside: Option<&[f64]>,
     ) -> Result<(), BoxError> {
         let batch = rb.batch();
         self.groups += batch.num_groups();
         self.trajectories += batch.num_trajectories();
         self.steps += batch.num_steps();
         self.milestones += flags.iter().filter(|&&f| f).count();
-        write_table(&mut self.body, rb, adv, flags, name, beside)
+        self.write_groups(rb, adv, flags, beside)?;
+        Ok(())
     }
 
-    fn finish(&self, out: &mut impl Write, name: &str) -> Result<(), BoxError> {
+    fn finish(&self, out: &mut impl Write) -> io::Result<()> {
+        let name = self.name;
         writeln!(
             out,
-            "{name}: {} groups, {} trajectories, {} steps, {} milestones (columns: mean credit per trajectory)",
-            self.groups, self.trajectories, self.steps, self.milestones
+            "{name}: {} groups, {} trajectories, {} steps, {} milestones (detector: {})",
+            self.groups,
+            self.trajectories,
+            self.steps,
+            self.milestones,
+            printable(&self.detector)
+        )?;
+        writeln!(
+            out,
+            "  R: terminal reward. steps: steps taken. milestones: steps flagged as such."
+        )?;
+        let short = fit(name, 8);
+        let by = if short == name {
+            String::new()
+        } else {
+            format!(" ({name})")
+        };
+        writeln!(out, "  {short}: the trajectory's mean advantage per step{by}.")?;
+        writeln!(out, "  min, max: its lowest and highest step advantage.")?;
+        if let Some(other) = self.beside {
+            let short = fit(other, 8);
+            writeln!(
+                out,
+                "  {short}: the same by {other}, for comparison (--beside NAME, or none)."
+            )?;
+        }
+        writeln!(
+            out,
+            "  Each step's advantage: --steps, or --format jsonl for every value in full."
         )?;
         out.write_all(&self.body)?;
         if let Some(d) = &self.diagnostics {
@@ -600,64 +750,148 @@ impl Table {
         }
         Ok(())
     }
-}
 
-fn write_table(
-    out: &mut impl Write,
-    rb: &RecordBatch<'_>,
-    adv: &[f64],
-    flags: &[bool],
-    name: &str,
-    beside: Option<&(&str, Vec<f64>)>,
-) -> Result<(), BoxError> {
-    let batch = rb.batch();
-    let mean = |v: &[f64], rows: &[usize]| rows.iter().map(|&r| v[r]).sum::<f64>() / rows.len() as f64;
-    for g in 0..batch.num_groups() {
-        let first_traj = batch.group_trajectories(g).start;
-        let group_id = &rb.records()[rb.row_location(batch.trajectory_rows(first_traj)[0]).0].group_id;
-        writeln!(out, "\ngroup {group_id}")?;
-        let other = beside.map_or(String::new(), |(n, _)| format!(" {:>8}", truncate(n, 8)));
-        writeln!(
-            out,
-            "  {:<32} {:>4} {:>5} {:>3}{other} {:>8} {:>8} {:>8}   {name} per step (* = milestone)",
-            "trajectory",
-            "R",
-            "steps",
-            "K",
-            truncate(name, 8),
-            "min",
-            "max"
-        )?;
-        for j in batch.group_trajectories(g) {
-            let rows = batch.trajectory_rows(j);
-            let rec = &rb.records()[rb.row_location(rows[0]).0];
-            let a: Vec<f64> = rows.iter().map(|&r| adv[r]).collect();
-            let k = rows.iter().filter(|&&r| flags[r]).count();
-            let other = beside.map_or(String::new(), |(_, v)| format!(" {:>+8.3}", mean(v, rows)));
-            let (lo, hi) = a.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
-                (l.min(x), h.max(x))
-            });
-            let steps: Vec<String> = rows
-                .iter()
-                .map(|&r| format!("{:+.2}{}", adv[r], if flags[r] { "*" } else { "" }))
-                .collect();
+    fn write_groups(
+        &mut self,
+        rb: &RecordBatch<'_>,
+        adv: &[f64],
+        flags: &[bool],
+        beside: Option<&[f64]>,
+    ) -> io::Result<()> {
+        let batch = rb.batch();
+        let record = |rows: &[usize]| &rb.records()[rb.row_location(rows[0]).0];
+        let mean = |v: &[f64], rows: &[usize]| rows.iter().map(|&r| v[r]).sum::<f64>() / rows.len() as f64;
+        let out = &mut self.body;
+        for g in 0..batch.num_groups() {
+            let first = batch.group_trajectories(g).start;
+            let group_id = &record(batch.trajectory_rows(first)).group_id;
+            writeln!(out, "\ngroup {}", fit(&printable(group_id), TABLE_WIDTH - 6))?;
+            let other = self
+                .beside
+                .map_or(String::new(), |n| format!(" {:>8}", fit(n, 8)));
             writeln!(
                 out,
-                "  {:<32} {:>4} {:>5} {:>3}{other} {:>+8.3} {:>+8.3} {:>+8.3}   {}",
-                rec.traj_id,
-                rec.terminal_reward,
-                rows.len(),
-                k,
-                mean(adv, rows),
-                lo,
-                hi,
-                steps.join(" ")
+                "  {:<38} {:>6} {:>5} {:>10} {:>8} {:>8} {:>8}{other}",
+                "trajectory",
+                "R",
+                "steps",
+                "milestones",
+                fit(self.name, 8),
+                "min",
+                "max"
             )?;
+            for j in batch.group_trajectories(g) {
+                let rows = batch.trajectory_rows(j);
+                let rec = record(rows);
+                let (lo, hi) = rows
+                    .iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
+                        (l.min(adv[r]), h.max(adv[r]))
+                    });
+                let other = beside.map_or(String::new(), |v| format!(" {:>+8.3}", mean(v, rows)));
+                writeln!(
+                    out,
+                    "  {:<38} {:>6} {:>5} {:>10} {:>+8.3} {:>+8.3} {:>+8.3}{other}",
+                    fit(&printable(&rec.traj_id), 38),
+                    reward_cell(rec.terminal_reward),
+                    rows.len(),
+                    rows.iter().filter(|&&r| flags[r]).count(),
+                    mean(adv, rows),
+                    lo,
+                    hi,
+                )?;
+                if self.steps_per_line {
+                    let cells = rows
+                        .iter()
+                        .map(|&r| format!("{:+.2}{}", adv[r], if flags[r] { "*" } else { "" }));
+                    write_wrapped(out, cells, 6)?;
+                }
+            }
         }
+        Ok(())
+    }
+}
+
+/// Writes `cells` separated by spaces on lines of at most [`TABLE_WIDTH`] columns, each
+/// indented by `indent`.
+fn write_wrapped(out: &mut impl Write, cells: impl Iterator<Item = String>, indent: usize) -> io::Result<()> {
+    let mut line = String::new();
+    for cell in cells {
+        if !line.is_empty() && indent + line.chars().count() + 1 + cell.chars().count() > TABLE_WIDTH {
+            writeln!(out, "{:indent$}{line}", "")?;
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&cell);
+    }
+    if !line.is_empty() {
+        writeln!(out, "{:indent$}{line}", "")?;
     }
     Ok(())
 }
 
-fn truncate(s: &str, n: usize) -> &str {
-    s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
+/// A terminal reward in at most 6 columns: as written when short (`1`, `0.5`, `-100`), else
+/// rounded.
+fn reward_cell(r: f64) -> String {
+    let plain = r.to_string();
+    if plain.len() <= 6 {
+        return plain;
+    }
+    let rounded = format!("{r:.3}");
+    if rounded.len() <= 6 {
+        rounded
+    } else {
+        format!("{r:.0e}")
+    }
+}
+
+/// `s` in at most `width` characters: a longer `s` keeps its end (where ids differ) after `…`.
+fn fit(s: &str, width: usize) -> Cow<'_, str> {
+    let n = s.chars().count();
+    if n <= width {
+        return Cow::Borrowed(s);
+    }
+    let (cut, _) = s.char_indices().nth(n - (width - 1)).unwrap_or((0, ' '));
+    Cow::Owned(format!("…{}", &s[cut..]))
+}
+
+/// `s` safe to print on a terminal: control characters (escape sequences among them) and the
+/// invisible characters that reorder or hide text are written as `\u{..}` escapes, and `\`
+/// as `\\`, so an id read from a file cannot move the cursor, clear the screen or disguise
+/// itself.
+fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(needs_escape) {
+        return Cow::Borrowed(s);
+    }
+    let mut escaped = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            c if needs_escape(c) => {
+                // Writing to a String cannot fail.
+                let _ = write!(escaped, "\\u{{{:x}}}", c as u32);
+            }
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// Control characters (C0, DEL, C1), `\`, and the format characters that change how the text
+/// around them shows: zero-width ones, line and paragraph separators, bidirectional marks,
+/// embeddings, overrides and isolates, the byte-order mark and interlinear annotations.
+fn needs_escape(c: char) -> bool {
+    c == '\\'
+        || c.is_control()
+        || matches!(
+            c,
+            '\u{61c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+        )
 }
