@@ -891,7 +891,7 @@ fn ids_in_error_messages_cannot_drive_the_terminal() {
 fn deeply_nested_unknown_fields_are_refused() {
     let deep = "[".repeat(100_000) + &"]".repeat(100_000);
     let line = format!(
-        r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[{{"action":"a","m":{deep}}}]}}"#
+        r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[{{"action":"a","observation":"o","reward":0,"done":true,"m":{deep}}}]}}"#
     );
     let e = read_trajectories(line.as_bytes()).next().unwrap().unwrap_err();
     assert_eq!(located(&e).0, 1);
@@ -901,7 +901,7 @@ fn deeply_nested_unknown_fields_are_refused() {
     );
     let ok = "[".repeat(Extra::MAX_DEPTH) + &"]".repeat(Extra::MAX_DEPTH);
     let line = format!(
-        r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[{{"action":"a","m":{ok}}}]}}"#
+        r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[{{"action":"a","observation":"o","reward":0,"done":true,"m":{ok}}}]}}"#
     );
     let rec = read_all(&line).remove(0);
     assert!(matches!(rec.steps[0].extra.value("m"), Ok(Some(Value::Array(_)))));
