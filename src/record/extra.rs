@@ -33,7 +33,7 @@ use crate::error::Error;
 /// extra.insert("t", 3);
 /// assert_eq!(extra.len(), 2);
 /// assert_eq!(extra.get("t").map(|v| v.get()), Some("3"));
-/// assert_eq!(extra.value("env"), Some(Value::from("scienceworld")));
+/// assert_eq!(extra.value("env"), Ok(Some(Value::from("scienceworld"))));
 /// assert_eq!(extra.as_json_members(), r#""env":"scienceworld","t":3"#);
 /// extra.insert("t", 4); // replaces
 /// assert_eq!(extra.as_json_members(), r#""env":"scienceworld","t":4"#);
