@@ -7,6 +7,14 @@
 //!   rows adjacent, each group's trajectories adjacent (verl-agent's rows): written in place;
 //! - `row_keys/step_major_16x8x30`: the same trajectories, rows ordered by step: sorted.
 //!
+//! Group `batch_builder_distinct_keys`: 80,000 rows, each its own group (80,000 distinct u64
+//! keys), built by a fresh builder each time ([`RolloutBatch::from_group_keys`]):
+//! - `random_80000`: keys from a SplitMix64 stream;
+//! - `crafted_80000`: keys chosen so that an unkeyed multiplicative hash (the rustc "Fx" hash,
+//!   `h(k) = k · 0x517cc1b727220a95 mod 2⁶⁴`) gives every key the same table slot. Against an
+//!   unkeyed hash this is the quadratic case (seconds); against a keyed one it costs what
+//!   random keys cost.
+//!
 //! `cargo bench --bench batch_builder -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
@@ -85,5 +93,47 @@ fn bench_builder(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_builder);
+/// The modular inverse of an odd `a` mod 2⁶⁴ (Newton's iteration doubles the correct bits).
+const fn inverse_mod_2_64(a: u64) -> u64 {
+    let mut x = a; // correct to 3 bits for odd a
+    let mut i = 0;
+    while i < 6 {
+        x = x.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+fn bench_distinct_keys(c: &mut Criterion) {
+    const KEYS: u64 = 80_000;
+    let mut group = c.benchmark_group("batch_builder_distinct_keys");
+    group.throughput(Throughput::Elements(KEYS));
+    group.sample_size(10);
+    let rewards = vec![0.5; KEYS as usize];
+    // SplitMix64's output function over a counter: keys with no structure.
+    let random: Vec<u64> = (1..=KEYS)
+        .map(|i| {
+            let mut z = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        })
+        .collect();
+    // Fx hashes a u64 key to k · SEED: key i · SEED⁻¹ hashes to i, whose high bits (the
+    // table index) are all zero for i < 2⁴⁴.
+    let inverse = inverse_mod_2_64(0x51_7c_c1_b7_27_22_0a_95);
+    assert_eq!(inverse.wrapping_mul(0x51_7c_c1_b7_27_22_0a_95), 1);
+    let crafted: Vec<u64> = (1..=KEYS).map(|i| i.wrapping_mul(inverse)).collect();
+    for (name, keys) in [("random_80000", &random), ("crafted_80000", &crafted)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let batch = RolloutBatch::from_group_keys(black_box(keys), &rewards).expect("batch");
+                black_box(batch.num_groups())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_builder, bench_distinct_keys);
 criterion_main!(benches);

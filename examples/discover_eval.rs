@@ -101,6 +101,9 @@ fn config() -> DiscoveryConfig {
 fn env_of(r: &TrajectoryRecord) -> String {
     r.extra
         .value("env")
+        // Records read by the crate hold only values that parse (their nesting is checked).
+        .ok()
+        .flatten()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| "unknown".to_string())
 }

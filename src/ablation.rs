@@ -63,6 +63,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Range, Result};
 use crate::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput};
@@ -72,7 +74,9 @@ use crate::tensor::FloatViewMut;
 
 /// SplitMix64 (Steele, Lea & Flood 2014; Vigna's `splitmix64.c`): a 64-bit counter advanced by
 /// the golden-ratio increment and finalised by a bijective mixer. Small, fast and fully
-/// specified, so ablation draws are reproducible across platforms and crate versions.
+/// specified, so ablation draws are reproducible across platforms and crate versions. The
+/// generator is `rand_xoshiro`'s (bit for bit the reference `splitmix64.c`); this type adds the
+/// stream seeding and the draws the ablations use.
 ///
 /// ```
 /// use beacon_rl::ablation::SplitMix64;
@@ -82,7 +86,7 @@ use crate::tensor::FloatViewMut;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SplitMix64 {
-    state: u64,
+    rng: rand_xoshiro::SplitMix64,
 }
 
 impl SplitMix64 {
@@ -95,7 +99,10 @@ impl SplitMix64 {
     /// assert_eq!(SplitMix64::new(3), SplitMix64::new(3));
     /// ```
     pub fn new(seed: u64) -> Self {
-        Self { state: seed }
+        // The state is the seed itself (splitmix64.c), not a hash of it.
+        Self {
+            rng: rand_xoshiro::SplitMix64::from_seed(seed.to_le_bytes()),
+        }
     }
 
     /// The generator of stream `stream` under `seed`: seeded with the `stream`-th output
@@ -110,9 +117,9 @@ impl SplitMix64 {
     /// assert_eq!(SplitMix64::stream(42, 1), SplitMix64::new(second));
     /// ```
     pub fn stream(seed: u64, stream: u64) -> Self {
-        Self::new(mix(
-            seed.wrapping_add(stream.wrapping_add(1).wrapping_mul(Self::GAMMA))
-        ))
+        // The parent's state after `stream` steps is seed + stream·γ: one draw from there.
+        let mut parent = Self::new(seed.wrapping_add(stream.wrapping_mul(Self::GAMMA)));
+        Self::new(parent.next_u64())
     }
 
     /// The next 64-bit output.
@@ -123,8 +130,7 @@ impl SplitMix64 {
     /// assert_ne!(a.next_u64(), a.next_u64());
     /// ```
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(Self::GAMMA);
-        mix(self.state)
+        self.rng.next_u64()
     }
 
     /// A uniform draw from [0, 1): the top 53 bits scaled by 2⁻⁵³.
@@ -164,13 +170,6 @@ fn percent(p: f64) -> String {
         "100" if p < 1.0 => ">99.99%".to_owned(),
         _ => format!("{s}%"),
     }
-}
-
-#[inline]
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// One row of the paper's Table 3.

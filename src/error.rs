@@ -147,7 +147,7 @@ pub enum Error {
     /// A milestone detector was configured with a pattern it cannot use: a regular expression
     /// that does not compile, one that matches the empty string (it would flag every step), or
     /// an empty WebShop option. `message` says which.
-    #[error("invalid detector pattern {pattern:?}: {message}")]
+    #[error("invalid detector pattern {pattern:?}: {}", EscapedLines(.message))]
     InvalidPattern {
         /// The offending pattern, as the caller wrote it.
         pattern: String,
@@ -169,7 +169,7 @@ pub enum Error {
 
     /// The operation is undefined for these inputs in the reference implementation (which
     /// raises); the message says why.
-    #[error("undefined for these inputs: {0}")]
+    #[error("undefined for these inputs: {}", Escaped(.0))]
     Undefined(String),
 
     /// An estimator configuration names one BEACON flavour but holds the other's parameters
@@ -187,7 +187,7 @@ pub enum Error {
 
     /// Serialized input (for example an expert-walkthrough JSON file) could not be parsed or
     /// does not have the expected shape.
-    #[error("cannot parse {what}: {reason}")]
+    #[error("cannot parse {what}: {}", Escaped(.reason))]
     Parse {
         /// What was being parsed.
         what: &'static str,
@@ -198,7 +198,7 @@ pub enum Error {
     /// A recorded trajectory or row (JSON Lines, see the `record` module) is malformed: invalid
     /// JSON, a missing or mistyped field, a non-finite number, or records that contradict each
     /// other (a repeated trajectory key, episode rewards that differ within a trajectory).
-    #[error("record at line {line}{}{}: {message}", file_suffix(.file), field_suffix(.field))]
+    #[error("record at line {line}{}{}: {}", file_suffix(.file), field_suffix(.field), Escaped(.message))]
     Record {
         /// The input (file path, `-` for stdin) when the reader was given its name
         /// ([`JsonlReader::with_source`](crate::record::JsonlReader::with_source)).
@@ -219,7 +219,7 @@ pub enum Error {
     /// ([`Diagnostics::compare`](crate::diagnostics::Diagnostics::compare) and
     /// [`Diagnostics::compare_estimators`](crate::diagnostics::Diagnostics::compare_estimators)),
     /// so that a table of many estimators says which one broke.
-    #[error("estimator {name}: {source}")]
+    #[error("estimator {}: {source}", Escaped(.name))]
     Estimator {
         /// The estimator's display name in the comparison.
         name: String,
@@ -251,7 +251,7 @@ pub enum Error {
 
     /// Reading or writing a file or stream failed. Holds the I/O error's kind and message (not
     /// the `std::io::Error` itself, so that `Error` stays `Clone + PartialEq`).
-    #[error("I/O error: {message}")]
+    #[error("I/O error: {}", Escaped(.message))]
     Io {
         /// The kind of the underlying I/O error.
         kind: std::io::ErrorKind,
@@ -286,10 +286,21 @@ pub enum Error {
         limit: usize,
     },
 
+    /// A whole-document input (an expert-walkthrough JSON file read from a reader) is longer
+    /// than the reader's limit: reading stops there instead of buffering an unbounded input
+    /// (an endless JSON string would otherwise grow memory until the process aborts).
+    #[error("{what} is longer than {limit} bytes (the maximum; read a larger input into memory and parse the string)")]
+    InputTooLarge {
+        /// The input being read.
+        what: &'static str,
+        /// The limit in bytes.
+        limit: usize,
+    },
+
     /// Trajectories of one group are not on contiguous lines: the group reappears after other
     /// groups' trajectories were read. Streaming group by group
     /// ([`TrajectoryGroups`](crate::record::TrajectoryGroups)) needs each group's lines together.
-    #[error("group `{group_id}` reappears at line {line}{} after it was closed (its trajectories must be on contiguous lines; it ended before line {closed_line}{})", file_suffix(.file), file_suffix(.closed_file))]
+    #[error("group `{}` reappears at line {line}{} after it was closed (its trajectories must be on contiguous lines; it ended before line {closed_line}{})", Escaped(.group_id), file_suffix(.file), file_suffix(.closed_file))]
     GroupNotContiguous {
         /// The group's `group_id`.
         group_id: String,
@@ -395,14 +406,79 @@ fn capacity_message(requested: usize, limit: usize) -> String {
 }
 
 fn file_suffix(file: &Option<String>) -> String {
-    file.as_ref().map(|f| format!(" of {f}")).unwrap_or_default()
+    file.as_ref()
+        .map(|f| format!(" of {}", Escaped(f)))
+        .unwrap_or_default()
 }
 
 fn field_suffix(field: &Option<String>) -> String {
     field
         .as_ref()
-        .map(|f| format!(", field `{f}`"))
+        .map(|f| format!(", field `{}`", Escaped(f)))
         .unwrap_or_default()
+}
+
+/// Caller text (a trajectory or group id, a file path, a display name) made safe to print on a
+/// terminal or in a log: every control character (C0 including line breaks and tabs, DEL, C1)
+/// and every invisible formatting character that can reorder or hide text (zero-width
+/// characters, line and paragraph separators, bidirectional overrides and isolates, the byte
+/// order mark) is written as a Rust-style escape `\u{1b}`; all other text is written as is.
+///
+/// [`Error`]'s messages print every caller-supplied string through it, so a `traj_id` holding
+/// `"\u{1b}[2J"` cannot clear the terminal it is printed on. The error's fields keep the text
+/// as given. A backslash is written as is, so an id that already reads `\u{1b}` prints the same
+/// as an escaped ESC: the escape protects the terminal, it is not a reversible encoding (use
+/// `{:?}` for that).
+///
+/// ```
+/// use beacon_rl::Escaped;
+/// assert_eq!(Escaped("traj-1\u{1b}[2J").to_string(), "traj-1\\u{1b}[2J");
+/// assert_eq!(Escaped("a\nb\u{202e}c").to_string(), "a\\u{a}b\\u{202e}c");
+/// assert_eq!(Escaped("épisode 3 / tâche").to_string(), "épisode 3 / tâche");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Escaped<'a>(pub &'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, self.0, false)
+    }
+}
+
+/// [`Escaped`] keeping line breaks: for messages of several lines (a regex compiler's, which
+/// quotes the pattern), where the rest of the text may still hold caller content.
+struct EscapedLines<'a>(&'a str);
+
+impl fmt::Display for EscapedLines<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_escaped(f, self.0, true)
+    }
+}
+
+fn write_escaped(f: &mut fmt::Formatter<'_>, text: &str, keep_newlines: bool) -> fmt::Result {
+    let mut run = 0;
+    for (i, c) in text.char_indices() {
+        if hides_or_controls(c) && !(keep_newlines && c == '\n') {
+            f.write_str(&text[run..i])?;
+            write!(f, "\\u{{{:x}}}", u32::from(c))?;
+            run = i + c.len_utf8();
+        }
+    }
+    f.write_str(&text[run..])
+}
+
+/// Characters a terminal acts on or that change how the text around them reads: controls
+/// (C0, DEL, C1) and Unicode's invisible format characters that hide or reorder text.
+fn hides_or_controls(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+        )
 }
 
 /// `Result` with [`Error`] as the error type.
@@ -483,5 +559,94 @@ impl Range {
 impl fmt::Debug for Range {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.expected)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLEAR: &str = "\u{1b}[2J";
+
+    fn shown(e: Error) -> String {
+        let text = e.to_string();
+        assert!(!text.chars().any(hides_or_controls), "{text:?}");
+        text
+    }
+
+    #[test]
+    fn caller_text_in_messages_is_escaped() {
+        let id = format!("t{CLEAR}\n\u{202e}x");
+        let escaped = r"t\u{1b}[2J\u{a}\u{202e}x";
+        let record = Error::Record {
+            file: Some(id.clone()),
+            line: 3,
+            field: Some(id.clone()),
+            message: format!("trajectory `{id}` appears twice"),
+        };
+        assert_eq!(
+            shown(record),
+            format!("record at line 3 of {escaped}, field `{escaped}`: trajectory `{escaped}` appears twice")
+        );
+        let group = Error::GroupNotContiguous {
+            group_id: id.clone(),
+            file: Some(id.clone()),
+            line: 9,
+            closed_file: None,
+            closed_line: 4,
+        };
+        assert!(shown(group).starts_with(&format!("group `{escaped}` reappears at line 9 of {escaped}")));
+        let too_long = Error::LineTooLong {
+            file: Some(id.clone()),
+            line: 1,
+            limit: 8,
+        };
+        assert!(shown(too_long).starts_with(&format!("line 1 of {escaped} is longer")));
+        let nested = Error::Estimator {
+            name: id.clone(),
+            source: Box::new(Error::Undefined(id.clone())),
+        };
+        assert_eq!(
+            shown(nested),
+            format!("estimator {escaped}: undefined for these inputs: {escaped}")
+        );
+        let parse = Error::Parse {
+            what: "walkthrough JSON",
+            reason: id.clone(),
+        };
+        assert_eq!(shown(parse), format!("cannot parse walkthrough JSON: {escaped}"));
+        let io = Error::Io {
+            kind: std::io::ErrorKind::NotFound,
+            message: id.clone(),
+        };
+        assert_eq!(shown(io), format!("I/O error: {escaped}"));
+        // Names already printed with `{:?}` stay escaped that way.
+        assert!(!Error::UnknownEstimator(id.clone()).to_string().contains('\u{1b}'));
+        // The fields keep the caller's text.
+        let Error::Undefined(kept) = Error::Undefined(id.clone()) else {
+            unreachable!()
+        };
+        assert_eq!(kept, id);
+    }
+
+    #[test]
+    fn regex_messages_keep_their_lines_but_not_control_characters() {
+        let e = Error::InvalidPattern {
+            pattern: format!("({CLEAR}"),
+            message: format!("regex parse error:\n    ({CLEAR}\n    ^\nerror: unclosed group"),
+        };
+        let text = e.to_string();
+        assert!(!text.contains('\u{1b}'));
+        assert_eq!(text.lines().count(), 4);
+        assert!(text.contains(r"({\u{1b}[2J") || text.contains(r"(\u{1b}[2J"));
+    }
+
+    #[test]
+    fn plain_text_is_unchanged() {
+        let plain = "épisode 3 / tâche \\ `q` \"x\" 🙂";
+        assert_eq!(Escaped(plain).to_string(), plain);
+        assert_eq!(Escaped("").to_string(), "");
+        // DEL and a C1 control (CSI, which some terminals act on like ESC [).
+        assert_eq!(Escaped("a\u{7f}\u{9b}2J").to_string(), r"a\u{7f}\u{9b}2J");
     }
 }

@@ -168,7 +168,7 @@ mod huge_pages;
 mod stream;
 
 pub use batch::{BatchBuilder, RolloutBatch};
-pub use error::{Error, Result};
+pub use error::{Error, Escaped, Result};
 pub use stats::{NormMode, SingletonRule};
 pub mod tensor;
 #[cfg(feature = "testbed")]

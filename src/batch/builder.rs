@@ -3,11 +3,11 @@
 //! counted into CSR offsets, and the batch rebuilt in place, so a trainer's per-iteration
 //! build allocates nothing after warm-up.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 
 use super::{RolloutBatch, StepRows};
 use crate::error::{check_finite, check_len, Error, Result};
-use crate::hash::FxHasher;
+use crate::hash::KeyHasher;
 
 /// Reusable scratch for building [`RolloutBatch`]es from per-row keys, for a trainer that builds
 /// one batch per iteration.
@@ -436,23 +436,23 @@ fn fill<T: Copy>(v: &mut Vec<T>, len: usize, value: T) {
     v.resize(len, value);
 }
 
-fn hash_of<K: Hash>(key: &K) -> u64 {
-    let mut h = FxHasher::default();
-    key.hash(&mut h);
-    h.finish()
-}
-
 /// The distinct keys of a build's rows, numbered by first appearance, in an open-addressing
 /// table of ids (`first_row[id]` is the row that introduced key `id`, through which keys are
 /// compared: no borrowed key is kept). The table doubles when more than a quarter full, and a
 /// build starts at the size the previous one needed (at most its own row count's): it costs
 /// the distinct keys, not the rows (a group-key build of 3,840 rows in 16 groups clears 64
-/// slots, not 2¹³), and rebuilds of one shape never grow it.
+/// slots, not 2¹³), and rebuilds of one shape never grow it. Keys are hashed with this
+/// table's own random key ([`KeyHasher`]), so keys chosen to collide under a known hash do
+/// not make interning quadratic; ids do not depend on it.
 #[derive(Debug, Clone, Default)]
 struct KeyTable {
     /// `NIL` or an id; a power of two ≥ 4 × ids.
     slots: Vec<usize>,
     first_row: Vec<usize>,
+    hasher: KeyHasher,
+    /// Slots inspected by lookups and inserts since the table was made (tests bound it).
+    #[cfg(test)]
+    probes: usize,
 }
 
 impl KeyTable {
@@ -480,9 +480,9 @@ impl KeyTable {
         ids.resize(end, self.first_row.len() - 1);
     }
 
-    /// The slot where a probe for `hash` starts (Fx mixes into the high bits: index by them).
-    fn home(&self, hash: u64) -> usize {
-        (hash >> (64 - self.slots.len().trailing_zeros())) as usize
+    /// The slot where a probe for `key` starts.
+    fn home<K: Hash>(&self, key: &K) -> usize {
+        (self.hasher.hash(key) >> (64 - self.slots.len().trailing_zeros())) as usize
     }
 
     /// The id of row `row`'s key `key(row)`, a new one if the key was not seen.
@@ -493,8 +493,12 @@ impl KeyTable {
     {
         let k = key(row);
         let mask = self.slots.len() - 1;
-        let mut slot = self.home(hash_of(&k));
+        let mut slot = self.home(&k);
         loop {
+            #[cfg(test)]
+            {
+                self.probes += 1;
+            }
             match self.slots[slot] {
                 NIL => break,
                 id if key(self.first_row[id]) == k => return id,
@@ -521,9 +525,13 @@ impl KeyTable {
         fill(&mut self.slots, len, NIL);
         let mask = self.slots.len() - 1;
         for (id, &row) in self.first_row.iter().enumerate() {
-            let mut slot = self.home(hash_of(&key(row)));
+            let mut slot = self.home(&key(row));
             while self.slots[slot] != NIL {
                 slot = (slot + 1) & mask;
+                #[cfg(test)]
+                {
+                    self.probes += 1;
+                }
             }
             self.slots[slot] = id;
         }
@@ -539,6 +547,71 @@ fn prefix_sum(v: &mut [usize]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys that an unkeyed multiplicative hash sends to one slot: the rustc "Fx" hash of a
+    /// `u64` is k · 0x517cc1b727220a95 mod 2⁶⁴, so key i · (that constant)⁻¹ hashes to i, and
+    /// every small i has the same high bits (the table index).
+    fn fx_colliding_keys(n: u64) -> Vec<u64> {
+        const FX: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut inverse = FX;
+        for _ in 0..6 {
+            inverse = inverse.wrapping_mul(2u64.wrapping_sub(FX.wrapping_mul(inverse)));
+        }
+        assert_eq!(inverse.wrapping_mul(FX), 1);
+        (1..=n).map(|i| i.wrapping_mul(inverse)).collect()
+    }
+
+    #[test]
+    fn crafted_keys_probe_as_few_slots_as_random_ones() {
+        // 4,000 distinct group keys: at load ≤ 1/4 interning inspects ~1.2 slots a key, plus
+        // the re-inserts of each doubling. Under the unkeyed hash every key probed the whole
+        // run before it: n²/2 = 8 million slots.
+        let n = 4_000;
+        let rewards = vec![0.0; n as usize];
+        for keys in [fx_colliding_keys(n), (0..n).map(|i| i << 32).collect()] {
+            let mut builder = BatchBuilder::new();
+            let mut batch = RolloutBatch::from_group_keys(&[0u64], &[0.0]).unwrap();
+            builder
+                .rebuild_from_group_keys(&mut batch, &keys, &rewards)
+                .unwrap();
+            assert_eq!(batch.num_groups(), n as usize);
+            let probes = builder.groups.probes;
+            assert!(probes <= 4 * n as usize, "{probes} slots probed for {n} keys");
+        }
+    }
+
+    #[test]
+    fn builders_hash_keys_their_own_way_and_build_the_same_batch() {
+        let (a, b) = (BatchBuilder::new(), BatchBuilder::new());
+        let keys = fx_colliding_keys(64);
+        let same = keys
+            .iter()
+            .filter(|k| a.groups.hasher.hash(k) == b.groups.hasher.hash(k))
+            .count();
+        assert!(same <= 1, "{same} of 64 keys hash alike in two builders");
+        // Ids (and so the batch) follow first appearance, not the hash.
+        let rows: Vec<u64> = (0..300).map(|i| keys[(299 - i) % keys.len()]).collect();
+        let rewards: Vec<f64> = (0..300).map(|r| f64::from(r % 3)).collect();
+        let traj: Vec<u64> = (0..300).collect();
+        let by_traj = RolloutBatch::from_row_keys(&rows, &traj, &rewards).unwrap();
+        let by_group = RolloutBatch::from_group_keys(&rows, &rewards).unwrap();
+        // The first key seen is group 0, whatever its hash.
+        assert_eq!(
+            by_group.trajectory_rows(by_group.group_trajectories(0).start),
+            &[0]
+        );
+        for _ in 0..4 {
+            assert_eq!(
+                BatchBuilder::new().from_row_keys(&rows, &traj, &rewards).unwrap(),
+                by_traj
+            );
+            let mut rebuilt = by_traj.clone();
+            BatchBuilder::new()
+                .rebuild_from_group_keys(&mut rebuilt, &rows, &rewards)
+                .unwrap();
+            assert_eq!(rebuilt, by_group);
+        }
+    }
 
     #[test]
     fn row_keys_groups_in_first_appearance_order_and_interleaving() {

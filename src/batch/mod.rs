@@ -94,7 +94,8 @@ impl RolloutBatch {
     /// use beacon_rl::{Error, RolloutBatch};
     /// let err = RolloutBatch::from_offsets(vec![0, 1], vec![0, 1 << 40], vec![0.0]).unwrap_err();
     /// assert!(matches!(err, Error::CapacityExceeded { requested, .. } if requested == 1 << 40));
-    /// // A claim under the limit costs the arrays passed, not 8 bytes a step.
+    /// // A claim under the limit costs the arrays passed, not 8 bytes a step; its row index
+    /// // is built on first use (fallibly through `try_step_rows`).
     /// let max = RolloutBatch::from_offsets(vec![0, 1], vec![0, RolloutBatch::MAX_STEPS], vec![0.0])?;
     /// assert_eq!(max.num_steps(), RolloutBatch::MAX_STEPS);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -158,7 +159,8 @@ impl RolloutBatch {
     /// length they index; [`Error::EmptyGroup`] / [`Error::EmptyTrajectory`] for an empty range;
     /// [`Error::EmptyBatch`]; [`Error::NonFinite`] for a NaN or infinite reward;
     /// [`Error::CapacityExceeded`] when the offsets claim more than
-    /// [`MAX_STEPS`](Self::MAX_STEPS) steps or the row index cannot be allocated.
+    /// [`MAX_STEPS`](Self::MAX_STEPS) steps. The row index is built on first use: see
+    /// [`try_step_rows`](Self::try_step_rows) for a claim the allocator may refuse.
     ///
     /// ```
     /// use beacon_rl::RolloutBatch;
@@ -325,6 +327,10 @@ impl RolloutBatch {
     /// # Panics
     /// If `j >= num_trajectories()`, like slice indexing.
     ///
+    /// # Aborts
+    /// As [`step_rows`](Self::step_rows), whose index it reads: call
+    /// [`try_step_rows`](Self::try_step_rows) first for a batch of untrusted offsets.
+    ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
     /// let b = RolloutBatch::from_row_keys(&[0, 0, 0], &["x", "y", "x"], &[1.0, 0.0, 1.0])?;
@@ -361,6 +367,15 @@ impl RolloutBatch {
 
     /// For each internal step (trajectory-major order), the caller's row.
     ///
+    /// A batch from [`from_offsets`](Self::from_offsets) or [`from_blocks`](Self::from_blocks)
+    /// builds this index (the identity, 8 bytes a step) on the first call; where the step
+    /// count comes from untrusted offsets, call [`try_step_rows`](Self::try_step_rows) first.
+    ///
+    /// # Aborts
+    /// As any allocation does, when the index of such a batch cannot be allocated (a claim of
+    /// [`MAX_STEPS`](Self::MAX_STEPS) steps needs 34 GB). [`try_step_rows`](Self::try_step_rows)
+    /// returns an error instead.
+    ///
     /// ```
     /// # use beacon_rl::RolloutBatch;
     /// let b = RolloutBatch::from_row_keys(&[0, 1, 0], &[0, 1, 0], &[1.0, 0.0, 1.0])?;
@@ -369,6 +384,26 @@ impl RolloutBatch {
     /// ```
     pub fn step_rows(&self) -> &[usize] {
         &self.step_rows
+    }
+
+    /// [`step_rows`](Self::step_rows), with an error where the allocator refuses the row
+    /// index instead of an abort. The index of a batch from offsets or blocks is built on
+    /// first use, and its size is whatever step count the offsets claim; after this succeeds,
+    /// `step_rows` and [`trajectory_rows`](Self::trajectory_rows) allocate nothing.
+    ///
+    /// # Errors
+    /// [`Error::CapacityExceeded`] (`requested` = the step count, `≤ limit`) when the row index
+    /// cannot be allocated.
+    ///
+    /// ```
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, 3], vec![1.0])?;
+    /// assert_eq!(batch.try_step_rows()?, &[0, 1, 2]);
+    /// assert_eq!(batch.trajectory_rows(0), &[0, 1, 2]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn try_step_rows(&self) -> Result<&[usize]> {
+        self.step_rows.try_built()
     }
 
     /// True when caller rows are already in internal (trajectory-major) order, so no gather
@@ -512,15 +547,6 @@ impl RolloutBatch {
             }
         }
         first
-    }
-
-    /// The row index ([`step_rows`](Self::step_rows)), built on first use like it, but with
-    /// [`Error::CapacityExceeded`] where the allocator refuses it instead of an abort: for the
-    /// paths no column of the batch's length backs (milestone flags are 1 byte a row, the
-    /// index 8), whose row count may be only a [`from_offsets`](Self::from_offsets) claim.
-    /// After it succeeds, [`trajectory_rows`](Self::trajectory_rows) allocates nothing.
-    pub(crate) fn try_step_rows(&self) -> Result<&[usize]> {
-        self.step_rows.try_built()
     }
 
     /// One `false` flag per row, or [`Error::CapacityExceeded`] where the allocator refuses

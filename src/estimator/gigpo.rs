@@ -64,13 +64,13 @@
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 
 use crate::batch::RolloutBatch;
 use crate::difflib::Matcher;
 use crate::error::{check_finite, check_len, Error, Range, Result};
 use crate::estimator::{group_rows, StepScores};
-use crate::hash::FxHasher;
+use crate::hash::KeyHasher;
 use crate::stats::{group_means, group_spreads, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.
@@ -327,6 +327,9 @@ pub struct GigpoWorkspace {
     unit_cluster: Vec<usize>,
     /// Open-addressing table of local unit ids (NIL = empty), a power of two ≥ 2 × group rows.
     table: Vec<usize>,
+    /// The table's hash, randomly keyed: anchors chosen to collide under a known hash do not
+    /// make interning quadratic.
+    hasher: KeyHasher,
     /// Similarity mode: one prepared matcher per local cluster (b = its first member).
     matchers: Vec<Matcher>,
     stats: Vec<GroupStats>,
@@ -957,10 +960,7 @@ where
     ws.unit_first_row.clear();
     for &r in &ws.rows {
         let k = key(r);
-        let mut h = FxHasher::default();
-        k.hash(&mut h);
-        // Fx mixes into the high bits: index by them.
-        let mut slot = (h.finish() >> (64 - bits)) as usize;
+        let mut slot = (ws.hasher.hash(k) >> (64 - bits)) as usize;
         let unit = loop {
             match table[slot] {
                 NIL => {

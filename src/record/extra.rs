@@ -15,6 +15,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::error::Error;
+
 /// The unknown fields of a record, in input order, as compact JSON text.
 ///
 /// Values keep their text: `1.0` stays `1.0`, a 30-digit integer keeps its digits, `"\u00e9"`
@@ -31,7 +33,7 @@ use serde_json::Value;
 /// extra.insert("t", 3);
 /// assert_eq!(extra.len(), 2);
 /// assert_eq!(extra.get("t").map(|v| v.get()), Some("3"));
-/// assert_eq!(extra.value("env"), Some(Value::from("scienceworld")));
+/// assert_eq!(extra.value("env"), Ok(Some(Value::from("scienceworld"))));
 /// assert_eq!(extra.as_json_members(), r#""env":"scienceworld","t":3"#);
 /// extra.insert("t", 4); // replaces
 /// assert_eq!(extra.as_json_members(), r#""env":"scienceworld","t":4"#);
@@ -44,6 +46,21 @@ pub struct Extra {
 }
 
 impl Extra {
+    /// The deepest nesting (arrays and objects inside one another) an unknown field's value
+    /// may have when a record is read: 100 levels. A deeper value is a record error naming
+    /// the field, not a field that reads back as absent (serde_json's [`Value`] parser stops
+    /// at 128 levels, so [`value`](Self::value) could not return it).
+    ///
+    /// ```
+    /// use beacon_rl::record::{read_trajectories, Extra};
+    /// assert_eq!(Extra::MAX_DEPTH, 100);
+    /// let deep = "[".repeat(101) + &"]".repeat(101);
+    /// let line = format!(r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[],"m":{deep}}}"#);
+    /// let err = read_trajectories(line.as_bytes()).next().unwrap().unwrap_err();
+    /// assert!(err.to_string().contains("nests deeper than 100 levels"), "{err}");
+    /// ```
+    pub const MAX_DEPTH: usize = 100;
+
     /// No fields.
     ///
     /// ```
@@ -98,16 +115,33 @@ impl Extra {
             .and_then(|m| raw(&self.text[m.value.clone()]))
     }
 
-    /// Field `key` parsed as a [`Value`].
+    /// Field `key` parsed as a [`Value`]: `Ok(None)` when there is no such field.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] when the field is present but its value does not parse as a
+    /// [`Value`]: it nests deeper than serde_json's recursion limit (128). Records read by the
+    /// crate never hold one (their unknown fields nest at most [`MAX_DEPTH`](Self::MAX_DEPTH)
+    /// levels); a value set through [`insert`](Self::insert) or
+    /// [`insert_raw`](Self::insert_raw) may.
     ///
     /// ```
     /// use beacon_rl::record::{Extra, Value};
     /// let mut extra = Extra::new();
     /// extra.insert("seed", 7);
-    /// assert_eq!(extra.value("seed"), Some(Value::from(7)));
+    /// assert_eq!(extra.value("seed")?, Some(Value::from(7)));
+    /// assert_eq!(extra.value("absent")?, None);
+    /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn value(&self, key: &str) -> Option<Value> {
-        self.get(key).and_then(|v| serde_json::from_str(v.get()).ok())
+    pub fn value(&self, key: &str) -> Result<Option<Value>, Error> {
+        let Some(raw) = self.get(key) else {
+            return Ok(None);
+        };
+        serde_json::from_str(raw.get())
+            .map(Some)
+            .map_err(|e| Error::Parse {
+                what: "extra field value",
+                reason: format!("field `{key}`: {e}"),
+            })
     }
 
     /// Whether field `key` is present.
@@ -339,6 +373,12 @@ impl ExtraBuilder {
         if repeated {
             return Err(format!("duplicate field `{key}`"));
         }
+        if nests_deeper_than(value, Extra::MAX_DEPTH) {
+            return Err(format!(
+                "field `{key}` nests deeper than {} levels (the limit for fields the format does not name)",
+                Extra::MAX_DEPTH
+            ));
+        }
         self.append(key, value);
         if self.seen.is_none() && self.count > LINEAR_SCAN_MAX {
             let keys = self.extra.iter().map(|(k, _)| k.into_owned()).collect();
@@ -400,6 +440,28 @@ impl ExtraBuilder {
     pub(crate) fn finish(self) -> Extra {
         self.extra
     }
+}
+
+/// Whether the JSON text `json` has arrays or objects nested more than `limit` deep.
+fn nests_deeper_than(json: &str, limit: usize) -> bool {
+    let bytes = json.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => i = string_end(bytes, i).unwrap_or(bytes.len()),
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Appends `json` without the whitespace outside its strings.
@@ -527,6 +589,36 @@ mod tests {
             );
             assert!(b.push("new", "1").is_ok());
         }
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_an_error_not_an_absent_field() {
+        let nested = |levels: usize| "[".repeat(levels) + &"]".repeat(levels);
+        let mut b = ExtraBuilder::default();
+        b.push("ok", &nested(Extra::MAX_DEPTH)).unwrap();
+        // Brackets inside strings are text, not nesting.
+        b.push("s", &format!("[\"{}\"]", "[".repeat(500))).unwrap();
+        assert_eq!(
+            b.push("m", &format!(r#"{{"a":{}}}"#, nested(Extra::MAX_DEPTH)))
+                .unwrap_err(),
+            "field `m` nests deeper than 100 levels (the limit for fields the format does not name)"
+        );
+        let e = b.finish();
+        assert!(matches!(e.value("ok"), Ok(Some(Value::Array(_)))));
+        assert!(!e.contains_key("m"));
+        // Read from a record: the field is refused, with its name.
+        let line = format!(r#"{{"m": {}}}"#, nested(100_000));
+        let err = serde_json::from_str::<Extra>(&line).unwrap_err().to_string();
+        assert!(err.contains("field `m` nests deeper than 100 levels"), "{err}");
+        // Set by hand past serde_json's own limit: present, and an error, not `None`.
+        let mut by_hand = Extra::new();
+        let deep = RawValue::from_string(nested(200)).unwrap();
+        by_hand.insert_raw("m", &deep);
+        assert!(matches!(
+            by_hand.value("m"),
+            Err(Error::Parse { what: "extra field value", ref reason }) if reason.starts_with("field `m`: recursion limit")
+        ));
+        assert_eq!(by_hand.value("absent"), Ok(None));
     }
 
     #[test]

@@ -104,7 +104,11 @@ impl JsonlRecord for RowRecord {
             check_finite_field(line, || "score".into(), s)?;
         }
         check_extra(line, String::new, &self.extra, ROW_FIELDS)?;
-        let inactive = match self.extra.value("active_masks") {
+        let active = self
+            .extra
+            .value("active_masks")
+            .map_err(|e| record_error(line, Some("active_masks".into()), e.to_string()))?;
+        let inactive = match active {
             Some(Value::Bool(b)) => !b,
             Some(Value::Number(n)) => n.as_f64() == Some(0.0),
             _ => false,

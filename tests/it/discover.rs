@@ -436,7 +436,7 @@ fn agreement(records: &[TrajectoryRecord], flags: &[bool]) -> [MilestoneAgreemen
         let reference: Vec<bool> = r.steps.iter().map(|s| s.milestone == Some(true)).collect();
         let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &reference).unwrap();
         out[0].merge(&a);
-        let env = if r.extra.value("env").as_ref().and_then(|v| v.as_str()) == Some("scienceworld") {
+        let env = if r.extra.value("env").unwrap().as_ref().and_then(|v| v.as_str()) == Some("scienceworld") {
             1
         } else {
             2

@@ -56,9 +56,9 @@ fn sample_reads_with_every_field() {
     assert_eq!(first.traj_id, "sw/find-animal/v146/0_gold");
     assert_eq!(first.terminal_reward, 1.0);
     assert_eq!(first.initial_score, Some(0.0));
-    assert_eq!(first.extra.value("env").unwrap(), "scienceworld");
-    assert_eq!(first.extra.value("kind").unwrap(), "gold");
-    assert_eq!(first.extra.value("task").unwrap(), "find-animal");
+    assert_eq!(first.extra.value("env").unwrap().unwrap(), "scienceworld");
+    assert_eq!(first.extra.value("kind").unwrap().unwrap(), "gold");
+    assert_eq!(first.extra.value("task").unwrap().unwrap(), "find-animal");
     let s0 = &first.steps[0];
     assert_eq!(s0.action, "open door to hallway");
     assert_eq!(
@@ -69,12 +69,12 @@ fn sample_reads_with_every_field() {
         s0.new_subgoals.as_deref(),
         Some(&["Be in a room with an open door".to_string()][..])
     );
-    assert_eq!(s0.extra.value("t").unwrap(), 0);
-    assert_eq!(s0.extra.value("isCompleted").unwrap(), false);
+    assert_eq!(s0.extra.value("t").unwrap().unwrap(), 0);
+    assert_eq!(s0.extra.value("isCompleted").unwrap().unwrap(), false);
     // TextWorld steps carry no new_subgoals: absent, not empty.
     let tw = records
         .iter()
-        .find(|r| r.extra.value("env").unwrap() == "textworld")
+        .find(|r| r.extra.value("env").unwrap().unwrap() == "textworld")
         .unwrap();
     assert!(tw.steps.iter().all(|s| s.new_subgoals.is_none()));
 }
@@ -127,7 +127,13 @@ fn sample_score_increase_reproduces_recorded_milestones() {
     for env in ["scienceworld", "textworld"] {
         let count: usize = (0..rb.num_rows())
             .filter(|&row| {
-                records[rb.row_location(row).0].extra.value("env").unwrap() == env && detected[row]
+                records[rb.row_location(row).0]
+                    .extra
+                    .value("env")
+                    .unwrap()
+                    .unwrap()
+                    == env
+                    && detected[row]
             })
             .count();
         assert!(count > 10, "{env}: {count} milestones");
@@ -294,7 +300,7 @@ fn unknown_fields_at_both_levels_survive() {
     let line = r#"{"group_id": "g", "traj_id": "x", "terminal_reward": 0.25, "seed": 18446744073709551615, "meta": {"a": [1, 2.5, null, "s"], "b": {}}, "steps": [{"action": "a", "observation": "o\n\"q\"", "reward": -0.0, "done": true, "info": {"won": false}, "logprob": -1.5e-7, "tags": [], "nothing": null}]}"#;
     let rec = TrajectoryRecord::from_json_line(line, 1).unwrap();
     assert_eq!(rec.extra.len(), 2);
-    assert_eq!(rec.extra.value("seed").unwrap(), u64::MAX);
+    assert_eq!(rec.extra.value("seed").unwrap().unwrap(), u64::MAX);
     // Kept as written: inner whitespace dropped, numbers and escapes as they were.
     assert_eq!(
         rec.extra.get("meta").unwrap().get(),
@@ -303,7 +309,7 @@ fn unknown_fields_at_both_levels_survive() {
     let step = &rec.steps[0];
     assert_eq!(step.info, Some(serde_json::json!({"won": false})));
     assert_eq!(step.extra.len(), 3);
-    assert_eq!(step.extra.value("nothing").unwrap(), Value::Null);
+    assert_eq!(step.extra.value("nothing").unwrap().unwrap(), Value::Null);
     assert_eq!(step.extra.get("logprob").unwrap().get(), "-1.5e-7");
     assert!(step.reward == 0.0 && step.reward.is_sign_negative());
     let back = rec.to_json_line().unwrap();
@@ -850,6 +856,55 @@ fn groups_stream_one_at_a_time_and_must_be_contiguous() {
         runs.iter().map(|g| g.records.len()).collect::<Vec<_>>(),
         [1, 1, 1]
     );
+}
+
+// Ids are caller text: printed in an error message, their control characters are escaped, so
+// an id holding ESC [2J cannot clear the terminal the message is shown on.
+#[test]
+fn ids_in_error_messages_cannot_drive_the_terminal() {
+    let (id, json) = ("\u{1b}[2J", r"\u001b[2J");
+    let text = [
+        line_of(json, json),
+        line_of("g2", "b"),
+        line_of(json, "c"),
+        line_of("g3", json),
+    ]
+    .join("\n");
+    let e = read_groups(text.as_bytes()).nth(2).unwrap().unwrap_err();
+    assert!(matches!(&e, Error::GroupNotContiguous { group_id, .. } if group_id == id));
+    let shown = e.to_string();
+    assert!(
+        shown.starts_with(r"group `\u{1b}[2J` reappears at line 3"),
+        "{shown}"
+    );
+    let e = read_trajectories(text.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|records| RecordBatch::new(&records).map(|_| ()))
+        .unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.contains(r"trajectory `\u{1b}[2J` appears twice"), "{shown}");
+    assert!(!shown.contains('\u{1b}'), "{shown}");
+}
+
+// A field nested past the limit is an error naming it, not a field that reads as absent.
+#[test]
+fn deeply_nested_unknown_fields_are_refused() {
+    let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+    let line = format!(
+        r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[{{"action":"a","observation":"o","reward":0,"done":true,"m":{deep}}}]}}"#
+    );
+    let e = read_trajectories(line.as_bytes()).next().unwrap().unwrap_err();
+    assert_eq!(located(&e).0, 1);
+    assert!(
+        e.to_string().contains("field `m` nests deeper than 100 levels"),
+        "{e}"
+    );
+    let ok = "[".repeat(Extra::MAX_DEPTH) + &"]".repeat(Extra::MAX_DEPTH);
+    let line = format!(
+        r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[{{"action":"a","observation":"o","reward":0,"done":true,"m":{ok}}}]}}"#
+    );
+    let rec = read_all(&line).remove(0);
+    assert!(matches!(rec.steps[0].extra.value("m"), Ok(Some(Value::Array(_)))));
 }
 
 // Unknown fields are one string of JSON text, not a map of values.
