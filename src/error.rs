@@ -434,6 +434,7 @@ fn field_suffix(field: &Option<String>) -> String {
 /// use beacon_rl::Escaped;
 /// assert_eq!(Escaped("traj-1\u{1b}[2J").to_string(), "traj-1\\u{1b}[2J");
 /// assert_eq!(Escaped("a\nb\u{202e}c").to_string(), "a\\u{a}b\\u{202e}c");
+/// assert_eq!(Escaped("x\u{61c}y").to_string(), "x\\u{61c}y"); // Arabic letter mark
 /// assert_eq!(Escaped("épisode 3 / tâche").to_string(), "épisode 3 / tâche");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -473,7 +474,8 @@ fn hides_or_controls(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{200b}'..='\u{200f}'
+            '\u{61c}'
+                | '\u{200b}'..='\u{200f}'
                 | '\u{2028}'..='\u{202e}'
                 | '\u{2060}'..='\u{2069}'
                 | '\u{feff}'

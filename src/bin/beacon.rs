@@ -57,6 +57,7 @@ use beacon_rl::record::{
     open_jsonl, read_trajectories, RecordBatch, RecordGroup, TrajectoryGroups, TrajectoryRecord,
     DEFAULT_MAX_LINE_BYTES,
 };
+use beacon_rl::Escaped;
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -857,41 +858,13 @@ fn fit(s: &str, width: usize) -> Cow<'_, str> {
     Cow::Owned(format!("…{}", &s[cut..]))
 }
 
-/// `s` safe to print on a terminal: control characters (escape sequences among them) and the
-/// invisible characters that reorder or hide text are written as `\u{..}` escapes, and `\`
-/// as `\\`, so an id read from a file cannot move the cursor, clear the screen or disguise
-/// itself.
+/// `s` safe to print on a terminal, as the library's error messages print caller text: see
+/// [`Escaped`]. Borrowed when nothing needs escaping.
 fn printable(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(needs_escape) {
-        return Cow::Borrowed(s);
+    let shown = Escaped(s).to_string();
+    if shown == s {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(shown)
     }
-    let mut escaped = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => escaped.push_str("\\\\"),
-            c if needs_escape(c) => {
-                // Writing to a String cannot fail.
-                let _ = write!(escaped, "\\u{{{:x}}}", c as u32);
-            }
-            c => escaped.push(c),
-        }
-    }
-    Cow::Owned(escaped)
-}
-
-/// Control characters (C0, DEL, C1), `\`, and the format characters that change how the text
-/// around them shows: zero-width ones, line and paragraph separators, bidirectional marks,
-/// embeddings, overrides and isolates, the byte-order mark and interlinear annotations.
-fn needs_escape(c: char) -> bool {
-    c == '\\'
-        || c.is_control()
-        || matches!(
-            c,
-            '\u{61c}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{2069}'
-                | '\u{feff}'
-                | '\u{fff9}'..='\u{fffb}'
-        )
 }

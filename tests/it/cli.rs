@@ -488,7 +488,7 @@ fn table_escapes_control_characters_in_ids() {
     assert!(!text.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{text:?}");
     assert!(text.contains("group g\\u{202e}1\n"), "{text}");
     assert!(text.contains("clear\\u{1b}[2J "), "{text}");
-    assert!(text.contains("bell\\u{7}\\\\x "), "{text}");
+    assert!(text.contains("bell\\u{7}\\x "), "{text}");
     let json = jsonl(&run(&["--format", "jsonl", "-"], Some(input.as_bytes())));
     assert_eq!(json[0]["traj_id"], "clear\u{1b}[2J");
 }
