@@ -1,5 +1,5 @@
 //! BEACON's trainer path end to end against the bytes it must touch, and the `rayon` feature's
-//! speedup (issue 9). Rows × 512 tokens, `f32` token rewards, prefix masks (ragged lengths),
+//! speedup. Rows × 512 tokens, `f32` token rewards, prefix masks (ragged lengths),
 //! `f32` token advantages out; agent rows: trajectories of 30 steps, u64 `uid`/`traj_uid` keys.
 //!
 //! Group `beacon_e2e_B` (B = 16 groups × 8 trajectories × 30 steps = 3,840 rows), each case

@@ -1,5 +1,5 @@
-//! The record reader: the error path on one long line with 70 `NaN` literals (issue 11, R1:
-//! it must be linear in the line length, so the 4 MB case should take about 4× the 1 MB
+//! The record reader: the error path on one long line with 70 `NaN` literals (it must be
+//! linear in the line length, so the 4 MB case should take about 4× the 1 MB
 //! case, not 70×), and reading trajectory lines group by group (steps per second).
 //!
 //! `cargo bench --bench record` (short: sample size 10, 2 s measurement).

@@ -1,4 +1,4 @@
-//! The trainer's path against the physical limit (issue 9's goals), each group holding its
+//! The trainer's path against the physical limit, each group holding its
 //! own references: a plain copy of the output bytes, and a copy of the bytes the estimator
 //! must touch.
 //!

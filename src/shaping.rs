@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn lookups_past_the_prepared_length_are_none_not_a_panic() {
-        // Issue 11 row P1: `DecayTable::default().reward(3)` used to index out of bounds.
+        // `DecayTable::default().reward(3)` used to index out of bounds.
         let mut t = DecayTable::default();
         assert_eq!((t.reward(3), t.mean_return(3)), (None, None));
         t.prepare(1.0, 0.5, 2);

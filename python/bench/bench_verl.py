@@ -4,7 +4,7 @@ on the same tensors.
     python python/bench/bench_verl.py                                   # shapes B and C
     python python/bench/bench_verl.py --beacon-release /tmp/beacon-release --reps 9
 
-Shapes (issue 10): B = 16 prompts × 8 rollouts × 30 steps = 3840 step rows, C = 64 × 16 × 30 =
+Shapes: B = 16 prompts × 8 rollouts × 30 steps = 3840 step rows, C = 64 × 16 × 30 =
 30720 rows; L = 512 tokens. Inputs as verl holds them: float32 token_level_rewards (a step row's
 episode reward on its last valid token, as verl-agent places it), int64 response_mask (prefix
 masks of random length), `index`/`uid` an object array of uuid strings (one object per group,

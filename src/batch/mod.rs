@@ -620,7 +620,7 @@ fn validate_offsets(what: &'static str, offsets: &[usize], end: usize) -> Result
 /// A batch's row index (`RolloutBatch::step_rows`). Batches from offsets or blocks are
 /// already in step order: their index is the identity `0..len`, built on first use (8 bytes a
 /// step) instead of by the constructor, so that a constructor's memory is bounded by the
-/// arrays the caller passed, whatever number of steps the offsets claim (issue 11).
+/// arrays the caller passed, whatever number of steps the offsets claim.
 #[derive(Clone, Default)]
 struct StepRows {
     rows: std::sync::OnceLock<Vec<usize>>,
@@ -825,7 +825,7 @@ mod tests {
         );
     }
 
-    /// Issue 11 (C1): a claimed step count is not allocated by the constructors. Before, these
+    /// A claimed step count is not allocated by the constructors. Before, these
     /// claims allocated and wrote 8 bytes a step (34 GB for the first).
 
     #[test]

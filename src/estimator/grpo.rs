@@ -780,7 +780,7 @@ mod tests {
         // multiples of 2^-22 and rounds to even, 45298480·2^-24; / 3 rounds to
         // μ = 15099493·2^-24, so every x − μ = 2^-24 exactly. Σ(x − μ)² = 3·2^-48,
         // var = 1.5·2^-48, σ = √1.5·2^-24 ≈ 7.30e-8, σ + f32(1e-6) ≈ 1.0730e-6 in f32:
-        // A = 2^-24 / 1.0730e-6 = 0.0555495 (verl 0.9.1's float64 run, issue 11). The old
+        // A = 2^-24 / 1.0730e-6 = 0.0555495 (verl 0.9.1's float64 run). An earlier
         // floor (σ ≥ √1e-6) gave 5.95e-5.
         let x = f64::from(0.9f32);
         let a = run(

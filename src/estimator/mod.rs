@@ -122,8 +122,8 @@
 //! - `grpo`: ε added to σ (not σ²), `torch.std` unbiased, singleton μ = 0, σ = f32 1.0 (so
 //!   ÷ f32(1 + ε)); no floor. Matches.
 //! - `grpo_vectorized`: `group_mean_std(..., eps=0.0)`: **no variance floor** (verl 0.8 floored
-//!   σ² at ε); two-pass f32 variance, singleton μ = 0, σ = 1, ε added to σ in f32. Was
-//!   different (floor kept), fixed in issue 11 with hand-computed tests. uids grouped by
+//!   σ² at ε); two-pass f32 variance, singleton μ = 0, σ = 1, ε added to σ in f32. 0.1.0
+//!   kept the floor; hand-computed tests pin its absence. uids grouped by
 //!   equality, not parsed as integers ([`grpo`]'s deliberate difference).
 //! - `grpo_passk`: σ unbiased, ε added to σ, the normalisation flag read from the config, < 2
 //!   rows raises. Matches.

@@ -613,7 +613,7 @@ mod tests {
         }
     }
 
-    /// R1: a line with many bad literals is described in one scan, without re-parsing it once
+    /// A line with many bad literals is described in one scan, without re-parsing it once
     /// per literal (the old path patched and re-parsed the line up to 64 times).
     #[test]
     fn bad_literals_cost_no_extra_parse() {

@@ -295,7 +295,7 @@ mod reference {
         let (mean, scale) = if mean.is_finite() && var.is_finite() {
             (mean, 1.0 / (var + 1e-8).sqrt())
         } else {
-            // Issue 11: the overflow fallback, statistics in units of the max masked |x|.
+            // The overflow fallback, statistics in units of the max masked |x|.
             let s = values
                 .iter()
                 .zip(mask)
@@ -331,8 +331,8 @@ mod reference {
         check_finite("whitened values (overflow)", values)
     }
 
-    // Issue 11 (W1–W3, verl 0.9.1's unfloored `grpo_vectorized` variance) changed results on
-    // purpose, so the frozen code carries the same changes: the overflow fallbacks below act
+    // The overflow fixes (W1–W3) and verl 0.9.1's unfloored `grpo_vectorized` variance changed
+    // results on purpose, so the frozen code carries the same changes: the overflow fallbacks below act
     // only where the old code's mean or sum of squares overflowed, and the floor is gone.
     fn group_scale(rows: &[usize], scores: &[f64]) -> f64 {
         rows.iter().fold(0.0f64, |m, &r| m.max(scores[r].abs()))

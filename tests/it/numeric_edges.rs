@@ -1,4 +1,4 @@
-//! Issue 11's numeric rows and later ones: claimed sizes and the order of checks before
+//! Numeric edge cases: claimed sizes and the order of checks before
 //! allocation (C1–C8), BEACON outputs (N1–N4), overflowing variances that used to give a
 //! plausible 0 (W1–W3), diagnostics sums (D1), the decay table's look-ups (P1), `f32` outputs
 //! that would round to ∞ (F1–F3) and non-finite step values of the token functions (S1).

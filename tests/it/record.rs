@@ -656,7 +656,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Streaming group by group, line limits, repeated keys, errors naming the file (issue 11)
+// Streaming group by group, line limits, repeated keys, errors naming the file
 
 /// A one-step record line of group `g`, trajectory `t`.
 fn line_of(g: &str, t: &str) -> String {
