@@ -39,7 +39,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::io::{self, BufRead, Write};
 use std::process::ExitCode;
 use std::sync::mpsc;
