@@ -620,10 +620,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             .map(|m| m.as_flags("milestones", &mut cols.flags))
             .transpose()?;
         let step_rewards = req.step_rewards.as_ref().map(|s| s.as_f64(&mut cols.step));
-        let turn_values = req
-            .turn_values
-            .as_ref()
-            .map(|v| v.as_f64(&mut cols.turn_values));
+        let turn_values = req.turn_values.as_ref().map(|v| v.as_f64(&mut cols.turn_values));
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
         let mask = req.response_mask.as_ref().map(Mask2::view);
         let batch = rebuild(
