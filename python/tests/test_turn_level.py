@@ -248,3 +248,18 @@ def test_turn_gae_is_not_registered():
     assert {"step_reinforce", "mt_grpo"} <= set(bv.registered_names())
     for name in ("step_reinforce", "mt_grpo"):
         assert ca.get_adv_estimator_fn(name).__module__ == "beacon_rl.verl"
+
+
+def test_registered_step_reinforce_reads_verl_agents_trajectory_column():
+    torch, AlgoConfig, ca, _ = _verl()
+    # Two step rows of one trajectory: its turns are 0.5 then 1.0, so G = 1.45, 1.0; as two
+    # trajectories each row is its own: 0.5, 1.0.
+    rewards = torch.tensor([[0, 0.5, 0], [0, 0, 1.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    uid = np.array(["q", "q"], dtype=object)
+    f = ca.get_adv_estimator_fn("step_reinforce")
+    cfg = AlgoConfig(adv_estimator="step_reinforce")
+    adv, _ = f(rewards, mask, index=uid, config=cfg, non_tensor_batch={"uid": uid, "traj_uid": np.array(["t", "t"], dtype=object)})
+    np.testing.assert_allclose(adv.numpy(), [[1.45, 1.45, 0], [1.0, 0, 0]], rtol=1e-6)
+    adv, _ = f(rewards, mask, index=uid, config=cfg)
+    np.testing.assert_allclose(adv.numpy(), [[0.5, 0.5, 0], [1.0, 0, 0]], rtol=1e-6)
