@@ -51,7 +51,8 @@ Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
-    ``gigpo``, ``beacon``, ``beacon_official`` and ``beacon_ablation``."""
+    ``gigpo``, ``beacon``, ``beacon_official``, ``beacon_ablation`` and the turn-level
+    ``step_reinforce``, ``mt_grpo`` and ``turn_gae``."""
     return list(_native.names())
 
 
@@ -372,6 +373,7 @@ def estimate(
     reward_baselines: Optional[Array] = None,
     milestones: Optional[Array] = None,
     step_rewards: Optional[Array] = None,
+    turn_values: Optional[Array] = None,
     anchor_obs: Optional[Array] = None,
     config: Optional[Mapping[str, Any]] = None,
     out: Optional[Sequence[Array]] = None,
@@ -404,6 +406,14 @@ def estimate(
       and ``anchor_obs`` (object array of str) for ``gigpo``; ``values`` for ``gae``;
       ``reward_baselines`` for ``remax``; ``old_log_probs``, ``sum_pi_squared``,
       ``rollout_is_weights`` for the optimal-token-baseline estimators.
+    - ``step_reinforce``, ``mt_grpo``, ``turn_gae`` credit turns: on verl's multi-turn rows
+      (one dialogue per row, a turn per run of ``response_mask == 1``) each turn's reward is
+      the sum of the ``token_level_rewards`` it owns; on step rows (``step_rewards`` given,
+      one turn per row, ``traj_index`` for the trajectories) it is the row's step reward.
+      ``turn_gae`` reads the critic's ``values`` at each turn's first generated token or, on
+      step rows, ``turn_values`` (one float32/float64 value per row: V of the state the row's
+      turn begins in; a 1-D array, else ``TypeError``; a wrong length, NaN/inf, or
+      ``turn_values`` without ``step_rewards`` or for another estimator is a ``ValueError``).
     - ``config``: parameters in the crate's serde field names (e.g. ``{"norm": "mean_only"}``
       for grpo, ``{"segment_weight": 0.5}`` for beacon); omitted ones take verl's defaults.
     - ``out``: a pair ``(advantages, returns)`` of float32/float64 numpy arrays or CPU tensors
@@ -435,6 +445,7 @@ def estimate(
     episode = caller.numpy(episode_rewards, "episode_rewards")
     scores = caller.numpy(row_scores, "row_scores")
     step = caller.numpy(step_rewards, "step_rewards")
+    tvals = caller.numpy(turn_values, "turn_values")
     vals = caller.numpy(values, "values")
     if index is None:
         raise TypeError("index: required (one group key per row)")
@@ -447,7 +458,7 @@ def estimate(
     if anchors is not None and anchors.dtype.kind in "US":
         anchors = anchors.astype(object)
     shape = _native.output_shape(index=idx, token_level_rewards=rewards, response_mask=mask)
-    dtype = _float_dtype(rewards, episode, scores, step, vals)
+    dtype = _float_dtype(rewards, episode, scores, step, vals, tvals)
     config_json = _config_json(config)
     adv, ret, adv_view, ret_view = _outputs(caller, out, shape, dtype, _has_returns(name, config_json))
     if shape[0] == 0 and all(a is None or a.shape[0] == 0 for a in (rewards, mask, idx)):
@@ -472,6 +483,7 @@ def estimate(
         reward_baselines=caller.numpy(reward_baselines, "reward_baselines"),
         milestones=flags,
         step_rewards=step,
+        turn_values=tvals,
         anchor_obs=anchors,
     )
     return _finish_pair(caller, adv, ret)

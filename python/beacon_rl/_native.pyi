@@ -24,6 +24,7 @@ def estimate(
     reward_baselines: Optional[npt.NDArray[np.floating]] = None,
     milestones: Optional[np.ndarray] = None,
     step_rewards: Optional[npt.NDArray[np.floating]] = None,
+    turn_values: Optional[npt.NDArray[np.floating]] = None,
     anchor_obs: Optional[npt.NDArray[np.object_]] = None,
 ) -> None:
     """Computes advantages and returns of estimator ``name`` into the two output arrays

@@ -10,6 +10,11 @@ Names
       estimators. On verl's layout (one dialogue per row) they read turns by the multi-turn
       convention below; on verl-agent's layout (one row per step) they read the
       ``traj_uid`` and milestone columns when verl passes ``non_tensor_batch``.
+    - ``step_reinforce``, ``mt_grpo``: the crate's turn-level estimators. They read the turns
+      of each row (maximal runs of ``response_mask == 1``), each turn's reward being the sum
+      of the ``token_level_rewards`` it owns (the crate's ``estimator::turns``); when
+      ``non_tensor_batch`` holds the trajectory column, a trajectory's turns are those of its
+      rows in row order.
     - ``beacon_rl_<name>`` for verl's own estimators: ``beacon_rl_grpo``,
       ``beacon_rl_grpo_vectorized``, ``beacon_rl_grpo_passk``, ``beacon_rl_rloo``,
       ``beacon_rl_rloo_vectorized``, ``beacon_rl_opo``, ``beacon_rl_gpg``,
@@ -21,8 +26,9 @@ Names
       ``reward_baselines`` only when ``adv_estimator`` is ``remax``), ``gdpo`` (verl passes
       ``non_tensor_batch`` and ``batch``, where ``gdpo_reward_keys`` are read, only to the
       name ``gdpo``) and the optimal-token-baseline estimators (``sum_pi_squared`` is passed
-      only under their own names). :func:`beacon_rl.estimate` computes all of them from the
-      tensors directly.
+      only under their own names), and ``turn_gae`` (it needs one critic value per turn, which
+      verl's generic ``compute_advantage`` does not pass). :func:`beacon_rl.estimate` computes
+      all of them from the tensors directly.
 
 The multi-turn convention (one dialogue per row)
     What verl's GRPO reads, read the same way:
@@ -94,6 +100,10 @@ Parameters
                                             deviates explicitly.
     beacon, beacon_official, beacon_ablation only ``algorithm.beacon_rl``.
     (index, config)
+    step_reinforce, mt_grpo (index, config) only ``algorithm.beacon_rl`` (e.g. ``step_discount``,
+                                            ROLL's ``step_reward_gamma``, default 0.95;
+                                            ``algorithm.gamma`` is not read: its default 1.0
+                                            would silently replace ROLL's).
     ======================================= =========================================================
 
     Every function also accepts ``non_tensor_batch`` and ``batch``, which a verl that forwards
@@ -140,6 +150,9 @@ __all__ = [
 PREFIX = "beacon_rl_"
 
 _STEP = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
+
+#: Turn-level estimators a stock trainer can feed (``turn_gae`` needs per-turn values).
+_TURN = ("step_reinforce", "mt_grpo")
 
 #: Keys of ``algorithm.beacon_rl`` (and of :func:`set_config`) that name ``non_tensor_batch``
 #: columns for the step estimators, with their defaults; the rest are the crate's parameters.
@@ -408,6 +421,39 @@ def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
     return adv_fn
 
 
+def _make_turn(name: str) -> Callable[..., Tuple[Any, Any]]:
+    """verl's registered-estimator signature around turn-level estimator ``name``."""
+
+    def adv_fn(
+        token_level_rewards: Any,
+        response_mask: Any,
+        index: Any = None,
+        config: Any = None,
+        non_tensor_batch: Optional[Mapping[str, Any]] = None,
+        batch: Any = None,
+    ) -> Tuple[Any, Any]:
+        if index is None:
+            # verl passes `index` only when the batch has a uid; without one every row is
+            # its own group.
+            index = np.arange(token_level_rewards.shape[0], dtype=np.int64)
+        params, columns = _params(name, {}, config)
+        traj = None
+        if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
+            traj = non_tensor_batch[columns["traj_key"]]
+        return estimate(name, token_level_rewards, response_mask, index, traj_index=traj, config=params)
+
+    adv_fn.__name__ = f"beacon_rl_{name}_adv"
+    adv_fn.__qualname__ = adv_fn.__name__
+    adv_fn.__doc__ = (
+        f"beacon-rl's turn-level `{name}` with verl's registered-estimator signature: "
+        "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
+        "(advantages, returns). Turns are the runs of response_mask == 1 of each row; with "
+        "`non_tensor_batch` holding the trajectory column, a trajectory's turns are those of "
+        "its rows."
+    )
+    return adv_fn
+
+
 def _step_columns(name: str, ntb: Mapping[str, Any], columns: Mapping[str, str]) -> Dict[str, Any]:
     """The step estimators' per-row columns from ``non_tensor_batch`` (verl-agent's layout)."""
     kwargs: Dict[str, Any] = {}
@@ -446,6 +492,7 @@ def register() -> Dict[str, str]:
     wanted: Dict[str, Tuple[str, Callable[..., Tuple[Any, Any]]]] = {
         n: (n, _make_step(n)) for n in _STEP if n in known
     }
+    wanted.update({n: (n, _make_turn(n)) for n in _TURN if n in known})
     wanted.update({PREFIX + n: (n, fn) for n, fn in _VERL_FNS.items() if n in verl_names()})
     for verl_name, (crate_name, fn) in wanted.items():
         if verl_name in _registered:

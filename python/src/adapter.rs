@@ -60,6 +60,7 @@ struct Columns {
     rows: Vec<f64>,
     baselines: Vec<f64>,
     step: Vec<f64>,
+    turn_values: Vec<f64>,
     flags: Vec<bool>,
 }
 
@@ -370,6 +371,7 @@ pub struct Request<'a> {
     pub reward_baselines: Option<Floats1<'a>>,
     pub milestones: Option<Mask1<'a>>,
     pub step_rewards: Option<Floats1<'a>>,
+    pub turn_values: Option<Floats1<'a>>,
     pub anchor_obs: Option<&'a [&'a str]>,
 }
 
@@ -416,6 +418,10 @@ impl Estimator {
 pub fn names() -> &'static [&'static str] {
     EstimatorConfig::NAMES
 }
+
+/// The turn-level estimators: they read `token_level_rewards` turn by turn on verl's
+/// multi-turn rows (the crate's `estimator::turns`), not a score per row.
+pub const TURN_NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
 
 /// The names that are verl's own estimators (the rest are the crate's additions).
 pub fn verl_names() -> &'static [&'static str] {
@@ -502,6 +508,7 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
         ),
         ("milestones", req.milestones.as_ref().map(Mask1::len)),
         ("step_rewards", req.step_rewards.as_ref().map(Floats1::len)),
+        ("turn_values", req.turn_values.as_ref().map(Floats1::len)),
         ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
     ];
     for (what, len) in lens {
@@ -526,6 +533,13 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         )));
     }
     check_shapes(req)?;
+    if req.turn_values.is_some() && est.name() != "turn_gae" {
+        // Only turn_gae reads per-turn critic values: any other estimator would ignore them.
+        return Err(Failure(format!(
+            "turn_values: read only by turn_gae, not by {}",
+            est.name()
+        )));
+    }
     if req.episode_rewards.is_some() && req.row_scores.is_some() {
         // With row scores no estimator reads the batch's rewards: one would be ignored.
         return Err(beacon_rl::Error::ConflictingInputs {
@@ -541,7 +555,10 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
     // token_level_rewards and never the batch's rewards through `estimate_into`, so they skip
     // the pass over rows × L, except on step rows (`traj_index`), where `grpo`'s trajectory
     // statistics need the rows' own scores too.
-    let reads_batch_rewards = !verl_names().contains(&est.name());
+    // The turn-level estimators read the token rewards themselves, turn by turn (on step rows,
+    // `step_rewards`), and never a score per row: they are passed through as verl's are.
+    let turn_level = TURN_NAMES.contains(&est.name());
+    let reads_batch_rewards = !verl_names().contains(&est.name()) && !turn_level;
     if reads_batch_rewards
         && req.episode_rewards.is_none()
         && req.row_scores.is_none()
@@ -567,8 +584,13 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         let mut check_token_rewards = true;
         let row_scores: Option<&[f64]> = match (&req.row_scores, &req.token_level_rewards) {
             (Some(s), _) => Some(s.as_f64(&mut cols.rows)),
+            // On step rows the turn-level estimators check the token rewards against each
+            // row's score: their own sums agree, where the batch's zero R(τ) would not.
             (None, Some(r))
-                if req.episode_rewards.is_none() && (reads_batch_rewards || req.traj_index.is_some()) =>
+                if req.episode_rewards.is_none()
+                    && (reads_batch_rewards
+                        || req.traj_index.is_some()
+                        || (turn_level && req.step_rewards.is_some())) =>
             {
                 r.row_sums_into(&mut cols.rows)?;
                 check_token_rewards = false;
@@ -598,6 +620,7 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             .map(|m| m.as_flags("milestones", &mut cols.flags))
             .transpose()?;
         let step_rewards = req.step_rewards.as_ref().map(|s| s.as_f64(&mut cols.step));
+        let turn_values = req.turn_values.as_ref().map(|v| v.as_f64(&mut cols.turn_values));
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
         let mask = req.response_mask.as_ref().map(Mask2::view);
         let batch = rebuild(
@@ -640,6 +663,9 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         }
         if let Some(s) = step_rewards {
             input = input.with_step_rewards(s);
+        }
+        if let Some(v) = turn_values {
+            input = input.with_turn_values(v);
         }
         if let Some(a) = req.anchor_obs {
             input = input.with_anchor_obs(a);

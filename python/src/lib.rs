@@ -564,7 +564,8 @@ fn anchor_texts<'a>(anchors: &'a [Bound<'_, PyString>]) -> PyResult<Vec<&'a str>
     name, config_json, out_advantages, out_returns, *, token_level_rewards=None,
     response_mask=None, index, traj_index=None, episode_rewards=None, row_scores=None,
     values=None, old_log_probs=None, sum_pi_squared=None, rollout_is_weights=None,
-    reward_baselines=None, milestones=None, step_rewards=None, anchor_obs=None
+    reward_baselines=None, milestones=None, step_rewards=None, turn_values=None,
+    anchor_obs=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn estimate<'py>(
@@ -586,6 +587,7 @@ fn estimate<'py>(
     reward_baselines: Option<&Bound<'py, PyAny>>,
     milestones: Option<&Bound<'py, PyAny>>,
     step_rewards: Option<&Bound<'py, PyAny>>,
+    turn_values: Option<&Bound<'py, PyAny>>,
     anchor_obs: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     let est = Estimator::new(name, config_json)?;
@@ -603,6 +605,7 @@ fn estimate<'py>(
     let baselines = f1("reward_baselines", reward_baselines)?;
     let flags = m1("milestones", milestones)?;
     let step = f1("step_rewards", step_rewards)?;
+    let tv = f1("turn_values", turn_values)?;
     let anchor_objs = anchor_obs.map(anchors).transpose()?;
     let anchor_strs: Option<Vec<&str>> = anchor_objs.as_deref().map(anchor_texts).transpose()?;
     check_disjoint(
@@ -624,6 +627,7 @@ fn estimate<'py>(
             ("reward_baselines", reward_baselines),
             ("milestones", milestones),
             ("step_rewards", step_rewards),
+            ("turn_values", turn_values),
             ("anchor_obs", anchor_obs),
         ],
     )?;
@@ -645,6 +649,7 @@ fn estimate<'py>(
         reward_baselines: baselines.as_ref().map(F1::view),
         milestones: flags.as_ref().map(M1::view),
         step_rewards: step.as_ref().map(F1::view),
+        turn_values: tv.as_ref().map(F1::view),
         anchor_obs: anchor_strs.as_deref(),
     };
     let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
@@ -724,7 +729,8 @@ fn estimate_turns<'py>(
 }
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
-/// `beacon`, `beacon_official`, `beacon_ablation`).
+/// `beacon`, `beacon_official`, `beacon_ablation` and the turn-level `step_reinforce`,
+/// `mt_grpo`, `turn_gae`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {
     adapter::names().to_vec()

@@ -33,6 +33,7 @@ REGISTERED_OUTCOME = {
     "beacon_rl_reinforce_plus_plus_baseline": ca.compute_reinforce_plus_plus_baseline_outcome_advantage,
 }
 STEP = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
+TURN = ("step_reinforce", "mt_grpo")
 
 
 def fn(name):
@@ -294,9 +295,9 @@ def test_gigpo_reads_algorithm_gamma():
 
 
 def test_names_a_stock_trainer_cannot_feed_are_not_registered():
-    for name in ("beacon_rl_remax", "beacon_rl_gdpo", "beacon_rl_gae", "beacon_rl_optimal_token_baseline"):
+    for name in ("beacon_rl_remax", "beacon_rl_gdpo", "beacon_rl_gae", "beacon_rl_optimal_token_baseline", "turn_gae"):
         assert name not in ca.ADV_ESTIMATOR_REGISTRY, name
-    assert set(bv.registered_names()) == set(REGISTERED_OUTCOME) | set(STEP)
+    assert set(bv.registered_names()) == set(REGISTERED_OUTCOME) | set(STEP) | set(TURN)
     for name in bv.registered_names():
         assert ca.get_adv_estimator_fn(name).__module__ == "beacon_rl.verl"
 
@@ -304,7 +305,7 @@ def test_names_a_stock_trainer_cannot_feed_are_not_registered():
 # --- empty batches -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(REGISTERED_OUTCOME) + list(STEP))
+@pytest.mark.parametrize("name", sorted(REGISTERED_OUTCOME) + list(STEP) + list(TURN))
 def test_an_empty_batch_gives_shape_0_by_L(name):
     rewards, mask, uid = torch.zeros(0, 5), torch.zeros(0, 5), np.array([], dtype=object)
     adv, ret = fn(name)(token_level_rewards=rewards, response_mask=mask, index=uid, config=AlgoConfig(gamma=1.0))
