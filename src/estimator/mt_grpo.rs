@@ -357,33 +357,21 @@ impl AdvantageEstimator for MtGrpo {
     fn estimate_into(
         &self,
         input: &EstimatorInput<'_>,
-        mut advantages: FloatViewMut<'_>,
+        advantages: FloatViewMut<'_>,
         returns: Option<FloatViewMut<'_>>,
         workspace: &mut Workspace,
     ) -> Result<()> {
         self.prepare(input, &mut workspace.turns)?;
-        let dim = input.output_dim();
-        advantages.check_dim("advantages", dim)?;
-        if let Some(r) = &returns {
-            r.check_dim("returns", dim)?;
-        }
         let ws = &workspace.turns;
-        ws.turns.write(&ws.values, &mut advantages)?;
-        if let Some(mut r) = returns {
-            ws.turns.write(&ws.values, &mut r)?;
-        }
-        Ok(())
+        ws.write_outputs(input.output_dim(), advantages, returns, &ws.values)
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
         // The inputs are read and checked before the output is allocated.
         let mut ws = TurnWorkspace::default();
         self.prepare(input, &mut ws)?;
-        let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
-        ws.turns
-            .write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
         Ok(Advantages {
-            advantages,
+            advantages: ws.fresh_output(input.output_dim(), &ws.values)?,
             returns: None,
         })
     }

@@ -266,22 +266,14 @@ impl AdvantageEstimator for TurnGae {
     fn estimate_into(
         &self,
         input: &EstimatorInput<'_>,
-        mut advantages: FloatViewMut<'_>,
+        advantages: FloatViewMut<'_>,
         returns: Option<FloatViewMut<'_>>,
         workspace: &mut Workspace,
     ) -> Result<()> {
         self.prepare(input, &mut workspace.turns)?;
-        let dim = input.output_dim();
-        advantages.check_dim("advantages", dim)?;
-        if let Some(r) = &returns {
-            r.check_dim("returns", dim)?;
-        }
         let ws = &workspace.turns;
-        ws.turns.write(&ws.values, &mut advantages)?;
-        if let Some(mut r) = returns {
-            ws.turns.write(&ws.b, &mut r)?;
-        }
-        Ok(())
+        // Returns are the turns' λ-returns, kept in `b` by `prepare`.
+        ws.write_outputs(input.output_dim(), advantages, returns, &ws.b)
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
@@ -289,15 +281,9 @@ impl AdvantageEstimator for TurnGae {
         let mut ws = TurnWorkspace::default();
         self.prepare(input, &mut ws)?;
         let dim = input.output_dim();
-        let mut advantages = crate::huge_pages::zeros(dim)?;
-        let mut returns = crate::huge_pages::zeros(dim)?;
-        ws.turns
-            .write(&ws.values, &mut FloatViewMut::F64(advantages.view_mut()))?;
-        ws.turns
-            .write(&ws.b, &mut FloatViewMut::F64(returns.view_mut()))?;
         Ok(Advantages {
-            advantages,
-            returns: Some(returns),
+            advantages: ws.fresh_output(dim, &ws.values)?,
+            returns: Some(ws.fresh_output(dim, &ws.b)?),
         })
     }
 

@@ -51,6 +51,43 @@ pub(crate) struct TurnWorkspace {
     pub(crate) s2: Vec<f64>,
 }
 
+impl TurnWorkspace {
+    /// The trait's `estimate_into` after an estimator's `prepare` filled `values` (one
+    /// advantage per turn): both outputs' shapes are checked before either is written, then
+    /// every generated token gets its turn's advantage, and `returns` (if asked for) its turn's
+    /// entry of `return_values`.
+    pub(crate) fn write_outputs(
+        &self,
+        dim: (usize, usize),
+        mut advantages: FloatViewMut<'_>,
+        returns: Option<FloatViewMut<'_>>,
+        return_values: &[f64],
+    ) -> Result<()> {
+        advantages.check_dim("advantages", dim)?;
+        if let Some(r) = &returns {
+            r.check_dim("returns", dim)?;
+        }
+        self.turns.write(&self.values, &mut advantages)?;
+        if let Some(mut r) = returns {
+            self.turns.write(return_values, &mut r)?;
+        }
+        Ok(())
+    }
+
+    /// A fresh `f64` output of shape `dim` holding `turn_values` on every generated token: the
+    /// trait's `estimate`, allocated only after the inputs were read and checked.
+    pub(crate) fn fresh_output(
+        &self,
+        dim: (usize, usize),
+        turn_values: &[f64],
+    ) -> Result<ndarray::Array2<f64>> {
+        let mut out = crate::huge_pages::zeros(dim)?;
+        self.turns
+            .write(turn_values, &mut FloatViewMut::F64(out.view_mut()))?;
+        Ok(out)
+    }
+}
+
 /// A run of generated tokens `start..end` of caller row `row`, belonging to turn `turn`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Span {
