@@ -135,7 +135,9 @@ proptest! {
             let v = steps[[r, 1]];
             prop_assert_eq!(steps[[r, 0]], 0.0);
             let start = starts[j][k];
-            prop_assert!((mt[[j, start]] - v).abs() <= 1e-12 * v.abs().max(1.0), "{} vs {}", mt[[j, start]], v);
+            // The layouts sum in different orders, and whitening divides their rounding by σ,
+            // which can be small (a near-constant batch): 1e-12 failed at 2.2e-12 there.
+            prop_assert!((mt[[j, start]] - v).abs() <= 1e-9 * v.abs().max(1.0), "{} vs {}", mt[[j, start]], v);
         }
         for ((r, t), &m) in mask.indexed_iter() {
             if !m { prop_assert_eq!(mt[[r, t]], 0.0); }
