@@ -523,7 +523,7 @@ mod tests {
     #[test]
     fn threshold_is_inclusive_at_the_edge() {
         // 20 code points each; common prefix of 17 and no other match:
-        // ratio = 2·17/40 = 0.85, the same f64 as the literal 0.85 (both round 17/20).
+        // ratio = 2·17/40 = 0.85, the same f64 as the literal 0.85 (both are 17/20 correctly rounded).
         let expert = owned(&["abcdefghijklmnopqrst"]);
         assert_eq!(ratio("abcdefghijklmnopqXYZ", &expert[0]), 0.85);
         let mut d = ExpertWalkthrough::new(&expert);
