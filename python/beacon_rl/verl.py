@@ -376,6 +376,22 @@ _VERL_FNS: Dict[str, Callable[..., Tuple[Any, Any]]] = {
 }
 
 
+def _index_or_rows(index: Any, token_level_rewards: Any) -> Any:
+    """verl passes ``index`` only when the batch has a uid; without one every row is its own
+    group."""
+    if index is None:
+        return np.arange(token_level_rewards.shape[0], dtype=np.int64)
+    return index
+
+
+def _named(adv_fn: Callable[..., Tuple[Any, Any]], name: str, doc: str) -> Callable[..., Tuple[Any, Any]]:
+    """``adv_fn`` under the name verl shows for crate estimator ``name``, with its docstring."""
+    adv_fn.__name__ = f"beacon_rl_{name}_adv"
+    adv_fn.__qualname__ = adv_fn.__name__
+    adv_fn.__doc__ = doc
+    return adv_fn
+
+
 def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
     """verl's registered-estimator signature around step estimator ``name``."""
 
@@ -387,10 +403,7 @@ def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
         non_tensor_batch: Optional[Mapping[str, Any]] = None,
         batch: Any = None,
     ) -> Tuple[Any, Any]:
-        if index is None:
-            # verl passes `index` only when the batch has a uid; without one every row is
-            # its own group.
-            index = np.arange(token_level_rewards.shape[0], dtype=np.int64)
+        index = _index_or_rows(index, token_level_rewards)
         derived: Dict[str, Any] = {}
         if name == "gigpo" and _get(config, "gamma") is not None:
             derived["step_decay"] = float(_get(config, "gamma"))
@@ -409,16 +422,15 @@ def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
             )
         return estimate_turns(name, token_level_rewards, response_mask, index, config=params)
 
-    adv_fn.__name__ = f"beacon_rl_{name}_adv"
-    adv_fn.__qualname__ = adv_fn.__name__
-    adv_fn.__doc__ = (
+    return _named(
+        adv_fn,
+        name,
         f"beacon-rl's `{name}` with verl's registered-estimator signature: "
         "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
         "(advantages, returns). With `non_tensor_batch` holding the trajectory column (one row "
         "per step), reads it and the milestone column; else one dialogue per row, by the "
-        "multi-turn convention of the module docstring."
+        "multi-turn convention of the module docstring.",
     )
-    return adv_fn
 
 
 def _make_turn(name: str) -> Callable[..., Tuple[Any, Any]]:
@@ -432,26 +444,22 @@ def _make_turn(name: str) -> Callable[..., Tuple[Any, Any]]:
         non_tensor_batch: Optional[Mapping[str, Any]] = None,
         batch: Any = None,
     ) -> Tuple[Any, Any]:
-        if index is None:
-            # verl passes `index` only when the batch has a uid; without one every row is
-            # its own group.
-            index = np.arange(token_level_rewards.shape[0], dtype=np.int64)
+        index = _index_or_rows(index, token_level_rewards)
         params, columns = _params(name, {}, config)
         traj = None
         if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
             traj = non_tensor_batch[columns["traj_key"]]
         return estimate(name, token_level_rewards, response_mask, index, traj_index=traj, config=params)
 
-    adv_fn.__name__ = f"beacon_rl_{name}_adv"
-    adv_fn.__qualname__ = adv_fn.__name__
-    adv_fn.__doc__ = (
+    return _named(
+        adv_fn,
+        name,
         f"beacon-rl's turn-level `{name}` with verl's registered-estimator signature: "
         "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
         "(advantages, returns). Turns are the runs of response_mask == 1 of each row; with "
         "`non_tensor_batch` holding the trajectory column, a trajectory's turns are those of "
-        "its rows."
+        "its rows.",
     )
-    return adv_fn
 
 
 def _step_columns(name: str, ntb: Mapping[str, Any], columns: Mapping[str, str]) -> Dict[str, Any]:
