@@ -1,12 +1,12 @@
-use ndarray::{Array2, ArrayView2};
+use beacon_rl::ablation::Ablation;
+use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
+use beacon_rl::estimator::gigpo::GigpoConfig;
+use beacon_rl::estimator::grpo::GrpoConfig;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::ndarray::{Array2, ArrayView2};
+use beacon_rl::{Error, Result, RolloutBatch};
 
-use crate::ablation::Ablation;
-use crate::batch::RolloutBatch;
-use crate::error::{Error, Result};
-use crate::estimator::beacon::{BeaconConfig, SegmentBaseline};
-use crate::estimator::gigpo::GigpoConfig;
-use crate::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use crate::testbed::Method;
+use crate::Method;
 
 /// Per-row columns of one batch, in step order (group → episode → step).
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +25,7 @@ pub struct CreditColumns<'a> {
 
 /// A method's built estimator plus the buffers it writes into.
 ///
-/// The one place where the testbed calls the crate's estimators, exactly as a trainer would:
+/// The one place where the testbed calls the library's estimators, exactly as a trainer would:
 /// [`EstimatorConfig`] → `Box<dyn AdvantageEstimator>` once, then per batch a [`RolloutBatch`]
 /// plus an [`EstimatorInput`] with the columns the method reads, and
 /// [`estimate_into`](AdvantageEstimator::estimate_into) into buffers kept across batches.
@@ -52,9 +52,7 @@ impl std::fmt::Debug for Credit {
 /// The estimator configuration of each method.
 fn config(method: Method) -> EstimatorConfig {
     match method {
-        Method::Grpo | Method::GrpoProgress => {
-            EstimatorConfig::Grpo(crate::estimator::grpo::GrpoConfig::verl())
-        }
+        Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(GrpoConfig::verl()),
         Method::GrpoTrajectory => {
             EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))
         }

@@ -1,13 +1,13 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ablation::Ablation;
-use crate::error::{Error, Result};
+use beacon_rl::ablation::Ablation;
+use beacon_rl::{Error, Result};
 
 /// One trained method.
 ///
 /// ```
-/// use beacon_rl::testbed::Method;
+/// use beacon_rl_testbed::Method;
 /// let m: Method = "beacon/no_temporal_decay".parse()?;
 /// assert_eq!(m.to_string(), "beacon/no_temporal_decay");
 /// assert_eq!(Method::all().len(), 14);
@@ -17,14 +17,14 @@ use crate::error::{Error, Result};
 ///
 /// The methods the testbed compares, by name.
 ///
-/// | name | what the trainer hands the crate |
+/// | name | what the trainer hands the library |
 /// |---|---|
 /// | `grpo` | verl's `grpo` on verl-agent's step rows: the episode reward R on every step row, normalised over the rows of the task group |
-/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](crate::ablation)) |
-/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](crate::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
-/// | `beacon` | [`BeaconConfig::paper`](crate::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
-/// | `beacon_official` | [`BeaconConfig::official`](crate::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
-/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](crate::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
+/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](beacon_rl::ablation)) |
+/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
+/// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
+/// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
+/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
 /// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
 /// | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
 /// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 outcome |

@@ -1,4 +1,4 @@
-use crate::error::{check_len, Result};
+use beacon_rl::{Error, Result};
 
 /// One step as text: the observation the agent acted on, its action, and the observation it
 /// got back.
@@ -45,7 +45,7 @@ impl<F: FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>> MilestoneLabeler for F {
 /// Any `FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>` is a labeler:
 ///
 /// ```
-/// use beacon_rl::testbed::{EpisodeText, MilestoneSource};
+/// use beacon_rl_testbed::{EpisodeText, MilestoneSource};
 /// // Flag every step whose action text starts with "open door".
 /// let source = MilestoneSource::custom(|group: &[EpisodeText<'_>]| {
 ///     group
@@ -94,7 +94,7 @@ impl MilestoneSource {
 /// episode, `lens[j]` steps each).
 ///
 /// # Errors
-/// [`Error::LengthMismatch`](crate::Error::LengthMismatch) when the labeler returns the wrong
+/// [`Error::LengthMismatch`] when the labeler returns the wrong
 /// number of episodes or of flags for an episode.
 pub(crate) fn label_group(
     labeler: &mut dyn MilestoneLabeler,
@@ -110,6 +110,19 @@ pub(crate) fn label_group(
         at += f.len();
     }
     Ok(())
+}
+
+/// [`Error::LengthMismatch`] unless `actual` is `expected`.
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
 }
 
 #[cfg(test)]
