@@ -2,7 +2,7 @@
 //! milestones, in the training testbed (`testbed/`, the key chain).
 //!
 //! Discovery sees what an LLM trainer has: each step's action and response text and each
-//! episode's outcome, one task group at a time (`MilestoneSource::custom`). The testbed's
+//! episode's success, one task group at a time (`MilestoneSource::custom`). The testbed's
 //! labeler gets no task id, so the task key is the group's first observation (its "prompt");
 //! the memory carries across iterations. Same settings as the testbed's sweep: G = 8, 4 tasks
 //! per iteration, η = 100 with batch-RMS scaling, budget 4 steps a room, seeds 0..N.

@@ -11,8 +11,8 @@ use crate::Method;
 /// Per-row columns of one batch, in step order (group → episode → step).
 #[derive(Debug, Clone, Copy)]
 pub struct CreditColumns<'a> {
-    /// The episode's 0/1 outcome, repeated on each of its rows.
-    pub outcome: &'a [f64],
+    /// The episode's terminal reward R (1 on success, else 0), repeated on each of its rows.
+    pub terminal_reward: &'a [f64],
     /// The episode's progress score (milestones reached / K), repeated on each of its rows.
     pub progress: &'a [f64],
     /// The environment's reward for the step: 1 on the goal step, else 0.
@@ -31,7 +31,7 @@ pub struct CreditColumns<'a> {
 /// [`estimate_into`](AdvantageEstimator::estimate_into) into buffers kept across batches.
 /// When the estimator interface changes, this file is the one to port.
 ///
-/// Rows are steps (verl-agent's layout): every step row carries its episode's outcome in
+/// Rows are steps (verl-agent's layout): every step row carries its episode's terminal reward in
 /// `token_level_rewards` (one token per row, so the row score is that value), `response_mask`
 /// is all true, and the output is one advantage per step.
 pub struct Credit {
@@ -102,7 +102,7 @@ impl Credit {
         let input = EstimatorInput::new(batch).with_response_mask(mask);
         let ablated;
         let input = match self.method {
-            Method::Grpo => input.with_token_level_rewards(column(cols.outcome)?),
+            Method::Grpo => input.with_token_level_rewards(column(cols.terminal_reward)?),
             Method::GrpoProgress => input.with_token_level_rewards(column(cols.progress)?),
             Method::GrpoTrajectory => input.with_milestones(cols.milestones),
             Method::Gigpo => input
@@ -149,7 +149,7 @@ mod tests {
         // One group: episode a (2 steps, success, milestone on step 0), b (1 step, failure).
         let batch = RolloutBatch::from_offsets(vec![0, 2], vec![0, 2, 3], vec![1.0, 0.0]).unwrap();
         let cols = CreditColumns {
-            outcome: &[1.0, 1.0, 0.0],
+            terminal_reward: &[1.0, 1.0, 0.0],
             progress: &[1.0, 1.0, 0.0],
             env_reward: &[0.0, 1.0, 0.0],
             milestones: &[true, false, false],

@@ -17,7 +17,7 @@
 //! - the policy: [`TabularPolicy`], π(a | o) = softmax(θ(o)), REINFORCE updates.
 //! - milestones: [`MilestoneSource`]: the environment's signal, its real doors only (the decoy
 //!   not flagged), none, or a caller's [`MilestoneLabeler`] over the episodes' text
-//!   ([`EpisodeText`], [`StepText`]) and outcome.
+//!   ([`EpisodeText`], [`StepText`]) and success.
 //! - methods: [`Method`], the compared methods by name.
 //! - credit: [`Credit`] (with [`CreditColumns`]), the *only* code that calls the estimators
 //!   (port it when the estimator interface changes).

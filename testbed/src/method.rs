@@ -19,7 +19,7 @@ use beacon_rl::{Error, Result};
 ///
 /// | name | what the trainer hands the library |
 /// |---|---|
-/// | `grpo` | verl's `grpo` on verl-agent's step rows: the episode reward R on every step row, normalised over the rows of the task group |
+/// | `grpo` | verl's `grpo` on verl-agent's step rows: the terminal reward R on every step row, normalised over the rows of the task group |
 /// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](beacon_rl::ablation)) |
 /// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
 /// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
@@ -27,7 +27,7 @@ use beacon_rl::{Error, Result};
 /// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
 /// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
 /// | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
-/// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 outcome |
+/// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 terminal reward |
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Method {
     /// verl's `grpo` over step rows.

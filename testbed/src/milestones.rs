@@ -12,7 +12,7 @@ pub struct StepText<'a> {
     pub next_observation: &'a str,
 }
 
-/// One episode as text plus its outcome: everything a detector may read.
+/// One episode as text plus its success: everything a detector may read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpisodeText<'a> {
     /// The steps in order.
@@ -38,7 +38,7 @@ impl<F: FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>> MilestoneLabeler for F {
 /// and the GiGPO-with-milestone-rewards control).
 ///
 /// Where the trainer's milestone flags come from: the environment's true signal, nothing, or
-/// a caller's detector that reads only what an LLM trainer would have (text and outcome).
+/// a caller's detector that reads only what an LLM trainer would have (text and success).
 ///
 /// A detector plugs in as a [`MilestoneLabeler`]: it receives one task group at a time (the G
 /// episodes of one task, as [`EpisodeText`]s) and returns one flag per step of each episode.
@@ -63,7 +63,7 @@ pub enum MilestoneSource {
     EnvDoors,
     /// No milestones at all (BEACON then reduces to its trajectory term).
     None,
-    /// A caller's detector over text and outcome.
+    /// A caller's detector over text and success.
     Custom(Box<dyn MilestoneLabeler>),
 }
 

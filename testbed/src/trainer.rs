@@ -96,7 +96,7 @@ struct Rollouts {
     env_milestone: Vec<bool>,
     env_door: Vec<bool>,
     env_reward: Vec<f64>,
-    outcome: Vec<f64>,
+    terminal_reward: Vec<f64>,
     progress: Vec<f64>,
     traj_offsets: Vec<usize>,
     success: Vec<f64>,
@@ -111,7 +111,7 @@ impl Rollouts {
         self.env_milestone.clear();
         self.env_door.clear();
         self.env_reward.clear();
-        self.outcome.clear();
+        self.terminal_reward.clear();
         self.progress.clear();
         self.traj_offsets.clear();
         self.traj_offsets.push(0);
@@ -202,7 +202,7 @@ pub fn train(
             roll.success.clone(),
         )?;
         let cols = CreditColumns {
-            outcome: &roll.outcome,
+            terminal_reward: &roll.terminal_reward,
             progress: &roll.progress,
             env_reward: &roll.env_reward,
             milestones: &flags,
@@ -341,13 +341,14 @@ fn rollout(
             break;
         }
     }
-    let outcome = f64::from(u8::from(success));
+    let terminal_reward = f64::from(u8::from(success));
     let progress = state.reached as f64 / env.rooms() as f64;
     let len = roll.obs.len() - start;
-    roll.outcome.extend(std::iter::repeat_n(outcome, len));
+    roll.terminal_reward
+        .extend(std::iter::repeat_n(terminal_reward, len));
     roll.progress.extend(std::iter::repeat_n(progress, len));
     roll.traj_offsets.push(roll.obs.len());
-    roll.success.push(outcome);
+    roll.success.push(terminal_reward);
     roll.reached.push(progress);
 }
 
