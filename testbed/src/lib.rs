@@ -2,7 +2,7 @@
 //! policy better, and when?
 //!
 //! The paper's claims are about training: BEACON beats GRPO and GiGPO on long-horizon tasks, the
-//! gap grows with the horizon, and its Table 3 ranks the ablations. This module trains a tabular
+//! gap grows with the horizon, and its Table 3 ranks the ablations. This crate trains a tabular
 //! softmax policy with each estimator on environments built to the paper's assumptions, fast
 //! enough to run in its own tests (`testbed/tests/testbed.rs`) and in a sweep
 //! (`cargo run -p beacon-rl-testbed --release --example testbed`).
