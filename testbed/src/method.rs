@@ -102,10 +102,24 @@ impl fmt::Display for Method {
             Method::Beacon => f.write_str("beacon"),
             Method::BeaconOfficial => f.write_str("beacon_official"),
             Method::BeaconCompletion => f.write_str("beacon_completion"),
-            Method::Ablation(a) => write!(f, "beacon/{}", a.name()),
+            Method::Ablation(a) => write!(f, "beacon/{}", ablation_name(*a)),
             Method::GigpoMilestoneRewards => f.write_str("gigpo+milestones"),
             Method::GrpoProgress => f.write_str("grpo+progress"),
         }
+    }
+}
+
+/// An ablation's part of a method name (`beacon/<name>`): its variant in snake_case, without
+/// parameters (the Table 3 rows use the defaults, which `FromStr` of the name gives back).
+fn ablation_name(a: Ablation) -> &'static str {
+    match a {
+        Ablation::Full => "full",
+        Ablation::MilestoneDropout { .. } => "milestone_dropout",
+        Ablation::RandomPartition { .. } => "random_partition",
+        Ablation::NoTemporalDecay => "no_temporal_decay",
+        Ablation::UniformShaping => "uniform_shaping",
+        Ablation::NoSegmentAdvantage => "no_segment_advantage",
+        Ablation::NoTrajectoryAdvantage => "no_trajectory_advantage",
     }
 }
 
