@@ -66,7 +66,7 @@
 //!   `estimator::beacon`, `estimator::grpo`, `milestone::text`, `milestone::webshop`, ... An
 //!   area split only by role (config, report, reader, environment, trainer, ...) keeps those
 //!   files private behind one flat module: `diagnostics::Diagnostics`,
-//!   `record::read_trajectories`, `testbed::KeyChain`.
+//!   `record::read_trajectories`.
 //!
 //! The areas:
 //!
@@ -87,14 +87,11 @@
 //! - [`ablation`]: the paper's Table 3 variants as named configurations.
 //! - [`difflib`]: Python's `difflib.SequenceMatcher` ratio, as GiGPO's similarity grouping and the
 //!   walkthrough detector use it.
-//! - `testbed` (feature `testbed`): a tabular training loop that compares the estimators.
 //!
 //! # Crate features
 //!
 //! - **`serde`** (default): serde derives on configs, outputs and reports, and the `record`
 //!   module (recorded trajectories as JSON Lines, through `serde_json`).
-//! - **`testbed`** (default): the `testbed` module, a training loop over small environments
-//!   that runs every estimator. It adds no dependency.
 //! - **`rayon`**: independent groups (BEACON, GiGPO, the outcome estimators) and token rows
 //!   (the token broadcast, GAE, REINFORCE++) run in parallel on rayon's global pool. The
 //!   results are bit-identical to the serial path.
@@ -171,8 +168,6 @@ pub use batch::{BatchBuilder, RolloutBatch};
 pub use error::{Error, Escaped, Result};
 pub use stats::{NormMode, SingletonRule};
 pub mod tensor;
-#[cfg(feature = "testbed")]
-pub mod testbed;
 
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;

@@ -43,7 +43,6 @@ mod record;
 mod row_scores;
 mod row_sums;
 mod step_rows;
-mod testbed;
 mod trainer_dtypes;
 mod turn_gae;
 mod turn_level_bias;

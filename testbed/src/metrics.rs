@@ -8,7 +8,7 @@
 /// Final success of one curve: the mean over its last ⌈n/10⌉ iterations (0 for an empty curve).
 ///
 /// ```
-/// use beacon_rl::testbed::final_success;
+/// use beacon_rl_testbed::final_success;
 /// let curve: Vec<f64> = (0..20).map(|i| if i < 18 { 0.0 } else { 1.0 }).collect();
 /// assert_eq!(final_success(&curve), 1.0); // last 2 of 20
 /// ```
@@ -20,7 +20,7 @@ pub fn final_success(curve: &[f64]) -> f64 {
 /// First iteration whose trailing 5-iteration mean success reaches 0.5.
 ///
 /// ```
-/// use beacon_rl::testbed::iterations_to_half;
+/// use beacon_rl_testbed::iterations_to_half;
 /// // Trailing means: 0, 0, 1/3, 2/4 at iteration 3.
 /// assert_eq!(iterations_to_half(&[0.0, 0.0, 1.0, 1.0]), Some(3));
 /// assert_eq!(iterations_to_half(&[0.4; 9]), None);
@@ -32,7 +32,7 @@ pub fn iterations_to_half(curve: &[f64]) -> Option<usize> {
 /// Area under the success curve: its mean (0 for an empty curve).
 ///
 /// ```
-/// use beacon_rl::testbed::auc;
+/// use beacon_rl_testbed::auc;
 /// assert_eq!(auc(&[0.0, 0.5, 1.0]), 0.5);
 /// ```
 pub fn auc(curve: &[f64]) -> f64 {
@@ -51,7 +51,7 @@ pub fn mean(x: &[f64]) -> f64 {
 /// Sample standard deviation of `x` (n − 1; 0 for fewer than two values).
 ///
 /// ```
-/// use beacon_rl::testbed::std_dev;
+/// use beacon_rl_testbed::std_dev;
 /// assert!((std_dev(&[1.0, 3.0]) - 2f64.sqrt()).abs() < 1e-12);
 /// ```
 pub fn std_dev(x: &[f64]) -> f64 {
@@ -67,7 +67,7 @@ pub fn std_dev(x: &[f64]) -> f64 {
 /// constant or the lengths differ.
 ///
 /// ```
-/// use beacon_rl::testbed::kendall_tau;
+/// use beacon_rl_testbed::kendall_tau;
 /// assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), Some(1.0));
 /// assert_eq!(kendall_tau(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
 /// // Pairs (1,2): +, (1,3): +, (2,3): −  → (2 − 1) / 3.

@@ -1,5 +1,6 @@
-use crate::ablation::SplitMix64;
-use crate::error::{Error, Result};
+use beacon_rl::{Error, Result};
+use rand_xoshiro::rand_core::RngCore;
+use rand_xoshiro::SplitMix64;
 
 /// Actions of the key chain, in menu order (the policy's action index).
 const ACTIONS: [&str; 7] = [
@@ -35,9 +36,9 @@ pub struct EpisodeState {
     pub in_cellar: bool,
 }
 
-/// What one step did.
+/// What one step of the key chain did ([`KeyChain::step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transition {
+pub struct KeyChainStep {
     /// State after the step.
     pub next: EpisodeState,
     /// The environment's milestone signal: a door passed for the first time, or the decoy.
@@ -51,7 +52,7 @@ pub struct Transition {
 /// A chain of K locked rooms, optionally with a decoy trapdoor in every room.
 ///
 /// ```
-/// use beacon_rl::testbed::KeyChain;
+/// use beacon_rl_testbed::KeyChain;
 /// let env = KeyChain::new(2, 4)?;
 /// assert_eq!(env.horizon(), 8);
 /// let task = 0b01; // room 0's door is blue, room 1's red
@@ -87,7 +88,7 @@ pub struct Transition {
 /// - step budget H = `budget_per_room` · K (default 4 per room, twice the shortest path of
 ///   2K steps); the episode fails when it runs out.
 /// - sparse terminal reward: 1 on success, 0 otherwise, no other reward.
-/// - observable milestone signal: [`Transition::milestone`] when a door is passed for the
+/// - observable milestone signal: [`KeyChainStep::milestone`] when a door is passed for the
 ///   first time (the high-water mark of rooms reached went up).
 /// - observations repeat across the rollouts of a group: an observation is a function of (room,
 ///   door colour, key held, door already open), so rollouts of one task meet the same ones.
@@ -126,7 +127,7 @@ impl KeyChain {
     /// budget per room is below 2 (the shortest path needs 2 steps a room).
     ///
     /// ```
-    /// use beacon_rl::testbed::KeyChain;
+    /// use beacon_rl_testbed::KeyChain;
     /// assert!(KeyChain::new(0, 4).is_err());
     /// assert!(KeyChain::new(3, 1).is_err());
     /// assert_eq!(KeyChain::new(3, 3)?.num_actions(), 6);
@@ -143,7 +144,7 @@ impl KeyChain {
     /// As [`new`](Self::new).
     ///
     /// ```
-    /// use beacon_rl::testbed::KeyChain;
+    /// use beacon_rl_testbed::KeyChain;
     /// let env = KeyChain::with_decoy(3, 4)?;
     /// assert_eq!(env.num_actions(), 7);
     /// let t = env.step(0, &env.reset(), 6); // open trapdoor 0
@@ -248,7 +249,7 @@ impl KeyChain {
     }
 
     /// One step of `action` (an index into the menu; out-of-menu actions waste the step).
-    pub fn step(&self, task: u64, state: &EpisodeState, action: usize) -> Transition {
+    pub fn step(&self, task: u64, state: &EpisodeState, action: usize) -> KeyChainStep {
         let mut next = *state;
         let mut milestone = false;
         let colour = ((task >> state.room.min(63)) & 1) as usize;
@@ -273,7 +274,7 @@ impl KeyChain {
             _ => {}
         }
         let success = next.room >= self.rooms;
-        Transition {
+        KeyChainStep {
             next,
             milestone,
             done: success || next.in_cellar,

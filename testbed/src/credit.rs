@@ -1,18 +1,18 @@
-use ndarray::{Array2, ArrayView2};
+use beacon_rl::ablation::Ablation;
+use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
+use beacon_rl::estimator::gigpo::GigpoConfig;
+use beacon_rl::estimator::grpo::GrpoConfig;
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::ndarray::{Array2, ArrayView2};
+use beacon_rl::{Error, Result, RolloutBatch};
 
-use crate::ablation::Ablation;
-use crate::batch::RolloutBatch;
-use crate::error::{Error, Result};
-use crate::estimator::beacon::{BeaconConfig, SegmentBaseline};
-use crate::estimator::gigpo::GigpoConfig;
-use crate::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use crate::testbed::Method;
+use crate::Method;
 
 /// Per-row columns of one batch, in step order (group → episode → step).
 #[derive(Debug, Clone, Copy)]
 pub struct CreditColumns<'a> {
-    /// The episode's 0/1 outcome, repeated on each of its rows.
-    pub outcome: &'a [f64],
+    /// The episode's terminal reward R (1 on success, else 0), repeated on each of its rows.
+    pub terminal_reward: &'a [f64],
     /// The episode's progress score (milestones reached / K), repeated on each of its rows.
     pub progress: &'a [f64],
     /// The environment's reward for the step: 1 on the goal step, else 0.
@@ -25,13 +25,13 @@ pub struct CreditColumns<'a> {
 
 /// A method's built estimator plus the buffers it writes into.
 ///
-/// The one place where the testbed calls the crate's estimators, exactly as a trainer would:
+/// The one place where the testbed calls the library's estimators, exactly as a trainer would:
 /// [`EstimatorConfig`] → `Box<dyn AdvantageEstimator>` once, then per batch a [`RolloutBatch`]
 /// plus an [`EstimatorInput`] with the columns the method reads, and
 /// [`estimate_into`](AdvantageEstimator::estimate_into) into buffers kept across batches.
 /// When the estimator interface changes, this file is the one to port.
 ///
-/// Rows are steps (verl-agent's layout): every step row carries its episode's outcome in
+/// Rows are steps (verl-agent's layout): every step row carries its episode's terminal reward in
 /// `token_level_rewards` (one token per row, so the row score is that value), `response_mask`
 /// is all true, and the output is one advantage per step.
 pub struct Credit {
@@ -52,9 +52,7 @@ impl std::fmt::Debug for Credit {
 /// The estimator configuration of each method.
 fn config(method: Method) -> EstimatorConfig {
     match method {
-        Method::Grpo | Method::GrpoProgress => {
-            EstimatorConfig::Grpo(crate::estimator::grpo::GrpoConfig::verl())
-        }
+        Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(GrpoConfig::verl()),
         Method::GrpoTrajectory => {
             EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))
         }
@@ -104,7 +102,7 @@ impl Credit {
         let input = EstimatorInput::new(batch).with_response_mask(mask);
         let ablated;
         let input = match self.method {
-            Method::Grpo => input.with_token_level_rewards(column(cols.outcome)?),
+            Method::Grpo => input.with_token_level_rewards(column(cols.terminal_reward)?),
             Method::GrpoProgress => input.with_token_level_rewards(column(cols.progress)?),
             Method::GrpoTrajectory => input.with_milestones(cols.milestones),
             Method::Gigpo => input
@@ -151,7 +149,7 @@ mod tests {
         // One group: episode a (2 steps, success, milestone on step 0), b (1 step, failure).
         let batch = RolloutBatch::from_offsets(vec![0, 2], vec![0, 2, 3], vec![1.0, 0.0]).unwrap();
         let cols = CreditColumns {
-            outcome: &[1.0, 1.0, 0.0],
+            terminal_reward: &[1.0, 1.0, 0.0],
             progress: &[1.0, 1.0, 0.0],
             env_reward: &[0.0, 1.0, 0.0],
             milestones: &[true, false, false],

@@ -1,13 +1,13 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ablation::Ablation;
-use crate::error::{Error, Result};
+use beacon_rl::ablation::Ablation;
+use beacon_rl::{Error, Result};
 
 /// One trained method.
 ///
 /// ```
-/// use beacon_rl::testbed::Method;
+/// use beacon_rl_testbed::Method;
 /// let m: Method = "beacon/no_temporal_decay".parse()?;
 /// assert_eq!(m.to_string(), "beacon/no_temporal_decay");
 /// assert_eq!(Method::all().len(), 14);
@@ -17,17 +17,17 @@ use crate::error::{Error, Result};
 ///
 /// The methods the testbed compares, by name.
 ///
-/// | name | what the trainer hands the crate |
+/// | name | what the trainer hands the library |
 /// |---|---|
-/// | `grpo` | verl's `grpo` on verl-agent's step rows: the episode reward R on every step row, normalised over the rows of the task group |
-/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](crate::ablation)) |
-/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](crate::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
-/// | `beacon` | [`BeaconConfig::paper`](crate::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
-/// | `beacon_official` | [`BeaconConfig::official`](crate::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
-/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](crate::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
+/// | `grpo` | verl's `grpo` on verl-agent's step rows: the terminal reward R on every step row, normalised over the rows of the task group |
+/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](beacon_rl::ablation)) |
+/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
+/// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
+/// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
+/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
 /// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
 /// | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
-/// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 outcome |
+/// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 terminal reward |
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Method {
     /// verl's `grpo` over step rows.
@@ -102,10 +102,24 @@ impl fmt::Display for Method {
             Method::Beacon => f.write_str("beacon"),
             Method::BeaconOfficial => f.write_str("beacon_official"),
             Method::BeaconCompletion => f.write_str("beacon_completion"),
-            Method::Ablation(a) => write!(f, "beacon/{}", a.name()),
+            Method::Ablation(a) => write!(f, "beacon/{}", ablation_name(*a)),
             Method::GigpoMilestoneRewards => f.write_str("gigpo+milestones"),
             Method::GrpoProgress => f.write_str("grpo+progress"),
         }
+    }
+}
+
+/// An ablation's part of a method name (`beacon/<name>`): its variant in snake_case, without
+/// parameters (the Table 3 rows use the defaults, which `FromStr` of the name gives back).
+fn ablation_name(a: Ablation) -> &'static str {
+    match a {
+        Ablation::Full => "full",
+        Ablation::MilestoneDropout { .. } => "milestone_dropout",
+        Ablation::RandomPartition { .. } => "random_partition",
+        Ablation::NoTemporalDecay => "no_temporal_decay",
+        Ablation::UniformShaping => "uniform_shaping",
+        Ablation::NoSegmentAdvantage => "no_segment_advantage",
+        Ablation::NoTrajectoryAdvantage => "no_trajectory_advantage",
     }
 }
 

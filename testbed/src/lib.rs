@@ -1,23 +1,23 @@
-//! A small, deterministic training testbed: does an estimator's credit train a policy better,
-//! and when? (Feature `testbed`, on by default.)
+//! A small, deterministic training testbed for beacon-rl: does an estimator's credit train a
+//! policy better, and when?
 //!
 //! The paper's claims are about training: BEACON beats GRPO and GiGPO on long-horizon tasks, the
-//! gap grows with the horizon, and its Table 3 ranks the ablations. This module trains a tabular
+//! gap grows with the horizon, and its Table 3 ranks the ablations. This crate trains a tabular
 //! softmax policy with each estimator on environments built to the paper's assumptions, fast
-//! enough to run in the crate's own tests (`tests/it/testbed.rs`) and in a sweep
-//! (`cargo run --release --example testbed`).
+//! enough to run in its own tests (`testbed/tests/testbed.rs`) and in a sweep
+//! (`cargo run -p beacon-rl-testbed --release --example testbed`).
 //!
-//! One flat module (its files split it by role and are private), every item at
-//! `beacon_rl::testbed::*`:
+//! One flat crate (its files split it by role and are private), every item at
+//! `beacon_rl_testbed::*`:
 //!
 //! - environments: [`KeyChain`], K locked rooms with ordered keys and doors, distractors, undo
 //!   actions, a budget H = 4K, sparse reward, a milestone signal, repeated observations, and
 //!   its decoy variant; every step's action and observation is also a short text
-//!   ([`EpisodeState`], [`Transition`]).
+//!   ([`EpisodeState`], [`KeyChainStep`]).
 //! - the policy: [`TabularPolicy`], π(a | o) = softmax(θ(o)), REINFORCE updates.
 //! - milestones: [`MilestoneSource`]: the environment's signal, its real doors only (the decoy
 //!   not flagged), none, or a caller's [`MilestoneLabeler`] over the episodes' text
-//!   ([`EpisodeText`], [`StepText`]) and outcome.
+//!   ([`EpisodeText`], [`StepText`]) and success.
 //! - methods: [`Method`], the compared methods by name.
 //! - credit: [`Credit`] (with [`CreditColumns`]), the *only* code that calls the estimators
 //!   (port it when the estimator interface changes).
@@ -31,14 +31,14 @@
 //!   ([`kendall_tau`]) against the paper's Table 3 ([`PAPER_TABLE3_ALFWORLD`],
 //!   [`PAPER_TABLE3_WEBSHOP`]).
 //!
-//! # Why a feature of this crate, not a workspace crate
+//! # Why a crate of its own
 //!
-//! The testbed is also the crate's reference training loop and its regression test of the
-//! claim "BEACON's credit trains better". Inside the crate behind the feature `testbed` (on by
-//! default, no dependency added), plain `cargo test` runs that test, the docs show the loop
-//! next to the estimators, and users who want only the estimators turn it off with
-//! `default-features = false`. A workspace crate would need its own manifest, CI steps and
-//! version, for about 800 lines.
+//! The testbed is the library's reference training loop and its regression test of the claim
+//! "BEACON's credit trains better", but it is a *user* of the library, not part of it: it
+//! reaches the estimators through the public API only (exactly as a trainer would), so the
+//! library's surface holds only what a trainer needs. It lives in the same workspace
+//! (`testbed/`), is tested with the library (`cargo test -p beacon-rl-testbed`, run by CI) and
+//! is not published.
 //!
 //! # One training iteration
 //!
@@ -51,7 +51,7 @@
 //! θ(o) ← θ(o) + η/N · Σ_{steps (o, a, Â)} Â · (e_a − π(· | o)).
 //!
 //! ```
-//! use beacon_rl::testbed::{auc, train, KeyChain, Method, MilestoneSource, TrainerConfig};
+//! use beacon_rl_testbed::{auc, train, KeyChain, Method, MilestoneSource, TrainerConfig};
 //! let env = KeyChain::new(3, 4)?;
 //! let config = TrainerConfig::default().with_iterations(40);
 //! let beacon = train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?;
@@ -60,7 +60,9 @@
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 //!
-//! [`RolloutBatch`]: crate::RolloutBatch
+//! [`RolloutBatch`]: beacon_rl::RolloutBatch
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 mod credit;
 mod env;
@@ -68,10 +70,12 @@ mod method;
 mod metrics;
 mod milestones;
 mod policy;
+mod rng;
+mod setters;
 mod trainer;
 
 pub use credit::{Credit, CreditColumns};
-pub use env::{EpisodeState, KeyChain, Transition};
+pub use env::{EpisodeState, KeyChain, KeyChainStep};
 pub use method::Method;
 pub use metrics::{
     auc, final_success, iterations_to_half, kendall_tau, mean, std_dev, PAPER_TABLE3_ALFWORLD,

@@ -1,4 +1,4 @@
-//! Regression tests of the training testbed (feature `testbed`). Each pins a measured claim
+//! Regression tests of the training testbed. Each pins a measured claim
 //! that a specific break of BEACON's computation turns false:
 //!
 //! | test | fails when (each checked by editing the code and running this file) |
@@ -7,9 +7,7 @@
 //! | the trajectory term is needed at K = 2 | the trajectory term is dropped; the milestone flags arrive one step late; the shaping is zeroed or flipped |
 //! | the paper's b_k ignores quitting, completion credit does not | b_k is not subtracted (the paper preset then learns the decoy with doors-only flags); the shaping is zeroed or flipped |
 //! | a text detector trains identically | the environment's milestone flags arrive one step late |
-#![cfg(feature = "testbed")]
-
-use beacon_rl::testbed::{auc, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig};
+use beacon_rl_testbed::{auc, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig};
 
 /// Small and fast: 60 iterations, the sweep's shared rate, no held-out evaluation.
 fn config(seed: u64) -> TrainerConfig {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use beacon_rl::testbed::{mean, Method};
+use beacon_rl_testbed::{mean, Method};
 use plotters::prelude::*;
 
 use crate::{BoxResult, Cell};

@@ -1,9 +1,11 @@
-use crate::ablation::SplitMix64;
-use crate::batch::RolloutBatch;
-use crate::error::{Error, Result};
-use crate::testbed::milestones::label_group;
-use crate::testbed::{
-    Credit, CreditColumns, EpisodeText, KeyChain, Method, MilestoneSource, StepText, TabularPolicy,
+use beacon_rl::{Error, Result, RolloutBatch};
+use rand_xoshiro::rand_core::RngCore;
+use rand_xoshiro::SplitMix64;
+
+use crate::milestones::label_group;
+use crate::{
+    Credit, CreditColumns, EpisodeText, KeyChain, Method, MilestoneLabeler, MilestoneSource, StepText,
+    TabularPolicy,
 };
 
 /// How the trainer scales a batch's advantages before the update.
@@ -53,7 +55,7 @@ impl Default for TrainerConfig {
 }
 
 crate::setters::with_setters! {
-    TrainerConfig, "use beacon_rl::testbed::{AdvantageScale, TrainerConfig};", TrainerConfig::default();
+    TrainerConfig, "use beacon_rl_testbed::{AdvantageScale, TrainerConfig};", TrainerConfig::default();
     /// Sets G, episodes per task (default 8).
     with_group_size(group_size: usize) = 4;
     /// Sets the tasks (groups) per iteration (default 4).
@@ -94,7 +96,7 @@ struct Rollouts {
     env_milestone: Vec<bool>,
     env_door: Vec<bool>,
     env_reward: Vec<f64>,
-    outcome: Vec<f64>,
+    terminal_reward: Vec<f64>,
     progress: Vec<f64>,
     traj_offsets: Vec<usize>,
     success: Vec<f64>,
@@ -109,7 +111,7 @@ impl Rollouts {
         self.env_milestone.clear();
         self.env_door.clear();
         self.env_reward.clear();
-        self.outcome.clear();
+        self.terminal_reward.clear();
         self.progress.clear();
         self.traj_offsets.clear();
         self.traj_offsets.push(0);
@@ -125,7 +127,7 @@ impl Rollouts {
 /// labeler's [`Error::LengthMismatch`]; the estimator's errors.
 ///
 /// ```
-/// use beacon_rl::testbed::{train, KeyChain, Method, MilestoneSource, TrainerConfig};
+/// use beacon_rl_testbed::{train, KeyChain, Method, MilestoneSource, TrainerConfig};
 /// let env = KeyChain::new(2, 4)?;
 /// let config = TrainerConfig::default().with_iterations(30);
 /// let run = train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?;
@@ -136,7 +138,7 @@ impl Rollouts {
 /// ```
 ///
 /// The training loop: sample G episodes for each of several tasks, label milestones, ask the
-/// crate for per-step advantages ([`Credit`]), take one REINFORCE step on the tabular policy.
+/// library for per-step advantages ([`Credit`]), take one REINFORCE step on the tabular policy.
 ///
 /// Deterministic: one [`SplitMix64`] stream seeded by [`TrainerConfig::seed`] draws the tasks
 /// and the actions, another the ablations' partitions, and nothing else is random; the loop is
@@ -161,8 +163,8 @@ pub fn train(
     config.validate()?;
     let mut policy = TabularPolicy::new(env.num_observations(), env.num_actions());
     let mut credit = Credit::new(method)?;
-    let mut rng = SplitMix64::stream(config.seed, 0);
-    let mut ablation_rng = SplitMix64::stream(config.seed, 1);
+    let mut rng = crate::rng::stream(config.seed, 0);
+    let mut ablation_rng = crate::rng::stream(config.seed, 1);
     let mut roll = Rollouts::default();
     let mut flags: Vec<bool> = Vec::new();
     let mut run = TrainingRun::default();
@@ -200,7 +202,7 @@ pub fn train(
             roll.success.clone(),
         )?;
         let cols = CreditColumns {
-            outcome: &roll.outcome,
+            terminal_reward: &roll.terminal_reward,
             progress: &roll.progress,
             env_reward: &roll.env_reward,
             milestones: &flags,
@@ -251,7 +253,7 @@ fn success_rate(
     seed: u64,
     stream: u64,
 ) -> f64 {
-    let mut rng = SplitMix64::stream(seed, stream);
+    let mut rng = crate::rng::stream(seed, stream);
     let mut roll = Rollouts::default();
     roll.clear();
     for _ in 0..episodes {
@@ -270,7 +272,7 @@ impl TrainerConfig {
     /// step) above [`RolloutBatch::MAX_STEPS`], or `learning_rate` negative or not finite.
     ///
     /// ```
-    /// use beacon_rl::testbed::TrainerConfig;
+    /// use beacon_rl_testbed::TrainerConfig;
     /// use beacon_rl::Error;
     /// assert!(TrainerConfig::default().validate().is_ok());
     /// let err = TrainerConfig::default().with_group_size(0).validate().unwrap_err();
@@ -339,13 +341,14 @@ fn rollout(
             break;
         }
     }
-    let outcome = f64::from(u8::from(success));
+    let terminal_reward = f64::from(u8::from(success));
     let progress = state.reached as f64 / env.rooms() as f64;
     let len = roll.obs.len() - start;
-    roll.outcome.extend(std::iter::repeat_n(outcome, len));
+    roll.terminal_reward
+        .extend(std::iter::repeat_n(terminal_reward, len));
     roll.progress.extend(std::iter::repeat_n(progress, len));
     roll.traj_offsets.push(roll.obs.len());
-    roll.success.push(outcome);
+    roll.success.push(terminal_reward);
     roll.reached.push(progress);
 }
 
@@ -354,7 +357,7 @@ fn label_custom(
     env: &KeyChain,
     roll: &Rollouts,
     group_offsets: &[usize],
-    labeler: &mut dyn crate::testbed::MilestoneLabeler,
+    labeler: &mut dyn MilestoneLabeler,
     flags: &mut [bool],
 ) -> Result<()> {
     for w in group_offsets.windows(2) {
@@ -379,7 +382,7 @@ fn label_custom(
 /// The uniform random policy's success rate on `env` over `episodes` episodes of random tasks.
 ///
 /// ```
-/// use beacon_rl::testbed::{random_policy_success, KeyChain};
+/// use beacon_rl_testbed::{random_policy_success, KeyChain};
 /// let p = random_policy_success(&KeyChain::new(1, 4)?, 2000, 7);
 /// assert!(p > 0.05 && p < 0.5);
 /// # Ok::<(), beacon_rl::Error>(())

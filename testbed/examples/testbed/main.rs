@@ -1,12 +1,13 @@
 //! The training testbed's sweep: trains a tabular policy with every method on the key chain
 //! (and its decoy variant) at several horizons and seeds, and prints what trains better.
 //!
-//! cargo run --release --example testbed [-- [--horizons 2,4,6,8] [--seeds 10]
+//! cargo run -p beacon-rl-testbed --release --example testbed [-- [--horizons 2,4,6,8] [--seeds 10]
 //!     [--iterations 300] [--budgets 4,6,8] [--lr X] [--skip-tuning] [--scale rms|none]
 //!     [--env both|key|decoy|decoy-doors|all] [--eval-episodes 200]
 //!     [--format text|json] [--svg docs/testbed.svg]]
 //!
-//! `docs/testbed.svg` is `cargo run --release --example testbed -- --svg docs/testbed.svg`.
+//! `docs/testbed.svg` is `cargo run -p beacon-rl-testbed --release --example testbed -- --svg
+//! docs/testbed.svg` (from the repository root).
 //!
 //! 1. **Learning rate.** Unless `--lr` is given, one shared learning rate is chosen from
 //!    `--lr-grid` as the one with the highest mean AUC of `grpo` on the key chain at K =
@@ -28,11 +29,11 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use beacon_rl::testbed::{
+use beacon_rl_testbed::{
     auc, final_success, iterations_to_half, kendall_tau, mean, random_policy_success, std_dev, train,
     AdvantageScale, KeyChain, Method, MilestoneSource, TrainerConfig, TrainingRun,
 };
-use beacon_rl::testbed::{PAPER_TABLE3_ALFWORLD, PAPER_TABLE3_WEBSHOP};
+use beacon_rl_testbed::{PAPER_TABLE3_ALFWORLD, PAPER_TABLE3_WEBSHOP};
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 

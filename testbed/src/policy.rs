@@ -1,10 +1,13 @@
-use crate::ablation::SplitMix64;
+use rand_xoshiro::SplitMix64;
+
+use crate::rng::uniform;
 
 /// Logits θ, one row per observation, all zero at the start (the uniform random policy).
 ///
 /// ```
-/// use beacon_rl::testbed::TabularPolicy;
-/// use beacon_rl::ablation::SplitMix64;
+/// use beacon_rl_testbed::TabularPolicy;
+/// use rand_xoshiro::SplitMix64;
+/// use rand_xoshiro::rand_core::SeedableRng;
 /// let mut p = TabularPolicy::new(2, 3);
 /// assert!((p.probability(0, 1) - 1.0 / 3.0).abs() < 1e-12);
 /// // Credit +1 on action 1 at observation 0, one step in the batch, η = 1:
@@ -12,7 +15,7 @@ use crate::ablation::SplitMix64;
 /// p.accumulate(0, 1, 1.0);
 /// p.apply(1.0, 1);
 /// assert!(p.probability(0, 1) > 0.5);
-/// let a = p.sample(0, &mut SplitMix64::new(1));
+/// let a = p.sample(0, &mut SplitMix64::seed_from_u64(1));
 /// assert!(a < 3);
 /// ```
 ///
@@ -81,7 +84,7 @@ impl TabularPolicy {
     pub fn sample(&self, observation: usize, rng: &mut SplitMix64) -> usize {
         let mut p = [0.0; 8];
         let n = self.probabilities(observation, &mut p);
-        let mut u = rng.next_f64();
+        let mut u = uniform(rng);
         for (a, &pa) in p[..n].iter().enumerate() {
             if u < pa {
                 return a;
@@ -95,7 +98,7 @@ impl TabularPolicy {
     /// trained on gives action 0): the greedy policy of the held-out evaluation.
     ///
     /// ```
-    /// use beacon_rl::testbed::TabularPolicy;
+    /// use beacon_rl_testbed::TabularPolicy;
     /// let mut p = TabularPolicy::new(1, 3);
     /// assert_eq!(p.greedy(0), 0);
     /// p.accumulate(0, 2, 1.0);
@@ -137,6 +140,8 @@ impl TabularPolicy {
 
 #[cfg(test)]
 mod tests {
+    use rand_xoshiro::rand_core::SeedableRng;
+
     use super::*;
 
     #[test]
@@ -160,7 +165,7 @@ mod tests {
         // θ(0) = (ln 3, 0): π = (3/4, 1/4).
         let mut p = TabularPolicy::new(1, 2);
         p.logits[0] = 3f64.ln();
-        let mut rng = SplitMix64::new(5);
+        let mut rng = SplitMix64::seed_from_u64(5);
         let n = 20_000;
         let zeros = (0..n).filter(|_| p.sample(0, &mut rng) == 0).count();
         // Binomial std √(n·3/16) ≈ 61: 5 std is ±306.

@@ -1,4 +1,4 @@
-use crate::error::{check_len, Result};
+use beacon_rl::{Error, Result};
 
 /// One step as text: the observation the agent acted on, its action, and the observation it
 /// got back.
@@ -12,7 +12,7 @@ pub struct StepText<'a> {
     pub next_observation: &'a str,
 }
 
-/// One episode as text plus its outcome: everything a detector may read.
+/// One episode as text plus its success: everything a detector may read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpisodeText<'a> {
     /// The steps in order.
@@ -38,14 +38,14 @@ impl<F: FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>> MilestoneLabeler for F {
 /// and the GiGPO-with-milestone-rewards control).
 ///
 /// Where the trainer's milestone flags come from: the environment's true signal, nothing, or
-/// a caller's detector that reads only what an LLM trainer would have (text and outcome).
+/// a caller's detector that reads only what an LLM trainer would have (text and success).
 ///
 /// A detector plugs in as a [`MilestoneLabeler`]: it receives one task group at a time (the G
 /// episodes of one task, as [`EpisodeText`]s) and returns one flag per step of each episode.
 /// Any `FnMut(&[EpisodeText<'_>]) -> Vec<Vec<bool>>` is a labeler:
 ///
 /// ```
-/// use beacon_rl::testbed::{EpisodeText, MilestoneSource};
+/// use beacon_rl_testbed::{EpisodeText, MilestoneSource};
 /// // Flag every step whose action text starts with "open door".
 /// let source = MilestoneSource::custom(|group: &[EpisodeText<'_>]| {
 ///     group
@@ -63,7 +63,7 @@ pub enum MilestoneSource {
     EnvDoors,
     /// No milestones at all (BEACON then reduces to its trajectory term).
     None,
-    /// A caller's detector over text and outcome.
+    /// A caller's detector over text and success.
     Custom(Box<dyn MilestoneLabeler>),
 }
 
@@ -94,7 +94,7 @@ impl MilestoneSource {
 /// episode, `lens[j]` steps each).
 ///
 /// # Errors
-/// [`Error::LengthMismatch`](crate::Error::LengthMismatch) when the labeler returns the wrong
+/// [`Error::LengthMismatch`] when the labeler returns the wrong
 /// number of episodes or of flags for an episode.
 pub(crate) fn label_group(
     labeler: &mut dyn MilestoneLabeler,
@@ -110,6 +110,19 @@ pub(crate) fn label_group(
         at += f.len();
     }
     Ok(())
+}
+
+/// [`Error::LengthMismatch`] unless `actual` is `expected`.
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
 }
 
 #[cfg(test)]

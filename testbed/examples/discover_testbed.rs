@@ -1,8 +1,8 @@
 //! BEACON with discovered milestones against GRPO and against BEACON with the environment's
-//! milestones, in the training testbed (`src/testbed/`, the key chain).
+//! milestones, in the training testbed (`testbed/`, the key chain).
 //!
 //! Discovery sees what an LLM trainer has: each step's action and response text and each
-//! episode's outcome, one task group at a time (`MilestoneSource::custom`). The testbed's
+//! episode's success, one task group at a time (`MilestoneSource::custom`). The testbed's
 //! labeler gets no task id, so the task key is the group's first observation (its "prompt");
 //! the memory carries across iterations. Same settings as the testbed's sweep: G = 8, 4 tasks
 //! per iteration, η = 100 with batch-RMS scaling, budget 4 steps a room, seeds 0..N.
@@ -10,15 +10,15 @@
 //! The last column turns off the success-free signal (`novelty: false`): discovery then learns
 //! only from successes, and finds nothing while no rollout succeeds.
 //!
-//! `cargo run --release --example discover_testbed [-- K… ]` (default K = 2 4 6 8; 10 seeds,
+//! `cargo run -p beacon-rl-testbed --release --example discover_testbed [-- K… ]` (default K = 2 4 6 8; 10 seeds,
 //! 300 iterations; `DISCOVER_SEEDS=n` for fewer seeds).
 
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::Transition;
-use beacon_rl::testbed::{
+use beacon_rl::RolloutBatch;
+use beacon_rl_testbed::{
     auc, final_success, mean, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig,
 };
-use beacon_rl::RolloutBatch;
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
