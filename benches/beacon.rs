@@ -3,7 +3,9 @@
 //!
 //! cargo bench --bench beacon
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};
 use beacon_rl::token::broadcast_into;
 use beacon_rl::RolloutBatch;

@@ -7,7 +7,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::milestone::combinators::{AnyOf, BoxedDetector};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::milestone::text::TextPatterns;

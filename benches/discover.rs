@@ -11,7 +11,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::text::TextPatterns;

@@ -29,7 +29,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::token::{prefix_lengths_into, row_sums_into};
 use beacon_rl::BatchBuilder;

@@ -33,7 +33,7 @@
 use std::error::Error as StdError;
 use std::process::ExitCode;
 
-use beacon_rl::ablation::Ablation;
+use beacon_rl::estimator::Ablation;
 use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::beacon::BeaconConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
 use beacon_rl::BatchBuilder;

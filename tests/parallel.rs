@@ -8,7 +8,9 @@
 //! `cargo test --features rayon --test parallel`
 #![cfg(feature = "rayon")]
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 use beacon_rl::estimator::gigpo::GigpoOutput;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};

@@ -1,6 +1,6 @@
 use ndarray::{Array2, ArrayView2};
 
-use crate::ablation::Ablation;
+use crate::estimator::Ablation;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
 use crate::estimator::beacon::{BeaconConfig, SegmentBaseline};
@@ -60,7 +60,7 @@ fn config(method: Method) -> EstimatorConfig {
         }
         Method::Gigpo | Method::GigpoMilestoneRewards => EstimatorConfig::Gigpo(GigpoConfig::verl_agent()),
         Method::Beacon => EstimatorConfig::Beacon(BeaconConfig::paper()),
-        Method::BeaconOfficial => EstimatorConfig::BeaconOfficial(BeaconConfig::official()),
+        Method::BeaconOfficial => EstimatorConfig::Beacon(BeaconConfig::official()),
         Method::BeaconCompletion => {
             EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered))
         }

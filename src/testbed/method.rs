@@ -1,7 +1,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ablation::Ablation;
+use crate::estimator::Ablation;
 use crate::error::{Error, Result};
 
 /// One trained method.
@@ -126,7 +126,12 @@ impl FromStr for Method {
             "grpo+progress" => Method::GrpoProgress,
             _ => match s.strip_prefix("beacon/").map(str::parse::<Ablation>) {
                 Some(Ok(a)) => Method::Ablation(a),
-                _ => return Err(Error::UnknownEstimator(s.to_owned())),
+                _ => {
+                    return Err(Error::UnknownEstimator {
+                        name: s.to_owned(),
+                        known: &["grpo", "grpo_trajectory", "gigpo", "beacon", "beacon_official", "beacon_completion", "beacon/ABLATION", "gigpo+milestones", "grpo+progress"],
+                    })
+                }
             },
         })
     }

@@ -1,4 +1,4 @@
-use crate::ablation::SplitMix64;
+use crate::estimator::SplitMix64;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
 use crate::testbed::milestones::label_group;

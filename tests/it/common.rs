@@ -13,16 +13,16 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
 }
 
 /// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
-/// ablation, the outcome estimators on step rows and the turn-level estimators.
-pub const STEP_ESTIMATORS: [&str; 11] = [
+/// ablation (`beacon:ablation=...`), the outcome estimators on step rows and the turn-level
+/// estimators, in the order of `EstimatorConfig::NAMES`.
+pub const STEP_ESTIMATORS: [&str; 10] = [
     "grpo",
     "grpo_vectorized",
     "rloo",
     "rloo_vectorized",
-    "gigpo",
     "beacon",
     "beacon_official",
-    "beacon_ablation",
+    "gigpo",
     "step_reinforce",
     "mt_grpo",
     "turn_gae",

@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../support/splitmix64.rs"]
+mod splitmix64;
+use splitmix64::SplitMix64;
 use beacon_rl::difflib::ratio;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::NormMode;
