@@ -274,13 +274,17 @@ impl Ablation {
     }
 
     /// The milestone flags of this variant for the detected per-row `flags`: transformed for
-    /// the two partition ablations (seeded, see the module docs), a copy otherwise. Trajectory
-    /// j uses stream j.
+    /// the two partition ablations, a copy otherwise. Trajectory j (in batch order) draws from
+    /// SplitMix64 stream j under `seed` (`rand_xoshiro`'s generator seeded with the j-th
+    /// output of SplitMix64(seed)), in step order, so its result depends on (seed, j, its own
+    /// flags and length) only. Dropout draws u ∈ [0, 1) for every step and drops a milestone
+    /// when u < p; random partition marks min(n, T) of a T-step trajectory's steps, uniformly
+    /// (Floyd's algorithm), whatever was detected.
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] unless there is one flag per row;
-    /// [`validate`](Self::validate)'s errors; [`Error::CapacityExceeded`] when the batch's
-    /// row index cannot be allocated.
+    /// [`Error::InvalidConfig`] for a dropout `p` outside [0, 1] or NaN;
+    /// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated.
     ///
     /// ```
     /// use beacon_rl::estimator::Ablation;
@@ -294,29 +298,18 @@ impl Ablation {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn milestones(&self, batch: &RolloutBatch, flags: &[bool], seed: u64) -> Result<Vec<bool>> {
-        self.transform(batch, flags, seed, |j| j as u64)
-    }
-
-    fn transform(
-        &self,
-        batch: &RolloutBatch,
-        flags: &[bool],
-        seed: u64,
-        stream_of: impl Fn(usize) -> u64,
-    ) -> Result<Vec<bool>> {
         let mut out = Vec::new();
-        self.transform_into(batch, flags, seed, stream_of, &mut out)?;
+        self.transform_into(batch, flags, seed, &mut out)?;
         Ok(out)
     }
 
-    /// [`transform`](Self::transform) into `out` (cleared first; no allocation once it has
+    /// [`milestones`](Self::milestones) into `out` (cleared first; no allocation once it has
     /// held one flag per row).
     fn transform_into(
         &self,
         batch: &RolloutBatch,
         flags: &[bool],
         seed: u64,
-        stream_of: impl Fn(usize) -> u64,
         out: &mut Vec<bool>,
     ) -> Result<()> {
         self.validate()?;
@@ -328,7 +321,7 @@ impl Ablation {
             Ablation::MilestoneDropout { p } => {
                 out.extend_from_slice(flags);
                 for j in 0..batch.num_trajectories() {
-                    let mut rng = SplitMix64::stream(seed, stream_of(j));
+                    let mut rng = SplitMix64::stream(seed, j as u64);
                     for &r in batch.trajectory_rows(j) {
                         // Draw on every step so that step t's fate depends on (seed, stream, t) only.
                         let u = rng.next_f64();
@@ -342,7 +335,7 @@ impl Ablation {
                     let rows = batch.trajectory_rows(j);
                     let len = rows.len();
                     let n = positions.min(len);
-                    let mut rng = SplitMix64::stream(seed, stream_of(j));
+                    let mut rng = SplitMix64::stream(seed, j as u64);
                     // Floyd: for i in len−n..len pick t uniform in 0..=i; take t, or i if t is
                     // taken. Yields a uniform n-subset; `out` doubles as the membership set.
                     for i in (len - n)..len {
@@ -447,7 +440,7 @@ impl BeaconAblationConfig {
     /// Checks the ablation's parameter and the BEACON configuration it yields.
     ///
     /// # Errors
-    /// [`Ablation::validate`]'s and [`BeaconConfig::validate`]'s.
+    /// The ablation's and [`BeaconConfig::validate`]'s.
     pub(crate) fn validate(&self) -> Result<()> {
         self.ablation.validate()?;
         self.ablation.config(self.base).validate()
@@ -494,7 +487,7 @@ impl BeaconAblation {
                 let seed = self.call_seed(call);
                 self.config
                     .ablation
-                    .transform_into(input.batch, flags, seed, |j| j as u64, out)?;
+                    .transform_into(input.batch, flags, seed, out)?;
                 Ok(true)
             }
             _ => Ok(false),

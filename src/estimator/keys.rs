@@ -279,44 +279,26 @@ fn text(raw: &Raw) -> Option<&str> {
     }
 }
 
-impl Param for f64 {
-    const EXPECTED: &'static str = "a number";
-    fn read(raw: &Raw) -> Option<Self> {
-        text(raw)?.parse().ok()
-    }
-    fn write(&self) -> Out {
-        Out::F64(*self)
-    }
+/// Scalars: their text, parsed by `str::parse`.
+macro_rules! scalar {
+    ($($t:ty => $out:expr, $expected:literal;)*) => {$(
+        impl Param for $t {
+            const EXPECTED: &'static str = $expected;
+            fn read(raw: &Raw) -> Option<Self> {
+                text(raw)?.parse().ok()
+            }
+            fn write(&self) -> Out {
+                $out(*self)
+            }
+        }
+    )*};
 }
 
-impl Param for u64 {
-    const EXPECTED: &'static str = "an unsigned integer";
-    fn read(raw: &Raw) -> Option<Self> {
-        text(raw)?.parse().ok()
-    }
-    fn write(&self) -> Out {
-        Out::U64(*self)
-    }
-}
-
-impl Param for usize {
-    const EXPECTED: &'static str = "an unsigned integer";
-    fn read(raw: &Raw) -> Option<Self> {
-        text(raw)?.parse().ok()
-    }
-    fn write(&self) -> Out {
-        Out::U64(*self as u64)
-    }
-}
-
-impl Param for bool {
-    const EXPECTED: &'static str = "true or false";
-    fn read(raw: &Raw) -> Option<Self> {
-        text(raw)?.parse().ok()
-    }
-    fn write(&self) -> Out {
-        Out::Bool(*self)
-    }
+scalar! {
+    f64 => Out::F64, "a number";
+    u64 => Out::U64, "an unsigned integer";
+    usize => |x: usize| Out::U64(x as u64), "an unsigned integer";
+    bool => Out::Bool, "true or false";
 }
 
 /// `Option<T>`: `none` or a `T`.

@@ -17,6 +17,7 @@ mod api_paths;
 #[cfg(feature = "cli")]
 mod cli;
 mod completion_credit;
+mod config_grammar;
 mod detectors;
 mod detectors_real_data;
 mod diagnostics;
