@@ -9,12 +9,12 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use splitmix64::SplitMix64;
 use beacon_rl::milestone::combinators::{AnyOf, BoxedDetector};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::milestone::text::TextPatterns;
 use beacon_rl::milestone::{MilestoneDetector, ScoreIncrease, Transition};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use splitmix64::SplitMix64;
 
 struct OwnedStep {
     action: String,

@@ -31,13 +31,13 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use splitmix64::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::token::{prefix_lengths_into, row_sums_into};
 use beacon_rl::BatchBuilder;
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ndarray::{Array2, Zip};
+use splitmix64::SplitMix64;
 
 const TOKENS: usize = 512;
 const STEPS: usize = 30;

@@ -22,11 +22,11 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use splitmix64::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Bencher, Criterion, Throughput};
 use ndarray::Array2;
+use splitmix64::SplitMix64;
 
 const TOKENS: usize = 512;
 const ROWS: usize = 30_720;

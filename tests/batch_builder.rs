@@ -12,12 +12,12 @@ use std::hash::Hash;
 
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
-use splitmix64::SplitMix64;
 use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
 use beacon_rl::BatchBuilder;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
+use splitmix64::SplitMix64;
 
 // The shared counting allocator; this binary counts the measuring thread only (the test
 // harness runs other tests concurrently).

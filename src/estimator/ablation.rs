@@ -606,13 +606,18 @@ mod tests {
         let mut rng = SplitMix64::new(1477776061723855037);
         assert_eq!(rng.next_f64(), (expected[0] >> 11) as f64 / 9007199254740992.0);
         // Stream j is seeded with the j-th output of the parent: here j = 3.
-        assert_eq!(SplitMix64::stream(1477776061723855037, 3), SplitMix64::new(expected[3]));
+        assert_eq!(
+            SplitMix64::stream(1477776061723855037, 3),
+            SplitMix64::new(expected[3])
+        );
     }
 
     #[test]
     fn call_k_seeds_with_stream_k() {
-        let mut c = BeaconAblationConfig::default();
-        c.seed = 5;
+        let c = BeaconAblationConfig {
+            seed: 5,
+            ..Default::default()
+        };
         let e = BeaconAblation::new(c).unwrap();
         assert_eq!(e.call_seed(2), SplitMix64::stream(5, 2).next_u64());
         assert_ne!(e.call_seed(0), e.call_seed(1));

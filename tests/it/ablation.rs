@@ -1,8 +1,10 @@
 //! The Table 3 ablations: configs, flag transforms (determinism, row-order independence,
 //! p = 0 / p = 1, counts) against an independent transcription, names and errors.
 
-use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconAblationConfig, EstimatorConfig, EstimatorInput};
 use beacon_rl::estimator::beacon::BeaconConfig;
+use beacon_rl::estimator::{
+    Ablation, AdvantageEstimator, BeaconAblationConfig, EstimatorConfig, EstimatorInput,
+};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 
@@ -58,7 +60,10 @@ fn names_parse_and_print() {
         assert_eq!(a.to_string().parse::<Ablation>().unwrap(), a);
     }
     // Bare names give the paper's values.
-    assert_eq!("milestone_dropout".parse::<Ablation>().unwrap(), Ablation::MilestoneDropout { p: 0.5 });
+    assert_eq!(
+        "milestone_dropout".parse::<Ablation>().unwrap(),
+        Ablation::MilestoneDropout { p: 0.5 }
+    );
     assert_eq!(
         "milestone_dropout(p=0.25)".parse::<Ablation>().unwrap(),
         Ablation::MilestoneDropout { p: 0.25 }

@@ -36,7 +36,14 @@ fn every_table3_row_is_an_estimator_config_that_matches_ablation_compute() {
             let mut row = BeaconAblationConfig::new(base, ablation);
             row.seed = 11;
             let config = EstimatorConfig::BeaconAblation(row);
-            assert_eq!(config.name(), if base == BeaconConfig::paper() { "beacon" } else { "beacon_official" });
+            assert_eq!(
+                config.name(),
+                if base == BeaconConfig::paper() {
+                    "beacon"
+                } else {
+                    "beacon_official"
+                }
+            );
             let est = config.build().unwrap();
             assert_eq!(est.name(), config.name());
             // Call 0 uses the first output of SplitMix64 stream 0 under seed 11.
@@ -127,7 +134,9 @@ fn strings_round_trip_and_bad_rows_are_errors() {
         assert_eq!(s.parse::<EstimatorConfig>().unwrap(), config, "{s}");
     }
     assert_eq!(
-        "beacon:ablation=random_partition(positions=3)".parse::<EstimatorConfig>().unwrap(),
+        "beacon:ablation=random_partition(positions=3)"
+            .parse::<EstimatorConfig>()
+            .unwrap(),
         EstimatorConfig::BeaconAblation(BeaconAblationConfig::new(
             BeaconConfig::paper(),
             Ablation::RandomPartition { positions: 3 }
@@ -144,11 +153,17 @@ fn strings_round_trip_and_bad_rows_are_errors() {
     }
     // The old spellings: `milestone_dropout` is not a key; `gae` has no `ablation`.
     for bad in ["beacon:milestone_dropout=0.5", "gae:ablation=full"] {
-        assert!(matches!(bad.parse::<EstimatorConfig>(), Err(Error::UnknownKey { .. })), "{bad}");
+        assert!(
+            matches!(bad.parse::<EstimatorConfig>(), Err(Error::UnknownKey { .. })),
+            "{bad}"
+        );
     }
     // A p out of range parses and fails to build, naming p.
     let c: EstimatorConfig = "beacon:ablation=milestone_dropout(p=1.5)".parse().unwrap();
-    assert!(matches!(c.build().err(), Some(Error::InvalidConfig { name: "p", .. })));
+    assert!(matches!(
+        c.build().err(),
+        Some(Error::InvalidConfig { name: "p", .. })
+    ));
 }
 
 #[cfg(feature = "serde")]
@@ -165,10 +180,9 @@ fn serde_uses_the_same_keys_with_defaults() {
     assert_eq!(back, c);
     // BEACON's keys sit beside the row's; omitted ones take the name's preset (R_ms = 10 for
     // the release).
-    let c: EstimatorConfig = serde_json::from_str(
-        r#"{"adv_estimator":"beacon_official","segment_weight":2.0,"ablation":"full"}"#,
-    )
-    .unwrap();
+    let c: EstimatorConfig =
+        serde_json::from_str(r#"{"adv_estimator":"beacon_official","segment_weight":2.0,"ablation":"full"}"#)
+            .unwrap();
     let want = BeaconAblationConfig::new(BeaconConfig::official().with_segment_weight(2.0), Ablation::Full);
     assert_eq!(c, EstimatorConfig::BeaconAblation(want));
     let bad = r#"{"adv_estimator":"beacon","ablation":{"milestone_dropout":{"p":2.0}}}"#;

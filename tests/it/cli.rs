@@ -197,13 +197,28 @@ fn estimator_keys_change_the_credit_and_ablations_are_keys() {
     let mean = |args: &[&str]| -> Vec<f64> {
         jsonl(&run(args, None))
             .iter()
-            .map(|l| l["advantages"].as_array().unwrap().iter().map(|a| a.as_f64().unwrap()).sum())
+            .map(|l| {
+                l["advantages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_f64().unwrap())
+                    .sum()
+            })
             .collect()
     };
     let paper = mean(&["--format", "jsonl"]);
     assert_eq!(mean(&["-e", "beacon", "--format", "jsonl"]), paper);
     // Defaults written out are the defaults.
-    assert_eq!(mean(&["-e", "beacon:segment_decay=0.95,segment_weight=1", "--format", "jsonl"]), paper);
+    assert_eq!(
+        mean(&[
+            "-e",
+            "beacon:segment_decay=0.95,segment_weight=1",
+            "--format",
+            "jsonl"
+        ]),
+        paper
+    );
     let decayed = mean(&["--estimator", "beacon:segment_decay=0.5", "--format", "jsonl"]);
     assert_ne!(decayed, paper);
     // Without the segment term BEACON is its trajectory term: one value per trajectory.
@@ -212,7 +227,15 @@ fn estimator_keys_change_the_credit_and_ablations_are_keys() {
         let adv = line["advantages"].as_array().unwrap();
         assert!(adv.iter().all(|a| a == &adv[0]), "{}", line["traj_id"]);
     }
-    let out = run(&["-e", "beacon_official:segment_weight=10", "--beside", "grpo:norm=mean_only"], None);
+    let out = run(
+        &[
+            "-e",
+            "beacon_official:segment_weight=10",
+            "--beside",
+            "grpo:norm=mean_only",
+        ],
+        None,
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("beacon_official: 4 groups"));
 }

@@ -35,15 +35,27 @@ fn beacon() -> impl Strategy<Value = BeaconConfig> {
     ];
     let rest = (any::<bool>(), any::<bool>(), any::<bool>());
     (flavour, [num(), num(), num(), num(), num()], rest).prop_map(|(flavour, x, (preset, zero, entered))| {
-        let base = if preset { BeaconConfig::official() } else { BeaconConfig::paper() };
+        let base = if preset {
+            BeaconConfig::official()
+        } else {
+            BeaconConfig::paper()
+        };
         base.with_flavour(flavour)
             .with_milestone_reward(x[0])
             .with_segment_decay(x[1])
             .with_segment_weight(x[2])
             .with_trajectory_weight(x[3])
             .with_std_eps(x[4])
-            .with_singleton(if zero { SingletonRule::Zero } else { SingletonRule::PassThrough })
-            .with_segment_baseline(if entered { SegmentBaseline::Entered } else { SegmentBaseline::Completed })
+            .with_singleton(if zero {
+                SingletonRule::Zero
+            } else {
+                SingletonRule::PassThrough
+            })
+            .with_segment_baseline(if entered {
+                SegmentBaseline::Entered
+            } else {
+                SegmentBaseline::Completed
+            })
     })
 }
 
@@ -71,8 +83,16 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
     let grpo = (num(), any::<bool>(), any::<bool>()).prop_map(|(eps, mean_only, traj)| {
         let mut c = GrpoConfig::verl();
         c.std_eps = eps;
-        c.norm = if mean_only { GrpoNorm::MeanOnly } else { GrpoNorm::MeanStd };
-        c.statistics = if traj { GrpoStatistics::Trajectories } else { GrpoStatistics::Rows };
+        c.norm = if mean_only {
+            GrpoNorm::MeanOnly
+        } else {
+            GrpoNorm::MeanStd
+        };
+        c.statistics = if traj {
+            GrpoStatistics::Trajectories
+        } else {
+            GrpoStatistics::Rows
+        };
         c
     });
     let grpo_variant = (grpo, 0..4).prop_map(|(c, k)| match k {
@@ -84,7 +104,9 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
     let gigpo = (num(), num(), norm_mode(), num(), option(num())).prop_map(|(d, w, mode, eps, sim)| {
         let mut c = GigpoConfig::verl_agent();
         (c.step_decay, c.step_advantage_weight, c.mode, c.std_eps) = (d, w, mode, eps);
-        c.grouping = sim.map_or(StepGrouping::Exact, |threshold| StepGrouping::Similarity { threshold });
+        c.grouping = sim.map_or(StepGrouping::Exact, |threshold| StepGrouping::Similarity {
+            threshold,
+        });
         EstimatorConfig::Gigpo(c)
     });
     let ablated = (beacon(), ablation(), any::<u64>()).prop_map(|(base, a, seed)| {
@@ -108,7 +130,11 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         if k == 0 {
             let mut c = MtGrpoConfig::authors();
             (c.turn_advantage_coef, c.std_eps) = (a, b);
-            c.turn_baseline = if flag { TurnBaseline::RewardToGo } else { TurnBaseline::PerIndex };
+            c.turn_baseline = if flag {
+                TurnBaseline::RewardToGo
+            } else {
+                TurnBaseline::PerIndex
+            };
             EstimatorConfig::MtGrpo(c)
         } else {
             let mut c = TurnGaeConfig::verl();
@@ -135,12 +161,22 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         _ => {
             let mut c = OptimalTokenBaselineConfig::verl();
             c.denominator_eps = b;
-            c.zero_tail = if flag { ZeroTail::KeepBaseline } else { ZeroTail::ZeroBaseline };
+            c.zero_tail = if flag {
+                ZeroTail::KeepBaseline
+            } else {
+                ZeroTail::ZeroBaseline
+            };
             EstimatorConfig::OptimalTokenBaseline(c)
         }
     });
-    let bare = proptest::sample::select(vec!["rloo", "rloo_vectorized", "opo", "remax", "reinforce_plus_plus_baseline"])
-        .prop_map(|n| n.parse::<EstimatorConfig>().unwrap());
+    let bare = proptest::sample::select(vec![
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "remax",
+        "reinforce_plus_plus_baseline",
+    ])
+    .prop_map(|n| n.parse::<EstimatorConfig>().unwrap());
     prop_oneof![
         grpo_variant,
         gigpo,

@@ -8,9 +8,7 @@
 
 use std::collections::HashMap;
 
-#[path = "../support/splitmix64.rs"]
-mod splitmix64;
-use splitmix64::SplitMix64;
+use crate::common::SplitMix64;
 use beacon_rl::difflib::ratio;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::NormMode;

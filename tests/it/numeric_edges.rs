@@ -196,7 +196,10 @@ fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
     step_inputs_only.token_level_rewards = None;
     let mut refused = Vec::new();
     // Every name, and the ablation (BEACON under a Table 3 row).
-    for name in beacon_rl::estimator::EstimatorConfig::NAMES.iter().chain(&["beacon:ablation=full"]) {
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES
+        .iter()
+        .chain(&["beacon:ablation=full"])
+    {
         let est = common::build(name);
         for input in [with_tokens, step_inputs_only] {
             match est.estimate(&input).unwrap_err() {
@@ -249,7 +252,10 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
         .with_milestones(&[false])
         .with_step_rewards(&[0.0])
         .with_anchor_obs(&["s"]);
-    for name in beacon_rl::estimator::EstimatorConfig::NAMES.iter().chain(&["beacon:ablation=full"]) {
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES
+        .iter()
+        .chain(&["beacon:ablation=full"])
+    {
         let est = common::build(name);
         let mut a = Array2::<f64>::zeros((1, 1));
         let err = est

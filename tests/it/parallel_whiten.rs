@@ -7,9 +7,7 @@
 //! of rows.
 #![cfg(feature = "rayon")]
 
-#[path = "../support/splitmix64.rs"]
-mod splitmix64;
-use splitmix64::SplitMix64;
+use crate::common::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::{Error, RolloutBatch};

@@ -186,7 +186,11 @@ fn paper_flavour_needs_the_rows_of_a_trajectory_to_agree() {
         expected: 0.9,
         value: 1.0,
     });
-    for name in ["beacon", "beacon:ablation=full", "beacon:ablation=no_segment_advantage"] {
+    for name in [
+        "beacon",
+        "beacon:ablation=full",
+        "beacon:ablation=no_segment_advantage",
+    ] {
         assert_eq!(steps(&*build(name), &input), want, "{name}");
     }
     // Agreeing rows are read: row scores 0.5, 0.5, 0 (batch R(τ) 1, 1, 0). Trajectory term

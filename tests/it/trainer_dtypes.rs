@@ -5,9 +5,7 @@
 //! the same values (`f32` inputs widened exactly), and an `f32` output is that `f64` result
 //! rounded once. Also: the step-row API against the token path it replaces.
 
-#[path = "../support/splitmix64.rs"]
-mod splitmix64;
-use splitmix64::SplitMix64;
+use crate::common::SplitMix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
