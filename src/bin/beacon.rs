@@ -173,7 +173,11 @@ fn needs_whole_input(args: &Args, estimator: &EstimatorConfig, beside: Option<&s
     let local = |name: &str| GROUP_LOCAL.contains(&name);
     // An ablation draws its random milestones once per call: one call over the whole input.
     let ablation = matches!(estimator, EstimatorConfig::BeaconAblation(_));
-    args.whole_input || args.diagnostics || ablation || !local(estimator.name()) || beside.is_some_and(|b| !local(b))
+    args.whole_input
+        || args.diagnostics
+        || ablation
+        || !local(estimator.name())
+        || beside.is_some_and(|b| !local(b))
 }
 
 fn run(args: Args) -> Result<(), BoxError> {
@@ -555,9 +559,7 @@ fn parts(
     flags: &[bool],
 ) -> Result<Parts, BoxError> {
     Ok(match config {
-        EstimatorConfig::Beacon(c) => {
-            Parts::Beacon(Beacon::new(*c)?.compute(rb.batch(), flags)?)
-        }
+        EstimatorConfig::Beacon(c) => Parts::Beacon(Beacon::new(*c)?.compute(rb.batch(), flags)?),
         EstimatorConfig::Gigpo(c) => {
             Parts::Gigpo(Gigpo::new(*c)?.compute(rb.batch(), step_rewards, anchors)?)
         }

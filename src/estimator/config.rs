@@ -217,7 +217,6 @@ registry! {
     }
 }
 
-
 /// `beacon` or `beacon_official`, after the flavour.
 fn beacon_name(c: &beacon::BeaconConfig) -> &'static str {
     match c.flavour {
@@ -240,7 +239,10 @@ fn ablation_pairs(c: &BeaconAblationConfig, all: bool) -> Vec<(&'static str, Out
     let preset = BeaconAblationConfig::new(beacon_preset(&c.base), c.ablation);
     let mut pairs = keys::pairs_of(c, (!all).then_some(&preset));
     if !pairs.iter().any(|(k, _)| *k == "ablation") {
-        let at = pairs.iter().position(|(k, _)| *k == "seed").unwrap_or(pairs.len());
+        let at = pairs
+            .iter()
+            .position(|(k, _)| *k == "seed")
+            .unwrap_or(pairs.len());
         pairs.insert(at, ("ablation", keys::Param::write(&c.ablation)));
     }
     pairs
@@ -261,7 +263,11 @@ impl EstimatorConfig {
                 })
             }
         };
-        let name = if name == "beacon" { "beacon" } else { "beacon_official" };
+        let name = if name == "beacon" {
+            "beacon"
+        } else {
+            "beacon_official"
+        };
         let mut c = BeaconAblationConfig::new(preset, Ablation::Full);
         keys::apply(&mut c, name, pairs)?;
         Ok(if pairs.iter().any(|(k, _)| k == "ablation" || k == "seed") {
@@ -413,7 +419,10 @@ mod tests {
 
     #[test]
     fn every_name_parses_prints_and_builds_under_itself() {
-        assert_eq!(&EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()], EstimatorConfig::VERL_NAMES);
+        assert_eq!(
+            &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
+            EstimatorConfig::VERL_NAMES
+        );
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         for name in EstimatorConfig::NAMES {
@@ -437,11 +446,20 @@ mod tests {
     #[test]
     fn keys_are_the_config_fields_and_print_when_off_default() {
         let c = parse("beacon:segment_decay=0.9");
-        assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9)));
+        assert_eq!(
+            c,
+            EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9))
+        );
         assert_eq!(c.to_string(), "beacon:segment_decay=0.9");
         // Spaces around items are allowed; printing is canonical (table order).
         let c = parse("gae: gae_lambda = 0.5 , discount=0.9");
-        assert_eq!(c, EstimatorConfig::Gae(GaeConfig { discount: 0.9, gae_lambda: 0.5 }));
+        assert_eq!(
+            c,
+            EstimatorConfig::Gae(GaeConfig {
+                discount: 0.9,
+                gae_lambda: 0.5
+            })
+        );
         assert_eq!(c.to_string(), "gae:discount=0.9,gae_lambda=0.5");
         // A key set to its default is not printed.
         assert_eq!(parse("gae:discount=1.0").to_string(), "gae");
@@ -457,14 +475,20 @@ mod tests {
             ..GigpoConfig::verl_agent()
         };
         assert_eq!(c, EstimatorConfig::Gigpo(want));
-        assert_eq!(c.to_string(), "gigpo:mode=mean_std_norm,grouping=similarity(threshold=0.9)");
+        assert_eq!(
+            c.to_string(),
+            "gigpo:mode=mean_std_norm,grouping=similarity(threshold=0.9)"
+        );
         let c = parse("step_reinforce:reward_clip=2.5,norm_std=none,whiten_advantages=true");
         assert_eq!(parse(&c.to_string()), c);
     }
 
     #[test]
     fn the_flavour_is_the_configs_and_names_it() {
-        assert_eq!(parse("beacon_official"), EstimatorConfig::Beacon(BeaconConfig::official()));
+        assert_eq!(
+            parse("beacon_official"),
+            EstimatorConfig::Beacon(BeaconConfig::official())
+        );
         let c = EstimatorConfig::Beacon(BeaconConfig::official().with_segment_weight(10.0));
         assert_eq!(c.to_string(), "beacon_official:segment_weight=10.0");
         assert_eq!(c.build().unwrap().name(), "beacon_official");
@@ -475,7 +499,10 @@ mod tests {
             mode: NormMode::MeanStdNorm,
         });
         assert_eq!(c, EstimatorConfig::Beacon(want));
-        assert_eq!(c.to_string(), "beacon_official:flavour=official(mode=mean_std_norm),milestone_reward=1.0");
+        assert_eq!(
+            c.to_string(),
+            "beacon_official:flavour=official(mode=mean_std_norm),milestone_reward=1.0"
+        );
         assert_eq!(parse(&c.to_string()), c);
         assert_eq!(parse("beacon_official:flavour=paper").name(), "beacon");
     }
@@ -483,7 +510,8 @@ mod tests {
     #[test]
     fn ablations_are_keys_of_beacon() {
         let c = parse("beacon:ablation=milestone_dropout(p=0.3),seed=3");
-        let mut want = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.3 });
+        let mut want =
+            BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.3 });
         want.seed = 3;
         assert_eq!(c, EstimatorConfig::BeaconAblation(want));
         assert_eq!(c.to_string(), "beacon:ablation=milestone_dropout(p=0.3),seed=3");
@@ -494,7 +522,10 @@ mod tests {
             Ablation::RandomPartition { positions: 5 },
         );
         assert_eq!(c, EstimatorConfig::BeaconAblation(want));
-        assert_eq!(c.to_string(), "beacon_official:segment_decay=0.5,ablation=random_partition(positions=5)");
+        assert_eq!(
+            c.to_string(),
+            "beacon_official:segment_decay=0.5,ablation=random_partition(positions=5)"
+        );
         assert_eq!(c.build().unwrap().name(), "beacon_official");
         // `ablation=full` stays the ablation variant, so printing round-trips.
         let c = parse("beacon:ablation=full");
@@ -518,31 +549,60 @@ mod tests {
             }
         );
         let text = err.to_string();
-        assert!(text.starts_with("unknown estimator ppo; known: gae, grpo, "), "{text}");
-        assert!(text.contains("beacon, beacon_official") && text.ends_with("turn_gae"), "{text}");
-        assert!(matches!("beacon_ablation".parse::<EstimatorConfig>(), Err(Error::UnknownEstimator { .. })));
+        assert!(
+            text.starts_with("unknown estimator ppo; known: gae, grpo, "),
+            "{text}"
+        );
+        assert!(
+            text.contains("beacon, beacon_official") && text.ends_with("turn_gae"),
+            "{text}"
+        );
+        assert!(matches!(
+            "beacon_ablation".parse::<EstimatorConfig>(),
+            Err(Error::UnknownEstimator { .. })
+        ));
     }
 
     #[test]
     fn an_unknown_key_lists_the_estimators_keys() {
         let err = "beacon:gamma=0.9".parse::<EstimatorConfig>().unwrap_err();
-        let Error::UnknownKey { estimator, ref key, ref known } = err else {
+        let Error::UnknownKey {
+            estimator,
+            ref key,
+            ref known,
+        } = err
+        else {
             panic!("{err}")
         };
         assert_eq!((estimator, key.as_str()), ("beacon", "gamma"));
         assert_eq!(
             known,
             &[
-                "flavour", "milestone_reward", "segment_decay", "segment_weight", "trajectory_weight",
-                "std_eps", "singleton", "segment_baseline", "ablation", "seed"
+                "flavour",
+                "milestone_reward",
+                "segment_decay",
+                "segment_weight",
+                "trajectory_weight",
+                "std_eps",
+                "singleton",
+                "segment_baseline",
+                "ablation",
+                "seed"
             ]
         );
-        assert!(err.to_string().starts_with("estimator beacon has no key gamma; its keys: flavour, "));
+        assert!(err
+            .to_string()
+            .starts_with("estimator beacon has no key gamma; its keys: flavour, "));
         // The old ablation spelling names the key it is not.
-        let err = "beacon:milestone_dropout=0.5".parse::<EstimatorConfig>().unwrap_err();
+        let err = "beacon:milestone_dropout=0.5"
+            .parse::<EstimatorConfig>()
+            .unwrap_err();
         assert!(matches!(err, Error::UnknownKey { .. }), "{err}");
         let err = "gae:std_eps=1".parse::<EstimatorConfig>().unwrap_err();
-        assert_eq!(err.to_string(), "estimator gae has no key std_eps; its keys: discount, gae_lambda");
+        assert_eq!(
+            err.to_string(),
+            "estimator gae has no key std_eps; its keys: discount, gae_lambda"
+        );
         let err = "rloo:x=1".parse::<EstimatorConfig>().unwrap_err();
         assert_eq!(err.to_string(), "estimator rloo has no key x; it takes none");
     }
@@ -565,56 +625,98 @@ mod tests {
             }
         }
         let err = "grpo:norm=none".parse::<EstimatorConfig>().unwrap_err();
-        assert_eq!(err.to_string(), "estimator grpo: key norm = none: expected one of mean_std mean_only");
+        assert_eq!(
+            err.to_string(),
+            "estimator grpo: key norm = none: expected one of mean_std mean_only"
+        );
         // Syntax: not key=value, unbalanced, a key twice.
-        for s in ["beacon:", "beacon:segment_decay", "beacon:=1", "beacon:ablation=milestone_dropout(p=0.5", "gae:discount=0.9,discount=0.8"] {
-            assert!(matches!(s.parse::<EstimatorConfig>(), Err(Error::Parse { .. })), "{s}");
+        for s in [
+            "beacon:",
+            "beacon:segment_decay",
+            "beacon:=1",
+            "beacon:ablation=milestone_dropout(p=0.5",
+            "gae:discount=0.9,discount=0.8",
+        ] {
+            assert!(
+                matches!(s.parse::<EstimatorConfig>(), Err(Error::Parse { .. })),
+                "{s}"
+            );
         }
         // Ranges are the builder's: the value parses, build names the key.
         let c = parse("beacon:segment_decay=1.5");
-        assert!(matches!(c.build().err(), Some(Error::InvalidConfig { name: "segment_decay", .. })));
+        assert!(matches!(
+            c.build().err(),
+            Some(Error::InvalidConfig {
+                name: "segment_decay",
+                ..
+            })
+        ));
         let c = parse("beacon:ablation=milestone_dropout(p=2)");
-        assert!(matches!(c.build().err(), Some(Error::InvalidConfig { name: "p", .. })));
+        assert!(matches!(
+            c.build().err(),
+            Some(Error::InvalidConfig { name: "p", .. })
+        ));
     }
 
     #[cfg(feature = "serde")]
     #[test]
     fn serde_reads_and_writes_the_same_keys() {
-        let c: EstimatorConfig = serde_json::from_str(r#"{"adv_estimator": "beacon", "segment_decay": 0.9}"#).unwrap();
+        let c: EstimatorConfig =
+            serde_json::from_str(r#"{"adv_estimator": "beacon", "segment_decay": 0.9}"#).unwrap();
         assert_eq!(c, parse("beacon:segment_decay=0.9"));
         // The name may come after the keys; nested enums are serde's externally tagged form.
         let c: EstimatorConfig = serde_json::from_str(
             r#"{"segment_weight": 10, "flavour": {"official": {"mode": "mean_std_norm"}}, "adv_estimator": "beacon_official"}"#,
         )
         .unwrap();
-        assert_eq!(c, parse("beacon_official:flavour=official(mode=mean_std_norm),segment_weight=10"));
+        assert_eq!(
+            c,
+            parse("beacon_official:flavour=official(mode=mean_std_norm),segment_weight=10")
+        );
         let c: EstimatorConfig = serde_json::from_str(
             r#"{"adv_estimator":"beacon","ablation":{"milestone_dropout":{"p":0.25}},"seed":9}"#,
         )
         .unwrap();
         assert_eq!(c, parse("beacon:ablation=milestone_dropout(p=0.25),seed=9"));
-        let c: EstimatorConfig =
-            serde_json::from_str(r#"{"adv_estimator":"step_reinforce","reward_clip":null,"norm_std":"batch"}"#).unwrap();
+        let c: EstimatorConfig = serde_json::from_str(
+            r#"{"adv_estimator":"step_reinforce","reward_clip":null,"norm_std":"batch"}"#,
+        )
+        .unwrap();
         assert_eq!(c, parse("step_reinforce:reward_clip=none,norm_std=batch"));
         // Every name: all keys written, read back equal; omitted keys take the defaults.
         for name in EstimatorConfig::NAMES {
             let c = parse(name);
             let json = serde_json::to_string(&c).unwrap();
-            assert!(json.starts_with(&format!("{{\"adv_estimator\":\"{name}\"")), "{json}");
+            assert!(
+                json.starts_with(&format!("{{\"adv_estimator\":\"{name}\"")),
+                "{json}"
+            );
             assert_eq!(serde_json::from_str::<EstimatorConfig>(&json).unwrap(), c);
-            let bare: EstimatorConfig = serde_json::from_str(&format!("{{\"adv_estimator\":\"{name}\"}}")).unwrap();
+            let bare: EstimatorConfig =
+                serde_json::from_str(&format!("{{\"adv_estimator\":\"{name}\"}}")).unwrap();
             assert_eq!(bare, c);
         }
         let json = serde_json::to_value(parse("grpo")).unwrap();
-        assert_eq!(json, serde_json::json!({"adv_estimator": "grpo", "std_eps": 1e-6, "norm": "mean_std", "statistics": "rows"}));
+        assert_eq!(
+            json,
+            serde_json::json!({"adv_estimator": "grpo", "std_eps": 1e-6, "norm": "mean_std", "statistics": "rows"})
+        );
         // The same errors as the string form.
         for (bad, starts) in [
             (r#"{"adv_estimator":"ppo"}"#, "unknown estimator ppo; known: gae"),
-            (r#"{"adv_estimator":"beacon","gamma":0.9}"#, "estimator beacon has no key gamma; its keys: "),
-            (r#"{"adv_estimator":"gae","discount":"x"}"#, "estimator gae: key discount = x: expected a number"),
+            (
+                r#"{"adv_estimator":"beacon","gamma":0.9}"#,
+                "estimator beacon has no key gamma; its keys: ",
+            ),
+            (
+                r#"{"adv_estimator":"gae","discount":"x"}"#,
+                "estimator gae: key discount = x: expected a number",
+            ),
             (r#"{"discount":0.9}"#, "missing field `adv_estimator`"),
         ] {
-            let err = serde_json::from_str::<EstimatorConfig>(bad).unwrap_err().to_string();
+            let err = serde_json::from_str::<EstimatorConfig>(bad)
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with(starts), "{bad}: {err}");
         }
     }

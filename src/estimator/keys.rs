@@ -167,7 +167,9 @@ impl<'de> serde::Deserialize<'de> for Raw {
                     return Err(A::Error::custom("expected {\"variant\": {fields}}, got {}"));
                 };
                 if m.next_key::<String>()?.is_some() {
-                    return Err(A::Error::custom("expected one variant in {\"variant\": {fields}}"));
+                    return Err(A::Error::custom(
+                        "expected one variant in {\"variant\": {fields}}",
+                    ));
                 }
                 Ok(Raw::Variant(name, inner.map_or_else(Vec::new, |p| p.0)))
             }
@@ -189,7 +191,10 @@ impl<'de> serde::Deserialize<'de> for Pairs {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a map of parameter names to values")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> std::result::Result<Pairs, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Pairs, A::Error> {
                 let mut out = Vec::new();
                 while let Some(entry) = m.next_entry::<String, Raw>()? {
                     out.push(entry);
@@ -525,7 +530,11 @@ pub(crate) fn names<C: Keyed>() -> Vec<&'static str> {
 /// # Errors
 /// [`Error::UnknownKey`] listing `C`'s keys; [`Error::InvalidValue`] naming the key whose value
 /// does not parse; [`Error::Parse`] for a key given twice.
-pub(crate) fn apply<C: Keyed>(config: &mut C, estimator: &'static str, pairs: &[(String, Raw)]) -> Result<()> {
+pub(crate) fn apply<C: Keyed>(
+    config: &mut C,
+    estimator: &'static str,
+    pairs: &[(String, Raw)],
+) -> Result<()> {
     for (i, (key, raw)) in pairs.iter().enumerate() {
         let Some(k) = C::KEYS.iter().find(|k| k.name == key) else {
             return Err(Error::UnknownKey {

@@ -208,15 +208,15 @@ mod whiten;
 
 mod ablation;
 mod config;
-mod keys;
 mod input;
 mod kernel;
+mod keys;
 mod output;
 mod workspace;
 
-pub use ablation::{Ablation, BeaconAblationConfig};
 #[cfg(any(test, feature = "testbed"))]
 pub(crate) use ablation::SplitMix64;
+pub use ablation::{Ablation, BeaconAblationConfig};
 pub use config::EstimatorConfig;
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};

@@ -1,10 +1,10 @@
 use ndarray::{Array2, ArrayView2};
 
-use crate::estimator::Ablation;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
 use crate::estimator::beacon::{BeaconConfig, SegmentBaseline};
 use crate::estimator::gigpo::GigpoConfig;
+use crate::estimator::Ablation;
 use crate::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use crate::testbed::Method;
 

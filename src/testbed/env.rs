@@ -1,5 +1,5 @@
-use crate::estimator::SplitMix64;
 use crate::error::{Error, Result};
+use crate::estimator::SplitMix64;
 
 /// Actions of the key chain, in menu order (the policy's action index).
 const ACTIONS: [&str; 7] = [

@@ -1,8 +1,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::estimator::Ablation;
 use crate::error::{Error, Result};
+use crate::estimator::Ablation;
 
 /// One trained method.
 ///
@@ -129,7 +129,17 @@ impl FromStr for Method {
                 _ => {
                     return Err(Error::UnknownEstimator {
                         name: s.to_owned(),
-                        known: &["grpo", "grpo_trajectory", "gigpo", "beacon", "beacon_official", "beacon_completion", "beacon/ABLATION", "gigpo+milestones", "grpo+progress"],
+                        known: &[
+                            "grpo",
+                            "grpo_trajectory",
+                            "gigpo",
+                            "beacon",
+                            "beacon_official",
+                            "beacon_completion",
+                            "beacon/ABLATION",
+                            "gigpo+milestones",
+                            "grpo+progress",
+                        ],
                     })
                 }
             },

@@ -1,6 +1,6 @@
-use crate::estimator::SplitMix64;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
+use crate::estimator::SplitMix64;
 use crate::testbed::milestones::label_group;
 use crate::testbed::{
     Credit, CreditColumns, EpisodeText, KeyChain, Method, MilestoneSource, StepText, TabularPolicy,
