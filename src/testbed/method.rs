@@ -20,7 +20,7 @@ use crate::estimator::Ablation;
 /// | name | what the trainer hands the crate |
 /// |---|---|
 /// | `grpo` | verl's `grpo` on verl-agent's step rows: the episode reward R on every step row, normalised over the rows of the task group |
-/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](crate::ablation)) |
+/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`Ablation`](crate::estimator::Ablation)) |
 /// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](crate::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
 /// | `beacon` | [`BeaconConfig::paper`](crate::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
 /// | `beacon_official` | [`BeaconConfig::official`](crate::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |

@@ -138,7 +138,7 @@ impl Rollouts {
 /// The training loop: sample G episodes for each of several tasks, label milestones, ask the
 /// crate for per-step advantages ([`Credit`]), take one REINFORCE step on the tabular policy.
 ///
-/// Deterministic: one [`SplitMix64`] stream seeded by [`TrainerConfig::seed`] draws the tasks
+/// Deterministic: one SplitMix64 stream seeded by [`TrainerConfig::seed`] draws the tasks
 /// and the actions, another the ablations' partitions, and nothing else is random; the loop is
 /// single-threaded.
 ///
