@@ -180,7 +180,7 @@ fn step_estimators_check_token_rewards_against_the_batch() {
         "beacon",
         "beacon_official",
         "gigpo",
-        "beacon:milestone_dropout=0.5",
+        "beacon:ablation=milestone_dropout",
     ] {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         let input = EstimatorInput::new(&batch)
@@ -188,7 +188,7 @@ fn step_estimators_check_token_rewards_against_the_batch() {
             .with_step_rewards(&steps)
             .with_anchor_ids(&ids);
         let plain = est.estimate(&input).unwrap();
-        if name != "beacon:milestone_dropout=0.5" {
+        if name != "beacon:ablation=milestone_dropout" {
             assert_eq!(
                 est.estimate(&input.with_token_level_rewards(&agree)).unwrap(),
                 plain,
