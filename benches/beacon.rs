@@ -3,12 +3,14 @@
 //!
 //! cargo bench --bench beacon
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};
 use beacon_rl::token::broadcast_into;
 use beacon_rl::RolloutBatch;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::Array2;
+use splitmix64::SplitMix64;
 
 const GROUPS: usize = 16;
 const G: usize = 8;

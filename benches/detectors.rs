@@ -7,12 +7,14 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::milestone::combinators::{AnyOf, BoxedDetector};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::milestone::text::TextPatterns;
 use beacon_rl::milestone::{MilestoneDetector, ScoreIncrease, Transition};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use splitmix64::SplitMix64;
 
 struct OwnedStep {
     action: String,

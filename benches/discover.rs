@@ -11,13 +11,15 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::text::TextPatterns;
 use beacon_rl::milestone::{detect_milestones, Transition};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use splitmix64::SplitMix64;
 
 /// Rows (action, response), the batch over them, and one task name per group.
 struct Data {

@@ -9,11 +9,13 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "../tests/support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::difflib::{ratio, Matcher};
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use splitmix64::SplitMix64;
 
 const GROUPS: usize = 16;
 const TRAJS: usize = 8;

@@ -172,18 +172,43 @@ pub enum Error {
     #[error("undefined for these inputs: {}", Escaped(.0))]
     Undefined(String),
 
-    /// An estimator configuration names one BEACON flavour but holds the other's parameters
-    /// (`beacon` needs [`BeaconFlavour::Paper`](crate::estimator::beacon::BeaconFlavour::Paper), `beacon_official`
-    /// needs [`BeaconFlavour::Official`](crate::estimator::beacon::BeaconFlavour::Official)).
-    #[error("estimator {estimator} does not match the configured BEACON flavour")]
-    FlavourMismatch {
-        /// The estimator name of the configuration.
-        estimator: &'static str,
+    /// An estimator name that the crate does not know; the message lists the known ones
+    /// (`EstimatorConfig::NAMES`).
+    #[error("unknown estimator {}; known: {}", Escaped(.name), .known.join(", "))]
+    UnknownEstimator {
+        /// The name given.
+        name: String,
+        /// The names that exist.
+        known: &'static [&'static str],
     },
 
-    /// An estimator name (verl's `adv_estimator` string) that the crate does not know.
-    #[error("unknown advantage estimator: {0:?}")]
-    UnknownEstimator(String),
+    /// A configuration key the estimator does not have; the message lists its keys.
+    #[error(
+        "estimator {estimator} has no key {}; {}",
+        Escaped(.key),
+        if .known.is_empty() { "it takes none".to_owned() } else { format!("its keys: {}", .known.join(", ")) }
+    )]
+    UnknownKey {
+        /// The estimator's name.
+        estimator: &'static str,
+        /// The key given.
+        key: String,
+        /// The estimator's keys.
+        known: Vec<&'static str>,
+    },
+
+    /// A configuration value that does not parse as its key's type.
+    #[error("estimator {estimator}: key {key} = {}: expected {expected}", Escaped(.value))]
+    InvalidValue {
+        /// The estimator's name.
+        estimator: &'static str,
+        /// The key.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// What the value must look like.
+        expected: &'static str,
+    },
 
     /// Serialized input (for example an expert-walkthrough JSON file) could not be parsed or
     /// does not have the expected shape.
@@ -623,7 +648,12 @@ mod tests {
         };
         assert_eq!(shown(io), format!("I/O error: {escaped}"));
         // Names already printed with `{:?}` stay escaped that way.
-        assert!(!Error::UnknownEstimator(id.clone()).to_string().contains('\u{1b}'));
+        assert!(!Error::UnknownEstimator {
+            name: id.clone(),
+            known: &[]
+        }
+        .to_string()
+        .contains('\u{1b}'));
         // The fields keep the caller's text.
         let Error::Undefined(kept) = Error::Undefined(id.clone()) else {
             unreachable!()

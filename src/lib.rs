@@ -84,7 +84,6 @@
 //!   `bool`/`u8`/`i64` masks, response lengths) that the estimators and [`token`] read and
 //!   write; arrays and slices convert into them, so most callers never name them.
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
-//! - [`ablation`]: the paper's Table 3 variants as named configurations.
 //! - [`difflib`]: Python's `difflib.SequenceMatcher` ratio, as GiGPO's similarity grouping and the
 //!   walkthrough detector use it.
 //!
@@ -144,7 +143,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod ablation;
 mod batch;
 pub mod diagnostics;
 pub mod difflib;

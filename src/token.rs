@@ -465,7 +465,7 @@ mod tests {
         // Rows of 21 tokens (chunks of eight and a tail) of wildly different magnitudes, so
         // that any other order of additions changes bits: each row's sum is the bits of the
         // plain left-to-right `Iterator::sum` over the widened values.
-        let mut rng = crate::ablation::SplitMix64::new(3);
+        let mut rng = crate::estimator::SplitMix64::new(3);
         let wide = Array2::from_shape_fn((19, 21), |_| {
             let scale = 10f64.powi((rng.next_u64() % 24) as i32 - 8);
             ((rng.next_f64() - 0.5) * scale) as f32

@@ -70,8 +70,8 @@ fn zero_allocations_after_the_first_call() {
     let mut report = Vec::new();
     // Every estimator by name, and the Table 3 rows that draw new flags on every call.
     let random_rows = [
-        "beacon:milestone_dropout=0.5",
-        "beacon_official:random_partition=5",
+        "beacon:ablation=milestone_dropout",
+        "beacon_official:ablation=random_partition",
     ];
     for name in EstimatorConfig::NAMES.iter().chain(&random_rows) {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();

@@ -10,12 +10,14 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
 use beacon_rl::BatchBuilder;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
+use splitmix64::SplitMix64;
 
 // The shared counting allocator; this binary counts the measuring thread only (the test
 // harness runs other tests concurrently).
@@ -178,7 +180,7 @@ fn step_estimators_check_token_rewards_against_the_batch() {
         "beacon",
         "beacon_official",
         "gigpo",
-        "beacon:milestone_dropout=0.5",
+        "beacon:ablation=milestone_dropout",
     ] {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         let input = EstimatorInput::new(&batch)
@@ -186,7 +188,7 @@ fn step_estimators_check_token_rewards_against_the_batch() {
             .with_step_rewards(&steps)
             .with_anchor_ids(&ids);
         let plain = est.estimate(&input).unwrap();
-        if name != "beacon:milestone_dropout=0.5" {
+        if name != "beacon:ablation=milestone_dropout" {
             assert_eq!(
                 est.estimate(&input.with_token_level_rewards(&agree)).unwrap(),
                 plain,

@@ -8,7 +8,8 @@
 //! `cargo test --features rayon --test parallel`
 #![cfg(feature = "rayon")]
 
-use beacon_rl::ablation::SplitMix64;
+#[path = "support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 use beacon_rl::estimator::gigpo::GigpoOutput;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
@@ -17,6 +18,7 @@ use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast_into;
 use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;
+use splitmix64::SplitMix64;
 
 // The shared counting allocator; this binary counts on every thread (the pool's workers
 // allocate for the measured call), so its tests run one at a time (`one_at_a_time`).

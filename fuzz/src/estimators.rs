@@ -478,10 +478,10 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
         "beacon" => EstimatorConfig::Beacon(beacon(u, BeaconFlavour::Paper)),
         "beacon_official" => {
             let mode = mode(u);
-            EstimatorConfig::BeaconOfficial(beacon(u, BeaconFlavour::Official { mode }))
+            EstimatorConfig::Beacon(beacon(u, BeaconFlavour::Official { mode }))
         }
         // No parameters (rloo, rloo_vectorized, opo, reinforce_plus_plus_baseline, remax), or
-        // default parameters only (beacon_ablation, names added later).
+        // default parameters only (names added later).
         other => other.parse().expect("every name in NAMES parses"),
     }
 }

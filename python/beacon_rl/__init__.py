@@ -44,15 +44,16 @@ __all__ = [
 ]
 
 #: Estimators that credit steps (rows of a step batch, or turns of a dialogue).
-STEP_ESTIMATORS = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
+STEP_ESTIMATORS = ("beacon", "beacon_official", "gigpo")
 
 Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 
 
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
-    ``gigpo``, ``beacon``, ``beacon_official``, ``beacon_ablation`` and the turn-level
-    ``step_reinforce``, ``mt_grpo`` and ``turn_gae``."""
+    ``beacon``, ``beacon_official``, ``gigpo`` and the turn-level ``step_reinforce``,
+    ``mt_grpo`` and ``turn_gae``. A name may carry keys, ``"beacon:segment_decay=0.9"`` (the
+    crate's grammar, see :func:`estimate`)."""
     return list(_native.names())
 
 
@@ -85,8 +86,8 @@ def get_num_threads() -> int:
 
 
 def validate(name: str, config: Optional[Mapping[str, Any]] = None) -> None:
-    """Raise ``ValueError`` (with the crate's message) unless estimator ``name`` with the
-    parameters ``config`` (the crate's serde field names) is valid."""
+    """Raise ``ValueError`` (with the crate's message) unless estimator ``name`` (with keys or
+    not) with the parameters ``config`` (the same keys) is valid."""
     _native.validate(name, _config_json(config))
 
 
@@ -378,7 +379,11 @@ def estimate(
     config: Optional[Mapping[str, Any]] = None,
     out: Optional[Sequence[Array]] = None,
 ) -> Tuple[Array, Array]:
-    """Advantages and returns of estimator ``name`` (any of ``names()``).
+    """Advantages and returns of estimator ``name``: one of ``names()``, or a name with keys,
+    ``"beacon:segment_decay=0.9,ablation=milestone_dropout(p=0.3),seed=7"`` (the crate's
+    grammar: the keys are the fields of the estimator's config, as in ``config``). ``config``
+    (a mapping of the same keys, e.g. ``{"segment_decay": 0.9}``) adds keys; a key in both is a
+    ``ValueError``, and so is an unknown name or key (the message lists the valid ones).
 
     Arguments follow verl's names. Rows are responses (verl) or steps (verl-agent):
 
@@ -523,7 +528,7 @@ def estimate_turns(
     ``[0, 0, 0.5, 0, 0, 0, 0, 0, 0, 1.0]``: turns are tokens 0-2 and 5-6, turn 0 is a
     milestone, and R = 1.5 (the 1.0 on masked token 9 included, as verl's GRPO scores it).
 
-    ``name`` is ``beacon``, ``beacon_official``, ``beacon_ablation`` or ``gigpo``. For GiGPO a
+    ``name`` is ``beacon``, ``beacon_official`` or ``gigpo``, with keys or not. For GiGPO a
     turn's anchor state is its position in the dialogue (verl passes no observations) and its
     step reward the sum of the rewards that belong to it: every reward belongs to the turn it
     is in or follows (one before the first turn to the first turn); GiGPO discounts them into

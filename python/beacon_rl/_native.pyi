@@ -63,8 +63,8 @@ def output_shape(
     mask's dtype is checked, its entries are not read."""
 
 def names() -> list[str]:
-    """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus ``gigpo``,
-    ``beacon``, ``beacon_official`` and ``beacon_ablation``."""
+    """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus ``beacon``,
+    ``beacon_official``, ``gigpo`` and the turn-level estimators."""
 
 def verl_names() -> list[str]:
     """The names that are verl's own estimators."""

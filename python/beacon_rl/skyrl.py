@@ -6,7 +6,7 @@ SkyRL's ``compute_advantages_and_returns``. Import it in the launch script befor
 ``initialize_ray``: SkyRL copies the registry to its Ray workers from there.
 
 Names
-    - ``beacon``, ``beacon_official``, ``beacon_ablation``, ``gigpo``: the crate's
+    - ``beacon``, ``beacon_official``, ``gigpo``: the crate's
       step-level estimators. They read turns from SkyRL's ``loss_mask`` (the assistant's tokens;
       ``response_mask`` also covers the environment's), which SkyRL's stock trainer does not
       pass to an estimator: use :class:`BeaconAdvantages` (below). Called without
@@ -90,7 +90,7 @@ __all__ = [
 PREFIX = "beacon_rl_"
 
 #: The crate's step-level estimators, registered under their own names.
-STEP_NAMES = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
+STEP_NAMES = ("beacon", "beacon_official", "gigpo")
 
 # SkyRL's name -> the crate's estimator with SkyRL's semantics.
 _OWN = {

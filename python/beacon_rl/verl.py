@@ -6,7 +6,7 @@ Importing this module registers the crate's estimators with verl's own
 ``compute_advantage``.
 
 Names
-    - ``beacon``, ``beacon_official``, ``beacon_ablation``, ``gigpo``: the crate's step-level
+    - ``beacon``, ``beacon_official``, ``gigpo``: the crate's step-level
       estimators. On verl's layout (one dialogue per row) they read turns by the multi-turn
       convention below; on verl-agent's layout (one row per step) they read the
       ``traj_uid`` and milestone columns when verl passes ``non_tensor_batch``.
@@ -98,7 +98,7 @@ Parameters
     gigpo (index, config)                   ``config.gamma``: the step-return discount (verl-agent's
                                             ``algorithm.gamma``); ``+algorithm.beacon_rl.step_decay``
                                             deviates explicitly.
-    beacon, beacon_official, beacon_ablation only ``algorithm.beacon_rl``.
+    beacon, beacon_official only ``algorithm.beacon_rl`` (the ablations: its ``ablation`` key).
     (index, config)
     step_reinforce, mt_grpo (index, config) only ``algorithm.beacon_rl`` (e.g. ``step_discount``,
                                             ROLL's ``step_reward_gamma``, default 0.95;
@@ -149,7 +149,7 @@ __all__ = [
 #: Prefix of the crate's versions of verl's own estimators.
 PREFIX = "beacon_rl_"
 
-_STEP = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
+_STEP = ("beacon", "beacon_official", "gigpo")
 
 #: Turn-level estimators a stock trainer can feed (``turn_gae`` needs per-turn values).
 _TURN = ("step_reinforce", "mt_grpo")

@@ -381,23 +381,31 @@ pub struct Estimator {
 }
 
 impl Estimator {
-    /// Builds `name` with the crate's defaults, overridden by the fields of `config_json` (a
-    /// JSON object in the crate's serde format, without `adv_estimator`).
+    /// Builds `name` (the crate's grammar, `NAME` or `NAME:KEY=VALUE,…`), its keys overridden
+    /// by the entries of `config_json` (a JSON object of the same keys, the crate's serde
+    /// format without `adv_estimator`). A key given in both is an error, as a key given twice
+    /// in one string is.
     pub fn new(name: &str, config_json: Option<&str>) -> Res<Self> {
-        let config: EstimatorConfig = match config_json {
-            None => name.parse()?,
-            Some(json) => {
-                let mut value: serde_json::Value =
-                    serde_json::from_str(json).map_err(|e| Failure(format!("config: {e}")))?;
-                let obj = value
-                    .as_object_mut()
-                    .ok_or_else(|| Failure("config: expected a mapping".into()))?;
-                // Unknown names get the crate's own error.
-                name.parse::<EstimatorConfig>()?;
-                obj.insert("adv_estimator".into(), serde_json::Value::from(name));
-                serde_json::from_value(value).map_err(|e| Failure(format!("config for {name}: {e}")))?
+        let mut config: EstimatorConfig = name.parse()?;
+        if let Some(json) = config_json {
+            let overrides: serde_json::Value =
+                serde_json::from_str(json).map_err(|e| Failure(format!("config: {e}")))?;
+            let overrides = overrides
+                .as_object()
+                .ok_or_else(|| Failure("config: expected a mapping".into()))?;
+            let mut value = serde_json::to_value(&config).map_err(|e| Failure(e.to_string()))?;
+            let obj = value.as_object_mut().expect("a config serialises to a map");
+            let in_name = name_keys(name);
+            for (k, v) in overrides {
+                if k == "adv_estimator" || in_name.contains(&k.as_str()) {
+                    return Err(Failure(format!(
+                        "config: key {k} is given in the name {name:?} already"
+                    )));
+                }
+                obj.insert(k.clone(), v.clone());
             }
-        };
+            config = serde_json::from_value(value).map_err(|e| Failure(e.to_string()))?;
+        }
         Ok(Self {
             inner: config.build()?,
         })
@@ -412,6 +420,26 @@ impl Estimator {
     pub fn has_returns(&self) -> bool {
         self.inner.has_returns()
     }
+}
+
+/// The keys written in `NAME:KEY=VALUE,…` (the names before `=` outside parentheses).
+fn name_keys(name: &str) -> Vec<&str> {
+    let Some((_, pairs)) = name.split_once(':') else {
+        return Vec::new();
+    };
+    let (mut depth, mut start, mut keys) = (0usize, 0, Vec::new());
+    for (i, c) in pairs.char_indices().chain([(pairs.len(), ',')]) {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                keys.extend(pairs[start..i].split_once('=').map(|(k, _)| k.trim()));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    keys
 }
 
 /// Every estimator name the crate knows.
@@ -764,7 +792,7 @@ pub struct TurnStats {
 /// `response_mask == 1`; each is a step. A row's outcome R(τ) is the sum of all its token
 /// rewards, masked tokens included (what verl's GRPO reads as the row's score); a turn other
 /// than the last whose last token carries a reward > 0 is a milestone. The estimator
-/// (`beacon`, `beacon_official`, `beacon_ablation` or `gigpo`) runs on the steps (grouped by
+/// (`beacon`, `beacon_official` or `gigpo`) runs on the steps (grouped by
 /// `index`, one trajectory per row) and each turn's advantage is written over its tokens
 /// (`token::spans_into`); every other token gets 0. Returns equal the advantages.
 ///

@@ -695,12 +695,9 @@ fn estimate_turns<'py>(
     index: &Bound<'py, PyAny>,
 ) -> PyResult<(usize, usize, usize)> {
     let est = Estimator::new(name, config_json)?;
-    if !matches!(
-        est.name(),
-        "beacon" | "beacon_official" | "beacon_ablation" | "gigpo"
-    ) {
+    if !matches!(est.name(), "beacon" | "beacon_official" | "gigpo") {
         return Err(PyValueError::new_err(format!(
-            "estimate_turns: {name} is not a step-level estimator (beacon, beacon_official, beacon_ablation, gigpo)"
+            "estimate_turns: {name} is not a step-level estimator (beacon, beacon_official, gigpo)"
         )));
     }
     let rewards = f2("token_level_rewards", Some(token_level_rewards))?
@@ -729,7 +726,7 @@ fn estimate_turns<'py>(
 }
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
-/// `beacon`, `beacon_official`, `beacon_ablation` and the turn-level `step_reinforce`,
+/// `beacon`, `beacon_official` and the turn-level `step_reinforce`,
 /// `mt_grpo`, `turn_gae`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {

@@ -136,7 +136,7 @@ def test_errors_carry_the_crate_message():
         beacon_rl.estimate("beacon", REWARDS, MASK, UIDS, traj_index=np.arange(4))
     with pytest.raises(ValueError):
         beacon_rl.validate("grpo", {"std_eps": -1.0})
-    with pytest.raises(ValueError, match="config"):
+    with pytest.raises(ValueError, match="estimator grpo has no key no_such_field; its keys: std_eps, norm, statistics"):
         beacon_rl.estimate("grpo", REWARDS, MASK, UIDS, config={"no_such_field": 1})
 
 

@@ -80,7 +80,7 @@ def dialogues(draw):
 
 
 @SETTINGS
-@given(d=dialogues(), name=st.sampled_from(["beacon", "beacon_official", "beacon_ablation", "gigpo"]))
+@given(d=dialogues(), name=st.sampled_from(["beacon", "beacon_official", "beacon:ablation=full", "gigpo"]))
 def test_turn_convention_writes_only_turn_tokens(d, name):
     rewards, mask, index = d
     try:

@@ -32,7 +32,7 @@ REGISTERED_OUTCOME = {
     "beacon_rl_reinforce_plus_plus": ca.compute_reinforce_plus_plus_outcome_advantage,
     "beacon_rl_reinforce_plus_plus_baseline": ca.compute_reinforce_plus_plus_baseline_outcome_advantage,
 }
-STEP = ("beacon", "beacon_official", "beacon_ablation", "gigpo")
+STEP = ("beacon", "beacon_official", "gigpo")
 TURN = ("step_reinforce", "mt_grpo")
 
 

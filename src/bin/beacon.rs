@@ -15,17 +15,18 @@
 //! ```text
 //! beacon                                          # BEACON (paper) on the bundled sample
 //! beacon --estimator grpo --format jsonl
-//! beacon --estimator beacon_official -p mode=mean_std_norm
+//! beacon --estimator 'beacon_official:segment_decay=0.9,segment_weight=10'
 //! beacon --detector text --pattern 'score has just gone up'
 //! beacon --diagnostics
 //! beacon --detector discover                      # no score, reward or subgoal read
 //! ```
 //!
-//! Estimator parameters are given as `-p NAME=VALUE` with the names of the estimator's config
-//! type (for example `segment_decay`, `segment_weight`, `milestone_reward` for BEACON;
-//! `step_decay`, `step_advantage_weight`, `mode` for GiGPO; `norm=mean_only` for Dr.GRPO). They
-//! are validated like a trainer's config file: an unknown name or an out-of-range value is an
-//! error.
+//! The estimator is given in the library's configuration grammar, `NAME` or
+//! `NAME:KEY=VALUE,KEY=VALUE` (`EstimatorConfig`'s `FromStr`): the keys are the fields of the
+//! estimator's config (for example `segment_decay`, `segment_weight`, `milestone_reward`,
+//! `ablation` for BEACON; `step_decay`, `mode` for GiGPO; `grpo:norm=mean_only` for Dr.GRPO).
+//! An unknown name or key is an error listing the valid ones; an out-of-range value names its
+//! key.
 //!
 //! The input is processed one group at a time (memory of a few groups, not the file; parsing
 //! runs on a second thread): a group's trajectories must be on contiguous lines over the files
@@ -59,7 +60,7 @@ use beacon_rl::record::{
 use beacon_rl::Escaped;
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 /// The sample read when no file is given, built into the program so that an installed
 /// `beacon` has it too.
@@ -82,13 +83,10 @@ struct Args {
     /// that normalise over the batch, --diagnostics).
     files: Vec<String>,
 
-    /// Estimator, by verl-style name: beacon, beacon_official, grpo, gigpo, rloo, opo, gpg, …
-    #[arg(long, short, default_value = "beacon")]
+    /// Estimator: NAME or NAME:KEY=VALUE,KEY=VALUE (beacon, beacon_official, grpo, gigpo, rloo,
+    /// opo, gpg, …; e.g. 'beacon:segment_decay=0.9').
+    #[arg(long, short, default_value = "beacon", value_name = "NAME[:KEY=VALUE,…]")]
     estimator: String,
-
-    /// Estimator parameter NAME=VALUE (repeatable), as in a config file.
-    #[arg(long = "param", short = 'p', value_name = "NAME=VALUE")]
-    params: Vec<String>,
 
     /// Milestone detector: score, flag, subgoals, textworld-score, alfworld, text, walkthrough,
     /// discover (mined from actions, responses and outcomes; ignores scores, rewards, subgoals).
@@ -171,21 +169,27 @@ const GROUP_LOCAL: &[&str] = &[
 
 /// Whether the run needs every group in one batch (else it streams group by group, holding
 /// one group at a time). A detector that learns from the whole input belongs here too.
-fn needs_whole_input(args: &Args, beside: Option<&str>) -> bool {
+fn needs_whole_input(args: &Args, estimator: &EstimatorConfig, beside: Option<&str>) -> bool {
     let local = |name: &str| GROUP_LOCAL.contains(&name);
-    args.whole_input || args.diagnostics || !local(&args.estimator) || beside.is_some_and(|b| !local(b))
+    // An ablation draws its random milestones once per call: one call over the whole input.
+    let ablation = matches!(estimator, EstimatorConfig::BeaconAblation(_));
+    args.whole_input
+        || args.diagnostics
+        || ablation
+        || !local(estimator.name())
+        || beside.is_some_and(|b| !local(b))
 }
 
 fn run(args: Args) -> Result<(), BoxError> {
-    let config = estimator_config(&args.estimator, &args.params)?;
+    let config = estimator_config(&args.estimator)?;
     let estimator = config.build()?;
     let format = args.format;
     let beside = match (format, args.beside.as_str()) {
         (Format::Table, "none") | (Format::Jsonl, _) => None,
-        (Format::Table, name) => Some(estimator_config(name, &[])?.build()?),
+        (Format::Table, name) => Some(estimator_config(name)?.build()?),
     };
     let mut detector = Detector::new(&args)?;
-    let whole = needs_whole_input(&args, beside.as_ref().map(|b| b.name()));
+    let whole = needs_whole_input(&args, &config, beside.as_ref().map(|b| b.name()));
     let run = Run {
         config: &config,
         estimator: estimator.as_ref(),
@@ -445,28 +449,10 @@ impl Run<'_> {
     }
 }
 
-/// The estimator config from its name and `NAME=VALUE` parameters, validated through the same
-/// serde path as a trainer's config file (unknown names are rejected).
-fn estimator_config(name: &str, params: &[String]) -> Result<EstimatorConfig, BoxError> {
-    if !EstimatorConfig::NAMES.contains(&name) {
-        return Err(format!(
-            "unknown estimator `{name}`; known: {}",
-            EstimatorConfig::NAMES.join(", ")
-        )
-        .into());
-    }
-    let mut obj = Map::new();
-    obj.insert("adv_estimator".into(), Value::from(name));
-    for p in params {
-        let (k, v) = p
-            .split_once('=')
-            .ok_or_else(|| format!("parameter `{p}` is not NAME=VALUE"))?;
-        // Numbers and JSON values as such; anything else (mean_std_norm, …) as a string.
-        let value = serde_json::from_str(v).unwrap_or_else(|_| Value::from(v));
-        obj.insert(k.to_string(), value);
-    }
-    let config: EstimatorConfig =
-        serde_json::from_value(Value::Object(obj)).map_err(|e| format!("estimator `{name}`: {e}"))?;
+/// The estimator config from `NAME[:KEY=VALUE,…]`, validated (the library's grammar and
+/// errors, which list the valid names and keys).
+fn estimator_config(spec: &str) -> Result<EstimatorConfig, BoxError> {
+    let config: EstimatorConfig = spec.parse()?;
     config.validate()?;
     Ok(config)
 }
@@ -573,9 +559,7 @@ fn parts(
     flags: &[bool],
 ) -> Result<Parts, BoxError> {
     Ok(match config {
-        EstimatorConfig::Beacon(c) | EstimatorConfig::BeaconOfficial(c) => {
-            Parts::Beacon(Beacon::new(*c)?.compute(rb.batch(), flags)?)
-        }
+        EstimatorConfig::Beacon(c) => Parts::Beacon(Beacon::new(*c)?.compute(rb.batch(), flags)?),
         EstimatorConfig::Gigpo(c) => {
             Parts::Gigpo(Gigpo::new(*c)?.compute(rb.batch(), step_rewards, anchors)?)
         }

@@ -281,71 +281,6 @@ impl BeaconConfig {
     }
 }
 
-/// Deserialises a [`BeaconConfig`] whose omitted fields take `preset`'s values, so a config file
-/// naming `beacon_official` gets the release's defaults (R_ms = 10), not the paper's.
-#[cfg(feature = "serde")]
-pub(crate) fn deserialize_over_preset<'de, D>(
-    preset: BeaconConfig,
-    d: D,
-) -> std::result::Result<BeaconConfig, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    deserialize_patch(|_| preset, d)
-}
-
-/// Deserialises a [`BeaconConfig`] whose omitted fields take the preset of its `flavour`
-/// ([`BeaconConfig::official`] for `official`, else [`BeaconConfig::paper`]): for a
-/// configuration that may hold either flavour (an ablation's `base`).
-#[cfg(feature = "serde")]
-pub(crate) fn deserialize_over_flavour_preset<'de, D>(d: D) -> std::result::Result<BeaconConfig, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    deserialize_patch(
-        |flavour| match flavour {
-            Some(BeaconFlavour::Official { .. }) => BeaconConfig::official(),
-            _ => BeaconConfig::paper(),
-        },
-        d,
-    )
-}
-
-/// The fields given, over the preset `preset(flavour given)` picks.
-#[cfg(feature = "serde")]
-fn deserialize_patch<'de, D>(
-    preset: impl FnOnce(Option<BeaconFlavour>) -> BeaconConfig,
-    d: D,
-) -> std::result::Result<BeaconConfig, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Patch {
-        flavour: Option<BeaconFlavour>,
-        milestone_reward: Option<f64>,
-        segment_decay: Option<f64>,
-        segment_weight: Option<f64>,
-        trajectory_weight: Option<f64>,
-        std_eps: Option<f64>,
-        singleton: Option<SingletonRule>,
-        segment_baseline: Option<SegmentBaseline>,
-    }
-    let p = <Patch as serde::Deserialize>::deserialize(d)?;
-    let preset = preset(p.flavour);
-    Ok(BeaconConfig {
-        flavour: p.flavour.unwrap_or(preset.flavour),
-        milestone_reward: p.milestone_reward.unwrap_or(preset.milestone_reward),
-        segment_decay: p.segment_decay.unwrap_or(preset.segment_decay),
-        segment_weight: p.segment_weight.unwrap_or(preset.segment_weight),
-        trajectory_weight: p.trajectory_weight.unwrap_or(preset.trajectory_weight),
-        std_eps: p.std_eps.unwrap_or(preset.std_eps),
-        singleton: p.singleton.unwrap_or(preset.singleton),
-        segment_baseline: p.segment_baseline.unwrap_or(preset.segment_baseline),
-    })
-}
-
 impl Default for BeaconConfig {
     /// [`BeaconConfig::paper`].
     fn default() -> Self {
@@ -448,7 +383,7 @@ pub struct BeaconWorkspace {
     row_scores: Vec<f64>,
     traj_scores: Vec<f64>,
     /// The milestone flags a random Table 3 row draws (per caller row), kept across calls by
-    /// [`BeaconAblation`](crate::ablation::BeaconAblation)'s workspace entry points.
+    /// the ablated estimator's workspace entry points.
     pub(crate) ablation_flags: Vec<bool>,
 }
 

@@ -1,9 +1,11 @@
 //! The registry of estimators by verl's `adv_estimator` name: [`EstimatorConfig`] parses,
-//! lists, (de)serialises, validates and builds every estimator.
+//! lists, (de)serialises, validates and builds every estimator, in one grammar (see
+//! [`EstimatorConfig`]'s docs; the key tables are in `keys.rs`).
 
 use super::gae::{Gae, GaeConfig};
 use super::gpg::{Gpg, GpgConfig};
 use super::grpo::{Gdpo, Grpo, GrpoConfig, GrpoPassk, GrpoVectorized};
+use super::keys::{self, NoKeys, Out, Raw};
 use super::opo::Opo;
 use super::optimal_baseline::{OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
 use super::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusPlusConfig};
@@ -16,9 +18,9 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 
 /// The one table of estimator names. Each entry lists a variant, its parameters with the
-/// default [`FromStr`] gives them, and its name; the enum (with its serde tags), `NAMES`,
-/// `VERL_NAMES`, [`EstimatorConfig::name`] and [`FromStr`] are all generated from it, so they
-/// cannot disagree.
+/// default a bare name gives them, and its name; the enum, `NAMES`, `VERL_NAMES`,
+/// [`EstimatorConfig::name`] and the key handling of every variant but BEACON's are generated
+/// from it, so they cannot disagree. BEACON's two variants are written out below the table.
 macro_rules! registry {
     (
         $(#[$enum_attr:meta])*
@@ -27,12 +29,18 @@ macro_rules! registry {
     ) => {
         $(#[$enum_attr])*
         #[derive(Debug, Clone, PartialEq)]
-        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-        #[cfg_attr(feature = "serde", serde(tag = "adv_estimator"))]
         #[non_exhaustive]
         pub enum EstimatorConfig {
-            $( $(#[$va])* #[cfg_attr(feature = "serde", serde(rename = $vn))] $v $(($vt))?, )*
-            $( $(#[$ca])* #[cfg_attr(feature = "serde", serde(rename = $cn))] $c $(($ct))?, )*
+            $( $(#[$va])* $v $(($vt))?, )*
+            /// `beacon` (paper flavour) or `beacon_official` (the release's), after the config's
+            /// [`flavour`](beacon::BeaconConfig::flavour) ([`Beacon`](beacon::Beacon)). The bare
+            /// names give [`BeaconConfig::paper`](beacon::BeaconConfig::paper) and
+            /// [`BeaconConfig::official`](beacon::BeaconConfig::official).
+            Beacon(beacon::BeaconConfig),
+            /// BEACON under a row of the paper's Table 3: `beacon` or `beacon_official` with the
+            /// keys `ablation` and `seed` ([`BeaconAblationConfig`]).
+            BeaconAblation(BeaconAblationConfig),
+            $( $(#[$ca])* $c $(($ct))?, )*
         }
 
         impl EstimatorConfig {
@@ -47,10 +55,9 @@ macro_rules! registry {
             /// ```
             pub const VERL_NAMES: &'static [&'static str] = &[$($vn),*];
 
-            /// Every bare name [`FromStr`] accepts, in declaration order:
-            /// [`VERL_NAMES`](Self::VERL_NAMES) plus `gigpo`, `beacon`, `beacon_official`,
-            /// `step_reinforce`, `mt_grpo`, `turn_gae` and `beacon_ablation` (which also parses with an ablation,
-            /// `beacon:milestone_dropout=0.5`).
+            /// Every name the grammar accepts, in declaration order:
+            /// [`VERL_NAMES`](Self::VERL_NAMES), `beacon`, `beacon_official`, then the crate's
+            /// other estimators.
             ///
             /// ```
             /// use beacon_rl::estimator::EstimatorConfig;
@@ -59,61 +66,102 @@ macro_rules! registry {
             /// }
             /// # Ok::<(), beacon_rl::Error>(())
             /// ```
-            pub const NAMES: &'static [&'static str] = &[$($vn,)* $($cn),*];
+            pub const NAMES: &'static [&'static str] = &[$($vn,)* "beacon", "beacon_official", $($cn),*];
 
-            /// verl's `adv_estimator` string (the serde tag, and what [`FromStr`] parses).
+            /// The estimator's name: the serde tag `adv_estimator`, and what [`Display`](fmt::Display)
+            /// writes before the keys. BEACON's follows the flavour.
             ///
             /// ```
-            /// use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+            /// use beacon_rl::estimator::beacon::BeaconConfig;
             /// use beacon_rl::estimator::EstimatorConfig;
-            /// let c = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl());
-            /// assert_eq!(c.name(), "reinforce_plus_plus");
+            /// assert_eq!(EstimatorConfig::Beacon(BeaconConfig::official()).name(), "beacon_official");
             /// ```
             pub fn name(&self) -> &'static str {
                 match self {
                     $( Self::$v { .. } => $vn, )*
+                    Self::Beacon(c) => beacon_name(c),
+                    Self::BeaconAblation(c) => beacon_name(&c.base),
                     $( Self::$c { .. } => $cn, )*
                 }
             }
 
-            /// The bare name's variant with its default parameters.
-            fn from_name(name: &str) -> Option<Self> {
+            /// The variant `name` names, its defaults overridden by `pairs`; None for BEACON's
+            /// names and unknown ones.
+            fn from_table(name: &str, pairs: &[(String, Raw)]) -> Option<Result<Self>> {
                 Some(match name {
-                    $( $vn => Self::$v $(({ let d: $vt = $vd; d }))?, )*
-                    $( $cn => Self::$c $(({ let d: $ct = $cd; d }))?, )*
+                    $( $vn => registry!(@from $v, $vn, pairs $(, $vt, $vd)?), )*
+                    $( $cn => registry!(@from $c, $cn, pairs $(, $ct, $cd)?), )*
                     _ => return None,
                 })
             }
+
+            /// The keys of the variant (all, or those that differ from its defaults).
+            fn pairs(&self, all: bool) -> Vec<(&'static str, Out)> {
+                match self {
+                    $( registry!(@pat $v, c $(, $vt)?) => registry!(@pairs c, all $(, $vt, $vd)?), )*
+                    Self::Beacon(c) => keys::pairs_of(c, (!all).then(|| beacon_preset(c)).as_ref()),
+                    Self::BeaconAblation(c) => ablation_pairs(c, all),
+                    $( registry!(@pat $c, c $(, $ct)?) => registry!(@pairs c, all $(, $ct, $cd)?), )*
+                }
+            }
         }
     };
+    (@from $v:ident, $n:literal, $pairs:ident) => {
+        keys::apply(&mut NoKeys, $n, $pairs).map(|()| Self::$v)
+    };
+    (@from $v:ident, $n:literal, $pairs:ident, $t:ty, $d:expr) => {{
+        let mut c: $t = $d;
+        keys::apply(&mut c, $n, $pairs).map(|()| Self::$v(c))
+    }};
+    (@pat $v:ident, $c:ident) => { Self::$v };
+    (@pat $v:ident, $c:ident, $t:ty) => { Self::$v($c) };
+    (@pairs $c:ident, $all:ident) => { Vec::new() };
+    (@pairs $c:ident, $all:ident, $t:ty, $d:expr) => {{
+        let d: $t = $d;
+        keys::pairs_of($c, (!$all).then_some(&d))
+    }};
 }
 
 registry! {
-    /// An estimator by verl's `adv_estimator` name, with its parameters.
+    /// An estimator by name, with its parameters: one grammar for `FromStr`, `Display`, serde,
+    /// the command line and the Python package.
     ///
-    /// Each variant's name (serde tag `adv_estimator`, [`name`](Self::name), [`FromStr`]) is
-    /// verl's string; parameter structs default to verl's values. [`build`](Self::build)
-    /// validates the parameters and returns a boxed estimator. Besides verl's estimators it
-    /// holds the crate's own (`gigpo`, `beacon`, `beacon_official`, `beacon_ablation`) and the
-    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`). The
-    /// enum is `#[non_exhaustive]`: more estimators may join it.
+    /// The string form is `name` or `name:key=value,key=value`. The name is verl's
+    /// `adv_estimator` string (or the crate's, [`NAMES`](Self::NAMES)); the keys are the fields
+    /// of the variant's config by their serde names, and a value is spelled as serde spells it,
+    /// an enum variant with fields as `variant(field=value)` (serde's
+    /// `{"variant": {"field": value}}`). Omitted keys keep the name's defaults (verl's values,
+    /// or the preset the variant's docs name). [`Display`](fmt::Display) writes the name and the
+    /// keys that differ from its defaults, so it parses back to the same config. Serde writes
+    /// `{"adv_estimator": name, key: value, ...}` with every key and reads the same keys as the
+    /// string form. An unknown name or key is an error listing the valid ones; a value that does
+    /// not parse names its key. Ranges are checked by [`build`](Self::build) (or
+    /// [`validate`](Self::validate)).
+    ///
+    /// BEACON's flavour lives in its config: `beacon` is the paper preset and `beacon_official`
+    /// the release's, and a config prints under the name of its flavour. The paper's Table 3
+    /// ablations are the keys `ablation` and `seed` of `beacon`.
     ///
     /// ```
-    /// use beacon_rl::estimator::gae::GaeConfig;
+    /// use beacon_rl::estimator::beacon::BeaconConfig;
     /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
     /// use beacon_rl::estimator::EstimatorConfig;
     ///
+    /// let c: EstimatorConfig = "beacon:segment_decay=0.9".parse()?;
+    /// assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9)));
+    /// assert_eq!(c.to_string(), "beacon:segment_decay=0.9");
+    ///
+    /// let official = EstimatorConfig::Beacon(BeaconConfig::official());
+    /// assert_eq!(official, "beacon_official".parse()?);
+    /// assert_eq!(official.build()?.name(), "beacon_official");
+    ///
     /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_norm(GrpoNorm::MeanOnly));
-    /// assert_eq!(dr_grpo.name(), "grpo");
-    /// let est = dr_grpo.build()?;
-    /// assert_eq!(est.name(), "grpo");
+    /// assert_eq!(dr_grpo.to_string(), "grpo:norm=mean_only");
     ///
-    /// let gae: EstimatorConfig = "gae".parse()?;
-    /// assert_eq!(gae, EstimatorConfig::Gae(GaeConfig::verl()));
-    ///
-    /// // Invalid parameters are rejected when building.
-    /// let bad = EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.5));
-    /// assert!(bad.build().is_err());
+    /// let err = "beacon:gamma=0.9".parse::<EstimatorConfig>().unwrap_err();
+    /// assert!(err.to_string().contains("its keys: flavour, milestone_reward, segment_decay"));
+    /// // Out-of-range values are rejected when building.
+    /// assert!("gae:discount=1.5".parse::<EstimatorConfig>()?.build().is_err());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     verl {
@@ -156,21 +204,6 @@ registry! {
         /// `gigpo`: episode plus anchor-state step advantages, verl-agent's GiGPO
         /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
         Gigpo(gigpo::GigpoConfig = gigpo::GigpoConfig::verl_agent()) => "gigpo";
-        /// `beacon`: BEACON, the paper's equations ([`Beacon`](beacon::Beacon)). Omitted fields take
-        /// [`BeaconConfig::paper`](beacon::BeaconConfig::paper); the flavour must be `paper`.
-        #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_paper"))]
-        Beacon(beacon::BeaconConfig = beacon::BeaconConfig::paper()) => "beacon";
-        /// `beacon_official`: BEACON as the paper's code release computes it. Omitted fields take
-        /// [`BeaconConfig::official`](beacon::BeaconConfig::official); the flavour must be
-        /// `official`.
-        #[cfg_attr(feature = "serde", serde(deserialize_with = "deserialize_beacon_official"))]
-        BeaconOfficial(beacon::BeaconConfig = beacon::BeaconConfig::official()) => "beacon_official";
-        /// `beacon_ablation`: a row of the paper's Table 3 (BEACON under an
-        /// [`Ablation`](crate::ablation::Ablation)), built as
-        /// [`BeaconAblation`](crate::ablation::BeaconAblation). Parses from
-        /// `beacon:ABLATION[,seed=N]` or `beacon_official:ABLATION[,seed=N]` (e.g.
-        /// `beacon:milestone_dropout=0.5`); bare `beacon_ablation` is the paper's BEACON unablated.
-        BeaconAblation(crate::ablation::BeaconAblationConfig = crate::ablation::BeaconAblationConfig::default()) => "beacon_ablation";
         /// `step_reinforce`: discounted per-turn returns normalised over turns, as ROLL runs
         /// them ([`StepReinforce`](step_reinforce::StepReinforce)). Omitted fields take
         /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
@@ -184,32 +217,75 @@ registry! {
     }
 }
 
-#[cfg(feature = "serde")]
-fn deserialize_beacon_paper<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<beacon::BeaconConfig, D::Error> {
-    beacon::deserialize_over_preset(beacon::BeaconConfig::paper(), d)
+/// `beacon` or `beacon_official`, after the flavour.
+fn beacon_name(c: &beacon::BeaconConfig) -> &'static str {
+    match c.flavour {
+        beacon::BeaconFlavour::Paper => "beacon",
+        beacon::BeaconFlavour::Official { .. } => "beacon_official",
+    }
 }
 
-#[cfg(feature = "serde")]
-fn deserialize_beacon_official<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<beacon::BeaconConfig, D::Error> {
-    beacon::deserialize_over_preset(beacon::BeaconConfig::official(), d)
+/// The preset of `c`'s name: what `Display` leaves out.
+fn beacon_preset(c: &beacon::BeaconConfig) -> beacon::BeaconConfig {
+    match c.flavour {
+        beacon::BeaconFlavour::Paper => beacon::BeaconConfig::paper(),
+        beacon::BeaconFlavour::Official { .. } => beacon::BeaconConfig::official(),
+    }
+}
+
+/// The keys of an ablated BEACON: the base's (all, or those off its preset), then `ablation`
+/// (always, so that the string parses back to the ablation variant) and `seed` (unless 0).
+fn ablation_pairs(c: &BeaconAblationConfig, all: bool) -> Vec<(&'static str, Out)> {
+    let preset = BeaconAblationConfig::new(beacon_preset(&c.base), c.ablation);
+    let mut pairs = keys::pairs_of(c, (!all).then_some(&preset));
+    if !pairs.iter().any(|(k, _)| *k == "ablation") {
+        let at = pairs
+            .iter()
+            .position(|(k, _)| *k == "seed")
+            .unwrap_or(pairs.len());
+        pairs.insert(at, ("ablation", keys::Param::write(&c.ablation)));
+    }
+    pairs
 }
 
 impl EstimatorConfig {
+    /// The config of `name` with `pairs` set on its defaults.
+    fn from_parts(name: &str, pairs: &[(String, Raw)]) -> Result<Self> {
+        let preset = match name {
+            "beacon" => beacon::BeaconConfig::paper(),
+            "beacon_official" => beacon::BeaconConfig::official(),
+            _ => {
+                return Self::from_table(name, pairs).unwrap_or_else(|| {
+                    Err(Error::UnknownEstimator {
+                        name: name.to_owned(),
+                        known: Self::NAMES,
+                    })
+                })
+            }
+        };
+        let name = if name == "beacon" {
+            "beacon"
+        } else {
+            "beacon_official"
+        };
+        let mut c = BeaconAblationConfig::new(preset, Ablation::Full);
+        keys::apply(&mut c, name, pairs)?;
+        Ok(if pairs.iter().any(|(k, _)| k == "ablation" || k == "seed") {
+            Self::BeaconAblation(c)
+        } else {
+            Self::Beacon(c.base)
+        })
+    }
+
     /// Checks the parameters without building.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the first parameter out of range;
-    /// [`Error::FlavourMismatch`] when `Beacon` holds an official-flavour config or
-    /// `BeaconOfficial` a paper-flavour one.
+    /// [`Error::InvalidConfig`] naming the first parameter out of range.
     ///
     /// ```
-    /// use beacon_rl::estimator::gpg::GpgConfig;
     /// use beacon_rl::estimator::EstimatorConfig;
-    /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.0)).validate().is_err());
+    /// assert!("gpg:f_norm=0".parse::<EstimatorConfig>()?.validate().is_err());
+    /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn validate(&self) -> Result<()> {
         match self {
@@ -219,19 +295,11 @@ impl EstimatorConfig {
             Self::ReinforcePlusPlus(c) => c.validate(),
             Self::OptimalTokenBaseline(c) | Self::TirOptimalTokenBaseline(c) => c.validate(),
             Self::Gigpo(c) => c.validate(),
-            Self::Beacon(c) | Self::BeaconOfficial(c) => {
-                let official = matches!(c.flavour, beacon::BeaconFlavour::Official { .. });
-                if official != matches!(self, Self::BeaconOfficial(_)) {
-                    return Err(Error::FlavourMismatch {
-                        estimator: self.name(),
-                    });
-                }
-                c.validate()
-            }
+            Self::Beacon(c) => c.validate(),
+            Self::BeaconAblation(c) => c.validate(),
             Self::Rloo | Self::RlooVectorized | Self::Opo | Self::ReinforcePlusPlusBaseline | Self::Remax => {
                 Ok(())
             }
-            Self::BeaconAblation(c) => c.validate(),
             Self::StepReinforce(c) => c.validate(),
             Self::MtGrpo(c) => c.validate(),
             Self::TurnGae(c) => c.validate(),
@@ -266,11 +334,8 @@ impl EstimatorConfig {
             Self::OptimalTokenBaseline(c) => Box::new(OptimalTokenBaseline::new(*c)?),
             Self::TirOptimalTokenBaseline(c) => Box::new(TirOptimalTokenBaseline::new(*c)?),
             Self::Gigpo(c) => Box::new(gigpo::Gigpo::new(*c)?),
-            Self::Beacon(c) | Self::BeaconOfficial(c) => {
-                self.validate()?;
-                Box::new(beacon::Beacon::new(*c)?)
-            }
-            Self::BeaconAblation(c) => Box::new(crate::ablation::BeaconAblation::new(*c)?),
+            Self::Beacon(c) => Box::new(beacon::Beacon::new(*c)?),
+            Self::BeaconAblation(c) => Box::new(ablation::BeaconAblation::new(*c)?),
             Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
             Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
             Self::TurnGae(c) => Box::new(turn_gae::TurnGae::new(*c)?),
@@ -281,149 +346,378 @@ impl EstimatorConfig {
 impl FromStr for EstimatorConfig {
     type Err = Error;
 
-    /// Parses a bare verl `adv_estimator` name into the estimator with verl's default
-    /// parameters, a Table 3 row (`beacon:ABLATION[,seed=N]`), or the preset
-    /// `beacon_completion`: `beacon` with
-    /// [`SegmentBaseline::Entered`](beacon::SegmentBaseline::Entered) (its name and serde tag
-    /// stay `beacon`).
+    /// Parses `name` or `name:key=value,key=value` (see the type's docs).
     ///
     /// # Errors
-    /// [`Error::UnknownEstimator`] for a name that is not in [`EstimatorConfig::NAMES`].
-    ///
-    /// ```
-    /// use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
-    /// use beacon_rl::estimator::EstimatorConfig;
-    /// let c: EstimatorConfig = "beacon_completion".parse()?;
-    /// let want = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
-    /// assert_eq!(c, EstimatorConfig::Beacon(want));
-    /// assert_eq!(c.build()?.name(), "beacon");
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
+    /// [`Error::UnknownEstimator`] listing [`NAMES`](Self::NAMES); [`Error::UnknownKey`]
+    /// listing the estimator's keys; [`Error::InvalidValue`] naming the key whose value does not
+    /// parse; [`Error::Parse`] for text that is not `key=value` pairs or a key given twice.
     fn from_str(s: &str) -> Result<Self> {
-        if let Some(c) = Self::from_name(s) {
-            return Ok(c);
-        }
-        if s == "beacon_completion" {
-            let c = beacon::BeaconConfig::paper().with_segment_baseline(beacon::SegmentBaseline::Entered);
-            return Ok(Self::Beacon(c));
-        }
-        if s.starts_with("beacon:") || s.starts_with("beacon_official:") {
-            return Ok(Self::BeaconAblation(s.parse()?));
-        }
-        Err(Error::UnknownEstimator(s.to_string()))
+        let (name, pairs) = match s.split_once(':') {
+            Some((name, rest)) => (name.trim(), keys::parse_pairs(rest, s)?),
+            None => (s.trim(), Vec::new()),
+        };
+        Self::from_parts(name, &pairs)
     }
 }
 
 impl fmt::Display for EstimatorConfig {
-    /// Writes verl's `adv_estimator` string.
+    /// The name, then `:` and the keys that differ from the name's defaults (if any).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name())?;
+        let pairs = self.pairs(false);
+        if !pairs.is_empty() {
+            f.write_str(":")?;
+            keys::write_pairs(f, &pairs)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for EstimatorConfig {
+    /// `{"adv_estimator": name, key: value, ...}` with every key.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let pairs = self.pairs(true);
+        let mut m = s.serialize_map(Some(pairs.len() + 1))?;
+        m.serialize_entry("adv_estimator", self.name())?;
+        for (k, v) in &pairs {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for EstimatorConfig {
+    /// The keys of the string form, with the name under `adv_estimator`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let keys::Pairs(mut pairs) = keys::Pairs::deserialize(d)?;
+        let at = pairs
+            .iter()
+            .position(|(k, _)| k == "adv_estimator")
+            .ok_or_else(|| D::Error::missing_field("adv_estimator"))?;
+        let Raw::Text(name) = pairs.remove(at).1 else {
+            return Err(D::Error::custom("adv_estimator: expected a name"));
+        };
+        Self::from_parts(&name, &pairs).map_err(D::Error::custom)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::beacon::{BeaconConfig, BeaconFlavour};
+    use crate::estimator::gigpo::{GigpoConfig, StepGrouping};
+    use crate::stats::NormMode;
 
-    #[test]
-    fn names_round_trip_and_unknown_is_typed() {
-        for name in EstimatorConfig::VERL_NAMES {
-            let c: EstimatorConfig = name.parse().unwrap();
-            assert_eq!(c.name(), *name);
-            assert_eq!(c.to_string(), *name);
-            assert_eq!(c.build().unwrap().name(), *name);
-        }
-        assert_eq!(
-            "ppo".parse::<EstimatorConfig>(),
-            Err(Error::UnknownEstimator("ppo".into()))
-        );
+    fn parse(s: &str) -> EstimatorConfig {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
     #[test]
-    fn the_registry_tables_agree() {
-        // NAMES = VERL_NAMES followed by the crate's own, no duplicates.
+    fn every_name_parses_prints_and_builds_under_itself() {
         assert_eq!(
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
-        assert_eq!(EstimatorConfig::NAMES.len(), 21);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
-        // Every name parses to the variant whose name(), Display and built estimator say it.
         for name in EstimatorConfig::NAMES {
-            let c: EstimatorConfig = name.parse().unwrap();
+            let c = parse(name);
             assert_eq!((c.name(), c.to_string().as_str()), (*name, *name));
             assert_eq!(c.build().unwrap().name(), *name);
         }
-        // verl's names are verl's (spot checks written out, not read from the table).
-        for name in [
-            "gae",
-            "grpo",
-            "rloo_vectorized",
-            "reinforce_plus_plus_baseline",
-            "tir_optimal_token_baseline",
-        ] {
+        // Spot checks written out, not read from the table.
+        for name in ["gae", "grpo", "rloo_vectorized", "tir_optimal_token_baseline"] {
             assert!(EstimatorConfig::VERL_NAMES.contains(&name), "{name}");
         }
-        for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+        for name in ["gigpo", "beacon", "beacon_official", "step_reinforce"] {
             assert!(!EstimatorConfig::VERL_NAMES.contains(&name), "{name}");
+            assert!(EstimatorConfig::NAMES.contains(&name), "{name}");
+        }
+        for gone in ["beacon_ablation", "beacon_completion"] {
+            assert!(!EstimatorConfig::NAMES.contains(&gone));
         }
     }
 
     #[test]
-    fn beacon_names_need_their_flavour() {
-        let mismatch = EstimatorConfig::BeaconOfficial(beacon::BeaconConfig::paper());
+    fn keys_are_the_config_fields_and_print_when_off_default() {
+        let c = parse("beacon:segment_decay=0.9");
         assert_eq!(
-            mismatch.build().err(),
-            Some(Error::FlavourMismatch {
-                estimator: "beacon_official"
+            c,
+            EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9))
+        );
+        assert_eq!(c.to_string(), "beacon:segment_decay=0.9");
+        // Spaces around items are allowed; printing is canonical (table order).
+        let c = parse("gae: gae_lambda = 0.5 , discount=0.9");
+        assert_eq!(
+            c,
+            EstimatorConfig::Gae(GaeConfig {
+                discount: 0.9,
+                gae_lambda: 0.5
             })
         );
-        let mismatch = EstimatorConfig::Beacon(beacon::BeaconConfig::official());
-        assert!(matches!(mismatch.validate(), Err(Error::FlavourMismatch { .. })));
-    }
-
-    #[cfg(feature = "serde")]
-    #[test]
-    fn serde_beacon_official_defaults_to_the_release() {
-        let c: EstimatorConfig =
-            serde_json::from_str(r#"{"adv_estimator":"beacon_official","segment_weight":10.0}"#).unwrap();
-        let mut want = beacon::BeaconConfig::official();
-        want.segment_weight = 10.0;
-        assert_eq!(c, EstimatorConfig::BeaconOfficial(want));
-        let c: EstimatorConfig =
-            serde_json::from_str(r#"{"adv_estimator":"gigpo","grouping":{"similarity":{"threshold":0.9}}}"#)
-                .unwrap();
-        assert_eq!(c.build().unwrap().name(), "gigpo");
-        assert!(
-            serde_json::from_str::<EstimatorConfig>(r#"{"adv_estimator":"beacon","gamma":0.9}"#).is_err()
+        assert_eq!(c.to_string(), "gae:discount=0.9,gae_lambda=0.5");
+        // A key set to its default is not printed.
+        assert_eq!(parse("gae:discount=1.0").to_string(), "gae");
+        // Small and large numbers print in the form that parses back exactly.
+        let c = parse("grpo:std_eps=1e-9");
+        assert_eq!(c.to_string(), "grpo:std_eps=1e-9");
+        assert_eq!(parse(&c.to_string()), c);
+        // Enum values with fields: `variant(field=value)`; a bare variant takes its defaults.
+        let c = parse("gigpo:grouping=similarity(threshold=0.9),mode=mean_std_norm");
+        let want = GigpoConfig {
+            grouping: StepGrouping::Similarity { threshold: 0.9 },
+            mode: NormMode::MeanStdNorm,
+            ..GigpoConfig::verl_agent()
+        };
+        assert_eq!(c, EstimatorConfig::Gigpo(want));
+        assert_eq!(
+            c.to_string(),
+            "gigpo:mode=mean_std_norm,grouping=similarity(threshold=0.9)"
         );
+        let c = parse("step_reinforce:reward_clip=2.5,norm_std=none,whiten_advantages=true");
+        assert_eq!(parse(&c.to_string()), c);
+    }
+
+    #[test]
+    fn the_flavour_is_the_configs_and_names_it() {
+        assert_eq!(
+            parse("beacon_official"),
+            EstimatorConfig::Beacon(BeaconConfig::official())
+        );
+        let c = EstimatorConfig::Beacon(BeaconConfig::official().with_segment_weight(10.0));
+        assert_eq!(c.to_string(), "beacon_official:segment_weight=10.0");
+        assert_eq!(c.build().unwrap().name(), "beacon_official");
+        // The flavour key over the paper preset: the name follows the flavour, the other
+        // keys print against the new name's preset.
+        let c = parse("beacon:flavour=official(mode=mean_std_norm)");
+        let want = BeaconConfig::paper().with_flavour(BeaconFlavour::Official {
+            mode: NormMode::MeanStdNorm,
+        });
+        assert_eq!(c, EstimatorConfig::Beacon(want));
+        assert_eq!(
+            c.to_string(),
+            "beacon_official:flavour=official(mode=mean_std_norm),milestone_reward=1.0"
+        );
+        assert_eq!(parse(&c.to_string()), c);
+        assert_eq!(parse("beacon_official:flavour=paper").name(), "beacon");
+    }
+
+    #[test]
+    fn ablations_are_keys_of_beacon() {
+        let c = parse("beacon:ablation=milestone_dropout(p=0.3),seed=3");
+        let mut want =
+            BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.3 });
+        want.seed = 3;
+        assert_eq!(c, EstimatorConfig::BeaconAblation(want));
+        assert_eq!(c.to_string(), "beacon:ablation=milestone_dropout(p=0.3),seed=3");
+        // Bare variants take the paper's parameters; BEACON's keys combine with the row's.
+        let c = parse("beacon_official:segment_decay=0.5,ablation=random_partition");
+        let want = BeaconAblationConfig::new(
+            BeaconConfig::official().with_segment_decay(0.5),
+            Ablation::RandomPartition { positions: 5 },
+        );
+        assert_eq!(c, EstimatorConfig::BeaconAblation(want));
+        assert_eq!(
+            c.to_string(),
+            "beacon_official:segment_decay=0.5,ablation=random_partition(positions=5)"
+        );
+        assert_eq!(c.build().unwrap().name(), "beacon_official");
+        // `ablation=full` stays the ablation variant, so printing round-trips.
+        let c = parse("beacon:ablation=full");
+        assert_eq!(c.to_string(), "beacon:ablation=full");
+        assert_eq!(parse("beacon:seed=4").to_string(), "beacon:ablation=full,seed=4");
+        for a in Ablation::paper_table3() {
+            let row = EstimatorConfig::BeaconAblation(BeaconAblationConfig::new(BeaconConfig::paper(), a));
+            assert_eq!(parse(&row.to_string()), row);
+            assert_eq!(a.to_string().parse::<Ablation>().unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_names() {
+        let err = "ppo".parse::<EstimatorConfig>().unwrap_err();
+        assert_eq!(
+            err,
+            Error::UnknownEstimator {
+                name: "ppo".into(),
+                known: EstimatorConfig::NAMES
+            }
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("unknown estimator ppo; known: gae, grpo, "),
+            "{text}"
+        );
+        assert!(
+            text.contains("beacon, beacon_official") && text.ends_with("turn_gae"),
+            "{text}"
+        );
+        assert!(matches!(
+            "beacon_ablation".parse::<EstimatorConfig>(),
+            Err(Error::UnknownEstimator { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_key_lists_the_estimators_keys() {
+        let err = "beacon:gamma=0.9".parse::<EstimatorConfig>().unwrap_err();
+        let Error::UnknownKey {
+            estimator,
+            ref key,
+            ref known,
+        } = err
+        else {
+            panic!("{err}")
+        };
+        assert_eq!((estimator, key.as_str()), ("beacon", "gamma"));
+        assert_eq!(
+            known,
+            &[
+                "flavour",
+                "milestone_reward",
+                "segment_decay",
+                "segment_weight",
+                "trajectory_weight",
+                "std_eps",
+                "singleton",
+                "segment_baseline",
+                "ablation",
+                "seed"
+            ]
+        );
+        assert!(err
+            .to_string()
+            .starts_with("estimator beacon has no key gamma; its keys: flavour, "));
+        // The old ablation spelling names the key it is not.
+        let err = "beacon:milestone_dropout=0.5"
+            .parse::<EstimatorConfig>()
+            .unwrap_err();
+        assert!(matches!(err, Error::UnknownKey { .. }), "{err}");
+        let err = "gae:std_eps=1".parse::<EstimatorConfig>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "estimator gae has no key std_eps; its keys: discount, gae_lambda"
+        );
+        let err = "rloo:x=1".parse::<EstimatorConfig>().unwrap_err();
+        assert_eq!(err.to_string(), "estimator rloo has no key x; it takes none");
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key() {
+        for (s, key) in [
+            ("beacon:segment_decay=abc", "segment_decay"),
+            ("beacon:seed=-1", "seed"),
+            ("beacon:ablation=dropout", "ablation"),
+            ("beacon:ablation=milestone_dropout(q=1)", "ablation"),
+            ("beacon:flavour=official(mode=median)", "flavour"),
+            ("grpo:norm=none", "norm"),
+            ("gigpo:grouping=similarity", "grouping"),
+            ("turn_gae:whiten=1", "whiten"),
+        ] {
+            match s.parse::<EstimatorConfig>() {
+                Err(Error::InvalidValue { key: k, .. }) => assert_eq!(k, key, "{s}"),
+                other => panic!("{s}: {other:?}"),
+            }
+        }
+        let err = "grpo:norm=none".parse::<EstimatorConfig>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "estimator grpo: key norm = none: expected one of mean_std mean_only"
+        );
+        // Syntax: not key=value, unbalanced, a key twice.
+        for s in [
+            "beacon:",
+            "beacon:segment_decay",
+            "beacon:=1",
+            "beacon:ablation=milestone_dropout(p=0.5",
+            "gae:discount=0.9,discount=0.8",
+        ] {
+            assert!(
+                matches!(s.parse::<EstimatorConfig>(), Err(Error::Parse { .. })),
+                "{s}"
+            );
+        }
+        // Ranges are the builder's: the value parses, build names the key.
+        let c = parse("beacon:segment_decay=1.5");
+        assert!(matches!(
+            c.build().err(),
+            Some(Error::InvalidConfig {
+                name: "segment_decay",
+                ..
+            })
+        ));
+        let c = parse("beacon:ablation=milestone_dropout(p=2)");
+        assert!(matches!(
+            c.build().err(),
+            Some(Error::InvalidConfig { name: "p", .. })
+        ));
     }
 
     #[cfg(feature = "serde")]
     #[test]
-    fn serde_uses_verl_names_and_defaults() {
-        use crate::estimator::grpo::GrpoNorm;
+    fn serde_reads_and_writes_the_same_keys() {
+        let c: EstimatorConfig =
+            serde_json::from_str(r#"{"adv_estimator": "beacon", "segment_decay": 0.9}"#).unwrap();
+        assert_eq!(c, parse("beacon:segment_decay=0.9"));
+        // The name may come after the keys; nested enums are serde's externally tagged form.
+        let c: EstimatorConfig = serde_json::from_str(
+            r#"{"segment_weight": 10, "flavour": {"official": {"mode": "mean_std_norm"}}, "adv_estimator": "beacon_official"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            parse("beacon_official:flavour=official(mode=mean_std_norm),segment_weight=10")
+        );
+        let c: EstimatorConfig = serde_json::from_str(
+            r#"{"adv_estimator":"beacon","ablation":{"milestone_dropout":{"p":0.25}},"seed":9}"#,
+        )
+        .unwrap();
+        assert_eq!(c, parse("beacon:ablation=milestone_dropout(p=0.25),seed=9"));
+        let c: EstimatorConfig = serde_json::from_str(
+            r#"{"adv_estimator":"step_reinforce","reward_clip":null,"norm_std":"batch"}"#,
+        )
+        .unwrap();
+        assert_eq!(c, parse("step_reinforce:reward_clip=none,norm_std=batch"));
+        // Every name: all keys written, read back equal; omitted keys take the defaults.
         for name in EstimatorConfig::NAMES {
-            let c: EstimatorConfig = name.parse().unwrap();
+            let c = parse(name);
             let json = serde_json::to_string(&c).unwrap();
-            assert!(json.contains(&format!("\"adv_estimator\":\"{name}\"")), "{json}");
-            let back: EstimatorConfig = serde_json::from_str(&json).unwrap();
-            assert_eq!(back, c);
-            // Parameters omitted from the JSON take verl's defaults.
+            assert!(
+                json.starts_with(&format!("{{\"adv_estimator\":\"{name}\"")),
+                "{json}"
+            );
+            assert_eq!(serde_json::from_str::<EstimatorConfig>(&json).unwrap(), c);
             let bare: EstimatorConfig =
                 serde_json::from_str(&format!("{{\"adv_estimator\":\"{name}\"}}")).unwrap();
             assert_eq!(bare, c);
         }
-        let dr: EstimatorConfig =
-            serde_json::from_str(r#"{"adv_estimator":"grpo","norm":"mean_only","std_eps":1e-5}"#).unwrap();
+        let json = serde_json::to_value(parse("grpo")).unwrap();
         assert_eq!(
-            dr,
-            EstimatorConfig::Grpo(GrpoConfig {
-                std_eps: 1e-5,
-                norm: GrpoNorm::MeanOnly,
-                ..GrpoConfig::verl()
-            })
+            json,
+            serde_json::json!({"adv_estimator": "grpo", "std_eps": 1e-6, "norm": "mean_std", "statistics": "rows"})
         );
+        // The same errors as the string form.
+        for (bad, starts) in [
+            (r#"{"adv_estimator":"ppo"}"#, "unknown estimator ppo; known: gae"),
+            (
+                r#"{"adv_estimator":"beacon","gamma":0.9}"#,
+                "estimator beacon has no key gamma; its keys: ",
+            ),
+            (
+                r#"{"adv_estimator":"gae","discount":"x"}"#,
+                "estimator gae: key discount = x: expected a number",
+            ),
+            (r#"{"discount":0.9}"#, "missing field `adv_estimator`"),
+        ] {
+            let err = serde_json::from_str::<EstimatorConfig>(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(starts), "{bad}: {err}");
+        }
     }
 }

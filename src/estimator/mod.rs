@@ -206,12 +206,17 @@ pub mod turn_gae;
 pub mod turns;
 mod whiten;
 
+mod ablation;
 mod config;
 mod input;
 mod kernel;
+mod keys;
 mod output;
 mod workspace;
 
+#[cfg(test)]
+pub(crate) use ablation::SplitMix64;
+pub use ablation::{Ablation, BeaconAblationConfig};
 pub use config::EstimatorConfig;
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
@@ -374,7 +379,7 @@ pub trait AdvantageEstimator: Send + Sync {
 
     /// Step-level estimators: one advantage per row into `advantages` (length = rows), no
     /// token matrix and no response mask read. BEACON (`beacon`, `beacon_official`,
-    /// `beacon_ablation`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
+    /// the `ablation` key of `beacon`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
     /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
     /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows); and the
     /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`: one turn per row, its

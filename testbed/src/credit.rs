@@ -1,4 +1,4 @@
-use beacon_rl::ablation::Ablation;
+use beacon_rl::estimator::Ablation;
 use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
 use beacon_rl::estimator::gigpo::GigpoConfig;
 use beacon_rl::estimator::grpo::GrpoConfig;
@@ -58,7 +58,7 @@ fn config(method: Method) -> EstimatorConfig {
         }
         Method::Gigpo | Method::GigpoMilestoneRewards => EstimatorConfig::Gigpo(GigpoConfig::verl_agent()),
         Method::Beacon => EstimatorConfig::Beacon(BeaconConfig::paper()),
-        Method::BeaconOfficial => EstimatorConfig::BeaconOfficial(BeaconConfig::official()),
+        Method::BeaconOfficial => EstimatorConfig::Beacon(BeaconConfig::official()),
         Method::BeaconCompletion => {
             EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered))
         }

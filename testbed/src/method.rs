@@ -1,7 +1,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use beacon_rl::ablation::Ablation;
+use beacon_rl::estimator::Ablation;
 use beacon_rl::{Error, Result};
 
 /// One trained method.
@@ -20,7 +20,7 @@ use beacon_rl::{Error, Result};
 /// | name | what the trainer hands the library |
 /// |---|---|
 /// | `grpo` | verl's `grpo` on verl-agent's step rows: the terminal reward R on every step row, normalised over the rows of the task group |
-/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`ablation`](beacon_rl::ablation)) |
+/// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`Ablation`](beacon_rl::estimator::Ablation)) |
 /// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
 /// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
 /// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
@@ -140,7 +140,22 @@ impl FromStr for Method {
             "grpo+progress" => Method::GrpoProgress,
             _ => match s.strip_prefix("beacon/").map(str::parse::<Ablation>) {
                 Some(Ok(a)) => Method::Ablation(a),
-                _ => return Err(Error::UnknownEstimator(s.to_owned())),
+                _ => {
+                    return Err(Error::UnknownEstimator {
+                        name: s.to_owned(),
+                        known: &[
+                            "grpo",
+                            "grpo_trajectory",
+                            "gigpo",
+                            "beacon",
+                            "beacon_official",
+                            "beacon_completion",
+                            "beacon/ABLATION",
+                            "gigpo+milestones",
+                            "grpo+progress",
+                        ],
+                    })
+                }
             },
         })
     }

@@ -140,7 +140,7 @@ impl Rollouts {
 /// The training loop: sample G episodes for each of several tasks, label milestones, ask the
 /// library for per-step advantages ([`Credit`]), take one REINFORCE step on the tabular policy.
 ///
-/// Deterministic: one [`SplitMix64`] stream seeded by [`TrainerConfig::seed`] draws the tasks
+/// Deterministic: one SplitMix64 stream seeded by [`TrainerConfig::seed`] draws the tasks
 /// and the actions, another the ablations' partitions, and nothing else is random; the loop is
 /// single-threaded.
 ///

@@ -100,7 +100,7 @@ fn grpo_gives_one_value_per_trajectory_and_gigpo_its_parts() {
         let adv = line["advantages"].as_array().unwrap();
         assert!(adv.iter().all(|a| a == &adv[0]), "{}", line["traj_id"]);
     }
-    let args = ["-e", "gigpo", "-p", "mode=mean_std_norm", "--format", "jsonl"];
+    let args = ["-e", "gigpo:mode=mean_std_norm", "--format", "jsonl"];
     for line in jsonl(&run(&args, None)) {
         assert!(line["step_groups"].is_array() && line["episode_advantage"].is_f64());
     }
@@ -193,17 +193,77 @@ fn table_fits_100_columns_and_explains_its_columns() {
 }
 
 #[test]
+fn estimator_keys_change_the_credit_and_ablations_are_keys() {
+    let mean = |args: &[&str]| -> Vec<f64> {
+        jsonl(&run(args, None))
+            .iter()
+            .map(|l| {
+                l["advantages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_f64().unwrap())
+                    .sum()
+            })
+            .collect()
+    };
+    let paper = mean(&["--format", "jsonl"]);
+    assert_eq!(mean(&["-e", "beacon", "--format", "jsonl"]), paper);
+    // Defaults written out are the defaults.
+    assert_eq!(
+        mean(&[
+            "-e",
+            "beacon:segment_decay=0.95,segment_weight=1",
+            "--format",
+            "jsonl"
+        ]),
+        paper
+    );
+    let decayed = mean(&["--estimator", "beacon:segment_decay=0.5", "--format", "jsonl"]);
+    assert_ne!(decayed, paper);
+    // Without the segment term BEACON is its trajectory term: one value per trajectory.
+    let args = ["-e", "beacon:ablation=no_segment_advantage", "--format", "jsonl"];
+    for line in jsonl(&run(&args, None)) {
+        let adv = line["advantages"].as_array().unwrap();
+        assert!(adv.iter().all(|a| a == &adv[0]), "{}", line["traj_id"]);
+    }
+    let out = run(
+        &[
+            "-e",
+            "beacon_official:segment_weight=10",
+            "--beside",
+            "grpo:norm=mean_only",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("beacon_official: 4 groups"));
+}
+
+#[test]
 fn bad_input_fails_with_a_clear_message() {
     // (arguments, stdin, a phrase the error must contain)
     type Case<'a> = (&'a [&'a str], Option<&'a [u8]>, &'a str);
-    let cases: [Case; 6] = [
-        (&["--estimator", "ppo2"], None, "unknown estimator `ppo2`"),
-        (&["-p", "segment_decay=1.5"], None, "segment_decay = 1.5"),
+    let cases: [Case; 9] = [
         (
-            &["--estimator", "grpo", "-p", "gamma=0.9"],
+            &["--estimator", "ppo2"],
             None,
-            "unknown field `gamma`",
+            "unknown estimator ppo2; known: gae, grpo, grpo_vectorized,",
         ),
+        (&["-e", "beacon:segment_decay=1.5"], None, "segment_decay = 1.5"),
+        (
+            &["--estimator", "grpo:gamma=0.9"],
+            None,
+            "estimator grpo has no key gamma; its keys: std_eps, norm, statistics",
+        ),
+        (
+            &["-e", "beacon:segment_decay=high"],
+            None,
+            "key segment_decay = high: expected a number",
+        ),
+        (&["-e", "beacon:segment_decay"], None, "is not KEY=VALUE"),
+        // One way to give parameters: in the estimator's string.
+        (&["-p", "segment_decay=0.9"], None, "unexpected argument '-p'"),
         (&["--detector", "text"], None, "needs at least one --pattern"),
         (&["-"], Some(b"{\"group_id\":\"g\"}\n"), "line 1"),
         (&["/no/such/file.jsonl"], None, "/no/such/file.jsonl"),

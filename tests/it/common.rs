@@ -13,16 +13,16 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
 }
 
 /// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
-/// ablation, the outcome estimators on step rows and the turn-level estimators.
-pub const STEP_ESTIMATORS: [&str; 11] = [
+/// ablation (`beacon:ablation=...`), the outcome estimators on step rows and the turn-level
+/// estimators, in the order of `EstimatorConfig::NAMES`.
+pub const STEP_ESTIMATORS: [&str; 10] = [
     "grpo",
     "grpo_vectorized",
     "rloo",
     "rloo_vectorized",
-    "gigpo",
     "beacon",
     "beacon_official",
-    "beacon_ablation",
+    "gigpo",
     "step_reinforce",
     "mt_grpo",
     "turn_gae",
@@ -42,9 +42,12 @@ pub fn parity_ok(ours: f64, expected: f64) -> bool {
 }
 
 use beacon_rl::estimator::EstimatorInput;
+#[path = "../support/splitmix64.rs"]
+mod splitmix64;
 use beacon_rl::tensor::MaskView;
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
+pub use splitmix64::SplitMix64;
 
 /// A small batch with every column some estimator reads, for tests that run every
 /// estimator in the registry on one input: 4 rows in 2 groups ({0, 1}, {2, 3}), L = 3

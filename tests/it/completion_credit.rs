@@ -182,16 +182,26 @@ fn selected_by_name_and_by_serde_and_refused_with_the_official_flavour() {
     use beacon_rl::estimator::EstimatorConfig;
     use beacon_rl::Error;
     let want = EstimatorConfig::Beacon(entered(1.0, 0.95));
-    assert_eq!("beacon_completion".parse::<EstimatorConfig>().unwrap(), want);
+    assert_eq!(
+        "beacon:segment_baseline=entered"
+            .parse::<EstimatorConfig>()
+            .unwrap(),
+        want
+    );
+    assert_eq!(want.to_string(), "beacon:segment_baseline=entered");
     let json: EstimatorConfig =
         serde_json::from_str(r#"{"adv_estimator":"beacon","segment_baseline":"entered"}"#).unwrap();
     assert_eq!(json, want);
-    // Serialised, the option round-trips; the paper's default is not written at all.
+    // Serialised, the option round-trips; the paper's default is written as every key is, and
+    // the string form leaves it out.
     let text = serde_json::to_string(&want).unwrap();
     assert!(text.contains(r#""segment_baseline":"entered""#), "{text}");
     assert_eq!(serde_json::from_str::<EstimatorConfig>(&text).unwrap(), want);
-    let paper = serde_json::to_string(&EstimatorConfig::Beacon(BeaconConfig::paper())).unwrap();
-    assert!(!paper.contains("segment_baseline"), "{paper}");
+    let paper = EstimatorConfig::Beacon(BeaconConfig::paper());
+    assert!(serde_json::to_string(&paper)
+        .unwrap()
+        .contains(r#""segment_baseline":"completed""#));
+    assert_eq!(paper.to_string(), "beacon");
     // An unknown value is a parse error, the official flavour a typed config error.
     assert!(serde_json::from_str::<EstimatorConfig>(
         r#"{"adv_estimator":"beacon","segment_baseline":"all"}"#

@@ -10,11 +10,11 @@
 //! score in one column, so the step paths' consistency checks pass unless `row_scores` differ
 //! within a trajectory), and errs in the others: the property is about the `Ok`s.
 
-use beacon_rl::ablation::Ablation;
 use beacon_rl::estimator::beacon::BeaconFlavour;
 use beacon_rl::estimator::gigpo::StepGrouping;
 use beacon_rl::estimator::grpo::{GrpoNorm, GrpoStatistics};
 use beacon_rl::estimator::optimal_baseline::ZeroTail;
+use beacon_rl::estimator::Ablation;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;
@@ -145,7 +145,7 @@ fn configured(name: &str, p: &Params) -> EstimatorConfig {
                 g.grouping = StepGrouping::Similarity { threshold: 0.5 };
             }
         }
-        EstimatorConfig::Beacon(b) | EstimatorConfig::BeaconOfficial(b) => {
+        EstimatorConfig::Beacon(b) => {
             b.milestone_reward = pos1;
             b.segment_decay = u0;
             b.segment_weight = nn0;

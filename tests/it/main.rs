@@ -17,6 +17,7 @@ mod api_paths;
 #[cfg(feature = "cli")]
 mod cli;
 mod completion_credit;
+mod config_grammar;
 mod detectors;
 mod detectors_real_data;
 mod diagnostics;
@@ -74,9 +75,10 @@ mod layout {
             top, declared,
             "a tests/*.rs file that Cargo.toml does not declare: move it to tests/it/"
         );
+        // The counting allocator, and the random source the tests and benches share.
         assert_eq!(
             rust_files(&tests.join("support")),
-            BTreeSet::from(["counting.rs".to_string()])
+            BTreeSet::from(["counting.rs".to_string(), "splitmix64.rs".to_string()])
         );
         for binary in &declared {
             let text = fs::read_to_string(tests.join(binary)).unwrap();

@@ -4,7 +4,7 @@
 //! and the written bits are the plain select's (a value's sign and subnormals kept, `+0.0`
 //! off the mask).
 
-use beacon_rl::ablation::SplitMix64;
+use crate::common::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast_into;

@@ -103,7 +103,7 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
         cols: usize::MAX / 2,
     };
     // The step-level estimators take the output's shape from the mask alone.
-    for name in ["beacon", "beacon_official", "beacon_ablation", "gigpo"] {
+    for name in ["beacon", "beacon_official", "beacon:ablation=full", "gigpo"] {
         let est = common::build(name);
         let err = est.estimate(&every.input(mask)).unwrap_err();
         assert!(
@@ -195,7 +195,11 @@ fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
     let mut step_inputs_only = with_tokens;
     step_inputs_only.token_level_rewards = None;
     let mut refused = Vec::new();
-    for name in beacon_rl::estimator::EstimatorConfig::NAMES {
+    // Every name, and the ablation (BEACON under a Table 3 row).
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES
+        .iter()
+        .chain(&["beacon:ablation=full"])
+    {
         let est = common::build(name);
         for input in [with_tokens, step_inputs_only] {
             match est.estimate(&input).unwrap_err() {
@@ -228,7 +232,7 @@ fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
         }
     }
     refused.dedup();
-    for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+    for name in ["gigpo", "beacon", "beacon_official", "beacon:ablation=full"] {
         assert!(refused.contains(&name), "{name} not refused: {refused:?}");
     }
     // The allocating broadcast, the same claim.
@@ -248,7 +252,10 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
         .with_milestones(&[false])
         .with_step_rewards(&[0.0])
         .with_anchor_obs(&["s"]);
-    for name in beacon_rl::estimator::EstimatorConfig::NAMES {
+    for name in beacon_rl::estimator::EstimatorConfig::NAMES
+        .iter()
+        .chain(&["beacon:ablation=full"])
+    {
         let est = common::build(name);
         let mut a = Array2::<f64>::zeros((1, 1));
         let err = est
@@ -289,7 +296,7 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
     input.token_level_rewards = None;
     let nan = [0.0, f64::NAN, 0.0, 0.0];
     let long = [1, UNALLOCATABLE_COLS + 1, 0, 0];
-    for name in ["gigpo", "beacon", "beacon_official", "beacon_ablation"] {
+    for name in ["gigpo", "beacon", "beacon_official", "beacon:ablation=full"] {
         let est = common::build(name);
         // A missing column (shapes are checked first).
         let mut missing = input;

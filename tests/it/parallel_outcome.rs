@@ -5,7 +5,7 @@
 //! tokens, above the split threshold of 2 × 65,536 tokens).
 #![cfg(feature = "rayon")]
 
-use beacon_rl::ablation::SplitMix64;
+use crate::common::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::RolloutBatch;

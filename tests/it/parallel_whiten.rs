@@ -7,7 +7,7 @@
 //! of rows.
 #![cfg(feature = "rayon")]
 
-use beacon_rl::ablation::SplitMix64;
+use crate::common::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::{Error, RolloutBatch};

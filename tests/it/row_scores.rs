@@ -100,7 +100,7 @@ fn row_statistics_hand_computed() {
         "beacon_official",
     );
     // The ablation in official flavour, without its segment term: A^traj alone.
-    let ablation = build("beacon_official:no_segment_advantage");
+    let ablation = build("beacon_official:ablation=no_segment_advantage");
     assert_close(
         &steps(&*ablation, &official_input).unwrap(),
         &episode,
@@ -109,7 +109,7 @@ fn row_statistics_hand_computed() {
     );
     // An ablation that redraws the flags (dropout p = 1 drops a's milestone: every row is
     // unfinished, r = 0, A^seg = 0 − 0) keeps the row scores: A^traj alone again.
-    let dropout = build("beacon_official:milestone_dropout=1");
+    let dropout = build("beacon_official:ablation=milestone_dropout(p=1)");
     assert_close(
         &steps(&*dropout, &official_input).unwrap(),
         &episode,
@@ -186,7 +186,11 @@ fn paper_flavour_needs_the_rows_of_a_trajectory_to_agree() {
         expected: 0.9,
         value: 1.0,
     });
-    for name in ["beacon", "beacon_ablation", "beacon:no_segment_advantage"] {
+    for name in [
+        "beacon",
+        "beacon:ablation=full",
+        "beacon:ablation=no_segment_advantage",
+    ] {
         assert_eq!(steps(&*build(name), &input), want, "{name}");
     }
     // Agreeing rows are read: row scores 0.5, 0.5, 0 (batch R(τ) 1, 1, 0). Trajectory term
@@ -320,7 +324,7 @@ fn paper_consistency_is_checked_after_the_token_sums_and_shapes() {
 fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
     let mut v: Vec<Box<dyn AdvantageEstimator>> = common::STEP_ESTIMATORS
         .iter()
-        .chain(&["beacon_official:no_temporal_decay"])
+        .chain(&["beacon_official:ablation=no_temporal_decay"])
         .map(|n| build(n))
         .collect();
     v.push(Box::new(
@@ -330,7 +334,7 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
     official.flavour = beacon_rl::estimator::beacon::BeaconFlavour::Official {
         mode: beacon_rl::NormMode::MeanStdNorm,
     };
-    v.push(EstimatorConfig::BeaconOfficial(official).build().unwrap());
+    v.push(EstimatorConfig::Beacon(official).build().unwrap());
     let mut gigpo = beacon_rl::estimator::gigpo::GigpoConfig::verl_agent();
     gigpo.mode = beacon_rl::NormMode::MeanStdNorm;
     v.push(EstimatorConfig::Gigpo(gigpo).build().unwrap());
