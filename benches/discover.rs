@@ -14,7 +14,7 @@ use std::time::Duration;
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
-use beacon_rl::milestone::text::TextPatterns;
+use beacon_rl::milestone::TextPatterns;
 use beacon_rl::milestone::{detect_milestones, Transition};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -10,23 +10,31 @@
 //! detection and pass the flags to the estimator directly.
 //!
 //! Built-ins here: [`ScoreIncrease`] (ScienceWorld, TextWorld: the environment's score went up)
-//! and [`EnvFlag`] (the environment already reports a milestone flag). Submodules:
-//! [`text`] (regex patterns on the response: ALFWorld feedback, TextWorld's score message),
-//! [`webshop`] (WebShop page phases), [`subgoal`] (ScienceWorld's newly completed subgoals),
-//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name),
-//! [`walkthrough`] (an expert walkthrough matched in order), [`discover`] (milestones found
-//! from rollouts alone) and [`agreement`] (two detectors' flags compared). Each family's types
-//! have one path, in their submodule: `milestone::text::TextPatterns`,
-//! `milestone::webshop::WebShopPhases`, ...
+//! and [`EnvFlag`] (the environment already reports a milestone flag). The detector families,
+//! all re-exported here: [`TextPatterns`] (regex patterns on the response: ALFWorld feedback,
+//! TextWorld's score message), [`WebShopPhases`] (WebShop page phases), [`NewSubgoals`]
+//! (ScienceWorld's newly completed subgoals), [`AnyOf`] / [`AllOf`] / [`Not`] (combinators),
+//! [`DetectorPreset`] (per-environment presets by name), [`ExpertWalkthrough`] (an expert
+//! walkthrough matched in order), [`discover`] (milestones found from rollouts alone) and
+//! [`MilestoneAgreement`] (two detectors' flags compared).
 
-pub mod agreement;
-pub mod combinators;
+mod agreement;
+mod combinators;
+pub(crate) mod difflib;
 pub mod discover;
-pub mod preset;
-pub mod subgoal;
-pub mod text;
-pub mod walkthrough;
-pub mod webshop;
+mod preset;
+mod subgoal;
+mod text;
+mod walkthrough;
+mod webshop;
+
+pub use agreement::MilestoneAgreement;
+pub use combinators::{AllOf, AnyOf, Not};
+pub use preset::DetectorPreset;
+pub use subgoal::NewSubgoals;
+pub use text::{BuiltinPattern, TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN};
+pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
+pub use webshop::{WebShopAction, WebShopGoal, WebShopPage, WebShopItem, WebShopPhase, WebShopPhases, WebShopTarget};
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, check_out_len, Result};

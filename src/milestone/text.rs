@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 /// A built-in response pattern with a real line of environment feedback that it matches.
 ///
 /// ```
-/// use beacon_rl::milestone::text::ALFWORLD_PATTERNS;
+/// use beacon_rl::milestone::ALFWORLD_PATTERNS;
 /// let heat = ALFWORLD_PATTERNS.iter().find(|p| p.name == "heat").unwrap();
 /// assert_eq!(heat.example, "You heat the egg 2 using the microwave 1.");
 /// ```
@@ -65,7 +65,7 @@ pub struct BuiltinPattern {
 /// progress).
 ///
 /// ```
-/// use beacon_rl::milestone::text::ALFWORLD_PATTERNS;
+/// use beacon_rl::milestone::ALFWORLD_PATTERNS;
 /// use regex::Regex;
 /// for p in ALFWORLD_PATTERNS {
 ///     assert!(Regex::new(p.regex).unwrap().is_match(p.example), "{}", p.name);
@@ -127,7 +127,7 @@ pub const ALFWORLD_PATTERNS: &[BuiltinPattern] = &[
 /// `You take the lettuce from the fridge.\n\n\n\nYour score has just gone up by one point.`
 ///
 /// ```
-/// use beacon_rl::milestone::text::TEXTWORLD_SCORE_PATTERN;
+/// use beacon_rl::milestone::TEXTWORLD_SCORE_PATTERN;
 /// use regex::Regex;
 /// let re = Regex::new(TEXTWORLD_SCORE_PATTERN.regex).unwrap();
 /// assert!(re.is_match("Your score has just gone up by two points."));
@@ -150,7 +150,7 @@ struct Rule {
 /// validates.
 ///
 /// ```
-/// use beacon_rl::milestone::text::TextPatternsBuilder;
+/// use beacon_rl::milestone::TextPatternsBuilder;
 /// let d = TextPatternsBuilder::new()
 ///     .response(r"You pick up the \S")
 ///     .response_after_action(r"You open the fridge", r"^open fridge")
@@ -168,7 +168,7 @@ impl TextPatternsBuilder {
     /// An empty builder: no rules, case-sensitive matching.
     ///
     /// ```
-    /// use beacon_rl::milestone::text::TextPatternsBuilder;
+    /// use beacon_rl::milestone::TextPatternsBuilder;
     /// assert!(TextPatternsBuilder::new().build().is_err()); // at least one rule is required
     /// ```
     pub fn new() -> Self {
@@ -221,7 +221,7 @@ impl TextPatternsBuilder {
     /// Adds every pattern of a built-in list as an unrestricted rule.
     ///
     /// ```
-    /// use beacon_rl::milestone::text::{TextPatternsBuilder, ALFWORLD_PATTERNS};
+    /// use beacon_rl::milestone::{TextPatternsBuilder, ALFWORLD_PATTERNS};
     /// let d = TextPatternsBuilder::new().builtin(ALFWORLD_PATTERNS).response(r"You win").build()?;
     /// assert_eq!(d.len(), ALFWORLD_PATTERNS.len() + 1);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -255,7 +255,7 @@ impl TextPatternsBuilder {
     ///   or one that matches the empty string (it would fire on every step).
     ///
     /// ```
-    /// use beacon_rl::{milestone::text::TextPatternsBuilder, Error};
+    /// use beacon_rl::{milestone::TextPatternsBuilder, Error};
     /// let err = TextPatternsBuilder::new().response("You pick up (the").build().unwrap_err();
     /// assert!(matches!(err, Error::InvalidPattern { ref pattern, .. } if pattern == "You pick up (the"));
     /// let err = TextPatternsBuilder::new().response("(heat)?").build().unwrap_err();
@@ -351,7 +351,7 @@ impl TextPatterns {
     /// Starts a [`TextPatternsBuilder`].
     ///
     /// ```
-    /// use beacon_rl::milestone::text::TextPatterns;
+    /// use beacon_rl::milestone::TextPatterns;
     /// let d = TextPatterns::builder().response("You win").build()?;
     /// assert_eq!(d.len(), 1);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -398,7 +398,7 @@ impl TextPatterns {
     /// Number of rules (restricted and unrestricted).
     ///
     /// ```
-    /// use beacon_rl::milestone::text::{TextPatterns, ALFWORLD_PATTERNS};
+    /// use beacon_rl::milestone::{TextPatterns, ALFWORLD_PATTERNS};
     /// assert_eq!(TextPatterns::alfworld().len(), ALFWORLD_PATTERNS.len());
     /// ```
     pub fn len(&self) -> usize {
@@ -408,7 +408,7 @@ impl TextPatterns {
     /// Always false: [`TextPatternsBuilder::build`] rejects an empty rule list.
     ///
     /// ```
-    /// use beacon_rl::milestone::text::TextPatterns;
+    /// use beacon_rl::milestone::TextPatterns;
     /// assert!(!TextPatterns::alfworld().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -419,7 +419,7 @@ impl TextPatterns {
     /// computes, without needing `&mut`.
     ///
     /// ```
-    /// use beacon_rl::milestone::text::TextPatterns;
+    /// use beacon_rl::milestone::TextPatterns;
     /// let d = TextPatterns::alfworld();
     /// assert!(d.matches("take egg 2 from countertop 3", "You pick up the egg 2 from the countertop 3."));
     /// assert!(!d.matches("take egg 2 from countertop 3", "Nothing happens."));

@@ -55,7 +55,7 @@ use crate::error::{Error, Result};
 /// One action in WebShop's grammar.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::WebShopAction;
+/// use beacon_rl::milestone::WebShopAction;
 /// assert_eq!(WebShopAction::parse("search[bright citrus deodorant]"), WebShopAction::Search("bright citrus deodorant"));
 /// assert_eq!(WebShopAction::parse("click[B078GWRC1J]"), WebShopAction::Click("B078GWRC1J"));
 /// assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
@@ -79,7 +79,7 @@ impl<'a> WebShopAction<'a> {
     /// unchanged, which the phase machine sees). Never panics.
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::WebShopAction;
+    /// use beacon_rl::milestone::WebShopAction;
     /// // Same as WebShop: the greedy name swallows an earlier bracket.
     /// assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
     /// assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
@@ -117,7 +117,7 @@ impl<'a> WebShopAction<'a> {
 /// The kind of WebShop page an observation shows.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::WebShopPage;
+/// use beacon_rl::milestone::WebShopPage;
 /// let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
 /// assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
 /// assert_eq!(WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"), WebShopPage::Done);
@@ -146,7 +146,7 @@ impl WebShopPage {
     /// everything, then results, item, item detail, search.
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::WebShopPage;
+    /// use beacon_rl::milestone::WebShopPage;
     /// let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
     /// assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
     /// assert_eq!(WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."), WebShopPage::ItemDetail);
@@ -191,7 +191,7 @@ impl WebShopPage {
 /// not show is `""`.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::WebShopItem;
+/// use beacon_rl::milestone::WebShopItem;
 /// let item = WebShopItem { asin: "B078GWRC1J", title: "Bright Citrus Deodorant", price: "$10.99" };
 /// assert!(item.asin.eq_ignore_ascii_case("b078gwrc1j"));
 /// ```
@@ -213,7 +213,7 @@ pub struct WebShopItem<'a> {
 /// trajectory.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::{WebShopGoal, WebShopItem};
+/// use beacon_rl::milestone::{WebShopGoal, WebShopItem};
 ///
 /// struct Deodorant { options: Vec<String> }
 /// impl WebShopGoal for Deodorant {
@@ -265,7 +265,7 @@ impl<G: WebShopGoal + ?Sized> WebShopGoal for Arc<G> {
 /// options: WebShop's own `goal["asin"]` and `goal["goal_options"]`.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::{WebShopGoal, WebShopItem, WebShopTarget};
+/// use beacon_rl::milestone::{WebShopGoal, WebShopItem, WebShopTarget};
 /// let goal = WebShopTarget::new("B078GWRC1J", ["bright citrus", "3 ounce (pack of 1)"])?;
 /// assert!(goal.item_matches(&WebShopItem { asin: "b078gwrc1j", ..Default::default() }));
 /// assert_eq!(goal.required_options().len(), 2);
@@ -285,7 +285,7 @@ impl WebShopTarget {
     /// could never be clicked).
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::WebShopTarget;
+    /// use beacon_rl::milestone::WebShopTarget;
     /// assert!(WebShopTarget::new("B078GWRC1J", Vec::<String>::new()).is_ok());
     /// assert!(WebShopTarget::new("", ["black"]).is_err());
     /// assert!(WebShopTarget::new("B078GWRC1J", ["  "]).is_err());
@@ -309,7 +309,7 @@ impl WebShopTarget {
     /// The target ASIN as given (trimmed).
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::WebShopTarget;
+    /// use beacon_rl::milestone::WebShopTarget;
     /// assert_eq!(WebShopTarget::new(" B078GWRC1J ", Vec::<String>::new())?.asin(), "B078GWRC1J");
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -343,7 +343,7 @@ fn check_options(options: &[String]) -> Result<()> {
 /// Ordered: `Start < Found < ItemPage < OptionsChosen < Purchased`.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::WebShopPhase;
+/// use beacon_rl::milestone::WebShopPhase;
 /// assert!(WebShopPhase::Found < WebShopPhase::Purchased);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -366,7 +366,7 @@ pub enum WebShopPhase {
 /// the four phases, once per trajectory, in order.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::{WebShopPhase, WebShopPhases, WebShopTarget};
+/// use beacon_rl::milestone::{WebShopPhase, WebShopPhases, WebShopTarget};
 /// use beacon_rl::milestone::{MilestoneDetector, Transition};
 ///
 /// let goal = WebShopTarget::new("B078GWRC1J", ["3 ounce (pack of 1)"])?;
@@ -405,7 +405,7 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// [`Error::InvalidPattern`] when a required option is blank (it could never be clicked).
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::{WebShopPhase, WebShopPhases, WebShopTarget};
+    /// use beacon_rl::milestone::{WebShopPhase, WebShopPhases, WebShopTarget};
     /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", ["black"])?)?;
     /// assert_eq!(d.phase(), WebShopPhase::Start);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -425,7 +425,7 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// The phase reached so far in the current trajectory.
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::{WebShopPhase, WebShopPhases, WebShopTarget};
+    /// use beacon_rl::milestone::{WebShopPhase, WebShopPhases, WebShopTarget};
     /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", Vec::<String>::new())?)?;
     /// assert_eq!(d.phase(), WebShopPhase::Start);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -437,7 +437,7 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// The goal.
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::{WebShopPhases, WebShopTarget};
+    /// use beacon_rl::milestone::{WebShopPhases, WebShopTarget};
     /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", ["black"])?)?;
     /// assert_eq!(d.goal().asin(), "B09XYZ1234");
     /// # Ok::<(), beacon_rl::Error>(())

@@ -5,19 +5,22 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use beacon_rl::milestone::combinators::{AllOf, AnyOf, BoxedDetector, Not};
-use beacon_rl::milestone::preset::DetectorPreset;
-use beacon_rl::milestone::subgoal::NewSubgoals;
-use beacon_rl::milestone::text::{
+use beacon_rl::milestone::{AllOf, AnyOf, Not};
+use beacon_rl::milestone::DetectorPreset;
+use beacon_rl::milestone::NewSubgoals;
+use beacon_rl::milestone::{
     TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN,
 };
-use beacon_rl::milestone::webshop::{
+use beacon_rl::milestone::{
     WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
 };
 use beacon_rl::milestone::{detect_milestones, EnvFlag, MilestoneDetector, ScoreIncrease, Transition};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 use regex::Regex;
+
+/// What presets build and combinators hold.
+type BoxedDetector = Box<dyn MilestoneDetector + Send>;
 
 fn response(obs: &str) -> Transition<'_> {
     Transition {

@@ -2,7 +2,7 @@
 //! agreement with the environments' own milestones on the bundled recorded sample.
 #![cfg(feature = "serde")]
 
-use beacon_rl::milestone::agreement::MilestoneAgreement;
+use beacon_rl::milestone::MilestoneAgreement;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::Transition;

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 mod bytes;
 #[path = "../../fuzz/src/detectors.rs"]
 mod detectors;
+#[allow(dead_code)]
+#[path = "../../src/milestone/difflib/py.rs"]
+mod difflib_py;
 #[path = "../../fuzz/src/discover.rs"]
 mod discover;
 #[path = "../../fuzz/src/estimators.rs"]
@@ -115,7 +118,7 @@ fn python_port_matches_python() {
     for c in cases {
         let (a, b) = (c["a"].as_str().unwrap(), c["b"].as_str().unwrap());
         let expected = c["ratio"].as_f64().unwrap();
-        let got = detectors::py::SequenceMatcher::new(a, b).ratio();
+        let got = difflib_py::SequenceMatcher::new(a, b).ratio();
         assert_eq!(got.to_bits(), expected.to_bits(), "ratio({a:?}, {b:?})");
     }
 }
