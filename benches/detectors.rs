@@ -162,7 +162,8 @@ fn benches(c: &mut Criterion) {
     g.bench_function("textworld-score", |b| {
         b.iter(|| black_box(run_flat(&mut textworld, black_box(&steps))))
     });
-    let children: Vec<Box<dyn MilestoneDetector + Send>> = vec![Box::new(ScoreIncrease), Box::new(TextPatterns::alfworld())];
+    let children: Vec<Box<dyn MilestoneDetector + Send>> =
+        vec![Box::new(ScoreIncrease), Box::new(TextPatterns::alfworld())];
     let mut any = AnyOf::new(children).expect("non-empty");
     g.bench_function("any_of(score, alfworld)", |b| {
         b.iter(|| black_box(run_flat(&mut any, black_box(&steps))))
@@ -175,7 +176,20 @@ fn benches(c: &mut Criterion) {
 /// `SequenceMatcher(None, a, b).ratio()` with `b` prepared from scratch.
 fn bench_walkthrough(c: &mut Criterion) {
     let mut rng = SplitMix64::new(42);
-    let words = ["cabinet", "drawer", "mug", "spoon", "countertop", "fridge", "1", "2", "3", "the", "a", ","];
+    let words = [
+        "cabinet",
+        "drawer",
+        "mug",
+        "spoon",
+        "countertop",
+        "fridge",
+        "1",
+        "2",
+        "3",
+        "the",
+        "a",
+        ",",
+    ];
     let mut a = String::new();
     while a.chars().count() < 600 {
         a.push_str(words[(rng.next_u64() % words.len() as u64) as usize]);

@@ -53,7 +53,10 @@ fn difflib(u: &mut Bytes<'_>) {
         let expected = difflib_py::SequenceMatcher::new(&a, &b2).ratio();
         if let Ok(mut d) = ExpertWalkthrough::with_threshold(vec![b.clone(), b2.clone()], expected) {
             assert!(d.detect(&action(&b)));
-            assert!(d.detect(&action(&a)), "after set_b({b2:?}): ratio({a:?}) = {expected}");
+            assert!(
+                d.detect(&action(&a)),
+                "after set_b({b2:?}): ratio({a:?}) = {expected}"
+            );
         }
     }
 }
@@ -78,9 +81,7 @@ fn presets(u: &mut Bytes<'_>) {
     // on by default, turns it on; the replay test follows the root crate's). Nothing is
     // decoded after this text, so inputs mean the same with or without it.
     #[cfg(feature = "serde")]
-    drop(beacon_rl::milestone::WalkthroughMap::from_json_str(
-        &u.text(64),
-    ));
+    drop(beacon_rl::milestone::WalkthroughMap::from_json_str(&u.text(64)));
 
     // Presets built from the task's input, on every run.
     let mut detectors = Vec::new();

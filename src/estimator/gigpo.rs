@@ -67,10 +67,10 @@
 use std::hash::Hash;
 
 use crate::batch::RolloutBatch;
-use crate::milestone::difflib::Matcher;
 use crate::error::{check_finite, check_len, Error, Range, Result};
 use crate::estimator::{group_rows, StepScores};
 use crate::hash::KeyHasher;
+use crate::milestone::difflib::Matcher;
 use crate::stats::{group_means, group_spreads, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.

@@ -32,12 +32,16 @@ pub use agreement::MilestoneAgreement;
 pub use combinators::{AllOf, AnyOf, Not};
 pub use preset::DetectorPreset;
 pub use subgoal::NewSubgoals;
-pub use text::{BuiltinPattern, TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN};
+pub use text::{
+    BuiltinPattern, TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN,
+};
 pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
-pub use webshop::{WebShopAction, WebShopGoal, WebShopPage, WebShopItem, WebShopPhase, WebShopPhases, WebShopTarget};
+pub use webshop::{
+    WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
+};
 
 use crate::batch::RolloutBatch;
-use crate::error::{check_len, check_out_len, Result};
+use crate::error::{check_len, Result};
 #[cfg(any(doc, test))]
 use crate::Error;
 
@@ -188,40 +192,6 @@ where
     Ok(flags)
 }
 
-/// [`detect_milestones`] into a caller-owned buffer of one flag per row.
-///
-/// # Errors
-/// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`;
-/// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated.
-///
-/// ```
-/// use beacon_rl::milestone::{detect_milestones_into, EnvFlag, Transition};
-/// use beacon_rl::RolloutBatch;
-/// let batch = RolloutBatch::from_blocks(1, &[2], vec![1.0])?;
-/// let mut flags = vec![false; 2];
-/// detect_milestones_into(&batch, &mut EnvFlag, |row, _| Transition {
-///     env_flag: Some(row == 1),
-///     ..Default::default()
-/// }, &mut flags)?;
-/// assert_eq!(flags, [false, true]);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn detect_milestones_into<'a, D, F>(
-    batch: &RolloutBatch,
-    detector: &mut D,
-    transition: F,
-    flags: &mut [bool],
-) -> Result<()>
-where
-    D: MilestoneDetector + ?Sized,
-    F: FnMut(usize, usize) -> Transition<'a>,
-{
-    check_out_len("flags", batch.num_steps(), flags.len())?;
-    batch.try_step_rows()?;
-    detect_milestones_unchecked(batch, detector, transition, flags);
-    Ok(())
-}
-
 fn detect_milestones_unchecked<'a, D, F>(
     batch: &RolloutBatch,
     detector: &mut D,
@@ -305,15 +275,5 @@ mod tests {
         assert!(!d.detect(&t(Some(f64::NAN), Some(1.0))));
         assert!(!d.detect(&t(Some(5.0), Some(5.0))));
         assert!(d.detect(&t(Some(-100.0), Some(-99.0))));
-    }
-
-    #[test]
-    fn into_checks_length() {
-        let batch = RolloutBatch::from_blocks(1, &[2], vec![0.0]).unwrap();
-        let mut flags = [false; 3];
-        assert!(matches!(
-            detect_milestones_into(&batch, &mut EnvFlag, |_, _| Transition::default(), &mut flags),
-            Err(Error::OutputShape { .. })
-        ));
     }
 }

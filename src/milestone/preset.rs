@@ -14,11 +14,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::MilestoneDetector;
 use super::subgoal::NewSubgoals;
 use super::text::TextPatterns;
 use super::walkthrough::ExpertWalkthrough;
 use super::webshop::{WebShopGoal, WebShopPhases};
+use super::MilestoneDetector;
 use super::{EnvFlag, ScoreIncrease};
 use crate::error::{Error, Result};
 
@@ -165,7 +165,10 @@ impl DetectorPreset {
     /// assert!(d.detect(&Transition { action: "take apple 1 from table 1", ..Default::default() }));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn build_walkthrough(expert: Vec<String>, threshold: f64) -> Result<Box<dyn MilestoneDetector + Send>> {
+    pub fn build_walkthrough(
+        expert: Vec<String>,
+        threshold: f64,
+    ) -> Result<Box<dyn MilestoneDetector + Send>> {
         Ok(Box::new(ExpertWalkthrough::with_threshold(expert, threshold)?))
     }
 
@@ -180,7 +183,9 @@ impl DetectorPreset {
     /// let _d = DetectorPreset::build_webshop(WebShopTarget::new("B078GWRC1J", ["bright citrus"])?)?;
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn build_webshop<G: WebShopGoal + Send + 'static>(goal: G) -> Result<Box<dyn MilestoneDetector + Send>> {
+    pub fn build_webshop<G: WebShopGoal + Send + 'static>(
+        goal: G,
+    ) -> Result<Box<dyn MilestoneDetector + Send>> {
         Ok(Box::new(WebShopPhases::new(goal)?))
     }
 }

@@ -47,13 +47,6 @@ use super::difflib::Matcher;
 use crate::error::{Error, Result};
 use crate::milestone::{MilestoneDetector, Transition};
 
-/// The release's similarity threshold for matching an agent action to an expert action.
-///
-/// ```
-/// assert_eq!(beacon_rl::milestone::DEFAULT_THRESHOLD, 0.85);
-/// ```
-pub const DEFAULT_THRESHOLD: f64 = 0.85;
-
 fn check_threshold(threshold: f64) -> Result<()> {
     // A threshold <= 0 would match every action: reject it rather than detect nonsense.
     if threshold > 0.0 && threshold <= 1.0 {
@@ -96,9 +89,18 @@ pub struct ExpertWalkthrough<'a> {
     matcher: Matcher,
 }
 
+impl ExpertWalkthrough<'_> {
+    /// The release's similarity threshold for matching an agent action to an expert action.
+    ///
+    /// ```
+    /// assert_eq!(beacon_rl::milestone::ExpertWalkthrough::DEFAULT_THRESHOLD, 0.85);
+    /// ```
+    pub const DEFAULT_THRESHOLD: f64 = 0.85;
+}
+
 impl<'a> ExpertWalkthrough<'a> {
     /// A detector for `expert` (a `Vec<String>`, `&Vec<String>` or `&[String]`) with the
-    /// default threshold [`DEFAULT_THRESHOLD`] (0.85).
+    /// default threshold [`Self::DEFAULT_THRESHOLD`] (0.85).
     ///
     /// ```
     /// use beacon_rl::milestone::ExpertWalkthrough;
@@ -110,7 +112,7 @@ impl<'a> ExpertWalkthrough<'a> {
         let matcher = Matcher::new(expert.first().map_or("", String::as_str));
         Self {
             expert,
-            threshold: DEFAULT_THRESHOLD,
+            threshold: Self::DEFAULT_THRESHOLD,
             next: 0,
             matcher,
         }

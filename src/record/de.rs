@@ -244,7 +244,7 @@ impl<'de> Visitor<'de> for RowVisitor {
         let mut uid: Option<String> = None;
         let mut traj_uid: Option<String> = None;
         let mut reward: Option<f64> = None;
-        let mut episode_reward: Option<f64> = None;
+        let mut terminal_reward: Option<f64> = None;
         let mut anchor_obs: Option<Option<String>> = None;
         let mut action: Option<Option<String>> = None;
         let mut observation: Option<Option<String>> = None;
@@ -260,7 +260,7 @@ impl<'de> Visitor<'de> for RowVisitor {
                 "traj_uid" => field!(map, traj_uid, "traj_uid"),
                 // An alias shares its field: both spellings on one row is a repeated field.
                 "rewards" | "reward" => field!(map, reward, "rewards"),
-                "episode_rewards" | "episode_reward" => field!(map, episode_reward, "episode_rewards"),
+                "episode_rewards" | "episode_reward" => field!(map, terminal_reward, "episode_rewards"),
                 "anchor_obs" => field!(map, anchor_obs, "anchor_obs"),
                 "action" => field!(map, action, "action"),
                 "observation" => field!(map, observation, "observation"),
@@ -276,7 +276,7 @@ impl<'de> Visitor<'de> for RowVisitor {
             uid: required(uid, "uid")?,
             traj_uid: required(traj_uid, "traj_uid")?,
             reward: required(reward, "rewards")?,
-            episode_reward: required(episode_reward, "episode_rewards")?,
+            terminal_reward: required(terminal_reward, "episode_rewards")?,
             anchor_obs: anchor_obs.flatten(),
             action: action.flatten(),
             observation: observation.flatten(),

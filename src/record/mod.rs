@@ -99,6 +99,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 
@@ -116,13 +117,9 @@ pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;
 pub use groups::{read_groups, RecordGroup, TrajectoryGroups};
 pub use jsonl::{
-    create_jsonl, open_jsonl, read_rows, read_trajectories, write_jsonl, JsonlReader, DEFAULT_MAX_LINE_BYTES,
+    create_jsonl, open_jsonl, read_trajectories, write_jsonl, JsonlReader, DEFAULT_MAX_LINE_BYTES,
 };
 pub use rows::{group_rows, read_row_dump, RowRecord};
-/// Re-exported from `serde_json`: free-form values (`info`), and the raw JSON text of an
-/// [`Extra`] field.
-pub use serde_json::{value::RawValue, Map, Value};
-
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///
 /// Named fields are the ones the crate uses; every other field of the line is kept in

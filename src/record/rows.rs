@@ -14,8 +14,8 @@ use crate::error::Result;
 /// object per row).
 ///
 /// Field names follow verl-agent: `uid` (group), `traj_uid` (trajectory), `rewards` (the
-/// step's reward; `reward` is accepted too), `episode_rewards` (the trajectory's episode
-/// reward repeated on each of its rows; `episode_reward` accepted), optional `anchor_obs`
+/// step's reward; `reward` is accepted too), `episode_rewards` (verl-agent's name for the
+/// trajectory's terminal reward, repeated on each of its rows; `episode_reward` accepted), optional `anchor_obs`
 /// (what the agent saw before acting), and optionally the step's `action`, `observation`
 /// (the environment's response), `score`, `done`, `milestone`, `new_subgoals`, `info`. Other
 /// fields are kept in [`extra`](RowRecord::extra). See [`group_rows`] for the mapping to
@@ -27,7 +27,7 @@ use crate::error::Result;
 ///     r#"{"uid": "q1", "traj_uid": "q1-a", "rewards": 0.5, "episode_rewards": 1, "anchor_obs": "You are in a kitchen.", "step": 0}"#,
 ///     1,
 /// )?;
-/// assert_eq!((row.reward, row.episode_reward), (0.5, 1.0));
+/// assert_eq!((row.reward, row.terminal_reward), (0.5, 1.0));
 /// assert_eq!(row.extra.get("step").unwrap().get(), "0");
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -40,9 +40,10 @@ pub struct RowRecord {
     /// The step's reward (`rewards`).
     #[serde(rename = "rewards", serialize_with = "num::ser")]
     pub reward: f64,
-    /// The trajectory's episode reward (`episode_rewards`), the same on all its rows.
+    /// The trajectory's terminal reward R(τ) (JSON field `episode_rewards`, verl-agent's name;
+    /// `episode_reward` is read too), the same on all its rows.
     #[serde(rename = "episode_rewards", serialize_with = "num::ser")]
-    pub episode_reward: f64,
+    pub terminal_reward: f64,
     /// s_t: the observation the agent acted on (verl-agent's GiGPO anchor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anchor_obs: Option<String>,
@@ -99,7 +100,7 @@ impl JsonlRecord for RowRecord {
     /// rows are not steps and must be dropped before grouping.
     fn validate(&self, line: usize) -> Result<()> {
         check_finite_field(line, || "rewards".into(), self.reward)?;
-        check_finite_field(line, || "episode_rewards".into(), self.episode_reward)?;
+        check_finite_field(line, || "episode_rewards".into(), self.terminal_reward)?;
         if let Some(s) = self.score {
             check_finite_field(line, || "score".into(), s)?;
         }
@@ -151,7 +152,7 @@ impl JsonlRecord for RowRecord {
 /// ```
 /// use beacon_rl::record::{group_rows, JsonlRecord, RowRecord};
 /// let row = |traj: &str, anchor: &str, r: f64| RowRecord {
-///     uid: "q".into(), traj_uid: traj.into(), reward: 0.0, episode_reward: r,
+///     uid: "q".into(), traj_uid: traj.into(), reward: 0.0, terminal_reward: r,
 ///     anchor_obs: Some(anchor.into()), ..RowRecord::default()
 /// };
 /// // Two interleaved trajectories: a (rows 1, 3) and b (row 2).
@@ -230,7 +231,7 @@ impl Grouper {
             uid,
             traj_uid,
             reward,
-            episode_reward,
+            terminal_reward,
             anchor_obs,
             action,
             observation,
@@ -243,7 +244,7 @@ impl Grouper {
         } = row;
         let j = match self.index.get(&traj_uid) {
             Some(&j) => {
-                self.continue_trajectory(j, line, &uid, episode_reward, anchor_obs)?;
+                self.continue_trajectory(j, line, &uid, terminal_reward, anchor_obs)?;
                 j
             }
             None => {
@@ -251,7 +252,7 @@ impl Grouper {
                 self.index.insert(traj_uid.clone(), j);
                 self.trajectories.push(TrajectoryRecord {
                     initial_observation: anchor_obs,
-                    ..TrajectoryRecord::new(uid, traj_uid, episode_reward)
+                    ..TrajectoryRecord::new(uid, traj_uid, terminal_reward)
                 });
                 self.pending.push(Pending {
                     first_line: line,
@@ -283,7 +284,7 @@ impl Grouper {
         j: usize,
         line: usize,
         uid: &str,
-        episode_reward: f64,
+        terminal_reward: f64,
         anchor_obs: Option<String>,
     ) -> Result<()> {
         let traj = &mut self.trajectories[j];
@@ -298,12 +299,12 @@ impl Grouper {
                 ),
             ));
         }
-        if traj.terminal_reward != episode_reward {
+        if traj.terminal_reward != terminal_reward {
             return Err(record_error(
                 line,
                 Some("episode_rewards".into()),
                 format!(
-                    "trajectory `{}` has episode reward {} on line {} but {episode_reward} here",
+                    "trajectory `{}` has terminal reward {} on line {} but {terminal_reward} here",
                     traj.traj_id, traj.terminal_reward, pending.first_line
                 ),
             ));

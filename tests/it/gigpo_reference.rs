@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 
-use beacon_rl::ablation::SplitMix64;
 use crate::difflib_reference::ratio;
+use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::NormMode;
 use beacon_rl::RolloutBatch;

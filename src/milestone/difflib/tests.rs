@@ -24,21 +24,39 @@ fn agrees_with_reference(m: &mut Matcher, a: &str, b: &str, t: f64) {
     let blocks = want.get_matching_blocks();
     let expected = py::ratio_of(&blocks, a, b);
     assert_eq!(ratio(a, b).to_bits(), expected.to_bits(), "ratio({a:?}, {b:?})");
-    assert_eq!(m.ratio(a).to_bits(), expected.to_bits(), "Matcher::ratio({a:?}) vs {b:?}");
-    let got: Vec<_> = m.matching_blocks(a).into_iter().map(|Match { a, b, size }| (a, b, size)).collect();
+    assert_eq!(
+        m.ratio(a).to_bits(),
+        expected.to_bits(),
+        "Matcher::ratio({a:?}) vs {b:?}"
+    );
+    let got: Vec<_> = m
+        .matching_blocks(a)
+        .into_iter()
+        .map(|Match { a, b, size }| (a, b, size))
+        .collect();
     assert_eq!(got, blocks, "matching_blocks({a:?}, {b:?})");
-    assert_eq!(m.quick_ratio(a).to_bits(), want.quick_ratio().to_bits(), "quick_ratio");
-    assert_eq!(m.real_quick_ratio(a).to_bits(), want.real_quick_ratio().to_bits(), "real_quick_ratio");
+    assert_eq!(
+        m.quick_ratio(a).to_bits(),
+        want.quick_ratio().to_bits(),
+        "quick_ratio"
+    );
+    assert_eq!(
+        m.real_quick_ratio(a).to_bits(),
+        want.real_quick_ratio().to_bits(),
+        "real_quick_ratio"
+    );
     for t in [expected, t, f64::NAN] {
-        assert_eq!(m.ratio_at_least(a, t), expected >= t, "ratio_at_least({a:?}, {t}) vs {b:?}");
+        assert_eq!(
+            m.ratio_at_least(a, t),
+            expected >= t,
+            "ratio_at_least({a:?}, {t}) vs {b:?}"
+        );
     }
 }
 
 #[test]
 fn documented_examples() {
-    {
-
-    }
+    {}
     {
         // "abcd" vs "bcde": one block "bcd" of 3 code points, ratio = 2·3 / 8.
         assert_eq!(ratio("abcd", "bcde"), 0.75);
@@ -117,7 +135,6 @@ fn documented_examples() {
         assert_eq!(ratio("look", "l theook"), 2.0 * 4.0 / 12.0);
     }
 }
-
 
 #[test]
 fn popular_elements_do_not_seed_but_extend() {
