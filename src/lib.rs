@@ -85,8 +85,6 @@
 //!   write; arrays and slices convert into them, so most callers never name them.
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
 //! - [`ablation`]: the paper's Table 3 variants as named configurations.
-//! - [`difflib`]: Python's `difflib.SequenceMatcher` ratio, as GiGPO's similarity grouping and the
-//!   walkthrough detector use it.
 //! - `testbed` (feature `testbed`): a tabular training loop that compares the estimators.
 //!
 //! # Crate features

@@ -55,7 +55,7 @@ fn non_empty(children: Vec<BoxedDetector>, what: &'static str) -> Result<Vec<Box
 ///
 /// ```
 /// use beacon_rl::milestone::AnyOf;
-/// use beacon_rl::milestone::{subgoal::NewSubgoals, MilestoneDetector, ScoreIncrease, Transition};
+/// use beacon_rl::milestone::{NewSubgoals, MilestoneDetector, ScoreIncrease, Transition};
 ///
 /// let mut d = AnyOf::new(vec![Box::new(ScoreIncrease), Box::new(NewSubgoals)])?;
 /// let up = Transition { score: Some(8.0), next_score: Some(17.0), ..Default::default() };
@@ -86,7 +86,7 @@ impl AnyOf {
     /// Number of children.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AnyOf, EnvFlag};
+    /// use beacon_rl::milestone::{AnyOf, EnvFlag};
     /// assert_eq!(AnyOf::new(vec![Box::new(EnvFlag)])?.len(), 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -97,7 +97,7 @@ impl AnyOf {
     /// Always false: [`AnyOf::new`] rejects an empty list.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AnyOf, EnvFlag};
+    /// use beacon_rl::milestone::{AnyOf, EnvFlag};
     /// assert!(!AnyOf::new(vec![Box::new(EnvFlag)])?.is_empty());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -135,7 +135,7 @@ impl fmt::Debug for AnyOf {
 ///
 /// ```
 /// use beacon_rl::milestone::AllOf;
-/// use beacon_rl::milestone::{text::TextPatterns, MilestoneDetector, ScoreIncrease, Transition};
+/// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, ScoreIncrease, Transition};
 ///
 /// // A score increase that TextWorld also announced in the response.
 /// let mut d = AllOf::new(vec![Box::new(ScoreIncrease), Box::new(TextPatterns::textworld_score())])?;
@@ -172,7 +172,7 @@ impl AllOf {
     /// Number of children.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AllOf, EnvFlag};
+    /// use beacon_rl::milestone::{AllOf, EnvFlag};
     /// assert_eq!(AllOf::new(vec![Box::new(EnvFlag)])?.len(), 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -183,7 +183,7 @@ impl AllOf {
     /// Always false: [`AllOf::new`] rejects an empty list.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AllOf, EnvFlag};
+    /// use beacon_rl::milestone::{AllOf, EnvFlag};
     /// assert!(!AllOf::new(vec![Box::new(EnvFlag)])?.is_empty());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -235,7 +235,7 @@ impl Not {
     /// Negates `child`.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::Not, ScoreIncrease};
+    /// use beacon_rl::milestone::{Not, ScoreIncrease};
     /// let _d = Not::new(Box::new(ScoreIncrease));
     /// ```
     pub fn new(child: BoxedDetector) -> Self {

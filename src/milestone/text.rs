@@ -178,7 +178,7 @@ impl TextPatternsBuilder {
     /// Adds a rule that fires whenever the response (s′) matches `regex`, whatever the action.
     ///
     /// ```
-    /// use beacon_rl::milestone::{text::TextPatternsBuilder, MilestoneDetector, Transition};
+    /// use beacon_rl::milestone::{TextPatternsBuilder, MilestoneDetector, Transition};
     /// let mut d = TextPatternsBuilder::new().response(r"You heat the \S").build()?;
     /// let t = Transition { next_observation: "You heat the egg 2 using the microwave 1.", ..Default::default() };
     /// assert!(d.detect(&t));
@@ -197,7 +197,7 @@ impl TextPatternsBuilder {
     /// after the action that is supposed to produce it.
     ///
     /// ```
-    /// use beacon_rl::milestone::{text::TextPatternsBuilder, MilestoneDetector, Transition};
+    /// use beacon_rl::milestone::{TextPatternsBuilder, MilestoneDetector, Transition};
     /// let mut d = TextPatternsBuilder::new()
     ///     .response_after_action(r"^The door is now open\.", r"^open door to kitchen$")
     ///     .build()?;
@@ -237,7 +237,7 @@ impl TextPatternsBuilder {
     /// `false`.
     ///
     /// ```
-    /// use beacon_rl::milestone::{text::TextPatternsBuilder, MilestoneDetector, Transition};
+    /// use beacon_rl::milestone::{TextPatternsBuilder, MilestoneDetector, Transition};
     /// let mut d = TextPatternsBuilder::new().response("you win").case_insensitive(true).build()?;
     /// assert!(d.detect(&Transition { next_observation: "*** You Win ***", ..Default::default() }));
     /// # Ok::<(), beacon_rl::Error>(())
@@ -331,7 +331,7 @@ struct RestrictedRule {
 /// are read.
 ///
 /// ```
-/// use beacon_rl::milestone::{text::TextPatterns, MilestoneDetector, Transition};
+/// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, Transition};
 ///
 /// let mut d = TextPatterns::alfworld();
 /// let step = |obs| Transition { next_observation: obs, ..Default::default() };
@@ -363,7 +363,7 @@ impl TextPatterns {
     /// The ALFWorld preset: every rule of [`ALFWORLD_PATTERNS`], case-sensitive.
     ///
     /// ```
-    /// use beacon_rl::milestone::{text::TextPatterns, MilestoneDetector, Transition};
+    /// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, Transition};
     /// let mut d = TextPatterns::alfworld();
     /// let t = Transition { next_observation: "You turn on the desklamp 1.", ..Default::default() };
     /// assert!(d.detect(&t));
@@ -375,7 +375,7 @@ impl TextPatterns {
     /// The TextWorld preset: [`TEXTWORLD_SCORE_PATTERN`] only.
     ///
     /// ```
-    /// use beacon_rl::milestone::{text::TextPatterns, MilestoneDetector, Transition};
+    /// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, Transition};
     /// let mut d = TextPatterns::textworld_score();
     /// let t = Transition {
     ///     next_observation: "You slice the lettuce.\n\n\n\nYour score has just gone up by one point.",

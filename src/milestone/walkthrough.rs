@@ -63,7 +63,7 @@ fn check_threshold(threshold: f64) -> Result<()> {
 /// Matches an agent's actions against an expert walkthrough, in order (see the module docs).
 ///
 /// Holds the expert list (owned or borrowed), the threshold, the index of the next expert
-/// action and a [`Matcher`] prepared for that action, so each step costs one ratio computation
+/// action and a similarity matcher prepared for that action, so each step costs one ratio computation
 /// without allocation. [`MilestoneDetector::reset`] restarts at expert action 0.
 ///
 /// ```
