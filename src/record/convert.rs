@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::sealed::Sealed;
+use super::schema::name;
 use super::{record_error, TrajectoryRecord};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
@@ -93,7 +94,7 @@ impl<'a> RecordBatch<'a> {
             if let Some(first) = seen.insert(rec.traj_id.as_str(), i) {
                 return Err(record_error(
                     i + 1,
-                    Some("traj_id".into()),
+                    Some(name::TRAJ_ID.into()),
                     format!(
                         "trajectory `{}` appears twice (first as record {})",
                         rec.traj_id,

@@ -158,9 +158,9 @@ impl Extra {
     }
 
     /// The first of `names` that is a key here (one pass over the fields).
-    pub(crate) fn find_any<'n>(&self, names: &[&'n str]) -> Option<&'n str> {
+    pub(crate) fn find_any<'n>(&self, names: impl Iterator<Item = &'n str> + Clone) -> Option<&'n str> {
         self.members()
-            .find_map(|m| names.iter().find(|n| m.key_is(&self.text, n)).copied())
+            .find_map(|m| names.clone().find(|n| m.key_is(&self.text, n)))
     }
 
     /// Sets field `key` to `value` (written compactly), replacing an earlier value in place.

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde_json::error::Category;
 
-use super::sealed::{locate, Sealed};
+use super::schema::locate;
+use super::sealed::Sealed;
 use super::{record_error, JsonlRecord, RowRecord, TrajectoryRecord, Value};
 use crate::error::{Error, Result};
 

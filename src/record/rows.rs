@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::jsonl::read_rows;
 use super::{check_extra, check_finite_field, num, record_error, Extra, JsonlRecord, Value};
+use super::schema::{self, name};
 use super::{StepRecord, TrajectoryRecord};
 use crate::error::Result;
 
@@ -77,38 +78,21 @@ pub struct RowRecord {
     pub extra: Extra,
 }
 
-const ROW_FIELDS: &[&str] = &[
-    "uid",
-    "traj_uid",
-    "rewards",
-    "reward",
-    "episode_rewards",
-    "episode_reward",
-    "anchor_obs",
-    "action",
-    "observation",
-    "score",
-    "done",
-    "milestone",
-    "new_subgoals",
-    "info",
-];
-
 impl JsonlRecord for RowRecord {
     /// Finite rewards and score, no `extra` key shadowing a named field, and no padding row:
     /// verl-agent marks rows after an episode's end with `active_masks` false (or 0); such
     /// rows are not steps and must be dropped before grouping.
     fn validate(&self, line: usize) -> Result<()> {
-        check_finite_field(line, || "rewards".into(), self.reward)?;
-        check_finite_field(line, || "episode_rewards".into(), self.terminal_reward)?;
+        check_finite_field(line, || name::REWARDS.into(), self.reward)?;
+        check_finite_field(line, || name::EPISODE_REWARDS.into(), self.terminal_reward)?;
         if let Some(s) = self.score {
-            check_finite_field(line, || "score".into(), s)?;
+            check_finite_field(line, || name::SCORE.into(), s)?;
         }
-        check_extra(line, String::new, &self.extra, ROW_FIELDS)?;
+        check_extra(line, String::new, &self.extra, schema::ROW)?;
         let active = self
             .extra
-            .value("active_masks")
-            .map_err(|e| record_error(line, Some("active_masks".into()), e.to_string()))?;
+            .value(name::ACTIVE_MASKS)
+            .map_err(|e| record_error(line, Some(name::ACTIVE_MASKS.into()), e.to_string()))?;
         let inactive = match active {
             Some(Value::Bool(b)) => !b,
             Some(Value::Number(n)) => n.as_f64() == Some(0.0),
@@ -117,7 +101,7 @@ impl JsonlRecord for RowRecord {
         if inactive {
             return Err(record_error(
                 line,
-                Some("active_masks".into()),
+                Some(name::ACTIVE_MASKS.into()),
                 "inactive (padding) row: drop rows with active_masks false before grouping".into(),
             ));
         }
@@ -292,7 +276,7 @@ impl Grouper {
         if traj.group_id != uid {
             return Err(record_error(
                 line,
-                Some("uid".into()),
+                Some(name::UID.into()),
                 format!(
                     "trajectory `{}` has uid `{}` on line {} but `{uid}` here (a trajectory cannot span groups)",
                     traj.traj_id, traj.group_id, pending.first_line
@@ -302,7 +286,7 @@ impl Grouper {
         if traj.terminal_reward != terminal_reward {
             return Err(record_error(
                 line,
-                Some("episode_rewards".into()),
+                Some(name::EPISODE_REWARDS.into()),
                 format!(
                     "trajectory `{}` has terminal reward {} on line {} but {terminal_reward} here",
                     traj.traj_id, traj.terminal_reward, pending.first_line
@@ -317,7 +301,7 @@ impl Grouper {
                 } else if prev.observation != anchor {
                     return Err(record_error(
                         line,
-                        Some("anchor_obs".into()),
+                        Some(name::ANCHOR_OBS.into()),
                         format!(
                             "anchor_obs differs from the previous row's observation in trajectory `{}`",
                             traj.traj_id

@@ -15,6 +15,7 @@
 //! rounded like serde_json's `float_roundtrip` parser. `-0` reads as `-0.0`, as in serde_json.
 
 use super::extra::ExtraBuilder;
+use super::schema::name::*;
 use super::{StepRecord, TrajectoryRecord, Value};
 
 /// Deepest nesting of an unknown field's value that the fast path reads (serde_json's limit
@@ -450,13 +451,13 @@ impl<'a> Cursor<'a> {
         let mut n = 0;
         self.object(|c, key| {
             match key {
-                "group_id" => c.string_once(&mut group_id, &mut rec.group_id)?,
-                "traj_id" => c.string_once(&mut traj_id, &mut rec.traj_id)?,
-                "terminal_reward" => {
+                GROUP_ID => c.string_once(&mut group_id, &mut rec.group_id)?,
+                TRAJ_ID => c.string_once(&mut traj_id, &mut rec.traj_id)?,
+                TERMINAL_REWARD => {
                     first(&mut terminal_reward)?;
                     rec.terminal_reward = c.number()?;
                 }
-                "initial_observation" => {
+                INITIAL_OBSERVATION => {
                     first(&mut initial_observation)?;
                     if c.null() {
                         observation = None;
@@ -466,11 +467,11 @@ impl<'a> Cursor<'a> {
                         c.string_into(text)?;
                     }
                 }
-                "initial_score" => {
+                INITIAL_SCORE => {
                     first(&mut initial_score)?;
                     rec.initial_score = c.opt_number()?;
                 }
-                "steps" => {
+                STEPS => {
                     first(&mut steps)?;
                     c.list(|c| {
                         if n == rec.steps.len() {
@@ -512,25 +513,25 @@ impl<'a> Cursor<'a> {
         let mut keys = Keys::default();
         self.object(|c, key| {
             match key {
-                "action" => c.string_once(&mut action, &mut step.action)?,
-                "observation" => c.string_once(&mut observation, &mut step.observation)?,
-                "score" => {
+                ACTION => c.string_once(&mut action, &mut step.action)?,
+                OBSERVATION => c.string_once(&mut observation, &mut step.observation)?,
+                SCORE => {
                     first(&mut score)?;
                     step.score = c.opt_number()?;
                 }
-                "reward" => {
+                REWARD => {
                     first(&mut reward)?;
                     step.reward = c.number()?;
                 }
-                "done" => {
+                DONE => {
                     first(&mut done)?;
                     step.done = c.bool()?;
                 }
-                "milestone" => {
+                MILESTONE => {
                     first(&mut milestone)?;
                     step.milestone = if c.null() { None } else { Some(c.bool()?) };
                 }
-                "new_subgoals" => {
+                NEW_SUBGOALS => {
                     first(&mut new_subgoals)?;
                     if c.null() {
                         subgoals = None;
@@ -543,7 +544,7 @@ impl<'a> Cursor<'a> {
                         })?;
                     }
                 }
-                "info" => {
+                INFO => {
                     first(&mut info)?;
                     step.info = if c.null() {
                         None
