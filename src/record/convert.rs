@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::sealed::Sealed;
 use super::schema::name;
+use super::sealed::Sealed;
 use super::{record_error, TrajectoryRecord};
 use crate::batch::RolloutBatch;
 use crate::error::Result;

@@ -355,7 +355,12 @@ impl TrajectoryRecord {
                 check_finite_field(line, || format!("steps[{t}].score"), s)?;
             }
             if extra {
-                check_extra(line, || format!("{}[{t}].", name::STEPS), &step.extra, schema::STEP)?;
+                check_extra(
+                    line,
+                    || format!("{}[{t}].", name::STEPS),
+                    &step.extra,
+                    schema::STEP,
+                )?;
             }
         }
         Ok(())
@@ -417,7 +422,12 @@ fn check_finite_field(line: usize, field: impl FnOnce() -> String, value: f64) -
 
 /// An `extra` key equal to a named field would be written twice (only possible for records
 /// built in code).
-fn check_extra(line: usize, prefix: impl FnOnce() -> String, extra: &Extra, named: &'static [Field]) -> Result<()> {
+fn check_extra(
+    line: usize,
+    prefix: impl FnOnce() -> String,
+    extra: &Extra,
+    named: &'static [Field],
+) -> Result<()> {
     match extra.find_any(schema::all_names(named)) {
         None => Ok(()),
         Some(n) => Err(record_error(

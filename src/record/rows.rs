@@ -6,8 +6,8 @@ use std::io::BufRead;
 use serde::Serialize;
 
 use super::jsonl::read_rows;
-use super::{check_extra, check_finite_field, num, record_error, Extra, JsonlRecord, Value};
 use super::schema::{self, name};
+use super::{check_extra, check_finite_field, num, record_error, Extra, JsonlRecord, Value};
 use super::{StepRecord, TrajectoryRecord};
 use crate::error::Result;
 
