@@ -14,9 +14,6 @@ use std::path::{Path, PathBuf};
 mod bytes;
 #[path = "../../fuzz/src/detectors.rs"]
 mod detectors;
-#[allow(dead_code)]
-#[path = "../../src/milestone/difflib/py.rs"]
-mod difflib_py;
 #[path = "../../fuzz/src/discover.rs"]
 mod discover;
 #[path = "../../fuzz/src/estimators.rs"]
@@ -26,6 +23,9 @@ mod estimators;
 mod records;
 #[path = "../../fuzz/src/token.rs"]
 mod token;
+
+/// The detectors oracle's CPython port (`fuzz/src/lib.rs` includes the same file).
+use crate::difflib_reference::py as difflib_py;
 
 /// The regression inputs of `target`, sorted by name (none yet is fine).
 fn inputs(target: &str) -> Vec<PathBuf> {
