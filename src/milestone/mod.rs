@@ -32,9 +32,7 @@ pub use agreement::MilestoneAgreement;
 pub use combinators::{AllOf, AnyOf, Not};
 pub use preset::DetectorPreset;
 pub use subgoal::NewSubgoals;
-pub use text::{
-    BuiltinPattern, TextPatterns, TextPatternsBuilder, ALFWORLD_PATTERNS, TEXTWORLD_SCORE_PATTERN,
-};
+pub use text::{TextPatterns, TextPatternsBuilder};
 pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
 pub use webshop::{
     WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
