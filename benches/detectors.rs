@@ -1,6 +1,7 @@
 //! Detector throughput: the bundled recorded sample (parsed once, outside the timed loop) and
 //! a synthetic batch of 1e5 ALFWorld-like steps with 600-character responses (generated once,
-//! deterministically). Target: >= 1e6 steps/s for the ALFWorld preset on one core.
+//! deterministically). Target: >= 1e6 steps/s for the ALFWorld preset on one core. And the
+//! walkthrough's similarity (Python's `difflib` ratio) on 600-character strings.
 //!
 //! `cargo bench --bench detectors`
 
@@ -9,10 +10,9 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::milestone::combinators::{AnyOf, BoxedDetector};
-use beacon_rl::milestone::preset::DetectorPreset;
-use beacon_rl::milestone::text::TextPatterns;
-use beacon_rl::milestone::{MilestoneDetector, ScoreIncrease, Transition};
+use beacon_rl::milestone::{
+    AnyOf, DetectorPreset, ExpertWalkthrough, MilestoneDetector, ScoreIncrease, TextPatterns, Transition,
+};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use splitmix64::SplitMix64;
 
@@ -164,10 +164,56 @@ fn benches(c: &mut Criterion) {
     g.bench_function("textworld-score", |b| {
         b.iter(|| black_box(run_flat(&mut textworld, black_box(&steps))))
     });
-    let children: Vec<BoxedDetector> = vec![Box::new(ScoreIncrease), Box::new(TextPatterns::alfworld())];
+    let children: Vec<Box<dyn MilestoneDetector + Send>> =
+        vec![Box::new(ScoreIncrease), Box::new(TextPatterns::alfworld())];
     let mut any = AnyOf::new(children).expect("non-empty");
     g.bench_function("any_of(score, alfworld)", |b| {
         b.iter(|| black_box(run_flat(&mut any, black_box(&steps))))
+    });
+    g.finish();
+}
+
+/// One walkthrough comparison of two 600-character actions (~5% of the characters differ):
+/// `reset` re-indexes the matched expert action, so each iteration is one full
+/// `SequenceMatcher(None, a, b).ratio()` with `b` prepared from scratch.
+fn bench_walkthrough(c: &mut Criterion) {
+    let mut rng = SplitMix64::new(42);
+    let words = [
+        "cabinet",
+        "drawer",
+        "mug",
+        "spoon",
+        "countertop",
+        "fridge",
+        "1",
+        "2",
+        "3",
+        "the",
+        "a",
+        ",",
+    ];
+    let mut a = String::new();
+    while a.chars().count() < 600 {
+        a.push_str(words[(rng.next_u64() % words.len() as u64) as usize]);
+        a.push(' ');
+    }
+    let a: String = a.chars().take(600).collect();
+    let b: String = a
+        .chars()
+        .map(|ch| if rng.next_u64() % 20 == 0 { 'x' } else { ch })
+        .collect();
+    let mut d = ExpertWalkthrough::with_threshold(vec![b], 0.85).expect("valid threshold");
+    let t = Transition {
+        action: &a,
+        ..Default::default()
+    };
+    assert!(d.detect(&t), "the two actions are similar");
+    let mut g = c.benchmark_group("walkthrough_600");
+    g.bench_function("ratio", |bch| {
+        bch.iter(|| {
+            d.reset();
+            black_box(d.detect(black_box(&t)))
+        })
     });
     g.finish();
 }
@@ -178,6 +224,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = benches
+    targets = benches, bench_walkthrough
 }
 criterion_main!(detectors);

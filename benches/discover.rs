@@ -15,7 +15,7 @@ use std::time::Duration;
 mod splitmix64;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
-use beacon_rl::milestone::text::TextPatterns;
+use beacon_rl::milestone::TextPatterns;
 use beacon_rl::milestone::{detect_milestones, Transition};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

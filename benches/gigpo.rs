@@ -1,6 +1,6 @@
 //! GiGPO (exact and similarity grouping) on 16 groups × 8 trajectories × 30 steps with
-//! ~100-character anchors, GiGPO's scaling from 10³ to 10⁶ trajectories × 30 steps, and difflib
-//! ratio on 600-character strings.
+//! ~100-character anchors, GiGPO's scaling from 10³ to 10⁶ trajectories × 30 steps (the similarity
+//! ratio alone: `cargo bench --bench detectors -- walkthrough_600`).
 //!
 //! `cargo bench --bench gigpo` (short: sample size 10, 2 s measurement). The scaling group
 //! (`gigpo_scaling/{u64,str}/N`, N trajectories in groups of 8, throughput in steps) holds
@@ -11,7 +11,6 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::difflib::{ratio, Matcher};
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -173,48 +172,12 @@ fn bench_scaling(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_ratio(c: &mut Criterion) {
-    let mut rng = SplitMix64::new(42);
-    let words = [
-        "cabinet",
-        "drawer",
-        "mug",
-        "spoon",
-        "countertop",
-        "fridge",
-        "1",
-        "2",
-        "3",
-        "the",
-        "a",
-        ",",
-    ];
-    let mut a = String::new();
-    while a.chars().count() < 600 {
-        a.push_str(words[below(&mut rng, words.len())]);
-        a.push(' ');
-    }
-    let a: String = a.chars().take(600).collect();
-    // b: a with ~5% of its characters substituted.
-    let b: String = a
-        .chars()
-        .map(|ch| if below(&mut rng, 20) == 0 { 'x' } else { ch })
-        .collect();
-    let mut group = c.benchmark_group("difflib_600");
-    group.bench_function("ratio", |bch| bch.iter(|| ratio(black_box(&a), black_box(&b))));
-    let mut m = Matcher::new(&b);
-    group.bench_function("matcher_ratio_prepared_b", |bch| {
-        bch.iter(|| m.ratio(black_box(&a)))
-    });
-    group.finish();
-}
-
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = bench_gigpo, bench_scaling, bench_ratio
+    targets = bench_gigpo, bench_scaling
 }
 criterion_main!(benches);

@@ -37,7 +37,7 @@ use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::beacon::BeaconConfig;
 use beacon_rl::estimator::Ablation;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
-use beacon_rl::milestone::preset::DetectorPreset;
+use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 
 const USAGE: &str = "usage: diagnostics [--json] [--ablations] [--failures-only] [--seed N] \

@@ -33,9 +33,9 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use beacon_rl::milestone::agreement::MilestoneAgreement;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
+use beacon_rl::milestone::MilestoneAgreement;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Result, RolloutBatch};
 

@@ -63,7 +63,7 @@
 //!   ablations' configs share. The files defining them are private.
 //! - **One public module per area**, named after its concept. An area made of several
 //!   concepts has one public submodule per concept, whose page states its equation:
-//!   `estimator::beacon`, `estimator::grpo`, `milestone::text`, `milestone::webshop`, ... An
+//!   `estimator::beacon`, `estimator::grpo`, `estimator::gigpo`, ... An
 //!   area split only by role (config, report, reader, environment, trainer, ...) keeps those
 //!   files private behind one flat module: `diagnostics::Diagnostics`,
 //!   `record::read_trajectories`.
@@ -76,16 +76,14 @@
 //!   per estimator family: BEACON in [`estimator::beacon`], GiGPO in [`estimator::gigpo`], the
 //!   verl baselines in [`estimator::grpo`], [`estimator::rloo`], [`estimator::gae`], ...
 //! - [`milestone`]: the detector trait Φ(s, a, s′), [`detect_milestones`](milestone::detect_milestones),
-//!   the two basic detectors, and one module per detector family ([`milestone::text`],
-//!   [`milestone::walkthrough`], [`milestone::webshop`], [`milestone::discover`], ...).
+//!   the two basic detectors, and the detector families
+//!   (text patterns, walkthroughs, WebShop phases, combinators, presets, [`milestone::discover`], ...).
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
 //! - [`token`]: step advantages → token advantages under a response mask.
 //! - [`tensor`]: the views of caller arrays in trainer dtypes (`f32`/`f64` values,
 //!   `bool`/`u8`/`i64` masks, response lengths) that the estimators and [`token`] read and
 //!   write; arrays and slices convert into them, so most callers never name them.
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
-//! - [`difflib`]: Python's `difflib.SequenceMatcher` ratio, as GiGPO's similarity grouping and the
-//!   walkthrough detector use it.
 //!
 //! # Crate features
 //!
@@ -145,7 +143,6 @@
 
 mod batch;
 pub mod diagnostics;
-pub mod difflib;
 mod error;
 pub mod estimator;
 pub mod milestone;

@@ -1,19 +1,21 @@
 //! Oracle of the `detectors` fuzz target.
 //!
-//! 1. `beacon_rl::difflib` against [`py`], a naive line-by-line port of CPython 3.11's
-//!    `difflib.SequenceMatcher` (dicts of lists, no symbol ids, no early exits): `ratio`,
-//!    `get_matching_blocks`, `quick_ratio` and `real_quick_ratio` must agree exactly (the
-//!    ratios bit for bit), and `ratio_at_least(a, t)` must equal `ratio(a) >= t`.
+//! 1. The walkthrough detector's similarity (Python's `difflib` ratio) against [`difflib_py`],
+//!    a naive line-by-line port of CPython 3.11's `difflib.SequenceMatcher` (dicts of lists, no
+//!    symbol ids, no early exits; the file is the crate's own unit-test oracle): an expert
+//!    action `b` is matched by `a` at threshold `t` exactly when the reference ratio is `>= t`,
+//!    so thresholds at the reference ratio and the next float above it pin the ratio bit for
+//!    bit, also after the matcher moves on to the next expert action.
 //! 2. Every detector preset (and `WalkthroughMap::from_json_str`) on arbitrary text: no panic,
 //!    and the same flags after `reset` as on a fresh detector.
 
-use beacon_rl::difflib::{ratio, Match, Matcher};
-use beacon_rl::milestone::combinators::BoxedDetector;
-use beacon_rl::milestone::preset::DetectorPreset;
-use beacon_rl::milestone::webshop::WebShopTarget;
-use beacon_rl::milestone::{MilestoneDetector, Transition};
+use beacon_rl::milestone::{DetectorPreset, ExpertWalkthrough, MilestoneDetector, Transition, WebShopTarget};
 
 use super::bytes::Bytes;
+use super::difflib_py;
+
+/// A boxed detector, as the presets build them.
+type BoxedDetector = Box<dyn MilestoneDetector + Send>;
 
 /// Runs one fuzz input through the oracles; panics on a violation.
 pub fn run(data: &[u8]) {
@@ -27,59 +29,42 @@ pub fn run(data: &[u8]) {
 
 fn difflib(u: &mut Bytes<'_>) {
     let b = u.text(255);
-    let mut m = Matcher::new(&b);
-    // Several `a` against one prepared `b`: buffers are reused between calls.
     for _ in 0..u.range(1, 3) {
         let a = u.text(255);
-        let want = py::SequenceMatcher::new(&a, &b);
-        let blocks = want.get_matching_blocks();
-        let expected = py::ratio_of(&blocks, &a, &b);
-        assert_eq!(
-            ratio(&a, &b).to_bits(),
-            expected.to_bits(),
-            "ratio({a:?}, {b:?}): expected {expected}"
-        );
-        assert_eq!(
-            m.ratio(&a).to_bits(),
-            expected.to_bits(),
-            "Matcher::ratio({a:?}) vs {b:?}"
-        );
-        let got: Vec<(usize, usize, usize)> = m
-            .matching_blocks(&a)
-            .into_iter()
-            .map(|Match { a, b, size }| (a, b, size))
-            .collect();
-        assert_eq!(got, blocks, "matching_blocks({a:?}, {b:?})");
-        assert_eq!(
-            m.quick_ratio(&a).to_bits(),
-            want.quick_ratio().to_bits(),
-            "quick_ratio"
-        );
-        assert_eq!(
-            m.real_quick_ratio(&a).to_bits(),
-            want.real_quick_ratio().to_bits(),
-            "real_quick_ratio"
-        );
-        // Thresholds: the exact ratio (the boundary), a fuzzed value, NaN.
-        for t in [expected, u.f64(), f64::NAN] {
-            assert_eq!(
-                m.ratio_at_least(&a, t),
-                expected >= t,
-                "ratio_at_least({a:?}, {t}) vs {b:?} (ratio {expected})"
+        let expected = difflib_py::SequenceMatcher::new(&a, &b).ratio();
+        // Thresholds: the exact ratio and the next float above it (together: the matcher's
+        // ratio is bit-exact), a fuzzed value; thresholds outside (0, 1] are rejected.
+        let above = f64::from_bits(expected.to_bits() + 1);
+        for t in [expected, above, u.f64()] {
+            if let Ok(mut d) = ExpertWalkthrough::with_threshold(vec![b.clone()], t) {
+                assert_eq!(
+                    d.detect(&action(&a)),
+                    expected >= t,
+                    "ratio({a:?}, {b:?}) = {expected} against threshold {t}"
+                );
+            }
+        }
+    }
+    // The matcher reused for a second expert action (buffers kept from a different `b`): the
+    // first step matches `b` itself (ratio 1), the second is `a` against `b2` at its exact ratio.
+    if u.bool() {
+        let b2 = u.text(255);
+        let a = u.text(255);
+        let expected = difflib_py::SequenceMatcher::new(&a, &b2).ratio();
+        if let Ok(mut d) = ExpertWalkthrough::with_threshold(vec![b.clone(), b2.clone()], expected) {
+            assert!(d.detect(&action(&b)));
+            assert!(
+                d.detect(&action(&a)),
+                "after set_b({b2:?}): ratio({a:?}) = {expected}"
             );
         }
     }
-    // The same matcher after `set_b` (buffers reused from a different `b`).
-    if u.bool() {
-        let b2 = u.text(255);
-        m.set_b(&b2);
-        let a = u.text(255);
-        let expected = py::SequenceMatcher::new(&a, &b2).ratio();
-        assert_eq!(
-            m.ratio(&a).to_bits(),
-            expected.to_bits(),
-            "after set_b({b2:?}): ratio({a:?})"
-        );
+}
+
+fn action(a: &str) -> Transition<'_> {
+    Transition {
+        action: a,
+        ..Default::default()
     }
 }
 
@@ -96,9 +81,7 @@ fn presets(u: &mut Bytes<'_>) {
     // on by default, turns it on; the replay test follows the root crate's). Nothing is
     // decoded after this text, so inputs mean the same with or without it.
     #[cfg(feature = "serde")]
-    drop(beacon_rl::milestone::walkthrough::WalkthroughMap::from_json_str(
-        &u.text(64),
-    ));
+    drop(beacon_rl::milestone::WalkthroughMap::from_json_str(&u.text(64)));
 
     // Presets built from the task's input, on every run.
     let mut detectors = Vec::new();
@@ -186,200 +169,6 @@ impl Step {
             next_score: self.next_score,
             env_flag: self.env_flag,
             new_subgoals: &self.subgoals,
-        }
-    }
-}
-
-/// A naive port of CPython 3.11 `Lib/difflib.py`, `SequenceMatcher(None, a, b)` with
-/// `autojunk=True`, over code points. Written from the Python source, statement by statement,
-/// with Python's data structures (a dict of position lists for `b2j`, a dict for `j2len`),
-/// to be obviously equal to it rather than fast. `isjunk` is `None`, so `bjunk` is empty and
-/// the junk-extension loops of `find_longest_match` never run; they are kept as comments.
-pub mod py {
-    use std::collections::HashMap;
-
-    /// `SequenceMatcher(None, a, b)`.
-    pub struct SequenceMatcher {
-        a: Vec<char>,
-        b: Vec<char>,
-        b2j: HashMap<char, Vec<usize>>,
-    }
-
-    impl SequenceMatcher {
-        /// `__init__` → `set_seqs(a, b)` → `set_seq2(b)` → `__chain_b()`.
-        pub fn new(a: &str, b: &str) -> Self {
-            let a: Vec<char> = a.chars().collect();
-            let b: Vec<char> = b.chars().collect();
-            // __chain_b
-            let mut b2j: HashMap<char, Vec<usize>> = HashMap::new();
-            for (i, &elt) in b.iter().enumerate() {
-                b2j.entry(elt).or_default().push(i);
-            }
-            // Purge junk elements: isjunk is None, nothing to do.
-            // Purge popular elements that are not junk (CPython keeps them in `bpopular`,
-            // which nothing here reads).
-            let n = b.len();
-            if n >= 200 {
-                let ntest = n / 100 + 1;
-                let popular: Vec<char> = b2j
-                    .iter()
-                    .filter(|(_, idxs)| idxs.len() > ntest)
-                    .map(|(&elt, _)| elt)
-                    .collect();
-                for elt in popular {
-                    b2j.remove(&elt);
-                }
-            }
-            Self { a, b, b2j }
-        }
-
-        /// `find_longest_match(alo, ahi, blo, bhi)`.
-        #[allow(clippy::needless_range_loop)] // Python's `for i in range(alo, ahi)`, as written
-        pub fn find_longest_match(
-            &self,
-            alo: usize,
-            ahi: usize,
-            blo: usize,
-            bhi: usize,
-        ) -> (usize, usize, usize) {
-            let (a, b) = (&self.a, &self.b);
-            let (mut besti, mut bestj, mut bestsize) = (alo, blo, 0usize);
-            // find longest junk-free match
-            let mut j2len: HashMap<usize, usize> = HashMap::new();
-            let nothing: Vec<usize> = Vec::new();
-            for i in alo..ahi {
-                let mut newj2len: HashMap<usize, usize> = HashMap::new();
-                for &j in self.b2j.get(&a[i]).unwrap_or(&nothing) {
-                    // a[i] matches b[j]
-                    if j < blo {
-                        continue;
-                    }
-                    if j >= bhi {
-                        break;
-                    }
-                    // j2lenget(j-1, 0): j - 1 is -1 for j == 0, never a key.
-                    let prev = if j == 0 {
-                        0
-                    } else {
-                        j2len.get(&(j - 1)).copied().unwrap_or(0)
-                    };
-                    let k = prev + 1;
-                    newj2len.insert(j, k);
-                    if k > bestsize {
-                        besti = i + 1 - k;
-                        bestj = j + 1 - k;
-                        bestsize = k;
-                    }
-                }
-                j2len = newj2len;
-            }
-            // Extend the best by non-junk elements on each end (popular elements are not
-            // junk: isbjunk is bjunk.__contains__ and bjunk is empty).
-            let isbjunk = |_c: char| false;
-            while besti > alo && bestj > blo && !isbjunk(b[bestj - 1]) && a[besti - 1] == b[bestj - 1] {
-                besti -= 1;
-                bestj -= 1;
-                bestsize += 1;
-            }
-            while besti + bestsize < ahi
-                && bestj + bestsize < bhi
-                && !isbjunk(b[bestj + bestsize])
-                && a[besti + bestsize] == b[bestj + bestsize]
-            {
-                bestsize += 1;
-            }
-            // The two junk-extension loops (isbjunk(...) and ...) cannot run: bjunk is empty.
-            (besti, bestj, bestsize)
-        }
-
-        /// `get_matching_blocks()`, as `(i, j, n)` triples ending with `(len(a), len(b), 0)`.
-        pub fn get_matching_blocks(&self) -> Vec<(usize, usize, usize)> {
-            let (la, lb) = (self.a.len(), self.b.len());
-            let mut queue = vec![(0, la, 0, lb)];
-            let mut matching_blocks = Vec::new();
-            while let Some((alo, ahi, blo, bhi)) = queue.pop() {
-                let (i, j, k) = self.find_longest_match(alo, ahi, blo, bhi);
-                // a[alo:i] vs b[blo:j] unknown
-                // a[i:i+k] same as b[j:j+k]
-                // a[i+k:ahi] vs b[j+k:bhi] unknown
-                if k > 0 {
-                    matching_blocks.push((i, j, k));
-                    if alo < i && blo < j {
-                        queue.push((alo, i, blo, j));
-                    }
-                    if i + k < ahi && j + k < bhi {
-                        queue.push((i + k, ahi, j + k, bhi));
-                    }
-                }
-            }
-            matching_blocks.sort();
-            // Collapse adjacent blocks.
-            let (mut i1, mut j1, mut k1) = (0, 0, 0);
-            let mut non_adjacent = Vec::new();
-            for (i2, j2, k2) in matching_blocks {
-                if i1 + k1 == i2 && j1 + k1 == j2 {
-                    k1 += k2;
-                } else {
-                    if k1 > 0 {
-                        non_adjacent.push((i1, j1, k1));
-                    }
-                    (i1, j1, k1) = (i2, j2, k2);
-                }
-            }
-            if k1 > 0 {
-                non_adjacent.push((i1, j1, k1));
-            }
-            non_adjacent.push((la, lb, 0));
-            non_adjacent
-        }
-
-        /// `ratio()`.
-        pub fn ratio(&self) -> f64 {
-            let matches: usize = self.get_matching_blocks().iter().map(|t| t.2).sum();
-            calculate_ratio(matches, self.a.len() + self.b.len())
-        }
-
-        /// `quick_ratio()`.
-        pub fn quick_ratio(&self) -> f64 {
-            let mut fullbcount: HashMap<char, i64> = HashMap::new();
-            for &elt in &self.b {
-                *fullbcount.entry(elt).or_insert(0) += 1;
-            }
-            let mut avail: HashMap<char, i64> = HashMap::new();
-            let mut matches = 0;
-            for &elt in &self.a {
-                let numb = match avail.get(&elt) {
-                    Some(&n) => n,
-                    None => fullbcount.get(&elt).copied().unwrap_or(0),
-                };
-                avail.insert(elt, numb - 1);
-                if numb > 0 {
-                    matches += 1;
-                }
-            }
-            calculate_ratio(matches, self.a.len() + self.b.len())
-        }
-
-        /// `real_quick_ratio()`.
-        pub fn real_quick_ratio(&self) -> f64 {
-            let (la, lb) = (self.a.len(), self.b.len());
-            calculate_ratio(la.min(lb), la + lb)
-        }
-    }
-
-    /// `ratio()` from already computed `get_matching_blocks()` of `a` against `b`.
-    pub fn ratio_of(blocks: &[(usize, usize, usize)], a: &str, b: &str) -> f64 {
-        let matches: usize = blocks.iter().map(|t| t.2).sum();
-        calculate_ratio(matches, a.chars().count() + b.chars().count())
-    }
-
-    /// `_calculate_ratio(matches, length)`: `2.0 * matches / length`, 1.0 for length 0.
-    #[allow(clippy::cast_precision_loss)]
-    fn calculate_ratio(matches: usize, length: usize) -> f64 {
-        if length > 0 {
-            2.0 * matches as f64 / length as f64
-        } else {
-            1.0
         }
     }
 }

@@ -7,6 +7,10 @@
 
 pub mod bytes;
 pub mod detectors;
+/// The naive port of CPython's `difflib` the library's unit tests use (the detectors' oracle).
+#[allow(dead_code)]
+#[path = "../../src/milestone/difflib/py.rs"]
+mod difflib_py;
 pub mod discover;
 pub mod estimators;
 pub mod records;

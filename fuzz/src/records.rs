@@ -10,7 +10,7 @@
 //! short line limit is an error, never a panic.
 
 use beacon_rl::estimator::EstimatorConfig;
-use beacon_rl::milestone::preset::DetectorPreset;
+use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::record::{
     read_groups, read_row_dump, read_trajectories, write_jsonl, JsonlReader, RecordBatch, TrajectoryGroups,
     TrajectoryRecord,

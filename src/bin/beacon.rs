@@ -49,10 +49,10 @@ use beacon_rl::estimator::beacon::Beacon;
 use beacon_rl::estimator::gigpo::Gigpo;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
-use beacon_rl::milestone::preset::DetectorPreset;
-use beacon_rl::milestone::text::TextPatterns;
-use beacon_rl::milestone::walkthrough::WalkthroughMap;
+use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::milestone::MilestoneDetector;
+use beacon_rl::milestone::TextPatterns;
+use beacon_rl::milestone::WalkthroughMap;
 use beacon_rl::record::{
     open_jsonl, read_trajectories, RecordBatch, RecordGroup, TrajectoryGroups, TrajectoryRecord,
     DEFAULT_MAX_LINE_BYTES,

@@ -29,7 +29,7 @@
 //! - [`StepGrouping::Similarity`]: the peer's greedy clustering. Rows are visited in caller
 //!   order; a row joins the first existing cluster (in order of creation) whose *first member*
 //!   `rep` satisfies Python's `SequenceMatcher(None, anchor, rep).ratio() >= threshold`
-//!   ([`crate::difflib`], same argument order), otherwise it founds a new cluster.
+//!   (a port of CPython's `difflib`, same argument order), otherwise it founds a new cluster.
 //!
 //! Step group labels are numbered in order of first appearance in the caller's rows.
 //!
@@ -67,10 +67,10 @@
 use std::hash::Hash;
 
 use crate::batch::RolloutBatch;
-use crate::difflib::Matcher;
 use crate::error::{check_finite, check_len, Error, Range, Result};
 use crate::estimator::{group_rows, StepScores};
 use crate::hash::KeyHasher;
+use crate::milestone::difflib::Matcher;
 use crate::stats::{group_means, group_spreads, GroupStats};
 
 /// Normalization of both GiGPO terms (the peer's `mode`); shared with BEACON's official flavour.

@@ -23,7 +23,7 @@ use crate::error::{check_len, Result};
 /// Counts comparing discovered milestone flags with reference flags (module docs).
 ///
 /// ```
-/// use beacon_rl::milestone::agreement::MilestoneAgreement;
+/// use beacon_rl::milestone::MilestoneAgreement;
 /// use beacon_rl::RolloutBatch;
 ///
 /// // One trajectory of 5 steps. Reference milestones at steps 1 and 4, discovered at 1 and 2.
@@ -68,7 +68,7 @@ impl MilestoneAgreement {
     /// (8 bytes a row, 8 times the flags) cannot be allocated.
     ///
     /// ```
-    /// # use beacon_rl::milestone::agreement::MilestoneAgreement;
+    /// # use beacon_rl::milestone::MilestoneAgreement;
     /// # use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(1, &[2], vec![0.0])?;
     /// assert!(MilestoneAgreement::compare(&batch, &[true], &[true, false]).is_err());
@@ -114,7 +114,7 @@ impl MilestoneAgreement {
     /// Adds another report's counts (e.g. per environment into overall).
     ///
     /// ```
-    /// # use beacon_rl::milestone::agreement::MilestoneAgreement;
+    /// # use beacon_rl::milestone::MilestoneAgreement;
     /// let a = MilestoneAgreement { true_positives: 2, false_positives: 1, ..Default::default() };
     /// let b = MilestoneAgreement { true_positives: 1, false_negatives: 3, ..Default::default() };
     /// let mut all = a;

@@ -1,5 +1,5 @@
 //! Combinators: Φ = Φ₁ ∨ … ∨ Φₙ ([`AnyOf`]), Φ = Φ₁ ∧ … ∧ Φₙ ([`AllOf`]), Φ = ¬Φ₁ ([`Not`]),
-//! over boxed detectors ([`BoxedDetector`]).
+//! over boxed detectors (`Box<dyn MilestoneDetector + Send>`).
 //!
 //! Every child sees every step: `detect` is called on all children, in order, with no
 //! short-circuit, so that stateful children (a WebShop phase machine, a walkthrough matcher)
@@ -12,16 +12,9 @@ use super::{MilestoneDetector, Transition};
 use crate::error::{Error, Result};
 
 /// A detector behind a box, sendable to another thread (rollout workers build one per
-/// trajectory batch). Presets ([`DetectorPreset::build`](super::preset::DetectorPreset::build))
-/// return this type; it is itself a detector, so boxes nest and can be passed to
-/// [`detect_milestones`](super::detect_milestones) directly.
-///
-/// ```
-/// use beacon_rl::milestone::{combinators::BoxedDetector, MilestoneDetector, ScoreIncrease, Transition};
-/// let mut d: BoxedDetector = Box::new(ScoreIncrease);
-/// assert!(d.detect(&Transition { score: Some(0.0), next_score: Some(1.0), ..Default::default() }));
-/// ```
-pub type BoxedDetector = Box<dyn MilestoneDetector + Send>;
+/// trajectory batch): what presets build and combinators hold. A box is itself a detector, so
+/// boxes nest and can be passed to [`detect_milestones`](super::detect_milestones) directly.
+pub(crate) type BoxedDetector = Box<dyn MilestoneDetector + Send>;
 
 impl MilestoneDetector for BoxedDetector {
     fn detect(&mut self, transition: &Transition<'_>) -> bool {
@@ -61,8 +54,8 @@ fn non_empty(children: Vec<BoxedDetector>, what: &'static str) -> Result<Vec<Box
 /// Milestone when at least one child fires (logical or). All children are run on every step.
 ///
 /// ```
-/// use beacon_rl::milestone::combinators::AnyOf;
-/// use beacon_rl::milestone::{subgoal::NewSubgoals, MilestoneDetector, ScoreIncrease, Transition};
+/// use beacon_rl::milestone::AnyOf;
+/// use beacon_rl::milestone::{NewSubgoals, MilestoneDetector, ScoreIncrease, Transition};
 ///
 /// let mut d = AnyOf::new(vec![Box::new(ScoreIncrease), Box::new(NewSubgoals)])?;
 /// let up = Transition { score: Some(8.0), next_score: Some(17.0), ..Default::default() };
@@ -81,10 +74,10 @@ impl AnyOf {
     /// [`Error::MissingInput`] when `children` is empty (the result would be constant).
     ///
     /// ```
-    /// use beacon_rl::milestone::combinators::AnyOf;
+    /// use beacon_rl::milestone::AnyOf;
     /// assert!(AnyOf::new(vec![]).is_err());
     /// ```
-    pub fn new(children: Vec<BoxedDetector>) -> Result<Self> {
+    pub fn new(children: Vec<Box<dyn MilestoneDetector + Send>>) -> Result<Self> {
         Ok(Self {
             children: non_empty(children, "AnyOf needs at least one detector")?,
         })
@@ -93,7 +86,7 @@ impl AnyOf {
     /// Number of children.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AnyOf, EnvFlag};
+    /// use beacon_rl::milestone::{AnyOf, EnvFlag};
     /// assert_eq!(AnyOf::new(vec![Box::new(EnvFlag)])?.len(), 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -104,7 +97,7 @@ impl AnyOf {
     /// Always false: [`AnyOf::new`] rejects an empty list.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AnyOf, EnvFlag};
+    /// use beacon_rl::milestone::{AnyOf, EnvFlag};
     /// assert!(!AnyOf::new(vec![Box::new(EnvFlag)])?.is_empty());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -141,8 +134,8 @@ impl fmt::Debug for AnyOf {
 /// Milestone when every child fires (logical and). All children are run on every step.
 ///
 /// ```
-/// use beacon_rl::milestone::combinators::AllOf;
-/// use beacon_rl::milestone::{text::TextPatterns, MilestoneDetector, ScoreIncrease, Transition};
+/// use beacon_rl::milestone::AllOf;
+/// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, ScoreIncrease, Transition};
 ///
 /// // A score increase that TextWorld also announced in the response.
 /// let mut d = AllOf::new(vec![Box::new(ScoreIncrease), Box::new(TextPatterns::textworld_score())])?;
@@ -167,10 +160,10 @@ impl AllOf {
     /// [`Error::MissingInput`] when `children` is empty (the result would be constant).
     ///
     /// ```
-    /// use beacon_rl::milestone::combinators::AllOf;
+    /// use beacon_rl::milestone::AllOf;
     /// assert!(AllOf::new(vec![]).is_err());
     /// ```
-    pub fn new(children: Vec<BoxedDetector>) -> Result<Self> {
+    pub fn new(children: Vec<Box<dyn MilestoneDetector + Send>>) -> Result<Self> {
         Ok(Self {
             children: non_empty(children, "AllOf needs at least one detector")?,
         })
@@ -179,7 +172,7 @@ impl AllOf {
     /// Number of children.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AllOf, EnvFlag};
+    /// use beacon_rl::milestone::{AllOf, EnvFlag};
     /// assert_eq!(AllOf::new(vec![Box::new(EnvFlag)])?.len(), 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -190,7 +183,7 @@ impl AllOf {
     /// Always false: [`AllOf::new`] rejects an empty list.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::AllOf, EnvFlag};
+    /// use beacon_rl::milestone::{AllOf, EnvFlag};
     /// assert!(!AllOf::new(vec![Box::new(EnvFlag)])?.is_empty());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -228,7 +221,7 @@ impl fmt::Debug for AllOf {
 /// "a score increase that is not the final `eat meal`".
 ///
 /// ```
-/// use beacon_rl::milestone::combinators::Not;
+/// use beacon_rl::milestone::Not;
 /// use beacon_rl::milestone::{EnvFlag, MilestoneDetector, Transition};
 /// let mut d = Not::new(Box::new(EnvFlag));
 /// assert!(d.detect(&Transition::default()));
@@ -242,7 +235,7 @@ impl Not {
     /// Negates `child`.
     ///
     /// ```
-    /// use beacon_rl::milestone::{combinators::Not, ScoreIncrease};
+    /// use beacon_rl::milestone::{Not, ScoreIncrease};
     /// let _d = Not::new(Box::new(ScoreIncrease));
     /// ```
     pub fn new(child: BoxedDetector) -> Self {

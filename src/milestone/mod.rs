@@ -10,26 +10,36 @@
 //! detection and pass the flags to the estimator directly.
 //!
 //! Built-ins here: [`ScoreIncrease`] (ScienceWorld, TextWorld: the environment's score went up)
-//! and [`EnvFlag`] (the environment already reports a milestone flag). Submodules:
-//! [`text`] (regex patterns on the response: ALFWorld feedback, TextWorld's score message),
-//! [`webshop`] (WebShop page phases), [`subgoal`] (ScienceWorld's newly completed subgoals),
-//! [`combinators`] (any of, all of, not) and [`preset`] (per-environment presets by name),
-//! [`walkthrough`] (an expert walkthrough matched in order), [`discover`] (milestones found
-//! from rollouts alone) and [`agreement`] (two detectors' flags compared). Each family's types
-//! have one path, in their submodule: `milestone::text::TextPatterns`,
-//! `milestone::webshop::WebShopPhases`, ...
+//! and [`EnvFlag`] (the environment already reports a milestone flag). The detector families,
+//! all re-exported here: [`TextPatterns`] (regex patterns on the response: ALFWorld feedback,
+//! TextWorld's score message), [`WebShopPhases`] (WebShop page phases), [`NewSubgoals`]
+//! (ScienceWorld's newly completed subgoals), [`AnyOf`] / [`AllOf`] / [`Not`] (combinators),
+//! [`DetectorPreset`] (per-environment presets by name), [`ExpertWalkthrough`] (an expert
+//! walkthrough matched in order), [`discover`] (milestones found from rollouts alone) and
+//! [`MilestoneAgreement`] (two detectors' flags compared).
 
-pub mod agreement;
-pub mod combinators;
+mod agreement;
+mod combinators;
+pub(crate) mod difflib;
 pub mod discover;
-pub mod preset;
-pub mod subgoal;
-pub mod text;
-pub mod walkthrough;
-pub mod webshop;
+mod preset;
+mod subgoal;
+mod text;
+mod walkthrough;
+mod webshop;
+
+pub use agreement::MilestoneAgreement;
+pub use combinators::{AllOf, AnyOf, Not};
+pub use preset::DetectorPreset;
+pub use subgoal::NewSubgoals;
+pub use text::{TextPatterns, TextPatternsBuilder};
+pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
+pub use webshop::{
+    WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
+};
 
 use crate::batch::RolloutBatch;
-use crate::error::{check_len, check_out_len, Result};
+use crate::error::{check_len, Result};
 #[cfg(any(doc, test))]
 use crate::Error;
 
@@ -180,40 +190,6 @@ where
     Ok(flags)
 }
 
-/// [`detect_milestones`] into a caller-owned buffer of one flag per row.
-///
-/// # Errors
-/// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`;
-/// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated.
-///
-/// ```
-/// use beacon_rl::milestone::{detect_milestones_into, EnvFlag, Transition};
-/// use beacon_rl::RolloutBatch;
-/// let batch = RolloutBatch::from_blocks(1, &[2], vec![1.0])?;
-/// let mut flags = vec![false; 2];
-/// detect_milestones_into(&batch, &mut EnvFlag, |row, _| Transition {
-///     env_flag: Some(row == 1),
-///     ..Default::default()
-/// }, &mut flags)?;
-/// assert_eq!(flags, [false, true]);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn detect_milestones_into<'a, D, F>(
-    batch: &RolloutBatch,
-    detector: &mut D,
-    transition: F,
-    flags: &mut [bool],
-) -> Result<()>
-where
-    D: MilestoneDetector + ?Sized,
-    F: FnMut(usize, usize) -> Transition<'a>,
-{
-    check_out_len("flags", batch.num_steps(), flags.len())?;
-    batch.try_step_rows()?;
-    detect_milestones_unchecked(batch, detector, transition, flags);
-    Ok(())
-}
-
 fn detect_milestones_unchecked<'a, D, F>(
     batch: &RolloutBatch,
     detector: &mut D,
@@ -297,15 +273,5 @@ mod tests {
         assert!(!d.detect(&t(Some(f64::NAN), Some(1.0))));
         assert!(!d.detect(&t(Some(5.0), Some(5.0))));
         assert!(d.detect(&t(Some(-100.0), Some(-99.0))));
-    }
-
-    #[test]
-    fn into_checks_length() {
-        let batch = RolloutBatch::from_blocks(1, &[2], vec![0.0]).unwrap();
-        let mut flags = [false; 3];
-        assert!(matches!(
-            detect_milestones_into(&batch, &mut EnvFlag, |_, _| Transition::default(), &mut flags),
-            Err(Error::OutputShape { .. })
-        ));
     }
 }

@@ -14,18 +14,18 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::combinators::BoxedDetector;
 use super::subgoal::NewSubgoals;
 use super::text::TextPatterns;
 use super::walkthrough::ExpertWalkthrough;
 use super::webshop::{WebShopGoal, WebShopPhases};
+use super::MilestoneDetector;
 use super::{EnvFlag, ScoreIncrease};
 use crate::error::{Error, Result};
 
 /// A named, per-environment milestone detector.
 ///
 /// ```
-/// use beacon_rl::milestone::preset::DetectorPreset;
+/// use beacon_rl::milestone::DetectorPreset;
 /// use beacon_rl::milestone::{MilestoneDetector, Transition};
 ///
 /// let preset: DetectorPreset = "alfworld".parse()?;
@@ -71,7 +71,7 @@ impl DetectorPreset {
     /// Every preset, in table order.
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
+    /// use beacon_rl::milestone::DetectorPreset;
     /// for p in DetectorPreset::ALL {
     ///     assert_eq!(p.name().parse::<DetectorPreset>()?, *p);
     /// }
@@ -90,7 +90,7 @@ impl DetectorPreset {
     /// The preset's name (for `FromStr`, `Display` and serde).
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
+    /// use beacon_rl::milestone::DetectorPreset;
     /// assert_eq!(DetectorPreset::TextWorldScore.name(), "textworld-score");
     /// ```
     pub fn name(self) -> &'static str {
@@ -109,7 +109,7 @@ impl DetectorPreset {
     /// an expert walkthrough).
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
+    /// use beacon_rl::milestone::DetectorPreset;
     /// assert!(DetectorPreset::WebShop.needs_task_input());
     /// assert!(!DetectorPreset::Score.needs_task_input());
     /// ```
@@ -125,14 +125,14 @@ impl DetectorPreset {
     /// needs the task's expert actions (use [`DetectorPreset::build_walkthrough`]).
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
+    /// use beacon_rl::milestone::DetectorPreset;
     /// use beacon_rl::milestone::{MilestoneDetector, Transition};
     /// let mut d = DetectorPreset::Score.build()?;
     /// assert!(d.detect(&Transition { score: Some(17.0), next_score: Some(25.0), ..Default::default() }));
     /// assert!(DetectorPreset::WebShop.build().is_err());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn build(self) -> Result<BoxedDetector> {
+    pub fn build(self) -> Result<Box<dyn MilestoneDetector + Send>> {
         Ok(match self {
             Self::Score => Box::new(ScoreIncrease),
             Self::Flag => Box::new(EnvFlag),
@@ -159,13 +159,16 @@ impl DetectorPreset {
     /// As [`ExpertWalkthrough::with_threshold`]: a threshold outside (0, 1].
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
+    /// use beacon_rl::milestone::DetectorPreset;
     /// use beacon_rl::milestone::Transition;
     /// let mut d = DetectorPreset::build_walkthrough(vec!["take apple 1 from table 1".into()], 0.85)?;
     /// assert!(d.detect(&Transition { action: "take apple 1 from table 1", ..Default::default() }));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn build_walkthrough(expert: Vec<String>, threshold: f64) -> Result<BoxedDetector> {
+    pub fn build_walkthrough(
+        expert: Vec<String>,
+        threshold: f64,
+    ) -> Result<Box<dyn MilestoneDetector + Send>> {
         Ok(Box::new(ExpertWalkthrough::with_threshold(expert, threshold)?))
     }
 
@@ -175,12 +178,14 @@ impl DetectorPreset {
     /// As [`WebShopPhases::new`]: a blank required option.
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
-    /// use beacon_rl::milestone::webshop::WebShopTarget;
+    /// use beacon_rl::milestone::DetectorPreset;
+    /// use beacon_rl::milestone::WebShopTarget;
     /// let _d = DetectorPreset::build_webshop(WebShopTarget::new("B078GWRC1J", ["bright citrus"])?)?;
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn build_webshop<G: WebShopGoal + Send + 'static>(goal: G) -> Result<BoxedDetector> {
+    pub fn build_webshop<G: WebShopGoal + Send + 'static>(
+        goal: G,
+    ) -> Result<Box<dyn MilestoneDetector + Send>> {
         Ok(Box::new(WebShopPhases::new(goal)?))
     }
 }
@@ -191,7 +196,7 @@ impl FromStr for DetectorPreset {
     /// Parses a preset name, ignoring ASCII case and surrounding whitespace.
     ///
     /// ```
-    /// use beacon_rl::milestone::preset::DetectorPreset;
+    /// use beacon_rl::milestone::DetectorPreset;
     /// assert_eq!(" WebShop ".parse::<DetectorPreset>()?, DetectorPreset::WebShop);
     /// assert!("alfred".parse::<DetectorPreset>().is_err());
     /// # Ok::<(), beacon_rl::Error>(())

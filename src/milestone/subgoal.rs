@@ -22,7 +22,7 @@ use super::{MilestoneDetector, Transition};
 /// completed twice yields two milestones, as it reports.
 ///
 /// ```
-/// use beacon_rl::milestone::{subgoal::NewSubgoals, MilestoneDetector, Transition};
+/// use beacon_rl::milestone::{NewSubgoals, MilestoneDetector, Transition};
 /// let done = vec!["focus on an animal".to_string()];
 /// let step = Transition { new_subgoals: &done, ..Default::default() };
 /// assert!(NewSubgoals.detect(&step));

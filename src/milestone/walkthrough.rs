@@ -9,21 +9,21 @@
 //! ```
 //!
 //! where `ratio(a, b)` is Python's `difflib.SequenceMatcher(None, a, b).ratio()`
-//! ([`crate::difflib`]). So the k-th expert action is matched by the first agent action after
+//! (a port of CPython's `difflib`). So the k-th expert action is matched by the first agent action after
 //! the (k−1)-th match that is similar enough; an action matches at most one expert action; an
 //! expert action that is never matched leaves no milestone and blocks all later ones (a later
 //! expert action done "early" does not count). The default threshold is 0.85, the release's.
 //!
 //! **Argument order.** The release calls `are_similar(action, milestones[k])`, i.e.
 //! `ratio(a = agent action, b = expert action)`. The ratio is not symmetric (see
-//! [`crate::difflib`]), so this module uses the same order: for example
+//! the module docs of `difflib`), so this module uses the same order: for example
 //! `ratio("ac", "bcccabbc") = 0.4` while `ratio("bcccabbc", "ac") = 0.2`.
 //!
 //! Fuzzy matching is what the release does, with its consequences: at 0.85,
 //! `"go to fridge 2"` counts for the expert's `"go to fridge 1"` (2·13/28 ≈ 0.93).
 //!
 //! ```
-//! use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+//! use beacon_rl::milestone::ExpertWalkthrough;
 //! use beacon_rl::milestone::{detect_milestones, Transition};
 //! use beacon_rl::RolloutBatch;
 //!
@@ -43,16 +43,9 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::difflib::Matcher;
+use super::difflib::Matcher;
 use crate::error::{Error, Result};
 use crate::milestone::{MilestoneDetector, Transition};
-
-/// The release's similarity threshold for matching an agent action to an expert action.
-///
-/// ```
-/// assert_eq!(beacon_rl::milestone::walkthrough::DEFAULT_THRESHOLD, 0.85);
-/// ```
-pub const DEFAULT_THRESHOLD: f64 = 0.85;
 
 fn check_threshold(threshold: f64) -> Result<()> {
     // A threshold <= 0 would match every action: reject it rather than detect nonsense.
@@ -70,11 +63,11 @@ fn check_threshold(threshold: f64) -> Result<()> {
 /// Matches an agent's actions against an expert walkthrough, in order (see the module docs).
 ///
 /// Holds the expert list (owned or borrowed), the threshold, the index of the next expert
-/// action and a [`Matcher`] prepared for that action, so each step costs one ratio computation
+/// action and a similarity matcher prepared for that action, so each step costs one ratio computation
 /// without allocation. [`MilestoneDetector::reset`] restarts at expert action 0.
 ///
 /// ```
-/// use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+/// use beacon_rl::milestone::ExpertWalkthrough;
 /// use beacon_rl::milestone::{MilestoneDetector, Transition};
 ///
 /// let expert = vec!["take apple 1 from fridge 1".to_string()];
@@ -96,12 +89,21 @@ pub struct ExpertWalkthrough<'a> {
     matcher: Matcher,
 }
 
-impl<'a> ExpertWalkthrough<'a> {
-    /// A detector for `expert` (a `Vec<String>`, `&Vec<String>` or `&[String]`) with the
-    /// default threshold [`DEFAULT_THRESHOLD`] (0.85).
+impl ExpertWalkthrough<'_> {
+    /// The release's similarity threshold for matching an agent action to an expert action.
     ///
     /// ```
-    /// use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+    /// assert_eq!(beacon_rl::milestone::ExpertWalkthrough::DEFAULT_THRESHOLD, 0.85);
+    /// ```
+    pub const DEFAULT_THRESHOLD: f64 = 0.85;
+}
+
+impl<'a> ExpertWalkthrough<'a> {
+    /// A detector for `expert` (a `Vec<String>`, `&Vec<String>` or `&[String]`) with the
+    /// default threshold [`Self::DEFAULT_THRESHOLD`] (0.85).
+    ///
+    /// ```
+    /// use beacon_rl::milestone::ExpertWalkthrough;
     /// let d = ExpertWalkthrough::new(vec!["open drawer 1".to_string()]);
     /// assert_eq!(d.threshold(), 0.85);
     /// ```
@@ -110,7 +112,7 @@ impl<'a> ExpertWalkthrough<'a> {
         let matcher = Matcher::new(expert.first().map_or("", String::as_str));
         Self {
             expert,
-            threshold: DEFAULT_THRESHOLD,
+            threshold: Self::DEFAULT_THRESHOLD,
             next: 0,
             matcher,
         }
@@ -123,7 +125,7 @@ impl<'a> ExpertWalkthrough<'a> {
     /// [`Error::InvalidConfig`] (`name: "threshold"`) unless `0 < threshold <= 1`.
     ///
     /// ```
-    /// use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+    /// use beacon_rl::milestone::ExpertWalkthrough;
     /// let expert = vec!["open drawer 1".to_string()];
     /// assert!(ExpertWalkthrough::with_threshold(&expert, 0.9).is_ok());
     /// assert!(ExpertWalkthrough::with_threshold(&expert, 0.0).is_err());
@@ -138,7 +140,7 @@ impl<'a> ExpertWalkthrough<'a> {
     /// The matching threshold.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+    /// # use beacon_rl::milestone::ExpertWalkthrough;
     /// let d = ExpertWalkthrough::with_threshold(vec![], 0.9)?;
     /// assert_eq!(d.threshold(), 0.9);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -150,7 +152,7 @@ impl<'a> ExpertWalkthrough<'a> {
     /// The expert action list.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+    /// # use beacon_rl::milestone::ExpertWalkthrough;
     /// let d = ExpertWalkthrough::new(vec!["look".to_string()]);
     /// assert_eq!(d.expert_actions(), ["look"]);
     /// ```
@@ -162,7 +164,7 @@ impl<'a> ExpertWalkthrough<'a> {
     /// next expert action to match).
     ///
     /// ```
-    /// use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+    /// use beacon_rl::milestone::ExpertWalkthrough;
     /// use beacon_rl::milestone::{MilestoneDetector, Transition};
     /// let mut d = ExpertWalkthrough::new(vec!["look".to_string(), "inventory".to_string()]);
     /// d.detect(&Transition { action: "look", ..Default::default() });
@@ -175,7 +177,7 @@ impl<'a> ExpertWalkthrough<'a> {
     /// True when every expert action has been matched.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::ExpertWalkthrough;
+    /// # use beacon_rl::milestone::ExpertWalkthrough;
     /// // An empty walkthrough is complete from the start and never fires.
     /// assert!(ExpertWalkthrough::new(Vec::new()).is_complete());
     /// ```
@@ -217,7 +219,7 @@ impl MilestoneDetector for ExpertWalkthrough<'_> {
 /// [`WalkthroughMap::from_json_str`].
 ///
 /// ```
-/// use beacon_rl::milestone::walkthrough::WalkthroughMap;
+/// use beacon_rl::milestone::WalkthroughMap;
 /// use beacon_rl::milestone::{MilestoneDetector, Transition};
 ///
 /// let mut map = WalkthroughMap::new();
@@ -240,7 +242,7 @@ impl WalkthroughMap {
     /// An empty map.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// assert!(WalkthroughMap::new().is_empty());
     /// ```
     pub fn new() -> Self {
@@ -254,7 +256,7 @@ impl WalkthroughMap {
     /// message gives line and column).
     ///
     /// ```
-    /// use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// use beacon_rl::milestone::WalkthroughMap;
     /// let map = WalkthroughMap::from_json_str(r#"{"t1": ["look", "open drawer 1"], "t2": []}"#)?;
     /// assert_eq!(map.len(), 2);
     /// assert_eq!(map.get("t1").unwrap()[1], "open drawer 1");
@@ -277,7 +279,7 @@ impl WalkthroughMap {
     /// what the caller already holds.
     ///
     /// ```
-    /// assert_eq!(beacon_rl::milestone::walkthrough::WalkthroughMap::MAX_JSON_BYTES, 32 << 20);
+    /// assert_eq!(beacon_rl::milestone::WalkthroughMap::MAX_JSON_BYTES, 32 << 20);
     /// ```
     pub const MAX_JSON_BYTES: usize = 32 << 20;
 
@@ -290,7 +292,7 @@ impl WalkthroughMap {
     /// JSON or another shape.
     ///
     /// ```
-    /// use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// use beacon_rl::milestone::WalkthroughMap;
     /// use beacon_rl::Error;
     /// use std::io::Read;
     ///
@@ -331,7 +333,7 @@ impl WalkthroughMap {
     /// Adds or replaces the walkthrough of `task`, returning the previous one.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// let mut map = WalkthroughMap::new();
     /// assert!(map.insert("t", vec!["look".into()]).is_none());
     /// assert_eq!(map.insert("t", vec![]), Some(vec!["look".to_string()]));
@@ -343,7 +345,7 @@ impl WalkthroughMap {
     /// The expert actions of `task`, if known.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// let mut map = WalkthroughMap::new();
     /// map.insert("t", vec!["look".into()]);
     /// assert_eq!(map.get("t").map(<[String]>::len), Some(1));
@@ -356,7 +358,7 @@ impl WalkthroughMap {
     /// Number of tasks.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// let map: WalkthroughMap = [("t".to_string(), vec![])].into_iter().collect();
     /// assert_eq!(map.len(), 1);
     /// ```
@@ -367,7 +369,7 @@ impl WalkthroughMap {
     /// True when no task is known.
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// assert!(WalkthroughMap::default().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -378,7 +380,7 @@ impl WalkthroughMap {
     /// for an unknown task (the release then gives the trajectory no milestone).
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// let mut map = WalkthroughMap::new();
     /// map.insert("t", vec!["look".into()]);
     /// assert_eq!(map.detector("t").unwrap().expert_actions(), ["look"]);
@@ -393,7 +395,7 @@ impl WalkthroughMap {
     /// As [`ExpertWalkthrough::with_threshold`] (checked even for an unknown task).
     ///
     /// ```
-    /// # use beacon_rl::milestone::walkthrough::WalkthroughMap;
+    /// # use beacon_rl::milestone::WalkthroughMap;
     /// let mut map = WalkthroughMap::new();
     /// map.insert("t", vec!["look".into()]);
     /// assert_eq!(map.detector_with_threshold("t", 0.9)?.unwrap().threshold(), 0.9);
@@ -423,7 +425,7 @@ impl FromIterator<(String, Vec<String>)> for WalkthroughMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::difflib::ratio;
+    use crate::milestone::difflib::ratio;
 
     fn owned(actions: &[&str]) -> Vec<String> {
         actions.iter().map(|s| s.to_string()).collect()

@@ -49,139 +49,13 @@
 
 use std::sync::Arc;
 
+mod page;
+
+use page::{is_listed_asin, item_title_price, norm_eq, normalized, segments};
+pub use page::{WebShopAction, WebShopPage};
+
 use super::{MilestoneDetector, Transition};
 use crate::error::{Error, Result};
-
-/// One action in WebShop's grammar.
-///
-/// ```
-/// use beacon_rl::milestone::webshop::WebShopAction;
-/// assert_eq!(WebShopAction::parse("search[bright citrus deodorant]"), WebShopAction::Search("bright citrus deodorant"));
-/// assert_eq!(WebShopAction::parse("click[B078GWRC1J]"), WebShopAction::Click("B078GWRC1J"));
-/// assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WebShopAction<'a> {
-    /// `search[keywords]`: the keywords as written.
-    Search(&'a str),
-    /// `click[value]`: the clicked value as written (an ASIN, an option, `Buy Now`, …).
-    Click(&'a str),
-    /// Anything else (WebShop ignores it).
-    Other,
-}
-
-impl<'a> WebShopAction<'a> {
-    /// Parses `action` like WebShop's `parse_action` (`re.match(r'(.+)\[(.+)\]', action)`):
-    /// on the first line, the argument lies between the last `[` that has at least one
-    /// character before it and one before the last `]`, and that `]`; text after the `]` is
-    /// ignored. The name is then compared with `search` / `click` ignoring ASCII case and
-    /// surrounding whitespace (WebShop wants them exact; an action it rejects leaves the page
-    /// unchanged, which the phase machine sees). Never panics.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::webshop::WebShopAction;
-    /// // Same as WebShop: the greedy name swallows an earlier bracket.
-    /// assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
-    /// assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
-    /// assert_eq!(WebShopAction::parse("Click[Buy Now] now"), WebShopAction::Click("Buy Now"));
-    /// assert_eq!(WebShopAction::parse("search[x]\nclick[y]"), WebShopAction::Search("x"));
-    /// ```
-    pub fn parse(action: &'a str) -> Self {
-        let line = match action.split('\n').next() {
-            Some(line) => line,
-            None => return Self::Other,
-        };
-        let Some(close) = line.rfind(']') else {
-            return Self::Other;
-        };
-        // `(.+)\[` greedy: the last `[` at index >= 1 leaving >= 1 character before `close`.
-        let open = line[..close]
-            .rmatch_indices('[')
-            .map(|(i, _)| i)
-            .find(|&i| i >= 1 && i + 1 < close);
-        let Some(open) = open else {
-            return Self::Other;
-        };
-        let name = line[..open].trim();
-        let arg = &line[open + 1..close];
-        if name.eq_ignore_ascii_case("search") {
-            Self::Search(arg)
-        } else if name.eq_ignore_ascii_case("click") {
-            Self::Click(arg)
-        } else {
-            Self::Other
-        }
-    }
-}
-
-/// The kind of WebShop page an observation shows.
-///
-/// ```
-/// use beacon_rl::milestone::webshop::WebShopPage;
-/// let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
-/// assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
-/// assert_eq!(WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"), WebShopPage::Done);
-/// assert_eq!(WebShopPage::classify("Nothing to see"), WebShopPage::Unknown);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum WebShopPage {
-    /// The start page with the search box.
-    Search,
-    /// A page of search results.
-    Results,
-    /// A product page (options, price, `Buy Now`).
-    Item,
-    /// A product's description, features, reviews or attributes page.
-    ItemDetail,
-    /// The page after `Buy Now`.
-    Done,
-    /// Not recognisable as a WebShop page.
-    Unknown,
-}
-
-impl WebShopPage {
-    /// Classifies an observation (see the module docs for the cues). The done page wins over
-    /// everything, then results, item, item detail, search.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::webshop::WebShopPage;
-    /// let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
-    /// assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
-    /// assert_eq!(WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."), WebShopPage::ItemDetail);
-    /// assert_eq!(WebShopPage::classify("WebShop [SEP] Instruction: [SEP] i need a tee [SEP] Search"), WebShopPage::Search);
-    /// ```
-    pub fn classify(observation: &str) -> Self {
-        let (mut done, mut results, mut buy, mut prev, mut search) = (false, false, false, false, false);
-        for seg in segments(observation) {
-            if seg.starts_with("Thank you for shopping with us") {
-                done = true;
-            } else if is_results_header(seg) {
-                results = true;
-            } else if seg.eq_ignore_ascii_case("buy now") {
-                buy = true;
-            } else if seg.eq_ignore_ascii_case("< prev") || seg.eq_ignore_ascii_case("< back to results") {
-                prev = true;
-            } else if seg.eq_ignore_ascii_case("search") {
-                search = true;
-            }
-        }
-        if done {
-            Self::Done
-        } else if results {
-            Self::Results
-        } else if buy {
-            Self::Item
-        } else if prev {
-            Self::ItemDetail
-        } else if search {
-            Self::Search
-        } else {
-            Self::Unknown
-        }
-    }
-}
 
 /// A product as a page shows it: what a [`WebShopGoal`] judges.
 ///
@@ -191,7 +65,7 @@ impl WebShopPage {
 /// not show is `""`.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::WebShopItem;
+/// use beacon_rl::milestone::WebShopItem;
 /// let item = WebShopItem { asin: "B078GWRC1J", title: "Bright Citrus Deodorant", price: "$10.99" };
 /// assert!(item.asin.eq_ignore_ascii_case("b078gwrc1j"));
 /// ```
@@ -213,7 +87,7 @@ pub struct WebShopItem<'a> {
 /// trajectory.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::{WebShopGoal, WebShopItem};
+/// use beacon_rl::milestone::{WebShopGoal, WebShopItem};
 ///
 /// struct Deodorant { options: Vec<String> }
 /// impl WebShopGoal for Deodorant {
@@ -265,7 +139,7 @@ impl<G: WebShopGoal + ?Sized> WebShopGoal for Arc<G> {
 /// options: WebShop's own `goal["asin"]` and `goal["goal_options"]`.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::{WebShopGoal, WebShopItem, WebShopTarget};
+/// use beacon_rl::milestone::{WebShopGoal, WebShopItem, WebShopTarget};
 /// let goal = WebShopTarget::new("B078GWRC1J", ["bright citrus", "3 ounce (pack of 1)"])?;
 /// assert!(goal.item_matches(&WebShopItem { asin: "b078gwrc1j", ..Default::default() }));
 /// assert_eq!(goal.required_options().len(), 2);
@@ -285,7 +159,7 @@ impl WebShopTarget {
     /// could never be clicked).
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::WebShopTarget;
+    /// use beacon_rl::milestone::WebShopTarget;
     /// assert!(WebShopTarget::new("B078GWRC1J", Vec::<String>::new()).is_ok());
     /// assert!(WebShopTarget::new("", ["black"]).is_err());
     /// assert!(WebShopTarget::new("B078GWRC1J", ["  "]).is_err());
@@ -309,7 +183,7 @@ impl WebShopTarget {
     /// The target ASIN as given (trimmed).
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::WebShopTarget;
+    /// use beacon_rl::milestone::WebShopTarget;
     /// assert_eq!(WebShopTarget::new(" B078GWRC1J ", Vec::<String>::new())?.asin(), "B078GWRC1J");
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -343,7 +217,7 @@ fn check_options(options: &[String]) -> Result<()> {
 /// Ordered: `Start < Found < ItemPage < OptionsChosen < Purchased`.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::WebShopPhase;
+/// use beacon_rl::milestone::WebShopPhase;
 /// assert!(WebShopPhase::Found < WebShopPhase::Purchased);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -366,7 +240,7 @@ pub enum WebShopPhase {
 /// the four phases, once per trajectory, in order.
 ///
 /// ```
-/// use beacon_rl::milestone::webshop::{WebShopPhase, WebShopPhases, WebShopTarget};
+/// use beacon_rl::milestone::{WebShopPhase, WebShopPhases, WebShopTarget};
 /// use beacon_rl::milestone::{MilestoneDetector, Transition};
 ///
 /// let goal = WebShopTarget::new("B078GWRC1J", ["3 ounce (pack of 1)"])?;
@@ -405,7 +279,7 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// [`Error::InvalidPattern`] when a required option is blank (it could never be clicked).
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::{WebShopPhase, WebShopPhases, WebShopTarget};
+    /// use beacon_rl::milestone::{WebShopPhase, WebShopPhases, WebShopTarget};
     /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", ["black"])?)?;
     /// assert_eq!(d.phase(), WebShopPhase::Start);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -425,7 +299,7 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// The phase reached so far in the current trajectory.
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::{WebShopPhase, WebShopPhases, WebShopTarget};
+    /// use beacon_rl::milestone::{WebShopPhase, WebShopPhases, WebShopTarget};
     /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", Vec::<String>::new())?)?;
     /// assert_eq!(d.phase(), WebShopPhase::Start);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -437,7 +311,7 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// The goal.
     ///
     /// ```
-    /// use beacon_rl::milestone::webshop::{WebShopPhases, WebShopTarget};
+    /// use beacon_rl::milestone::{WebShopPhases, WebShopTarget};
     /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", ["black"])?)?;
     /// assert_eq!(d.goal().asin(), "B09XYZ1234");
     /// # Ok::<(), beacon_rl::Error>(())
@@ -543,48 +417,6 @@ impl<G: WebShopGoal> MilestoneDetector for WebShopPhases<G> {
     }
 }
 
-/// The segments of an observation: cut at `[SEP]` and newlines, trimmed of whitespace,
-/// `[button]` / `[clicked button]` markers and one pair of enclosing single quotes; empty
-/// segments dropped.
-fn segments(observation: &str) -> impl Iterator<Item = &str> {
-    observation
-        .split('\n')
-        .flat_map(|line| line.split("[SEP]"))
-        .map(clean_segment)
-        .filter(|s| !s.is_empty())
-}
-
-fn clean_segment(segment: &str) -> &str {
-    let mut s = segment.trim();
-    for (open, close) in [
-        ("[clicked button]", "[clicked button_]"),
-        ("[button]", "[button_]"),
-    ] {
-        if let Some(inner) = s.strip_prefix(open) {
-            s = inner.strip_suffix(close).unwrap_or(inner).trim();
-            break;
-        }
-    }
-    if let Some(inner) = s.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')) {
-        s = inner.trim();
-    }
-    s
-}
-
-/// `Page 1 (Total results: 50)` (text env) or `Page 1 (1-10) of 50 total results` (HTML
-/// template).
-fn is_results_header(segment: &str) -> bool {
-    segment.starts_with("Page ") && (segment.contains("Total results") || segment.contains("total results"))
-}
-
-/// ASINs as WebShop lists them: ten ASCII upper-case letters or digits (`B078GWRC1J`).
-fn is_listed_asin(segment: &str) -> bool {
-    segment.len() == 10
-        && segment
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
-}
-
 /// Whether a results page lists an item the goal accepts.
 fn lists_goal_item<G: WebShopGoal + ?Sized>(goal: &G, observation: &str) -> bool {
     let mut segs = segments(observation).peekable();
@@ -615,44 +447,6 @@ fn lists_goal_item<G: WebShopGoal + ?Sized>(goal: &G, observation: &str) -> bool
         }
     }
     false
-}
-
-/// The title (segment before `Price: …`) and price of an item page.
-fn item_title_price(observation: &str) -> (&str, &str) {
-    let mut previous = "";
-    for seg in segments(observation) {
-        if let Some(price) = seg.strip_prefix("Price:") {
-            return (previous, price.trim());
-        }
-        previous = seg;
-    }
-    ("", "")
-}
-
-/// Characters of `s` trimmed, with whitespace runs collapsed to one space and lower-cased.
-fn normalized(s: &str) -> impl Iterator<Item = char> + '_ {
-    let mut in_space = false;
-    s.trim()
-        .chars()
-        .filter_map(move |c| {
-            if c.is_whitespace() {
-                if in_space {
-                    None
-                } else {
-                    in_space = true;
-                    Some(' ')
-                }
-            } else {
-                in_space = false;
-                Some(c)
-            }
-        })
-        .flat_map(char::to_lowercase)
-}
-
-/// Case- and whitespace-insensitive equality, without allocating.
-fn norm_eq(a: &str, b: &str) -> bool {
-    normalized(a).eq(normalized(b))
 }
 
 #[cfg(test)]

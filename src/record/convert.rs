@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::schema::name;
 use super::sealed::Sealed;
 use super::{record_error, TrajectoryRecord};
 use crate::batch::RolloutBatch;
@@ -93,7 +94,7 @@ impl<'a> RecordBatch<'a> {
             if let Some(first) = seen.insert(rec.traj_id.as_str(), i) {
                 return Err(record_error(
                     i + 1,
-                    Some("traj_id".into()),
+                    Some(name::TRAJ_ID.into()),
                     format!(
                         "trajectory `{}` appears twice (first as record {})",
                         rec.traj_id,
@@ -308,17 +309,17 @@ impl<'a> RecordBatch<'a> {
     /// ```
     pub fn columns(&self) -> RecordColumns<'a> {
         let rows = self.num_rows();
-        let mut outcome = Array2::zeros((rows, 1));
+        let mut terminal = Array2::zeros((rows, 1));
         let mut step_rewards = Vec::with_capacity(rows);
         let mut anchors = Vec::with_capacity(rows);
         for (row, t) in self.transitions().enumerate() {
             let (record, step) = self.row_location(row);
-            outcome[[row, 0]] = self.records[record].terminal_reward;
+            terminal[[row, 0]] = self.records[record].terminal_reward;
             step_rewards.push(self.records[record].steps[step].reward);
             anchors.push(t.observation);
         }
         RecordColumns {
-            outcome_rewards: outcome,
+            terminal_rewards: terminal,
             response_mask: Array2::from_elem((rows, 1), true),
             step_rewards,
             anchor_obs: anchors,
@@ -328,8 +329,8 @@ impl<'a> RecordBatch<'a> {
 
 /// Per-row estimator columns derived from records ([`RecordBatch::columns`]), one row per step:
 ///
-/// - `outcome_rewards` (rows × 1): the trajectory's terminal reward on every row, as
-///   verl-agent places the episode reward on each step row's last token, so that verl's
+/// - `terminal_rewards` (rows × 1): the trajectory's terminal reward on every row, as
+///   verl-agent places the terminal reward on each step row's last token, so that verl's
 ///   outcome estimators (GRPO, RLOO, ...) group and normalise step rows by `uid`;
 /// - `response_mask` (rows × 1): all true (one "token" per row: the step's advantage);
 /// - `step_rewards`: each step's environment `reward` (GiGPO's step returns);
@@ -345,13 +346,13 @@ impl<'a> RecordBatch<'a> {
 /// let cols = RecordBatch::new(&records)?.columns();
 /// assert_eq!(cols.anchor_obs, ["Kitchen."]);
 /// assert_eq!(cols.step_rewards, [0.5]);
-/// assert_eq!(cols.outcome_rewards[[0, 0]], 1.0);
+/// assert_eq!(cols.terminal_rewards[[0, 0]], 1.0);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct RecordColumns<'a> {
     /// Terminal reward per row, rows × 1.
-    pub outcome_rewards: Array2<f64>,
+    pub terminal_rewards: Array2<f64>,
     /// All-true mask, rows × 1.
     pub response_mask: Array2<bool>,
     /// Environment reward of each step.
@@ -376,7 +377,7 @@ impl<'a> RecordColumns<'a> {
     /// ```
     pub fn input<'b>(&'b self, batch: &'b RolloutBatch, milestones: &'b [bool]) -> EstimatorInput<'b> {
         EstimatorInput::new(batch)
-            .with_token_level_rewards(self.outcome_rewards.view())
+            .with_token_level_rewards(self.terminal_rewards.view())
             .with_response_mask(self.response_mask.view())
             .with_step_rewards(&self.step_rewards)
             .with_anchor_obs(&self.anchor_obs)

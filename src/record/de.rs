@@ -10,6 +10,7 @@ use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Seq
 use serde_json::value::RawValue;
 
 use super::extra::{ExtraBuilder, Key};
+use super::schema::name::*;
 use super::{RowRecord, StepRecord, TrajectoryRecord, Value};
 
 /// Reads the next value into `slot`, refusing a second occurrence of `name`.
@@ -119,23 +120,23 @@ impl<'de> Visitor<'de> for StepVisitor {
         let mut extra = ExtraBuilder::default();
         while let Some(Key(key)) = map.next_key()? {
             match &*key {
-                "action" => field!(map, action, "action"),
-                "observation" => field!(map, observation, "observation"),
-                "score" => field!(map, score, "score"),
-                "reward" => field!(map, reward, "reward"),
-                "done" => field!(map, done, "done"),
-                "milestone" => field!(map, milestone, "milestone"),
-                "new_subgoals" => field!(map, new_subgoals, "new_subgoals"),
-                "info" => field!(map, info, "info"),
+                ACTION => field!(map, action, ACTION),
+                OBSERVATION => field!(map, observation, OBSERVATION),
+                SCORE => field!(map, score, SCORE),
+                REWARD => field!(map, reward, REWARD),
+                DONE => field!(map, done, DONE),
+                MILESTONE => field!(map, milestone, MILESTONE),
+                NEW_SUBGOALS => field!(map, new_subgoals, NEW_SUBGOALS),
+                INFO => field!(map, info, INFO),
                 other => unknown(&mut map, other, &mut extra, self.borrow)?,
             }
         }
         Ok(StepRecord {
-            action: required(action, "action")?,
-            observation: required(observation, "observation")?,
+            action: required(action, ACTION)?,
+            observation: required(observation, OBSERVATION)?,
             score: score.flatten(),
-            reward: required(reward, "reward")?,
-            done: required(done, "done")?,
+            reward: required(reward, REWARD)?,
+            done: required(done, DONE)?,
             milestone: milestone.flatten(),
             new_subgoals: new_subgoals.flatten(),
             info: info.flatten(),
@@ -171,14 +172,14 @@ impl<'de> Visitor<'de> for TrajectoryVisitor {
         let mut extra = ExtraBuilder::default();
         while let Some(Key(key)) = map.next_key()? {
             match &*key {
-                "group_id" => field!(map, group_id, "group_id"),
-                "traj_id" => field!(map, traj_id, "traj_id"),
-                "terminal_reward" => field!(map, terminal_reward, "terminal_reward"),
-                "initial_observation" => field!(map, initial_observation, "initial_observation"),
-                "initial_score" => field!(map, initial_score, "initial_score"),
-                "steps" => {
+                GROUP_ID => field!(map, group_id, GROUP_ID),
+                TRAJ_ID => field!(map, traj_id, TRAJ_ID),
+                TERMINAL_REWARD => field!(map, terminal_reward, TERMINAL_REWARD),
+                INITIAL_OBSERVATION => field!(map, initial_observation, INITIAL_OBSERVATION),
+                INITIAL_SCORE => field!(map, initial_score, INITIAL_SCORE),
+                STEPS => {
                     if steps.is_some() {
-                        return Err(de::Error::duplicate_field("steps"));
+                        return Err(de::Error::duplicate_field(STEPS));
                     }
                     let seed = StepsSeed(StepVisitor { borrow: self.borrow });
                     steps = Some(map.next_value_seed(seed)?);
@@ -187,13 +188,13 @@ impl<'de> Visitor<'de> for TrajectoryVisitor {
             }
         }
         Ok(TrajectoryRecord {
-            group_id: required(group_id, "group_id")?,
-            traj_id: required(traj_id, "traj_id")?,
-            terminal_reward: required(terminal_reward, "terminal_reward")?,
+            group_id: required(group_id, GROUP_ID)?,
+            traj_id: required(traj_id, TRAJ_ID)?,
+            terminal_reward: required(terminal_reward, TERMINAL_REWARD)?,
             initial_observation: initial_observation.flatten(),
             initial_score: initial_score.flatten(),
             extra: extra.finish(),
-            steps: required(steps, "steps")?,
+            steps: required(steps, STEPS)?,
         })
     }
 }
@@ -244,7 +245,7 @@ impl<'de> Visitor<'de> for RowVisitor {
         let mut uid: Option<String> = None;
         let mut traj_uid: Option<String> = None;
         let mut reward: Option<f64> = None;
-        let mut episode_reward: Option<f64> = None;
+        let mut terminal_reward: Option<f64> = None;
         let mut anchor_obs: Option<Option<String>> = None;
         let mut action: Option<Option<String>> = None;
         let mut observation: Option<Option<String>> = None;
@@ -256,27 +257,27 @@ impl<'de> Visitor<'de> for RowVisitor {
         let mut extra = ExtraBuilder::default();
         while let Some(Key(key)) = map.next_key()? {
             match &*key {
-                "uid" => field!(map, uid, "uid"),
-                "traj_uid" => field!(map, traj_uid, "traj_uid"),
+                UID => field!(map, uid, UID),
+                TRAJ_UID => field!(map, traj_uid, TRAJ_UID),
                 // An alias shares its field: both spellings on one row is a repeated field.
-                "rewards" | "reward" => field!(map, reward, "rewards"),
-                "episode_rewards" | "episode_reward" => field!(map, episode_reward, "episode_rewards"),
-                "anchor_obs" => field!(map, anchor_obs, "anchor_obs"),
-                "action" => field!(map, action, "action"),
-                "observation" => field!(map, observation, "observation"),
-                "score" => field!(map, score, "score"),
-                "done" => field!(map, done, "done"),
-                "milestone" => field!(map, milestone, "milestone"),
-                "new_subgoals" => field!(map, new_subgoals, "new_subgoals"),
-                "info" => field!(map, info, "info"),
+                REWARDS | REWARD => field!(map, reward, REWARDS),
+                EPISODE_REWARDS | EPISODE_REWARD => field!(map, terminal_reward, EPISODE_REWARDS),
+                ANCHOR_OBS => field!(map, anchor_obs, ANCHOR_OBS),
+                ACTION => field!(map, action, ACTION),
+                OBSERVATION => field!(map, observation, OBSERVATION),
+                SCORE => field!(map, score, SCORE),
+                DONE => field!(map, done, DONE),
+                MILESTONE => field!(map, milestone, MILESTONE),
+                NEW_SUBGOALS => field!(map, new_subgoals, NEW_SUBGOALS),
+                INFO => field!(map, info, INFO),
                 other => unknown(&mut map, other, &mut extra, self.borrow)?,
             }
         }
         Ok(RowRecord {
-            uid: required(uid, "uid")?,
-            traj_uid: required(traj_uid, "traj_uid")?,
-            reward: required(reward, "rewards")?,
-            episode_reward: required(episode_reward, "episode_rewards")?,
+            uid: required(uid, UID)?,
+            traj_uid: required(traj_uid, TRAJ_UID)?,
+            reward: required(reward, REWARDS)?,
+            terminal_reward: required(terminal_reward, EPISODE_REWARDS)?,
             anchor_obs: anchor_obs.flatten(),
             action: action.flatten(),
             observation: observation.flatten(),

@@ -26,7 +26,8 @@ use crate::error::Error;
 /// order and value texts are equal.
 ///
 /// ```
-/// use beacon_rl::record::{Extra, Value};
+/// use beacon_rl::record::Extra;
+/// use serde_json::Value;
 ///
 /// let mut extra = Extra::new();
 /// extra.insert("env", "scienceworld");
@@ -125,7 +126,8 @@ impl Extra {
     /// [`insert_raw`](Self::insert_raw) may.
     ///
     /// ```
-    /// use beacon_rl::record::{Extra, Value};
+    /// use beacon_rl::record::Extra;
+    /// use serde_json::Value;
     /// let mut extra = Extra::new();
     /// extra.insert("seed", 7);
     /// assert_eq!(extra.value("seed")?, Some(Value::from(7)));
@@ -156,15 +158,16 @@ impl Extra {
     }
 
     /// The first of `names` that is a key here (one pass over the fields).
-    pub(crate) fn find_any<'n>(&self, names: &[&'n str]) -> Option<&'n str> {
+    pub(crate) fn find_any<'n>(&self, names: impl Iterator<Item = &'n str> + Clone) -> Option<&'n str> {
         self.members()
-            .find_map(|m| names.iter().find(|n| m.key_is(&self.text, n)).copied())
+            .find_map(|m| names.clone().find(|n| m.key_is(&self.text, n)))
     }
 
     /// Sets field `key` to `value` (written compactly), replacing an earlier value in place.
     ///
     /// ```
-    /// use beacon_rl::record::{Extra, Value};
+    /// use beacon_rl::record::Extra;
+    /// use serde_json::Value;
     /// let mut extra = Extra::new();
     /// extra.insert("meta", serde_json::json!({"seed": 1, "tags": ["a"]}));
     /// assert_eq!(extra.get("meta").unwrap().get(), r#"{"seed":1,"tags":["a"]}"#);
@@ -179,7 +182,8 @@ impl Extra {
     /// Sets field `key` to raw JSON `value` (minified), replacing an earlier value in place.
     ///
     /// ```
-    /// use beacon_rl::record::{Extra, RawValue};
+    /// use beacon_rl::record::Extra;
+    /// use serde_json::value::RawValue;
     /// let mut extra = Extra::new();
     /// let v = RawValue::from_string("[1.50, 2e3]".into()).unwrap();
     /// extra.insert_raw("x", &v);

@@ -4,6 +4,7 @@ use std::io::BufRead;
 
 use super::ids::{IdSet, Location};
 use super::jsonl::{in_file, JsonlReader};
+use super::schema::name;
 use super::{record_error, RecordBatch, TrajectoryRecord};
 use crate::error::{Error, Result};
 
@@ -236,7 +237,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
             };
             let e = record_error(
                 at.line,
-                Some("traj_id".into()),
+                Some(name::TRAJ_ID.into()),
                 format!("trajectory `{}` appears twice (first at {first_at})", rec.traj_id),
             );
             return Err(in_file(e, &self.name(at.source)));

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde_json::error::Category;
 
-use super::sealed::{locate, Sealed};
+use super::schema::locate;
+use super::sealed::Sealed;
 use super::{record_error, JsonlRecord, RowRecord, TrajectoryRecord, Value};
 use crate::error::{Error, Result};
 
@@ -137,10 +138,11 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     /// (the last two end the stream).
     ///
     /// ```
-    /// use beacon_rl::record::read_rows;
+    /// use beacon_rl::record::{JsonlReader, RowRecord};
     /// let text = "\n{\"uid\": \"g\", \"traj_uid\": \"a\", \"rewards\": 0, \"episode_rewards\": 1}\n";
-    /// let (line, row) = read_rows(text.as_bytes()).next_numbered().unwrap()?;
-    /// assert_eq!((line, row.episode_reward), (2, 1.0));
+    /// let mut rows = JsonlReader::<_, RowRecord>::new(text.as_bytes());
+    /// let (line, row) = rows.next_numbered().unwrap()?;
+    /// assert_eq!((line, row.terminal_reward), (2, 1.0));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn next_numbered(&mut self) -> Option<Result<(usize, T)>> {
@@ -232,17 +234,8 @@ pub fn read_trajectories<R: BufRead>(reader: R) -> JsonlReader<R, TrajectoryReco
     JsonlReader::new(reader)
 }
 
-/// Streams verl-agent style [`RowRecord`]s from a JSON Lines reader (see [`JsonlReader`]);
-/// [`read_row_dump`](super::read_row_dump) also groups them into trajectories.
-///
-/// ```
-/// use beacon_rl::record::read_rows;
-/// let text = r#"{"uid": "g", "traj_uid": "a", "rewards": 0, "episode_rewards": 1, "anchor_obs": "s0"}"#;
-/// let rows = read_rows(text.as_bytes()).collect::<Result<Vec<_>, _>>()?;
-/// assert_eq!(rows[0].anchor_obs.as_deref(), Some("s0"));
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn read_rows<R: BufRead>(reader: R) -> JsonlReader<R, RowRecord> {
+/// Reads a verl-agent style row dump, one [`RowRecord`] a line (grouped by [`read_row_dump`](super::read_row_dump)).
+pub(crate) fn read_rows<R: BufRead>(reader: R) -> JsonlReader<R, RowRecord> {
     JsonlReader::new(reader)
 }
 

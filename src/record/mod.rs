@@ -99,8 +99,10 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
+use schema::{name, Field};
 
 mod convert;
 mod de;
@@ -111,18 +113,15 @@ mod jsonl;
 mod num;
 mod rows;
 mod scan;
+mod schema;
 
 pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;
 pub use groups::{read_groups, RecordGroup, TrajectoryGroups};
 pub use jsonl::{
-    create_jsonl, open_jsonl, read_rows, read_trajectories, write_jsonl, JsonlReader, DEFAULT_MAX_LINE_BYTES,
+    create_jsonl, open_jsonl, read_trajectories, write_jsonl, JsonlReader, DEFAULT_MAX_LINE_BYTES,
 };
 pub use rows::{group_rows, read_row_dump, RowRecord};
-/// Re-exported from `serde_json`: free-form values (`info`), and the raw JSON text of an
-/// [`Extra`] field.
-pub use serde_json::{value::RawValue, Map, Value};
-
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///
 /// Named fields are the ones the crate uses; every other field of the line is kept in
@@ -217,25 +216,6 @@ pub struct StepRecord {
     #[serde(flatten)]
     pub extra: Extra,
 }
-
-const TRAJECTORY_FIELDS: &[&str] = &[
-    "group_id",
-    "traj_id",
-    "terminal_reward",
-    "initial_observation",
-    "initial_score",
-    "steps",
-];
-const STEP_FIELDS: &[&str] = &[
-    "action",
-    "observation",
-    "score",
-    "reward",
-    "done",
-    "milestone",
-    "new_subgoals",
-    "info",
-];
 
 impl TrajectoryRecord {
     /// A record with the required fields set, no steps yet, and nothing else.
@@ -354,17 +334,17 @@ impl TrajectoryRecord {
     /// [`JsonlRecord::validate`]; `extra`: also check that no `extra` key is a named field
     /// (records read from a line cannot have one).
     fn check(&self, line: usize, extra: bool) -> Result<()> {
-        check_finite_field(line, || "terminal_reward".into(), self.terminal_reward)?;
+        check_finite_field(line, || name::TERMINAL_REWARD.into(), self.terminal_reward)?;
         if let Some(s) = self.initial_score {
-            check_finite_field(line, || "initial_score".into(), s)?;
+            check_finite_field(line, || name::INITIAL_SCORE.into(), s)?;
         }
         if extra {
-            check_extra(line, String::new, &self.extra, TRAJECTORY_FIELDS)?;
+            check_extra(line, String::new, &self.extra, schema::TRAJECTORY)?;
         }
         if self.steps.is_empty() {
             return Err(record_error(
                 line,
-                Some("steps".into()),
+                Some(name::STEPS.into()),
                 "a trajectory needs at least one step".into(),
             ));
         }
@@ -375,36 +355,22 @@ impl TrajectoryRecord {
                 check_finite_field(line, || format!("steps[{t}].score"), s)?;
             }
             if extra {
-                check_extra(line, || format!("steps[{t}]."), &step.extra, STEP_FIELDS)?;
+                check_extra(
+                    line,
+                    || format!("{}[{t}].", name::STEPS),
+                    &step.extra,
+                    schema::STEP,
+                )?;
             }
         }
         Ok(())
     }
 }
 
-/// The schema checks that locate a serde error on a field (see `jsonl::describe`).
+/// Seals [`JsonlRecord`]: the record types and their schema tables.
 mod sealed {
-    use super::Value;
+    use super::schema::{self, Field};
     use crate::error::Result;
-
-    /// A field's expected JSON type.
-    #[derive(Clone, Copy)]
-    pub enum Kind {
-        Str,
-        Num,
-        Bool,
-        StrList,
-        Any,
-        /// The `steps` list of a trajectory record.
-        Steps,
-    }
-
-    /// One named field of a record type: its names (first = canonical), type, requiredness.
-    pub struct Field {
-        pub names: &'static [&'static str],
-        pub kind: Kind,
-        pub required: bool,
-    }
 
     pub trait Sealed: super::de::Borrowing {
         /// The record's named fields, for locating a type error on a field.
@@ -415,14 +381,7 @@ mod sealed {
     }
 
     impl Sealed for super::TrajectoryRecord {
-        const SCHEMA: &'static [Field] = &[
-            f(&["group_id"], Kind::Str, true),
-            f(&["traj_id"], Kind::Str, true),
-            f(&["terminal_reward"], Kind::Num, true),
-            f(&["initial_observation"], Kind::Str, false),
-            f(&["initial_score"], Kind::Num, false),
-            f(&["steps"], Kind::Steps, true),
-        ];
+        const SCHEMA: &'static [Field] = schema::TRAJECTORY;
 
         fn validate_values(&self, line: usize) -> Result<()> {
             self.check(line, false)
@@ -430,103 +389,11 @@ mod sealed {
     }
 
     impl Sealed for super::RowRecord {
-        const SCHEMA: &'static [Field] = &[
-            f(&["uid"], Kind::Str, true),
-            f(&["traj_uid"], Kind::Str, true),
-            f(&["rewards", "reward"], Kind::Num, true),
-            f(&["episode_rewards", "episode_reward"], Kind::Num, true),
-            f(&["anchor_obs"], Kind::Str, false),
-            f(&["action"], Kind::Str, false),
-            f(&["observation"], Kind::Str, false),
-            f(&["score"], Kind::Num, false),
-            f(&["done"], Kind::Bool, false),
-            f(&["milestone"], Kind::Bool, false),
-            f(&["new_subgoals"], Kind::StrList, false),
-            f(&["info"], Kind::Any, false),
-        ];
+        const SCHEMA: &'static [Field] = schema::ROW;
 
         fn validate_values(&self, line: usize) -> Result<()> {
             // A row has few fields: the full check is cheap.
             super::JsonlRecord::validate(self, line)
-        }
-    }
-
-    pub const STEP_SCHEMA: &[Field] = &[
-        f(&["action"], Kind::Str, true),
-        f(&["observation"], Kind::Str, true),
-        f(&["score"], Kind::Num, false),
-        f(&["reward"], Kind::Num, true),
-        f(&["done"], Kind::Bool, true),
-        f(&["milestone"], Kind::Bool, false),
-        f(&["new_subgoals"], Kind::StrList, false),
-        f(&["info"], Kind::Any, false),
-    ];
-
-    const fn f(names: &'static [&'static str], kind: Kind, required: bool) -> Field {
-        Field {
-            names,
-            kind,
-            required,
-        }
-    }
-
-    /// The first field of `value` that does not match `schema`, as (path, message).
-    pub fn locate(value: &Value, schema: &[Field], prefix: &str) -> Option<(Option<String>, String)> {
-        let Some(obj) = value.as_object() else {
-            let path = prefix.strip_suffix('.').map(str::to_string);
-            return Some((path, format!("expected a JSON object, found {}", describe(value))));
-        };
-        for field in schema {
-            let path = format!("{prefix}{}", field.names[0]);
-            let found = field.names.iter().find_map(|n| obj.get(*n));
-            let v = match found {
-                None | Some(Value::Null) if !field.required => continue,
-                None => return Some((Some(path), format!("missing field `{}`", field.names[0]))),
-                Some(v) => v,
-            };
-            let ok = match field.kind {
-                Kind::Str => v.is_string(),
-                Kind::Num => v.is_number(),
-                Kind::Bool => v.is_boolean(),
-                Kind::Any => true,
-                Kind::StrList => v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-                Kind::Steps => match v.as_array() {
-                    None => false,
-                    Some(steps) => {
-                        for (t, step) in steps.iter().enumerate() {
-                            let step_prefix = format!("{path}[{t}].");
-                            if let Some(found) = locate(step, STEP_SCHEMA, &step_prefix) {
-                                return Some(found);
-                            }
-                        }
-                        true
-                    }
-                },
-            };
-            if !ok {
-                let expected = match field.kind {
-                    Kind::Str => "a string",
-                    Kind::Num => "a number",
-                    Kind::Bool => "true or false",
-                    Kind::StrList => "a list of strings",
-                    Kind::Steps => "a list of steps",
-                    Kind::Any => "any value",
-                };
-                return Some((Some(path), format!("expected {expected}, found {}", describe(v))));
-            }
-        }
-        None
-    }
-
-    fn describe(v: &Value) -> String {
-        match v {
-            Value::Null => "null".into(),
-            Value::Bool(b) => format!("boolean {b}"),
-            Value::Number(n) => format!("number {n}"),
-            Value::String(s) if s.chars().count() <= 40 => format!("string {s:?}"),
-            Value::String(_) => "a string".into(),
-            Value::Array(_) => "a list".into(),
-            Value::Object(_) => "an object".into(),
         }
     }
 }
@@ -555,8 +422,13 @@ fn check_finite_field(line: usize, field: impl FnOnce() -> String, value: f64) -
 
 /// An `extra` key equal to a named field would be written twice (only possible for records
 /// built in code).
-fn check_extra(line: usize, prefix: impl FnOnce() -> String, extra: &Extra, named: &[&str]) -> Result<()> {
-    match extra.find_any(named) {
+fn check_extra(
+    line: usize,
+    prefix: impl FnOnce() -> String,
+    extra: &Extra,
+    named: &'static [Field],
+) -> Result<()> {
+    match extra.find_any(schema::all_names(named)) {
         None => Ok(()),
         Some(n) => Err(record_error(
             line,

@@ -6,6 +6,7 @@ use std::io::BufRead;
 use serde::Serialize;
 
 use super::jsonl::read_rows;
+use super::schema::{self, name};
 use super::{check_extra, check_finite_field, num, record_error, Extra, JsonlRecord, Value};
 use super::{StepRecord, TrajectoryRecord};
 use crate::error::Result;
@@ -14,8 +15,8 @@ use crate::error::Result;
 /// object per row).
 ///
 /// Field names follow verl-agent: `uid` (group), `traj_uid` (trajectory), `rewards` (the
-/// step's reward; `reward` is accepted too), `episode_rewards` (the trajectory's episode
-/// reward repeated on each of its rows; `episode_reward` accepted), optional `anchor_obs`
+/// step's reward; `reward` is accepted too), `episode_rewards` (verl-agent's name for the
+/// trajectory's terminal reward, repeated on each of its rows; `episode_reward` accepted), optional `anchor_obs`
 /// (what the agent saw before acting), and optionally the step's `action`, `observation`
 /// (the environment's response), `score`, `done`, `milestone`, `new_subgoals`, `info`. Other
 /// fields are kept in [`extra`](RowRecord::extra). See [`group_rows`] for the mapping to
@@ -27,7 +28,7 @@ use crate::error::Result;
 ///     r#"{"uid": "q1", "traj_uid": "q1-a", "rewards": 0.5, "episode_rewards": 1, "anchor_obs": "You are in a kitchen.", "step": 0}"#,
 ///     1,
 /// )?;
-/// assert_eq!((row.reward, row.episode_reward), (0.5, 1.0));
+/// assert_eq!((row.reward, row.terminal_reward), (0.5, 1.0));
 /// assert_eq!(row.extra.get("step").unwrap().get(), "0");
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -40,9 +41,10 @@ pub struct RowRecord {
     /// The step's reward (`rewards`).
     #[serde(rename = "rewards", serialize_with = "num::ser")]
     pub reward: f64,
-    /// The trajectory's episode reward (`episode_rewards`), the same on all its rows.
+    /// The trajectory's terminal reward R(τ) (JSON field `episode_rewards`, verl-agent's name;
+    /// `episode_reward` is read too), the same on all its rows.
     #[serde(rename = "episode_rewards", serialize_with = "num::ser")]
-    pub episode_reward: f64,
+    pub terminal_reward: f64,
     /// s_t: the observation the agent acted on (verl-agent's GiGPO anchor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anchor_obs: Option<String>,
@@ -76,38 +78,21 @@ pub struct RowRecord {
     pub extra: Extra,
 }
 
-const ROW_FIELDS: &[&str] = &[
-    "uid",
-    "traj_uid",
-    "rewards",
-    "reward",
-    "episode_rewards",
-    "episode_reward",
-    "anchor_obs",
-    "action",
-    "observation",
-    "score",
-    "done",
-    "milestone",
-    "new_subgoals",
-    "info",
-];
-
 impl JsonlRecord for RowRecord {
     /// Finite rewards and score, no `extra` key shadowing a named field, and no padding row:
     /// verl-agent marks rows after an episode's end with `active_masks` false (or 0); such
     /// rows are not steps and must be dropped before grouping.
     fn validate(&self, line: usize) -> Result<()> {
-        check_finite_field(line, || "rewards".into(), self.reward)?;
-        check_finite_field(line, || "episode_rewards".into(), self.episode_reward)?;
+        check_finite_field(line, || name::REWARDS.into(), self.reward)?;
+        check_finite_field(line, || name::EPISODE_REWARDS.into(), self.terminal_reward)?;
         if let Some(s) = self.score {
-            check_finite_field(line, || "score".into(), s)?;
+            check_finite_field(line, || name::SCORE.into(), s)?;
         }
-        check_extra(line, String::new, &self.extra, ROW_FIELDS)?;
+        check_extra(line, String::new, &self.extra, schema::ROW)?;
         let active = self
             .extra
-            .value("active_masks")
-            .map_err(|e| record_error(line, Some("active_masks".into()), e.to_string()))?;
+            .value(name::ACTIVE_MASKS)
+            .map_err(|e| record_error(line, Some(name::ACTIVE_MASKS.into()), e.to_string()))?;
         let inactive = match active {
             Some(Value::Bool(b)) => !b,
             Some(Value::Number(n)) => n.as_f64() == Some(0.0),
@@ -116,7 +101,7 @@ impl JsonlRecord for RowRecord {
         if inactive {
             return Err(record_error(
                 line,
-                Some("active_masks".into()),
+                Some(name::ACTIVE_MASKS.into()),
                 "inactive (padding) row: drop rows with active_masks false before grouping".into(),
             ));
         }
@@ -151,7 +136,7 @@ impl JsonlRecord for RowRecord {
 /// ```
 /// use beacon_rl::record::{group_rows, JsonlRecord, RowRecord};
 /// let row = |traj: &str, anchor: &str, r: f64| RowRecord {
-///     uid: "q".into(), traj_uid: traj.into(), reward: 0.0, episode_reward: r,
+///     uid: "q".into(), traj_uid: traj.into(), reward: 0.0, terminal_reward: r,
 ///     anchor_obs: Some(anchor.into()), ..RowRecord::default()
 /// };
 /// // Two interleaved trajectories: a (rows 1, 3) and b (row 2).
@@ -230,7 +215,7 @@ impl Grouper {
             uid,
             traj_uid,
             reward,
-            episode_reward,
+            terminal_reward,
             anchor_obs,
             action,
             observation,
@@ -243,7 +228,7 @@ impl Grouper {
         } = row;
         let j = match self.index.get(&traj_uid) {
             Some(&j) => {
-                self.continue_trajectory(j, line, &uid, episode_reward, anchor_obs)?;
+                self.continue_trajectory(j, line, &uid, terminal_reward, anchor_obs)?;
                 j
             }
             None => {
@@ -251,7 +236,7 @@ impl Grouper {
                 self.index.insert(traj_uid.clone(), j);
                 self.trajectories.push(TrajectoryRecord {
                     initial_observation: anchor_obs,
-                    ..TrajectoryRecord::new(uid, traj_uid, episode_reward)
+                    ..TrajectoryRecord::new(uid, traj_uid, terminal_reward)
                 });
                 self.pending.push(Pending {
                     first_line: line,
@@ -283,7 +268,7 @@ impl Grouper {
         j: usize,
         line: usize,
         uid: &str,
-        episode_reward: f64,
+        terminal_reward: f64,
         anchor_obs: Option<String>,
     ) -> Result<()> {
         let traj = &mut self.trajectories[j];
@@ -291,19 +276,19 @@ impl Grouper {
         if traj.group_id != uid {
             return Err(record_error(
                 line,
-                Some("uid".into()),
+                Some(name::UID.into()),
                 format!(
                     "trajectory `{}` has uid `{}` on line {} but `{uid}` here (a trajectory cannot span groups)",
                     traj.traj_id, traj.group_id, pending.first_line
                 ),
             ));
         }
-        if traj.terminal_reward != episode_reward {
+        if traj.terminal_reward != terminal_reward {
             return Err(record_error(
                 line,
-                Some("episode_rewards".into()),
+                Some(name::EPISODE_REWARDS.into()),
                 format!(
-                    "trajectory `{}` has episode reward {} on line {} but {episode_reward} here",
+                    "trajectory `{}` has terminal reward {} on line {} but {terminal_reward} here",
                     traj.traj_id, traj.terminal_reward, pending.first_line
                 ),
             ));
@@ -316,7 +301,7 @@ impl Grouper {
                 } else if prev.observation != anchor {
                     return Err(record_error(
                         line,
-                        Some("anchor_obs".into()),
+                        Some(name::ANCHOR_OBS.into()),
                         format!(
                             "anchor_obs differs from the previous row's observation in trajectory `{}`",
                             traj.traj_id

@@ -2,13 +2,14 @@
 //! agreement with the environments' own milestones on the bundled recorded sample.
 #![cfg(feature = "serde")]
 
-use beacon_rl::milestone::agreement::MilestoneAgreement;
 use beacon_rl::milestone::discover::frequency_baseline;
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
+use beacon_rl::milestone::MilestoneAgreement;
 use beacon_rl::milestone::Transition;
-use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord, Value};
+use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
+use serde_json::Value;
 
 /// One group per entry of `groups`; each rollout is (terminal reward, [(action, response)]).
 type Rollout<'a> = (f64, Vec<(&'a str, &'a str)>);

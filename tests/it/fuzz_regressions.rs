@@ -24,6 +24,9 @@ mod records;
 #[path = "../../fuzz/src/token.rs"]
 mod token;
 
+/// The detectors oracle's CPython port (`fuzz/src/lib.rs` includes the same file).
+use crate::difflib_reference::py as difflib_py;
+
 /// The regression inputs of `target`, sorted by name (none yet is fine).
 fn inputs(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -115,7 +118,7 @@ fn python_port_matches_python() {
     for c in cases {
         let (a, b) = (c["a"].as_str().unwrap(), c["b"].as_str().unwrap());
         let expected = c["ratio"].as_f64().unwrap();
-        let got = detectors::py::SequenceMatcher::new(a, b).ratio();
+        let got = difflib_py::SequenceMatcher::new(a, b).ratio();
         assert_eq!(got.to_bits(), expected.to_bits(), "ratio({a:?}, {b:?})");
     }
 }

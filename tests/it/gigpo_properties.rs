@@ -1,7 +1,7 @@
 //! GiGPO: hand-computed cases (arithmetic in the comments), input/config validation, and
 //! proptest properties.
 
-use beacon_rl::difflib::ratio;
+use crate::difflib_reference::ratio;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 use beacon_rl::NormMode;
 use beacon_rl::{Error, RolloutBatch};

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use crate::common::SplitMix64;
-use beacon_rl::difflib::ratio;
+use crate::difflib_reference::ratio;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
 use beacon_rl::NormMode;
 use beacon_rl::RolloutBatch;

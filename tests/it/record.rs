@@ -4,11 +4,12 @@
 
 use beacon_rl::milestone::{EnvFlag, ScoreIncrease};
 use beacon_rl::record::{
-    group_rows, read_groups, read_row_dump, read_rows, read_trajectories, write_jsonl, Extra, JsonlRecord,
-    RecordBatch, RowRecord, StepRecord, TrajectoryGroups, TrajectoryRecord, Value,
+    group_rows, read_groups, read_row_dump, read_trajectories, write_jsonl, Extra, JsonlReader, JsonlRecord,
+    RecordBatch, RowRecord, StepRecord, TrajectoryGroups, TrajectoryRecord,
 };
 use beacon_rl::Error;
 use proptest::prelude::*;
+use serde_json::Value;
 
 const SAMPLE: &str = include_str!("../../data/sample_trajectories.jsonl");
 
@@ -440,7 +441,7 @@ fn row(traj: &str, episode: f64) -> RowRecord {
     RowRecord {
         uid: "q".into(),
         traj_uid: traj.into(),
-        episode_reward: episode,
+        terminal_reward: episode,
         ..RowRecord::default()
     }
 }
@@ -484,7 +485,7 @@ fn row_dump_errors_name_the_line() {
     );
 
     // Row-level parse errors are located like trajectory ones.
-    let e = read_rows(
+    let e = JsonlReader::<_, RowRecord>::new(
         "{\"uid\": \"q\", \"traj_uid\": \"a\", \"rewards\": NaN, \"episode_rewards\": 1}".as_bytes(),
     )
     .next()
@@ -649,7 +650,7 @@ proptest! {
                          "anchor_obs", "action", "observation", "score", "done", "milestone",
                          "new_subgoals", "info", "active_masks"]),
     ) {
-        let r = RowRecord { uid, traj_uid: traj, reward, episode_reward: episode, anchor_obs: anchor, score, extra, ..RowRecord::default() };
+        let r = RowRecord { uid, traj_uid: traj, reward, terminal_reward: episode, anchor_obs: anchor, score, extra, ..RowRecord::default() };
         let line = r.to_json_line().unwrap();
         prop_assert_eq!(RowRecord::from_json_line(&line, 1).unwrap(), r);
     }

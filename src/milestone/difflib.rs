@@ -26,17 +26,6 @@
 //! [`Matcher`] keeps `b` prepared (its index `b2j` and popular set) and all scratch buffers, so
 //! comparing many `a` against one `b` allocates nothing after warm-up. [`ratio`] is the one-shot
 //! convenience.
-//!
-//! ```
-//! use beacon_rl::difflib::{ratio, Matcher};
-//!
-//! // "abcd" vs "bcde": one block "bcd" of 3 code points, ratio = 2·3 / 8.
-//! assert_eq!(ratio("abcd", "bcde"), 0.75);
-//!
-//! let mut m = Matcher::new("heat pan 1 with microwave 1"); // b, prepared once
-//! assert_eq!(m.ratio("heat pan 1 with microwave 1"), 1.0);
-//! assert!(m.ratio("heat pan 2 with microwave 1") > 0.95);
-//! ```
 
 use std::collections::HashMap;
 
@@ -47,20 +36,15 @@ const ABSENT: usize = usize::MAX;
 const AUTOJUNK_MIN_LEN: usize = 200;
 
 /// One matching block: `a[a..a + size] == b[b..b + size]`, indices in code points.
-///
-/// ```
-/// use beacon_rl::difflib::{Match, Matcher};
-/// let blocks = Matcher::new("abxcd").matching_blocks("abcd");
-/// assert_eq!(blocks[0], Match { a: 0, b: 0, size: 2 });
-/// ```
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Match {
+pub(crate) struct Match {
     /// Start of the block in `a`.
-    pub a: usize,
+    pub(crate) a: usize,
     /// Start of the block in `b`.
-    pub b: usize,
+    pub(crate) b: usize,
     /// Length of the block in code points (0 only for the final sentinel).
-    pub size: usize,
+    pub(crate) size: usize,
 }
 
 /// A reusable `SequenceMatcher(None, a, b)` with a fixed, prepared `b`.
@@ -69,19 +53,8 @@ pub struct Match {
 /// symbol ids, the positions of each symbol are stored contiguously (CPython's `b2j`), and
 /// popular symbols (autojunk) get no positions. Each comparison then maps `a` onto those ids
 /// and runs the port of `get_matching_blocks`. All buffers are kept between calls.
-///
-/// ```
-/// use beacon_rl::difflib::Matcher;
-/// let mut m = Matcher::new("put soapbottle 1 in/on countertop 2");
-/// for action in ["p soapbottle 1 in/on countertop 2", "look"] {
-///     let r = m.ratio(action);
-///     assert!((0.0..=1.0).contains(&r));
-/// }
-/// // Equal to Python's difflib.SequenceMatcher(None, a, b).ratio():
-/// assert_eq!(m.ratio("p soapbottle 1 in/on countertop 2"), 0.9705882352941176);
-/// ```
 #[derive(Debug, Clone)]
-pub struct Matcher {
+pub(crate) struct Matcher {
     /// `b` as symbol ids (every code point of `b` has an id).
     b: Vec<usize>,
     /// Symbol id of each ASCII code point of `b` (`ABSENT` otherwise).
@@ -117,14 +90,7 @@ impl Default for Matcher {
 
 impl Matcher {
     /// A matcher with `b` prepared (CPython's `set_seq2`).
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// let mut m = Matcher::new("look");
-    /// assert_eq!(m.b_len(), 4);
-    /// assert_eq!(m.ratio("look"), 1.0);
-    /// ```
-    pub fn new(b: &str) -> Self {
+    pub(crate) fn new(b: &str) -> Self {
         let mut m = Self {
             b: Vec::new(),
             ascii_ids: [ABSENT; 128],
@@ -145,14 +111,7 @@ impl Matcher {
 
     /// Replaces `b`, reusing every buffer (CPython's `set_seq2`, which rebuilds `b2j` and
     /// applies the autojunk rule).
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// let mut m = Matcher::new("abc");
-    /// m.set_b("xyz");
-    /// assert_eq!(m.ratio("abc"), 0.0);
-    /// ```
-    pub fn set_b(&mut self, b: &str) {
+    pub(crate) fn set_b(&mut self, b: &str) {
         for &c in &self.ascii_used {
             self.ascii_ids[usize::from(c)] = ABSENT;
         }
@@ -227,36 +186,22 @@ impl Matcher {
     }
 
     /// Length of `b` in code points.
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// assert_eq!(Matcher::new("café").b_len(), 4);
-    /// ```
-    pub fn b_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn b_len(&self) -> usize {
         self.b.len()
     }
 
     /// `SequenceMatcher(None, a, b).ratio()` for the prepared `b`.
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// let mut m = Matcher::new("bcde");
-    /// // one block "bcd" (3 code points): 2·3 / (4 + 4)
-    /// assert_eq!(m.ratio("abcd"), 0.75);
-    /// ```
-    pub fn ratio(&mut self, a: &str) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn ratio(&mut self, a: &str) -> f64 {
         let matches = self.matches(a);
         calculate_ratio(matches, self.a.len() + self.b.len())
     }
 
     /// M: the number of code points covered by the matching blocks of `a` against `b`
     /// (the sum of `size` over [`Matcher::matching_blocks`]).
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// assert_eq!(Matcher::new("abxcd").matches("abcd"), 4);
-    /// ```
-    pub fn matches(&mut self, a: &str) -> usize {
+    #[cfg(test)]
+    pub(crate) fn matches(&mut self, a: &str) -> usize {
         self.set_a(a);
         let mut total = 0;
         self.for_each_block(|_, _, k| total += k);
@@ -266,22 +211,8 @@ impl Matcher {
     /// `get_matching_blocks()`: the matching blocks sorted by position, adjacent blocks merged,
     /// ending with the sentinel `Match { a: |a|, b: |b|, size: 0 }`, exactly as CPython
     /// returns them.
-    ///
-    /// ```
-    /// use beacon_rl::difflib::{Match, Matcher};
-    /// // Python: SequenceMatcher(None, "abxcd", "abcd").get_matching_blocks()
-    /// // -> [Match(a=0, b=0, size=2), Match(a=3, b=2, size=2), Match(a=5, b=4, size=0)]
-    /// let blocks = Matcher::new("abcd").matching_blocks("abxcd");
-    /// assert_eq!(
-    ///     blocks,
-    ///     vec![
-    ///         Match { a: 0, b: 0, size: 2 },
-    ///         Match { a: 3, b: 2, size: 2 },
-    ///         Match { a: 5, b: 4, size: 0 },
-    ///     ]
-    /// );
-    /// ```
-    pub fn matching_blocks(&mut self, a: &str) -> Vec<Match> {
+    #[cfg(test)]
+    pub(crate) fn matching_blocks(&mut self, a: &str) -> Vec<Match> {
         self.set_a(a);
         let mut blocks = Vec::new();
         self.for_each_block(|i, j, k| blocks.push(Match { a: i, b: j, size: k }));
@@ -304,13 +235,8 @@ impl Matcher {
 
     /// `real_quick_ratio()`: the upper bound `2·min(|a|, |b|) / (|a| + |b|)` on
     /// [`Matcher::ratio`].
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// let m = Matcher::new("abcd");
-    /// assert_eq!(m.real_quick_ratio("ab"), 2.0 * 2.0 / 6.0);
-    /// ```
-    pub fn real_quick_ratio(&self, a: &str) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn real_quick_ratio(&self, a: &str) -> f64 {
         let la = a.chars().count();
         let lb = self.b.len();
         calculate_ratio(la.min(lb), la + lb)
@@ -318,15 +244,8 @@ impl Matcher {
 
     /// `quick_ratio()`: the upper bound on [`Matcher::ratio`] from the multiset intersection
     /// of the code points of `a` and `b`.
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// let mut m = Matcher::new("abcd");
-    /// // "dcba" shares all 4 code points with "abcd" but matches only 1 in order.
-    /// assert_eq!(m.quick_ratio("dcba"), 1.0);
-    /// assert_eq!(m.ratio("dcba"), 0.25);
-    /// ```
-    pub fn quick_ratio(&mut self, a: &str) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn quick_ratio(&mut self, a: &str) -> f64 {
         self.set_a(a);
         let matches = self.quick_matches();
         calculate_ratio(matches, self.a.len() + self.b.len())
@@ -338,14 +257,7 @@ impl Matcher {
     /// threshold or the blocks still possible cannot. The answer is always the same as
     /// `self.ratio(a) >= threshold` (every bound uses the ratio's floating-point expression,
     /// which is monotone in M). A NaN threshold gives `false`, as in Python.
-    ///
-    /// ```
-    /// use beacon_rl::difflib::Matcher;
-    /// let mut m = Matcher::new("heat pan 1 with microwave 1");
-    /// assert!(m.ratio_at_least("heat pan 1 with micr 1owave 1", 0.95));
-    /// assert!(!m.ratio_at_least("look", 0.95));
-    /// ```
-    pub fn ratio_at_least(&mut self, a: &str, threshold: f64) -> bool {
+    pub(crate) fn ratio_at_least(&mut self, a: &str, threshold: f64) -> bool {
         self.set_a(a);
         let total = self.a.len() + self.b.len();
         if calculate_ratio(self.a.len().min(self.b.len()), total) < threshold {
@@ -423,6 +335,7 @@ impl Matcher {
     /// CPython's `get_matching_blocks` loop without the final sort/merge: calls `f(i, j, k)`
     /// for every block found. Sub-ranges are independent, so the visiting order does not
     /// change the blocks; the stack mirrors CPython's anyway.
+    #[cfg(test)]
     fn for_each_block(&mut self, mut f: impl FnMut(usize, usize, usize)) {
         let mut queue = std::mem::take(&mut self.queue);
         queue.clear();
@@ -531,46 +444,12 @@ fn calculate_ratio(matches: usize, length: usize) -> f64 {
 /// Lengths are in Unicode code points; two empty strings give 1.0. Asymmetric in `(a, b)` (see
 /// the module docs): `b` is the side the autojunk rule applies to. For many comparisons against
 /// one `b`, use a [`Matcher`].
-///
-/// ```
-/// use beacon_rl::difflib::ratio;
-/// assert_eq!(ratio("", ""), 1.0);
-/// assert_eq!(ratio("abc", ""), 0.0);
-/// // "look" vs "l theook": blocks "l" and "ook", 2·4 / (4 + 8)
-/// assert_eq!(ratio("look", "l theook"), 2.0 * 4.0 / 12.0);
-/// ```
-pub fn ratio(a: &str, b: &str) -> f64 {
+#[cfg(test)]
+pub(crate) fn ratio(a: &str, b: &str) -> f64 {
     Matcher::new(b).ratio(a)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn popular_elements_do_not_seed_but_extend() {
-        // b = 200 'a's: len >= 200, 'a' occurs 200 > 200/100 + 1 = 3 times -> popular, so
-        // find_longest_match finds no seed. The empty block at (0, 0) is still extended with
-        // equal elements (CPython's extension loop), matching the whole common prefix.
-        let b = "a".repeat(200);
-        let a = "a".repeat(5);
-        // Python: SequenceMatcher(None, "a"*5, "a"*200).ratio() == 2*5/205
-        assert_eq!(ratio(&a, &b), 10.0 / 205.0);
-        // With a leading 'x' in a, the extension at (0, 0) fails immediately: no match at all.
-        // Python: SequenceMatcher(None, "x"+"a"*5, "a"*200).ratio() == 0.0
-        assert_eq!(ratio(&format!("x{a}"), &b), 0.0);
-        // Swapped, b = "aaaaa" is short: no autojunk, the 5 a's match. 2*5/205 again.
-        assert_eq!(ratio(&b, &a), 10.0 / 205.0);
-    }
-
-    #[test]
-    fn stamps_survive_reuse() {
-        let mut m = Matcher::new("abcabc");
-        for _ in 0..3 {
-            assert_eq!(m.matches("abcabc"), 6);
-            // "cba" vs "abcabc": seed 'c' (0, 2, 1); right part ("ba", "abc") gives 'b' (1, 4, 1);
-            // right of that ("a", "c") nothing. M = 2 (Python agrees).
-            assert_eq!(m.matches("cba"), 2);
-        }
-    }
-}
+pub(crate) mod py;
+#[cfg(test)]
+mod tests;

@@ -1,22 +1,171 @@
-//! `difflib::ratio` against Python's `difflib.SequenceMatcher(None, a, b).ratio()`.
-//!
-//! - every case of `tests/data/difflib.json` (Python 3.11 values), compared with `==` on f64;
-//! - hand cases whose block structure is derived in the comments;
-//! - proptest: range, identity, upper bounds, the one symmetry that does hold (a string against
-//!   a string containing it), no panic on arbitrary Unicode, and agreement with a literal
-//!   transliteration of CPython's dict-based code (`reference_ratio` below), which the crate's
-//!   index/stamp implementation must reproduce exactly, autojunk included.
+//! The matcher against Python: `tests/data/difflib.json` (Python 3.11 values, compared with
+//! `==` on f64), hand cases whose block structure is derived in the comments, the inputs the
+//! fuzzer once failed on, and proptest properties: range, identity, upper bounds, the one
+//! symmetry that does hold (a string against a string containing it), no panic on arbitrary
+//! Unicode, and agreement with [`py`], a naive port of CPython's dict-based code, which the
+//! crate's index/stamp implementation must reproduce exactly, autojunk included: ratio,
+//! matching blocks, both quick ratios and `ratio_at_least`, also after `set_b`.
 
-use std::collections::HashMap;
-
-use beacon_rl::difflib::{ratio, Match, Matcher};
 use proptest::prelude::*;
 use serde_json::Value;
 
+use super::py::{self, SequenceMatcher};
+use super::*;
+
+/// The reference ratio of `a` against `b`.
+fn oracle(a: &str, b: &str) -> f64 {
+    SequenceMatcher::new(a, b).ratio()
+}
+
+/// Every check of the reference against one prepared matcher: ratio, matching blocks, quick
+/// ratios, and `ratio_at_least` at the exact ratio (the boundary), `t` and NaN.
+fn agrees_with_reference(m: &mut Matcher, a: &str, b: &str, t: f64) {
+    let want = SequenceMatcher::new(a, b);
+    let blocks = want.get_matching_blocks();
+    let expected = py::ratio_of(&blocks, a, b);
+    assert_eq!(ratio(a, b).to_bits(), expected.to_bits(), "ratio({a:?}, {b:?})");
+    assert_eq!(
+        m.ratio(a).to_bits(),
+        expected.to_bits(),
+        "Matcher::ratio({a:?}) vs {b:?}"
+    );
+    let got: Vec<_> = m
+        .matching_blocks(a)
+        .into_iter()
+        .map(|Match { a, b, size }| (a, b, size))
+        .collect();
+    assert_eq!(got, blocks, "matching_blocks({a:?}, {b:?})");
+    assert_eq!(
+        m.quick_ratio(a).to_bits(),
+        want.quick_ratio().to_bits(),
+        "quick_ratio"
+    );
+    assert_eq!(
+        m.real_quick_ratio(a).to_bits(),
+        want.real_quick_ratio().to_bits(),
+        "real_quick_ratio"
+    );
+    for t in [expected, t, f64::NAN] {
+        assert_eq!(
+            m.ratio_at_least(a, t),
+            expected >= t,
+            "ratio_at_least({a:?}, {t}) vs {b:?}"
+        );
+    }
+}
+
+#[test]
+fn documented_examples() {
+    {}
+    {
+        // "abcd" vs "bcde": one block "bcd" of 3 code points, ratio = 2·3 / 8.
+        assert_eq!(ratio("abcd", "bcde"), 0.75);
+    }
+    {
+        let mut m = Matcher::new("heat pan 1 with microwave 1"); // b, prepared once
+        assert_eq!(m.ratio("heat pan 1 with microwave 1"), 1.0);
+        assert!(m.ratio("heat pan 2 with microwave 1") > 0.95);
+    }
+    {
+        let blocks = Matcher::new("abxcd").matching_blocks("abcd");
+        assert_eq!(blocks[0], Match { a: 0, b: 0, size: 2 });
+    }
+    {
+        let mut m = Matcher::new("put soapbottle 1 in/on countertop 2");
+        for action in ["p soapbottle 1 in/on countertop 2", "look"] {
+            let r = m.ratio(action);
+            assert!((0.0..=1.0).contains(&r));
+        }
+        // Equal to Python's difflib.SequenceMatcher(None, a, b).ratio():
+        assert_eq!(m.ratio("p soapbottle 1 in/on countertop 2"), 0.9705882352941176);
+    }
+    {
+        let mut m = Matcher::new("look");
+        assert_eq!(m.b_len(), 4);
+        assert_eq!(m.ratio("look"), 1.0);
+    }
+    {
+        let mut m = Matcher::new("abc");
+        m.set_b("xyz");
+        assert_eq!(m.ratio("abc"), 0.0);
+    }
+    {
+        assert_eq!(Matcher::new("café").b_len(), 4);
+    }
+    {
+        let mut m = Matcher::new("bcde");
+        // one block "bcd" (3 code points): 2·3 / (4 + 4)
+        assert_eq!(m.ratio("abcd"), 0.75);
+    }
+    {
+        assert_eq!(Matcher::new("abxcd").matches("abcd"), 4);
+    }
+    {
+        // Python: SequenceMatcher(None, "abxcd", "abcd").get_matching_blocks()
+        // -> [Match(a=0, b=0, size=2), Match(a=3, b=2, size=2), Match(a=5, b=4, size=0)]
+        let blocks = Matcher::new("abcd").matching_blocks("abxcd");
+        assert_eq!(
+            blocks,
+            vec![
+                Match { a: 0, b: 0, size: 2 },
+                Match { a: 3, b: 2, size: 2 },
+                Match { a: 5, b: 4, size: 0 },
+            ]
+        );
+    }
+    {
+        let m = Matcher::new("abcd");
+        assert_eq!(m.real_quick_ratio("ab"), 2.0 * 2.0 / 6.0);
+    }
+    {
+        let mut m = Matcher::new("abcd");
+        // "dcba" shares all 4 code points with "abcd" but matches only 1 in order.
+        assert_eq!(m.quick_ratio("dcba"), 1.0);
+        assert_eq!(m.ratio("dcba"), 0.25);
+    }
+    {
+        let mut m = Matcher::new("heat pan 1 with microwave 1");
+        assert!(m.ratio_at_least("heat pan 1 with micr 1owave 1", 0.95));
+        assert!(!m.ratio_at_least("look", 0.95));
+    }
+    {
+        assert_eq!(ratio("", ""), 1.0);
+        assert_eq!(ratio("abc", ""), 0.0);
+        // "look" vs "l theook": blocks "l" and "ook", 2·4 / (4 + 8)
+        assert_eq!(ratio("look", "l theook"), 2.0 * 4.0 / 12.0);
+    }
+}
+
+#[test]
+fn popular_elements_do_not_seed_but_extend() {
+    // b = 200 'a's: len >= 200, 'a' occurs 200 > 200/100 + 1 = 3 times -> popular, so
+    // find_longest_match finds no seed. The empty block at (0, 0) is still extended with
+    // equal elements (CPython's extension loop), matching the whole common prefix.
+    let b = "a".repeat(200);
+    let a = "a".repeat(5);
+    // Python: SequenceMatcher(None, "a"*5, "a"*200).ratio() == 2*5/205
+    assert_eq!(ratio(&a, &b), 10.0 / 205.0);
+    // With a leading 'x' in a, the extension at (0, 0) fails immediately: no match at all.
+    // Python: SequenceMatcher(None, "x"+"a"*5, "a"*200).ratio() == 0.0
+    assert_eq!(ratio(&format!("x{a}"), &b), 0.0);
+    // Swapped, b = "aaaaa" is short: no autojunk, the 5 a's match. 2*5/205 again.
+    assert_eq!(ratio(&b, &a), 10.0 / 205.0);
+}
+
+#[test]
+fn stamps_survive_reuse() {
+    let mut m = Matcher::new("abcabc");
+    for _ in 0..3 {
+        assert_eq!(m.matches("abcabc"), 6);
+        // "cba" vs "abcabc": seed 'c' (0, 2, 1); right part ("ba", "abc") gives 'b' (1, 4, 1);
+        // right of that ("a", "c") nothing. M = 2 (Python agrees).
+        assert_eq!(m.matches("cba"), 2);
+    }
+}
+
 fn load_cases() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/difflib.json"))
-        .expect("tests/data/difflib.json");
-    let doc: Value = serde_json::from_str(&text).expect("valid JSON");
+    let text = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/difflib.json"));
+    let doc: Value = serde_json::from_str(text).expect("valid JSON");
     doc["difflib"].as_array().expect("difflib array").clone()
 }
 
@@ -133,80 +282,6 @@ fn ratio_at_least_agrees_on_vectors() {
     }
 }
 
-/// A literal transliteration of CPython 3.11 `SequenceMatcher` (isjunk=None, autojunk=True):
-/// dict-based b2j and j2len, linear skip of j < blo, list queue. Index loops kept as in Python.
-#[allow(clippy::needless_range_loop)]
-fn reference_ratio(a: &str, b: &str) -> f64 {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut b2j: HashMap<char, Vec<usize>> = HashMap::new();
-    for (i, &c) in b.iter().enumerate() {
-        b2j.entry(c).or_default().push(i);
-    }
-    if b.len() >= 200 {
-        let ntest = b.len() / 100 + 1;
-        b2j.retain(|_, idxs| idxs.len() <= ntest);
-    }
-    let flm = |alo: usize, ahi: usize, blo: usize, bhi: usize| {
-        let (mut besti, mut bestj, mut bestsize) = (alo, blo, 0usize);
-        let mut j2len: HashMap<usize, usize> = HashMap::new();
-        for i in alo..ahi {
-            let mut newj2len = HashMap::new();
-            if let Some(js) = b2j.get(&a[i]) {
-                for &j in js {
-                    if j < blo {
-                        continue;
-                    }
-                    if j >= bhi {
-                        break;
-                    }
-                    let k = if j == 0 {
-                        0
-                    } else {
-                        *j2len.get(&(j - 1)).unwrap_or(&0)
-                    } + 1;
-                    newj2len.insert(j, k);
-                    if k > bestsize {
-                        besti = i + 1 - k;
-                        bestj = j + 1 - k;
-                        bestsize = k;
-                    }
-                }
-            }
-            j2len = newj2len;
-        }
-        while besti > alo && bestj > blo && a[besti - 1] == b[bestj - 1] {
-            besti -= 1;
-            bestj -= 1;
-            bestsize += 1;
-        }
-        while besti + bestsize < ahi && bestj + bestsize < bhi && a[besti + bestsize] == b[bestj + bestsize] {
-            bestsize += 1;
-        }
-        (besti, bestj, bestsize)
-    };
-    let mut queue = vec![(0, a.len(), 0, b.len())];
-    let mut matches = 0;
-    while let Some((alo, ahi, blo, bhi)) = queue.pop() {
-        let (i, j, k) = flm(alo, ahi, blo, bhi);
-        if k > 0 {
-            matches += k;
-            if alo < i && blo < j {
-                queue.push((alo, i, blo, j));
-            }
-            if i + k < ahi && j + k < bhi {
-                queue.push((i + k, ahi, j + k, bhi));
-            }
-        }
-    }
-    let length = a.len() + b.len();
-    if length > 0 {
-        2.0 * matches as f64 / length as f64
-    } else {
-        1.0
-    }
-}
-
 /// Strings over a small alphabet (many repeats, ties and popular elements), up to `max` long.
 fn small_alphabet(max: usize) -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(vec!['a', 'b', 'c', ' ', 'é', '→']), 0..max)
@@ -236,9 +311,9 @@ proptest! {
     fn agrees_with_cpython_transliteration(a in small_alphabet(320), b in small_alphabet(320)) {
         let mut m = Matcher::new(&b);
         let got = m.ratio(&a);
-        prop_assert_eq!(got.to_bits(), reference_ratio(&a, &b).to_bits());
+        prop_assert_eq!(got.to_bits(), oracle(&a, &b).to_bits());
         // Reuse of the matcher for another a gives the same as a fresh one.
-        prop_assert_eq!(m.ratio(&b).to_bits(), reference_ratio(&b, &b).to_bits());
+        prop_assert_eq!(m.ratio(&b).to_bits(), oracle(&b, &b).to_bits());
     }
 
     #[test]
@@ -260,5 +335,38 @@ proptest! {
         let expected = 2.0 * lx as f64 / (lx + y.chars().count()) as f64;
         prop_assert_eq!(ratio(&x, &y), expected);
         prop_assert_eq!(ratio(&y, &x), expected);
+    }
+}
+
+/// Inputs the fuzzer once failed on (autojunk: popular spaces and x's in a 400-code-point `b`).
+#[test]
+fn fuzz_regressions() {
+    let b = [(' ', 54), ('x', 54), (' ', 64), ('x', 128), (' ', 100)];
+    let b: String = b.iter().map(|&(c, n)| c.to_string().repeat(n)).collect();
+    let a1 = format!("{}{}{}", " ".repeat(64), "x".repeat(15), "1".repeat(15));
+    let a2 = " ".repeat(65);
+    let mut m = Matcher::new(&b);
+    agrees_with_reference(&mut m, &a1, &b, 0.0);
+    agrees_with_reference(&mut m, &a2, &b, 0.0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Several `a` against one prepared `b`, then the same matcher after `set_b` (buffers
+    /// reused from a different `b`).
+    #[test]
+    fn agrees_with_reference_after_reuse(
+        b in small_alphabet(320),
+        a in prop::collection::vec(small_alphabet(320), 1..3),
+        b2 in small_alphabet(320),
+        t in 0.0f64..=1.0,
+    ) {
+        let mut m = Matcher::new(&b);
+        for a in &a {
+            agrees_with_reference(&mut m, a, &b, t);
+        }
+        m.set_b(&b2);
+        agrees_with_reference(&mut m, &a[0], &b2, t);
     }
 }

@@ -1,0 +1,213 @@
+//! WebShop's pages as text: its action grammar, the page kinds, and the reading of an
+//! observation into segments (see the parent module's table of what the pages look like).
+
+/// One action in WebShop's grammar.
+///
+/// ```
+/// use beacon_rl::milestone::WebShopAction;
+/// assert_eq!(WebShopAction::parse("search[bright citrus deodorant]"), WebShopAction::Search("bright citrus deodorant"));
+/// assert_eq!(WebShopAction::parse("click[B078GWRC1J]"), WebShopAction::Click("B078GWRC1J"));
+/// assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WebShopAction<'a> {
+    /// `search[keywords]`: the keywords as written.
+    Search(&'a str),
+    /// `click[value]`: the clicked value as written (an ASIN, an option, `Buy Now`, …).
+    Click(&'a str),
+    /// Anything else (WebShop ignores it).
+    Other,
+}
+
+impl<'a> WebShopAction<'a> {
+    /// Parses `action` like WebShop's `parse_action` (`re.match(r'(.+)\[(.+)\]', action)`):
+    /// on the first line, the argument lies between the last `[` that has at least one
+    /// character before it and one before the last `]`, and that `]`; text after the `]` is
+    /// ignored. The name is then compared with `search` / `click` ignoring ASCII case and
+    /// surrounding whitespace (WebShop wants them exact; an action it rejects leaves the page
+    /// unchanged, which the phase machine sees). Never panics.
+    ///
+    /// ```
+    /// use beacon_rl::milestone::WebShopAction;
+    /// // Same as WebShop: the greedy name swallows an earlier bracket.
+    /// assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
+    /// assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
+    /// assert_eq!(WebShopAction::parse("Click[Buy Now] now"), WebShopAction::Click("Buy Now"));
+    /// assert_eq!(WebShopAction::parse("search[x]\nclick[y]"), WebShopAction::Search("x"));
+    /// ```
+    pub fn parse(action: &'a str) -> Self {
+        let line = match action.split('\n').next() {
+            Some(line) => line,
+            None => return Self::Other,
+        };
+        let Some(close) = line.rfind(']') else {
+            return Self::Other;
+        };
+        // `(.+)\[` greedy: the last `[` at index >= 1 leaving >= 1 character before `close`.
+        let open = line[..close]
+            .rmatch_indices('[')
+            .map(|(i, _)| i)
+            .find(|&i| i >= 1 && i + 1 < close);
+        let Some(open) = open else {
+            return Self::Other;
+        };
+        let name = line[..open].trim();
+        let arg = &line[open + 1..close];
+        if name.eq_ignore_ascii_case("search") {
+            Self::Search(arg)
+        } else if name.eq_ignore_ascii_case("click") {
+            Self::Click(arg)
+        } else {
+            Self::Other
+        }
+    }
+}
+
+/// The kind of WebShop page an observation shows.
+///
+/// ```
+/// use beacon_rl::milestone::WebShopPage;
+/// let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
+/// assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
+/// assert_eq!(WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"), WebShopPage::Done);
+/// assert_eq!(WebShopPage::classify("Nothing to see"), WebShopPage::Unknown);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum WebShopPage {
+    /// The start page with the search box.
+    Search,
+    /// A page of search results.
+    Results,
+    /// A product page (options, price, `Buy Now`).
+    Item,
+    /// A product's description, features, reviews or attributes page.
+    ItemDetail,
+    /// The page after `Buy Now`.
+    Done,
+    /// Not recognisable as a WebShop page.
+    Unknown,
+}
+
+impl WebShopPage {
+    /// Classifies an observation (see the module docs for the cues). The done page wins over
+    /// everything, then results, item, item detail, search.
+    ///
+    /// ```
+    /// use beacon_rl::milestone::WebShopPage;
+    /// let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
+    /// assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
+    /// assert_eq!(WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."), WebShopPage::ItemDetail);
+    /// assert_eq!(WebShopPage::classify("WebShop [SEP] Instruction: [SEP] i need a tee [SEP] Search"), WebShopPage::Search);
+    /// ```
+    pub fn classify(observation: &str) -> Self {
+        let (mut done, mut results, mut buy, mut prev, mut search) = (false, false, false, false, false);
+        for seg in segments(observation) {
+            if seg.starts_with("Thank you for shopping with us") {
+                done = true;
+            } else if is_results_header(seg) {
+                results = true;
+            } else if seg.eq_ignore_ascii_case("buy now") {
+                buy = true;
+            } else if seg.eq_ignore_ascii_case("< prev") || seg.eq_ignore_ascii_case("< back to results") {
+                prev = true;
+            } else if seg.eq_ignore_ascii_case("search") {
+                search = true;
+            }
+        }
+        if done {
+            Self::Done
+        } else if results {
+            Self::Results
+        } else if buy {
+            Self::Item
+        } else if prev {
+            Self::ItemDetail
+        } else if search {
+            Self::Search
+        } else {
+            Self::Unknown
+        }
+    }
+}
+
+/// The segments of an observation: cut at `[SEP]` and newlines, trimmed of whitespace,
+/// `[button]` / `[clicked button]` markers and one pair of enclosing single quotes; empty
+/// segments dropped.
+pub(super) fn segments(observation: &str) -> impl Iterator<Item = &str> {
+    observation
+        .split('\n')
+        .flat_map(|line| line.split("[SEP]"))
+        .map(clean_segment)
+        .filter(|s| !s.is_empty())
+}
+
+pub(super) fn clean_segment(segment: &str) -> &str {
+    let mut s = segment.trim();
+    for (open, close) in [
+        ("[clicked button]", "[clicked button_]"),
+        ("[button]", "[button_]"),
+    ] {
+        if let Some(inner) = s.strip_prefix(open) {
+            s = inner.strip_suffix(close).unwrap_or(inner).trim();
+            break;
+        }
+    }
+    if let Some(inner) = s.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')) {
+        s = inner.trim();
+    }
+    s
+}
+
+/// `Page 1 (Total results: 50)` (text env) or `Page 1 (1-10) of 50 total results` (HTML
+/// template).
+pub(super) fn is_results_header(segment: &str) -> bool {
+    segment.starts_with("Page ") && (segment.contains("Total results") || segment.contains("total results"))
+}
+
+/// ASINs as WebShop lists them: ten ASCII upper-case letters or digits (`B078GWRC1J`).
+pub(super) fn is_listed_asin(segment: &str) -> bool {
+    segment.len() == 10
+        && segment
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
+/// The title (segment before `Price: …`) and price of an item page.
+pub(super) fn item_title_price(observation: &str) -> (&str, &str) {
+    let mut previous = "";
+    for seg in segments(observation) {
+        if let Some(price) = seg.strip_prefix("Price:") {
+            return (previous, price.trim());
+        }
+        previous = seg;
+    }
+    ("", "")
+}
+
+/// Characters of `s` trimmed, with whitespace runs collapsed to one space and lower-cased.
+pub(super) fn normalized(s: &str) -> impl Iterator<Item = char> + '_ {
+    let mut in_space = false;
+    s.trim()
+        .chars()
+        .filter_map(move |c| {
+            if c.is_whitespace() {
+                if in_space {
+                    None
+                } else {
+                    in_space = true;
+                    Some(' ')
+                }
+            } else {
+                in_space = false;
+                Some(c)
+            }
+        })
+        .flat_map(char::to_lowercase)
+}
+
+/// Case- and whitespace-insensitive equality, without allocating.
+pub(super) fn norm_eq(a: &str, b: &str) -> bool {
+    normalized(a).eq(normalized(b))
+}
