@@ -154,10 +154,8 @@ pub mod difflib;
 mod error;
 pub mod estimator;
 pub mod milestone;
-mod partition;
 #[cfg(feature = "serde")]
 pub mod record;
-mod shaping;
 mod stats;
 pub mod token;
 

@@ -9,7 +9,7 @@
 #![cfg(feature = "rayon")]
 
 use beacon_rl::ablation::SplitMix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput};
 use beacon_rl::estimator::gigpo::GigpoOutput;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
@@ -124,7 +124,7 @@ fn beacon_is_bit_identical_on_every_pool() {
             let b = Beacon::new(cfg).unwrap();
             same_bits_on_every_pool("beacon parts", || {
                 let mut out = BeaconOutput::default();
-                b.compute_into(&a.batch, &a.flags, &mut BeaconWorkspace::default(), &mut out)
+                b.compute_into(&a.batch, &a.flags, &mut Workspace::new(), &mut out)
                     .unwrap();
                 (
                     bits(&out.advantages),

@@ -37,26 +37,23 @@
 //! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
 //! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
 //!
-//! # One method set
+//! # One way to call an estimator
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
 //! [`estimate`](AdvantageEstimator::estimate) (fresh `f64` arrays),
 //! [`estimate_into`](AdvantageEstimator::estimate_into) (caller buffers, token level) and, for
 //! the step-level ones, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) (one
-//! value per row). The estimators whose advantage has parts worth reading (BEACON, GiGPO)
-//! also have, with the same names and argument order (batch, per-row inputs, workspace,
-//! output):
+//! value per row). Use the trait to train; use the parts API of BEACON and GiGPO only to
+//! read an advantage's terms (a trajectory and a segment term, shaped rewards, segment ids;
+//! an episode and a step term, step returns, step groups):
 //!
 //! | method | writes |
 //! |---|---|
 //! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`](crate::estimator::beacon::BeaconOutput), [`GigpoOutput`](crate::estimator::gigpo::GigpoOutput)) |
-//! | `compute_into(batch, .., workspace, &mut output)` | the full output, reusing its buffers |
-//! | `advantages_into(batch, .., workspace, &mut [f64])` | the combined per-row advantages only |
+//! | `compute_into(batch, .., &mut Workspace, &mut output)` | the full output, reusing its buffers |
 //!
 //! ([`Beacon::compute`](crate::estimator::beacon::Beacon::compute), [`Beacon::compute_into`](crate::estimator::beacon::Beacon::compute_into),
-//! [`Beacon::advantages_into`](crate::estimator::beacon::Beacon::advantages_into),
-//! [`Gigpo::compute`](crate::estimator::gigpo::Gigpo::compute), [`Gigpo::compute_into`](crate::estimator::gigpo::Gigpo::compute_into),
-//! [`Gigpo::advantages_into`](crate::estimator::gigpo::Gigpo::advantages_into); GiGPO's non-text anchors:
-//! [`Gigpo::compute_by_key`](crate::estimator::gigpo::Gigpo::compute_by_key) and
+//! [`Gigpo::compute`](crate::estimator::gigpo::Gigpo::compute), [`Gigpo::compute_into`](crate::estimator::gigpo::Gigpo::compute_into);
+//! GiGPO's non-text anchors: [`Gigpo::compute_by_key`](crate::estimator::gigpo::Gigpo::compute_by_key) and
 //! [`compute_by_key_into`](crate::estimator::gigpo::Gigpo::compute_by_key_into).)
 //!
 //! # The trainer's path

@@ -28,8 +28,8 @@ pub struct Workspace {
     pub(crate) scratch: Scratch,
     pub(crate) stage: Stage,
     pub(crate) steps: Vec<f64>,
-    pub(crate) beacon: beacon::BeaconWorkspace,
-    pub(crate) gigpo: gigpo::GigpoWorkspace,
+    pub(crate) beacon: beacon::BeaconScratch,
+    pub(crate) gigpo: gigpo::GigpoScratch,
     pub(crate) gigpo_out: gigpo::GigpoOutput,
     pub(crate) turns: turns::TurnWorkspace,
 }

@@ -11,7 +11,7 @@
 
 use crate::common;
 use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace};
+use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour};
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
 use beacon_rl::estimator::grpo::{Gdpo, Grpo, GrpoConfig, GrpoVectorized};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
@@ -339,7 +339,7 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
-/// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
+/// Every BEACON entry point on one batch: `compute`, `compute_into`,
 /// the trait's `estimate` and `estimate_into`. Returns the per-row advantages of each (or
 /// its error).
 fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> Vec<Result<Vec<f64>, Error>> {
@@ -347,14 +347,9 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
     let n = batch.num_steps();
     let mut out = Vec::new();
     out.push(b.compute(batch, flags).map(|o| o.advantages));
-    let mut adv = vec![0.0; n];
-    out.push(
-        b.advantages_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
-            .map(|()| adv.clone()),
-    );
     let mut parts = beacon_rl::estimator::beacon::BeaconOutput::default();
     out.push(
-        b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
+        b.compute_into(batch, flags, &mut Workspace::new(), &mut parts)
             .map(|()| parts.advantages.clone()),
     );
     let input = EstimatorInput::new(batch).with_milestones(flags);
