@@ -1,8 +1,8 @@
 //! What an estimator reads: [`EstimatorInput`], the batch plus per-row columns in the caller's
 //! dtypes, and the checks every estimator runs on them (presence, shapes, finiteness).
 
-use super::*;
-
+use super::kernel::{all_finite, check_all_finite, check_matrix_shape, row_sums, Tokens};
+use super::workspace::InputBufs;
 use crate::batch::{first_row_mismatch, RolloutBatch};
 use crate::error::{check_finite, check_len, Error, Result};
 use crate::tensor::{FloatView, MaskView};

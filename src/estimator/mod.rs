@@ -212,7 +212,13 @@ mod workspace;
 pub use config::EstimatorConfig;
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
-pub(crate) use kernel::*;
+#[cfg(test)]
+pub(crate) use kernel::row_groups;
+pub(crate) use kernel::{
+    check_all_finite, check_matrix_shape, check_scalars, check_steps_out, estimate_via_steps,
+    estimate_via_steps_fresh, fill_estimator, float_row, group_rows, mask_row, masked_counts,
+    row_groups_into, row_sums_to, select, Out, Prefetch, Tokens, LANES,
+};
 pub use output::Advantages;
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};

@@ -42,14 +42,15 @@
 //! [`Error::NonFinite`].
 
 #[cfg(test)]
-use ndarray::{Array2, ArrayView2};
-
-#[cfg(test)]
-use super::Tokens;
-use super::{masked_class_counts, put_row_checked, put_row_from, put_row_masked, select, Out, LANES};
+use super::kernel::Tokens;
+use super::kernel::{
+    masked_class_counts, put_row_checked, put_row_from, put_row_masked, select, Out, LANES, SUM_LANES,
+};
 use crate::error::{check_finite, Error, Result};
 use crate::tensor::MaskView;
 use crate::tensor::{overflows_f32, FloatViewMut};
+#[cfg(test)]
+use ndarray::{Array2, ArrayView2};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
 /// [module docs](self) for the equation and verl's float32 quirks).
@@ -490,7 +491,7 @@ pub(crate) fn whiten_rows(
 
 /// Tokens per chunk below which splitting [`whiten_rows`] costs more than it saves (the
 /// outcome estimators' threshold).
-const PAR_TOKENS: usize = super::kernel::PAR_TOKENS;
+const PAR_TOKENS: usize = crate::parallel::PAR_TOKENS;
 
 /// What one chunk of [`whiten_rows`]' first pass saw: its inputs' and returns' finiteness,
 /// whether its integer mask entries were all 0 or 1, and the range of its values to whiten.
@@ -605,9 +606,6 @@ fn range(values: &[f64], lo: f64, hi: f64) -> (f64, f64) {
         .iter()
         .fold((l, h), |(l, h), &x| (l.min(x), h.max(x)))
 }
-
-/// Partial sums per row in the masked sums' order (see [`row_sum`]).
-pub(crate) const SUM_LANES: usize = 8;
 
 /// Combines a row's partial sums in the fixed order ((p0 + p4) + (p2 + p6)) + ((p1 + p5) +
 /// (p3 + p7)) (what pairwise SIMD reductions of 2- or 4-wide lanes give).

@@ -1,7 +1,7 @@
 //! The caller-kept scratch space of [`AdvantageEstimator::estimate_into`]: one type for every
 //! estimator, so it is reachable through `Box<dyn AdvantageEstimator>`.
 
-use super::*;
+use super::{beacon, gigpo, turns, whiten};
 
 /// Scratch space for [`AdvantageEstimator::estimate_into`]: keep one per thread (or per
 /// estimator) across batches. Buffers grow to the largest batch seen and are then reused, so
