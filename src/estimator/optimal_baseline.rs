@@ -609,14 +609,39 @@ fn compact_baseline_advantages(
             ZeroTail::ZeroBaseline if !single => zero_tail(lengths),
             _ => None,
         };
-        for (i, &r) in members.iter().enumerate() {
-            let tail_start = match tail {
+        let group = CompactGroup {
+            members,
+            tail,
+            numer: &numer[..cols],
+        };
+        group.write(mask, ret, adv, &mut finite);
+    }
+    let result = pass.report(input, ret, adv, finite);
+    ws.acc_c = pass.w;
+    result
+}
+
+/// One group's rows with at least one generated token, their baseline per k-th generated
+/// token (`numer`, 0 for a singleton) and the zero tail (member index, first k without a
+/// baseline), if any.
+struct CompactGroup<'a> {
+    members: &'a [usize],
+    tail: Option<(usize, usize)>,
+    numer: &'a [f64],
+}
+
+impl CompactGroup<'_> {
+    /// Advantages of the members' rows: return minus the baseline of the row's k-th
+    /// generated token (the return alone in the zero tail), 0 off the mask.
+    fn write(&self, mask: &Tokens<'_, bool>, ret: &[f64], adv: &mut [f64], finite: &mut FiniteAcc) {
+        let (cols, numer) = (mask.cols(), self.numer);
+        for (i, &r) in self.members.iter().enumerate() {
+            let tail_start = match self.tail {
                 Some((row, start)) if row == i => start,
                 _ => cols,
             };
             let (mrow, grow) = (&mask.row(r)[..cols], &ret[r * cols..(r + 1) * cols]);
             let arow = &mut adv[r * cols..(r + 1) * cols];
-            let numer = &numer[..cols];
             let mut k = 0usize;
             for t in 0..cols {
                 arow[t] = if mrow[t] {
@@ -634,9 +659,6 @@ fn compact_baseline_advantages(
             }
         }
     }
-    let result = pass.report(input, ret, adv, finite);
-    ws.acc_c = pass.w;
-    result
 }
 
 #[cfg(test)]
