@@ -4,8 +4,8 @@
 //! cargo bench --bench beacon
 
 use beacon_rl::ablation::SplitMix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+use beacon_rl::estimator::{Beacon, BeaconConfig};
 use beacon_rl::token::broadcast_into;
 use beacon_rl::RolloutBatch;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::difflib::{ratio, Matcher};
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 use beacon_rl::estimator::Workspace;
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 

@@ -29,10 +29,10 @@
 use std::error::Error;
 use std::path::PathBuf;
 
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
-use beacon_rl::estimator::gigpo::Gigpo;
-use beacon_rl::estimator::gigpo::GigpoConfig;
+use beacon_rl::estimator::Gigpo;
+use beacon_rl::estimator::GigpoConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
+use beacon_rl::estimator::{Beacon, BeaconConfig};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use clap::Parser;

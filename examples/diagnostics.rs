@@ -35,7 +35,7 @@ use std::process::ExitCode;
 
 use beacon_rl::ablation::Ablation;
 use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::BeaconConfig;
+use beacon_rl::estimator::BeaconConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
 use beacon_rl::milestone::preset::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};

@@ -45,7 +45,7 @@
 //!
 //! ```
 //! use beacon_rl::ablation::Ablation;
-//! use beacon_rl::estimator::beacon::BeaconConfig;
+//! use beacon_rl::estimator::BeaconConfig;
 //! use beacon_rl::RolloutBatch;
 //!
 //! let batch = RolloutBatch::from_blocks(2, &[4, 4], vec![1.0, 0.0])?;
@@ -67,8 +67,8 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Range, Result};
-use crate::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput};
 use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use crate::estimator::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput};
 use crate::milestone::check_flags;
 use crate::tensor::FloatViewMut;
 
@@ -299,7 +299,7 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::ablation::Ablation;
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let c = Ablation::NoTemporalDecay.config(BeaconConfig::paper());
     /// assert_eq!(c.segment_decay, 0.0);
     /// assert_eq!(Ablation::Full.config(BeaconConfig::official()), BeaconConfig::official());
@@ -452,7 +452,7 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::ablation::Ablation;
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
     /// let out = Ablation::NoTrajectoryAdvantage.compute(BeaconConfig::paper(), &batch, &[true, false, true, false], 0)?;
@@ -563,7 +563,7 @@ impl FromStr for Ablation {
 ///
 /// ```
 /// use beacon_rl::ablation::{Ablation, BeaconAblationConfig};
-/// use beacon_rl::estimator::beacon::BeaconConfig;
+/// use beacon_rl::estimator::BeaconConfig;
 /// let c: BeaconAblationConfig = "beacon:milestone_dropout=0.5,seed=7".parse()?;
 /// assert_eq!(c.ablation, Ablation::MilestoneDropout { p: 0.5 });
 /// assert_eq!((c.base, c.seed), (BeaconConfig::paper(), 7));
@@ -582,7 +582,7 @@ pub struct BeaconAblationConfig {
     /// [`BeaconConfig::paper`]), as `beacon` and `beacon_official` configurations do.
     #[cfg_attr(
         feature = "serde",
-        serde(deserialize_with = "crate::estimator::beacon::deserialize_over_flavour_preset")
+        serde(deserialize_with = "crate::estimator::deserialize_over_flavour_preset")
     )]
     pub base: BeaconConfig,
     /// The Table 3 row.
@@ -603,7 +603,7 @@ impl BeaconAblationConfig {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblationConfig};
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::UniformShaping).with_seed(3);
     /// assert_eq!(c.seed, 3);
     /// ```
@@ -632,7 +632,7 @@ impl BeaconAblationConfig {
     /// ```
     /// use beacon_rl::ablation::BeaconAblationConfig;
     /// use beacon_rl::estimator::EstimatorConfig;
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// for row in BeaconAblationConfig::paper_table3(BeaconConfig::paper(), 1) {
     ///     let est = EstimatorConfig::BeaconAblation(row).build()?;
     ///     assert_eq!(est.name(), "beacon_ablation");
@@ -650,7 +650,7 @@ impl BeaconAblationConfig {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblationConfig};
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let bad = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 2.0 });
     /// assert!(bad.validate().is_err());
     /// ```
@@ -759,7 +759,7 @@ impl BeaconAblation {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::NoTemporalDecay);
     /// assert_eq!(BeaconAblation::new(c)?.beacon_config().segment_decay, 0.0);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -789,7 +789,7 @@ impl BeaconAblation {
     ///
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let c = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::NoSegmentAdvantage);
     /// assert_eq!(BeaconAblation::new(c)?.beacon_config().segment_weight, 0.0);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -870,7 +870,7 @@ impl BeaconAblation {
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
     /// let input = EstimatorInput::new(&batch).with_milestones(&[true; 6]);
@@ -916,7 +916,7 @@ impl BeaconAblation {
     /// ```
     /// use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
     /// let input = EstimatorInput::new(&batch).with_milestones(&[true; 6]);

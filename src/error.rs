@@ -173,8 +173,8 @@ pub enum Error {
     Undefined(String),
 
     /// An estimator configuration names one BEACON flavour but holds the other's parameters
-    /// (`beacon` needs [`BeaconFlavour::Paper`](crate::estimator::beacon::BeaconFlavour::Paper), `beacon_official`
-    /// needs [`BeaconFlavour::Official`](crate::estimator::beacon::BeaconFlavour::Official)).
+    /// (`beacon` needs [`BeaconFlavour::Paper`](crate::estimator::BeaconFlavour::Paper), `beacon_official`
+    /// needs [`BeaconFlavour::Official`](crate::estimator::BeaconFlavour::Official)).
     #[error("estimator {estimator} does not match the configured BEACON flavour")]
     FlavourMismatch {
         /// The estimator name of the configuration.

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use beacon_rl::ablation::SplitMix64;
-use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{GigpoConfig, StepGrouping};
 use beacon_rl::BatchBuilder;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;

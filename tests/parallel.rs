@@ -9,10 +9,10 @@
 #![cfg(feature = "rayon")]
 
 use beacon_rl::ablation::SplitMix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput};
-use beacon_rl::estimator::gigpo::GigpoOutput;
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+use beacon_rl::estimator::GigpoOutput;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput};
+use beacon_rl::estimator::{Gigpo, GigpoConfig};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast_into;
 use beacon_rl::{NormMode, RolloutBatch};

@@ -64,7 +64,7 @@ macro_rules! registry {
             /// verl's `adv_estimator` string (the serde tag, and what [`FromStr`] parses).
             ///
             /// ```
-            /// use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+            /// use beacon_rl::estimator::ReinforcePlusPlusConfig;
             /// use beacon_rl::estimator::EstimatorConfig;
             /// let c = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl());
             /// assert_eq!(c.name(), "reinforce_plus_plus");
@@ -99,8 +99,8 @@ registry! {
     /// enum is `#[non_exhaustive]`: more estimators may join it.
     ///
     /// ```
-    /// use beacon_rl::estimator::gae::GaeConfig;
-    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+    /// use beacon_rl::estimator::GaeConfig;
+    /// use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
     /// use beacon_rl::estimator::EstimatorConfig;
     ///
     /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_norm(GrpoNorm::MeanOnly));
@@ -207,7 +207,7 @@ impl EstimatorConfig {
     /// `BeaconOfficial` a paper-flavour one.
     ///
     /// ```
-    /// use beacon_rl::estimator::gpg::GpgConfig;
+    /// use beacon_rl::estimator::GpgConfig;
     /// use beacon_rl::estimator::EstimatorConfig;
     /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.0)).validate().is_err());
     /// ```
@@ -291,7 +291,7 @@ impl FromStr for EstimatorConfig {
     /// [`Error::UnknownEstimator`] for a name that is not in [`EstimatorConfig::NAMES`].
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
+    /// use beacon_rl::estimator::{BeaconConfig, SegmentBaseline};
     /// use beacon_rl::estimator::EstimatorConfig;
     /// let c: EstimatorConfig = "beacon_completion".parse()?;
     /// let want = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
@@ -403,7 +403,7 @@ mod tests {
     #[cfg(feature = "serde")]
     #[test]
     fn serde_uses_verl_names_and_defaults() {
-        use crate::estimator::grpo::GrpoNorm;
+        use crate::estimator::GrpoNorm;
         for name in EstimatorConfig::NAMES {
             let c: EstimatorConfig = name.parse().unwrap();
             let json = serde_json::to_string(&c).unwrap();

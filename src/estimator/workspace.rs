@@ -1,9 +1,9 @@
-//! The caller-kept scratch space of [`AdvantageEstimator::estimate_into`]: one type for every
+//! The caller-kept scratch space of [`AdvantageEstimator::estimate_into`](crate::estimator::AdvantageEstimator::estimate_into): one type for every
 //! estimator, so it is reachable through `Box<dyn AdvantageEstimator>`.
 
 use super::{beacon, gigpo, turns, whiten};
 
-/// Scratch space for [`AdvantageEstimator::estimate_into`]: keep one per thread (or per
+/// Scratch space for [`AdvantageEstimator::estimate_into`](crate::estimator::AdvantageEstimator::estimate_into): keep one per thread (or per
 /// estimator) across batches. Buffers grow to the largest batch seen and are then reused, so
 /// every later call allocates nothing. One type serves every estimator, so it is reachable
 /// through `Box<dyn AdvantageEstimator>` without knowing the concrete type; its contents never

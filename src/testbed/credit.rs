@@ -3,9 +3,9 @@ use ndarray::{Array2, ArrayView2};
 use crate::ablation::Ablation;
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
-use crate::estimator::beacon::{BeaconConfig, SegmentBaseline};
-use crate::estimator::gigpo::GigpoConfig;
+use crate::estimator::GigpoConfig;
 use crate::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use crate::estimator::{BeaconConfig, SegmentBaseline};
 use crate::testbed::Method;
 
 /// Per-row columns of one batch, in step order (group → episode → step).
@@ -52,9 +52,7 @@ impl std::fmt::Debug for Credit {
 /// The estimator configuration of each method.
 fn config(method: Method) -> EstimatorConfig {
     match method {
-        Method::Grpo | Method::GrpoProgress => {
-            EstimatorConfig::Grpo(crate::estimator::grpo::GrpoConfig::verl())
-        }
+        Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(crate::estimator::GrpoConfig::verl()),
         Method::GrpoTrajectory => {
             EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))
         }

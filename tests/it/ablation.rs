@@ -2,7 +2,7 @@
 //! (determinism, row-order independence, p = 0 / p = 1, counts), names and errors.
 
 use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig, SplitMix64};
-use beacon_rl::estimator::beacon::BeaconConfig;
+use beacon_rl::estimator::BeaconConfig;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 

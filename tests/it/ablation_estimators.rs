@@ -2,7 +2,7 @@
 //! trait, a fresh random pattern per call, reproducible from the seed.
 
 use beacon_rl::ablation::{Ablation, BeaconAblation, BeaconAblationConfig};
-use beacon_rl::estimator::beacon::BeaconConfig;
+use beacon_rl::estimator::BeaconConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;

@@ -11,11 +11,11 @@
 //! within a trajectory), and errs in the others: the property is about the `Ok`s.
 
 use beacon_rl::ablation::Ablation;
-use beacon_rl::estimator::beacon::BeaconFlavour;
-use beacon_rl::estimator::gigpo::StepGrouping;
-use beacon_rl::estimator::grpo::{GrpoNorm, GrpoStatistics};
-use beacon_rl::estimator::optimal_baseline::ZeroTail;
+use beacon_rl::estimator::BeaconFlavour;
+use beacon_rl::estimator::StepGrouping;
+use beacon_rl::estimator::ZeroTail;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{GrpoNorm, GrpoStatistics};
 use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;
 use proptest::prelude::*;

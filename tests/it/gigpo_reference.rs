@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::difflib::ratio;
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 use beacon_rl::estimator::Workspace;
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 use beacon_rl::NormMode;
 use beacon_rl::RolloutBatch;
 

@@ -11,10 +11,10 @@
 
 use crate::common;
 use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour};
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
-use beacon_rl::estimator::grpo::{Gdpo, Grpo, GrpoConfig, GrpoVectorized};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour};
+use beacon_rl::estimator::{Gdpo, Grpo, GrpoConfig, GrpoVectorized};
+use beacon_rl::estimator::{Gigpo, GigpoConfig};
 use beacon_rl::{Error, NormMode, RolloutBatch};
 use ndarray::Array2;
 
@@ -347,7 +347,7 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
     let n = batch.num_steps();
     let mut out = Vec::new();
     out.push(b.compute(batch, flags).map(|o| o.advantages));
-    let mut parts = beacon_rl::estimator::beacon::BeaconOutput::default();
+    let mut parts = beacon_rl::estimator::BeaconOutput::default();
     out.push(
         b.compute_into(batch, flags, &mut Workspace::new(), &mut parts)
             .map(|()| parts.advantages.clone()),
@@ -598,7 +598,7 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // μ = 0, σ² = 2/f32(2 + 1e-8) · f32(2/1) = 2, so the advantages are ±1/√2 (the old code
     // returned Error::NonFinite, verl zeros).
     let est = beacon_rl::estimator::EstimatorConfig::ReinforcePlusPlus(
-        beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig::verl().with_discount(1.0),
+        beacon_rl::estimator::ReinforcePlusPlusConfig::verl().with_discount(1.0),
     )
     .build()
     .unwrap();

@@ -1,14 +1,12 @@
 //! Property tests of verl's baseline estimators.
 
-use beacon_rl::estimator::gae::{Gae, GaeConfig};
-use beacon_rl::estimator::grpo::{Grpo, GrpoConfig, GrpoPassk};
-use beacon_rl::estimator::optimal_baseline::{
-    OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline,
-};
-use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-use beacon_rl::estimator::remax::Remax;
-use beacon_rl::estimator::rloo::{Rloo, RlooVectorized};
+use beacon_rl::estimator::Remax;
 use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{Gae, GaeConfig};
+use beacon_rl::estimator::{Grpo, GrpoConfig, GrpoPassk};
+use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
+use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+use beacon_rl::estimator::{Rloo, RlooVectorized};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 use proptest::prelude::*;

@@ -6,9 +6,9 @@
 //! rounded once. Also: the step-row API against the token path it replaces.
 
 use beacon_rl::ablation::SplitMix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{Beacon, BeaconConfig};
+use beacon_rl::estimator::{Gigpo, GigpoConfig};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast;
 use beacon_rl::{Error, RolloutBatch};

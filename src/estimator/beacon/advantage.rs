@@ -463,7 +463,7 @@ impl<'a> Part<'a> {
 mod tests {
     use super::*;
     use crate::error::Error;
-    use crate::estimator::beacon::Beacon;
+    use crate::estimator::Beacon;
     use crate::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
     use approx::assert_abs_diff_eq;
 

@@ -13,7 +13,7 @@ use crate::stats::{NormMode, SingletonRule};
 /// Which computation the estimator follows.
 ///
 /// ```
-/// use beacon_rl::estimator::beacon::BeaconFlavour;
+/// use beacon_rl::estimator::BeaconFlavour;
 /// use beacon_rl::NormMode;
 /// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
@@ -37,7 +37,7 @@ pub enum BeaconFlavour {
 /// unfinished segment get (see the module docs, "The completion blind spot").
 ///
 /// ```
-/// use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
+/// use beacon_rl::estimator::{BeaconConfig, SegmentBaseline};
 /// assert_eq!(BeaconConfig::paper().segment_baseline, SegmentBaseline::Completed);
 /// let c = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
 /// assert_eq!(c.segment_baseline, SegmentBaseline::Entered);
@@ -58,15 +58,15 @@ pub enum SegmentBaseline {
 
 impl SegmentBaseline {
     /// True for the paper's [`Completed`](Self::Completed) (the default, which serde omits).
-    pub fn is_completed(&self) -> bool {
+    pub(crate) fn is_completed(&self) -> bool {
         *self == Self::Completed
     }
 }
 
-/// BEACON parameters. Build from a preset and adjust fields; [`Beacon::new`] validates.
+/// BEACON parameters. Build from a preset and adjust fields; [`Beacon::new`](crate::estimator::Beacon::new) validates.
 ///
 /// ```
-/// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+/// use beacon_rl::estimator::{Beacon, BeaconConfig};
 /// let mut cfg = BeaconConfig::paper();
 /// cfg.segment_decay = 0.9;
 /// let beacon = Beacon::new(cfg)?;
@@ -113,7 +113,7 @@ impl BeaconConfig {
     /// hyperparameters), and R_ms = 1, ε = 1e-6, which the paper leaves open.
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
+    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
     /// let c = BeaconConfig::paper();
     /// assert_eq!((c.flavour, c.milestone_reward, c.segment_decay), (BeaconFlavour::Paper, 1.0, 0.95));
     /// ```
@@ -133,7 +133,7 @@ impl BeaconConfig {
     /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`.
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
+    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
     /// use beacon_rl::NormMode;
     /// let c = BeaconConfig::official();
     /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
@@ -152,7 +152,7 @@ impl BeaconConfig {
     /// The release's ALFWorld scripts: [`official`](Self::official) with γ = 0.9, w = 10.
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let c = BeaconConfig::official_alfworld();
     /// assert_eq!((c.segment_decay, c.segment_weight), (0.9, 10.0));
     /// ```
@@ -173,7 +173,7 @@ impl BeaconConfig {
     /// unfinished rows already.
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// use beacon_rl::Error;
     /// let mut c = BeaconConfig::paper();
     /// c.std_eps = 0.0;
@@ -269,7 +269,7 @@ impl Default for BeaconConfig {
 }
 
 crate::setters::with_setters! {
-    BeaconConfig, "use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
+    BeaconConfig, "use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
     with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
@@ -292,7 +292,7 @@ crate::setters::with_setters! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::beacon::Beacon;
+    use crate::estimator::Beacon;
 
     #[test]
     fn config_validation_names_each_parameter() {

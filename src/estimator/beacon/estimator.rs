@@ -17,7 +17,7 @@ use super::config::{BeaconConfig, BeaconFlavour};
 /// The BEACON estimator with a validated configuration.
 ///
 /// ```
-/// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+/// use beacon_rl::estimator::{Beacon, BeaconConfig};
 /// use beacon_rl::RolloutBatch;
 ///
 /// // One task, two trajectories: "a" succeeds (2 steps, milestone at step 0),
@@ -40,7 +40,7 @@ pub struct Beacon {
 /// Per-row results of [`Beacon::compute`], all in the caller's row order.
 ///
 /// ```
-/// use beacon_rl::estimator::beacon::BeaconOutput;
+/// use beacon_rl::estimator::BeaconOutput;
 /// let out = BeaconOutput::default();
 /// assert!(out.advantages.is_empty());
 /// ```
@@ -69,7 +69,7 @@ impl Beacon {
     /// See [`BeaconConfig::validate`].
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
     /// assert!(Beacon::new(BeaconConfig::official()).is_ok());
     /// ```
     pub fn new(config: BeaconConfig) -> Result<Self> {
@@ -80,7 +80,7 @@ impl Beacon {
     /// The validated configuration.
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
     /// let b = Beacon::new(BeaconConfig::paper())?;
     /// assert_eq!(b.config().segment_weight, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -102,7 +102,7 @@ impl Beacon {
     /// [`Error::NonFinite`] when a result overflows (finite but extreme rewards or weights).
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
     /// let out = Beacon::new(BeaconConfig::official())?.compute(&batch, &[true, false, false, false])?;
@@ -122,7 +122,7 @@ impl Beacon {
     /// As [`compute`](Self::compute).
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconOutput};
+    /// use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconOutput};
     /// use beacon_rl::estimator::Workspace;
     /// use beacon_rl::RolloutBatch;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
@@ -252,7 +252,7 @@ impl AdvantageEstimator for Beacon {
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
-    /// use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
     /// use beacon_rl::{Error, RolloutBatch};
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;

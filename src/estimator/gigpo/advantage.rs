@@ -401,8 +401,8 @@ fn split_chunks<'a>(
 mod tests {
     use super::*;
     use crate::error::Error;
-    use crate::estimator::gigpo::{Gigpo, StepGrouping};
     use crate::estimator::Workspace;
+    use crate::estimator::{Gigpo, StepGrouping};
 
     #[test]
     fn overflow_of_the_combination_alone_is_reported() {

@@ -7,7 +7,7 @@ use crate::stats::NormMode;
 /// How rows of a task group are gathered into step groups (anchor states).
 ///
 /// ```
-/// use beacon_rl::estimator::gigpo::StepGrouping;
+/// use beacon_rl::estimator::StepGrouping;
 /// let g = StepGrouping::Similarity { threshold: 0.95 };
 /// assert_ne!(g, StepGrouping::Exact);
 /// ```
@@ -28,16 +28,16 @@ pub enum StepGrouping {
 }
 
 /// GiGPO parameters. Build with [`GigpoConfig::verl_agent`] and the `with_*` setters, then
-/// validate through [`Gigpo::new`] (or [`GigpoConfig::validate`]).
+/// validate through [`Gigpo::new`](crate::estimator::Gigpo::new).
 ///
 /// ```
-/// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
+/// use beacon_rl::estimator::{Gigpo, GigpoConfig, StepGrouping};
 /// use beacon_rl::NormMode;
 /// let cfg = GigpoConfig::verl_agent()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
-/// assert!(cfg.validate().is_ok());
-/// assert!(cfg.with_std_eps(0.0).validate().is_err());
+/// assert!(Gigpo::new(cfg).is_ok());
+/// assert!(Gigpo::new(cfg.with_std_eps(0.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -68,7 +68,7 @@ impl GigpoConfig {
     /// w = 1.0, `mean_norm`, ε = 1e-6, exact anchor grouping.
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
+    /// use beacon_rl::estimator::{GigpoConfig, StepGrouping};
     /// use beacon_rl::NormMode;
     /// let cfg = GigpoConfig::verl_agent();
     /// assert_eq!(cfg.step_decay, 0.95);
@@ -87,87 +87,13 @@ impl GigpoConfig {
         }
     }
 
-    /// Sets γ (default 0.95).
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::gigpo::GigpoConfig;
-    /// assert_eq!(GigpoConfig::verl_agent().with_step_decay(1.0).step_decay, 1.0);
-    /// ```
-    #[must_use]
-    pub fn with_step_decay(mut self, step_decay: f64) -> Self {
-        self.step_decay = step_decay;
-        self
-    }
-
-    /// Sets w (default 1.0).
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::gigpo::GigpoConfig;
-    /// assert_eq!(GigpoConfig::verl_agent().with_step_advantage_weight(0.5).step_advantage_weight, 0.5);
-    /// ```
-    #[must_use]
-    pub fn with_step_advantage_weight(mut self, weight: f64) -> Self {
-        self.step_advantage_weight = weight;
-        self
-    }
-
-    /// Sets the normalization (default [`NormMode::MeanNorm`]).
-    ///
-    /// ```
-    /// # use beacon_rl::{estimator::gigpo::GigpoConfig, NormMode};
-    /// let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
-    /// assert_eq!(cfg.mode, NormMode::MeanStdNorm);
-    /// ```
-    #[must_use]
-    pub fn with_mode(mut self, mode: NormMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Sets ε (default 1e-6).
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::gigpo::GigpoConfig;
-    /// assert_eq!(GigpoConfig::verl_agent().with_std_eps(1e-8).std_eps, 1e-8);
-    /// ```
-    #[must_use]
-    pub fn with_std_eps(mut self, std_eps: f64) -> Self {
-        self.std_eps = std_eps;
-        self
-    }
-
-    /// Sets the step grouping (default [`StepGrouping::Exact`]).
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-    /// let cfg = GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.95 });
-    /// assert!(matches!(cfg.grouping, StepGrouping::Similarity { .. }));
-    /// ```
-    #[must_use]
-    pub fn with_grouping(mut self, grouping: StepGrouping) -> Self {
-        self.grouping = grouping;
-        self
-    }
-
     /// Checks every parameter.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the first bad parameter: `step_decay` outside [0, 1],
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the first bad parameter: `step_decay` outside [0, 1],
     /// `step_advantage_weight` negative or not finite, `std_eps` not > 0, or a similarity
     /// `threshold` outside (0, 1).
-    ///
-    /// ```
-    /// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-    /// use beacon_rl::Error;
-    /// let err = GigpoConfig::verl_agent().with_step_decay(1.5).validate().unwrap_err();
-    /// assert!(matches!(err, Error::InvalidConfig { name: "step_decay", .. }));
-    /// let err = GigpoConfig::verl_agent()
-    ///     .with_grouping(StepGrouping::Similarity { threshold: 1.0 })
-    ///     .validate()
-    ///     .unwrap_err();
-    /// assert!(matches!(err, Error::InvalidConfig { name: "grouping.threshold", .. }));
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("step_decay", self.step_decay)?;
         Range::NON_NEGATIVE.check("step_advantage_weight", self.step_advantage_weight)?;
         Range::POSITIVE.check("std_eps", self.std_eps)?;
@@ -183,4 +109,18 @@ impl GigpoConfig {
         }
         Ok(())
     }
+}
+
+crate::setters::with_setters! {
+    GigpoConfig, "use beacon_rl::estimator::{GigpoConfig, StepGrouping}; use beacon_rl::NormMode;", GigpoConfig::verl_agent();
+    /// Sets γ of the step returns (default 0.95; in [0, 1]).
+    with_step_decay(step_decay: f64) = 1.0;
+    /// Sets w, the weight of the step term (default 1.0; finite, ≥ 0).
+    with_step_advantage_weight(step_advantage_weight: f64) = 0.5;
+    /// Sets the normalization of both terms (default [`NormMode::MeanNorm`]).
+    with_mode(mode: NormMode) = NormMode::MeanStdNorm;
+    /// Sets ε added to σ (default 1e-6; > 0).
+    with_std_eps(std_eps: f64) = 1e-8;
+    /// Sets the step grouping (default [`StepGrouping::Exact`]).
+    with_grouping(grouping: StepGrouping) = StepGrouping::Similarity { threshold: 0.9 };
 }

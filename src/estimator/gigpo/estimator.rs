@@ -19,7 +19,7 @@ use super::config::{GigpoConfig, StepGrouping};
 /// Per-row GiGPO results, all in the caller's row order.
 ///
 /// ```
-/// use beacon_rl::estimator::gigpo::GigpoOutput;
+/// use beacon_rl::estimator::GigpoOutput;
 /// let out = GigpoOutput::default();
 /// assert!(out.advantages.is_empty());
 /// assert_eq!(out.num_step_groups, 0);
@@ -66,7 +66,7 @@ type NoText = fn(usize) -> &'static str;
 /// The GiGPO estimator with a validated config.
 ///
 /// ```
-/// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+/// use beacon_rl::estimator::{Gigpo, GigpoConfig};
 /// use beacon_rl::RolloutBatch;
 ///
 /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
@@ -86,10 +86,12 @@ impl Gigpo {
     /// Validates `config`.
     ///
     /// # Errors
-    /// As [`GigpoConfig::validate`].
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the first bad parameter:
+    /// `step_decay` outside [0, 1], `step_advantage_weight` negative or not finite, `std_eps`
+    /// not > 0, or a similarity `threshold` outside (0, 1).
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
     /// assert!(Gigpo::new(GigpoConfig::verl_agent().with_step_advantage_weight(-1.0)).is_err());
     /// ```
     pub fn new(config: GigpoConfig) -> Result<Self> {
@@ -100,7 +102,7 @@ impl Gigpo {
     /// The validated config.
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
     /// let g = Gigpo::new(GigpoConfig::verl_agent())?;
     /// assert_eq!(g.config().step_decay, 0.95);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -126,7 +128,7 @@ impl Gigpo {
     /// infinity (`what` names the output).
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, StepGrouping};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, StepGrouping};
     /// use beacon_rl::RolloutBatch;
     ///
     /// let cfg = GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.9 });
@@ -156,7 +158,7 @@ impl Gigpo {
     /// As [`Gigpo::compute`]. On error `out` holds unspecified values.
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
     /// use beacon_rl::estimator::Workspace;
     /// use beacon_rl::RolloutBatch;
     ///
@@ -223,7 +225,7 @@ impl Gigpo {
     /// grouping, which needs text; otherwise as [`Gigpo::compute`].
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
     /// use beacon_rl::RolloutBatch;
     ///
     /// let batch = RolloutBatch::from_row_keys(&[0, 0, 0], &[0, 1, 1], &[1.0, 0.0, 0.0])?;
@@ -249,7 +251,7 @@ impl Gigpo {
     /// As [`Gigpo::compute_by_key`].
     ///
     /// ```
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
     /// use beacon_rl::estimator::Workspace;
     /// use beacon_rl::RolloutBatch;
     ///
@@ -401,7 +403,7 @@ impl AdvantageEstimator for Gigpo {
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
     /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;

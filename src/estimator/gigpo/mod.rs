@@ -42,7 +42,7 @@
 //! group (measured against the release's own code, `python/tests/test_release_differential.py`).
 //!
 //! ```
-//! use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+//! use beacon_rl::estimator::{Gigpo, GigpoConfig};
 //! use beacon_rl::RolloutBatch;
 //!
 //! // One task, trajectories "a" (rows 0, 1; success) and "b" (rows 2, 3; failure).

@@ -58,7 +58,7 @@ use crate::tensor::MaskView;
 use ndarray::{Array2, ArrayView2};
 
 /// Whitens `values` in place with one masked mean/variance over the whole batch (see the
-/// [module docs](self) for the equation and verl's float32 quirks).
+/// module docs (`src/estimator/whiten/mod.rs`) for the equation and verl's float32 quirks).
 ///
 /// Every position is transformed, including those outside the mask.
 ///
