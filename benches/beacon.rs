@@ -5,7 +5,7 @@
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorInput, Workspace};
 use beacon_rl::token::broadcast_into;
 use beacon_rl::RolloutBatch;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -36,13 +36,12 @@ fn step_level(c: &mut Criterion) {
         ("official", BeaconConfig::official()),
     ] {
         let beacon = Beacon::new(cfg).unwrap();
-        let mut ws = BeaconWorkspace::default();
+        let mut ws = Workspace::new();
         let mut adv = vec![0.0; batch.num_steps()];
         group.bench_function(BenchmarkId::new("16x8x30", name), |b| {
             b.iter(|| {
-                beacon
-                    .advantages_into(black_box(&batch), black_box(&flags), &mut ws, &mut adv)
-                    .unwrap();
+                let input = EstimatorInput::new(black_box(&batch)).with_milestones(black_box(&flags));
+                beacon.estimate_steps_into(&input, &mut adv, &mut ws).unwrap();
                 black_box(&adv);
             })
         });
@@ -69,13 +68,12 @@ fn token_level(c: &mut Criterion) {
     group.bench_function("copy_f32_512 (reference)", |b| {
         b.iter(|| out.assign(black_box(&source)))
     });
-    let mut ws = BeaconWorkspace::default();
+    let mut ws = Workspace::new();
     let mut step = vec![0.0; batch.num_steps()];
     group.bench_function("step_plus_broadcast_f32_512", |b| {
         b.iter(|| {
-            beacon
-                .advantages_into(&batch, &flags, &mut ws, &mut step)
-                .unwrap();
+            let input = EstimatorInput::new(&batch).with_milestones(&flags);
+            beacon.estimate_steps_into(&input, &mut step, &mut ws).unwrap();
             broadcast_into(&step, mask.view(), out.view_mut()).unwrap()
         })
     });

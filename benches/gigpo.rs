@@ -11,7 +11,7 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping, Workspace};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use splitmix64::SplitMix64;
@@ -82,7 +82,7 @@ fn bench_gigpo(c: &mut Criterion) {
         ("similarity_0.95", StepGrouping::Similarity { threshold: 0.95 }),
     ] {
         let gigpo = Gigpo::new(GigpoConfig::verl_agent().with_grouping(grouping)).unwrap();
-        let mut ws = GigpoWorkspace::new();
+        let mut ws = Workspace::new();
         let mut out = GigpoOutput::default();
         group.bench_function(name, |bch| {
             bch.iter(|| {
@@ -140,7 +140,7 @@ fn bench_scaling(c: &mut Criterion) {
         }
         let (batch, rewards, states) = scaling_batch(n);
         group.throughput(Throughput::Elements(batch.num_steps() as u64));
-        let mut ws = GigpoWorkspace::new();
+        let mut ws = Workspace::new();
         let mut out = GigpoOutput::default();
         group.bench_with_input(BenchmarkId::new("u64", n), &n, |bch, _| {
             bch.iter(|| {

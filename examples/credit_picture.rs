@@ -29,10 +29,7 @@
 use std::error::Error;
 use std::path::PathBuf;
 
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
-use beacon_rl::estimator::gigpo::Gigpo;
-use beacon_rl::estimator::gigpo::GigpoConfig;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, Gigpo, GigpoConfig};
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use clap::Parser;

@@ -34,9 +34,7 @@ use std::error::Error as StdError;
 use std::process::ExitCode;
 
 use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::BeaconConfig;
-use beacon_rl::estimator::Ablation;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
+use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconConfig, EstimatorConfig};
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 

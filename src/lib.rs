@@ -5,8 +5,8 @@
 //! The headline method is **BEACON**, milestone-anchored credit assignment: detect milestones
 //! in each trajectory, partition it at them, shape rewards within segments with temporal
 //! decay, and estimate advantages at two scales (trajectory and segment). Two flavours are
-//! offered as presets: the paper's equations ([`BeaconConfig::paper`](estimator::beacon::BeaconConfig::paper)) and the behaviour of
-//! the paper's public code release ([`BeaconConfig::official`](estimator::beacon::BeaconConfig::official)), reproduced to 1e-5 on the
+//! offered as presets: the paper's equations ([`BeaconConfig::paper`](estimator::BeaconConfig::paper)) and the behaviour of
+//! the paper's public code release ([`BeaconConfig::official`](estimator::BeaconConfig::official)), reproduced to 1e-5 on the
 //! release's own vectors.
 //!
 //! The crate is backend-free (plain slices and [`ndarray`]), pure, deterministic and checks
@@ -16,7 +16,7 @@
 //! ## From a rollout batch to token advantages
 //!
 //! ```
-//! use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+//! use beacon_rl::estimator::{Beacon, BeaconConfig};
 //! use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
 //! use beacon_rl::token::broadcast;
 //! use beacon_rl::RolloutBatch;
@@ -61,20 +61,18 @@
 //!   [`BatchBuilder`], which rebuilds one in place), [`Error`] and [`Result`], and the group
 //!   normalisation switches [`NormMode`] and [`SingletonRule`] that the estimators' and
 //!   ablations' configs share. The files defining them are private.
-//! - **One public module per area**, named after its concept. An area made of several
-//!   concepts has one public submodule per concept, whose page states its equation:
-//!   `estimator::beacon`, `estimator::grpo`, `estimator::gigpo`, ... An
-//!   area split only by role (config, report, reader, environment, trainer, ...) keeps those
-//!   files private behind one flat module: `diagnostics::Diagnostics`,
-//!   `record::read_trajectories`.
+//! - **One flat public module per area**, named after its concept. The area's files are
+//!   private, each named after the concept it computes with its equation in its doc: `estimator::Beacon`, `milestone::ExpertWalkthrough`,
+//!   `diagnostics::Diagnostics`, `record::read_trajectories`.
 //!
 //! The areas:
 //!
 //! - [`estimator`]: the one interface ([`AdvantageEstimator`](estimator::AdvantageEstimator),
 //!   [`EstimatorConfig`](estimator::EstimatorConfig), [`EstimatorInput`](estimator::EstimatorInput),
-//!   [`Advantages`](estimator::Advantages), [`Workspace`](estimator::Workspace)) and one module
-//!   per estimator family: BEACON in [`estimator::beacon`], GiGPO in [`estimator::gigpo`], the
-//!   verl baselines in [`estimator::grpo`], [`estimator::rloo`], [`estimator::gae`], ...
+//!   [`Advantages`](estimator::Advantages), [`Workspace`](estimator::Workspace)) and every
+//!   estimator with its config, flat: BEACON ([`estimator::Beacon`]), GiGPO
+//!   ([`estimator::Gigpo`]), the verl baselines ([`estimator::Grpo`], [`estimator::Rloo`],
+//!   [`estimator::Gae`], ...).
 //! - [`milestone`]: the detector trait Φ(s, a, s′), [`detect_milestones`](milestone::detect_milestones),
 //!   the two basic detectors, and the detector families
 //!   (text patterns, walkthroughs, WebShop phases, combinators, presets, [`milestone::discover`], ...).
@@ -146,10 +144,8 @@ pub mod diagnostics;
 mod error;
 pub mod estimator;
 pub mod milestone;
-mod partition;
 #[cfg(feature = "serde")]
 pub mod record;
-mod shaping;
 mod stats;
 pub mod token;
 

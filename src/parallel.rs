@@ -98,6 +98,39 @@ fn join<A: FnOnce() + Send, B: FnOnce() + Send>(a: A, b: B) {
     }
 }
 
+/// Tokens per chunk below which splitting a row-parallel loop costs more than it saves.
+pub(crate) const PAR_TOKENS: usize = 1 << 16;
+
+/// Runs `f(first_row, rows)` over `out` (`per_row` elements per row, `tokens_per_row` tokens
+/// of work per row), on [`for_chunks`]: with the
+/// `rayon` feature and enough tokens, contiguous chunks of whole rows, one per pool thread;
+/// otherwise `f(0, out)` once. Callers do per-row work only (no value depends on another row),
+/// so every result has the same bits however the rows are split.
+pub(crate) fn for_row_chunks<T: Send>(
+    out: &mut [T],
+    per_row: usize,
+    tokens_per_row: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let rows = out.len().checked_div(per_row).unwrap_or(0);
+    let k = chunk_count(rows.saturating_mul(tokens_per_row), PAR_TOKENS);
+    if k <= 1 {
+        f(0, out);
+        return;
+    }
+    let mut bounds = [0; MAX_CHUNKS + 1];
+    let bounds = balance(rows, k, |r| r, &mut bounds);
+    for_chunks(
+        bounds,
+        (0usize, out),
+        &|(base, o): (usize, &mut [T]), at, _| {
+            let (first, rest) = o.split_at_mut((at - base) * per_row);
+            ((base, first), (at, rest))
+        },
+        &|_, (first_row, o)| f(first_row, o),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

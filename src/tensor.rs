@@ -835,7 +835,7 @@ where
                 // Large outputs bypass the cache as the matrix masks' do (see `crate::stream`):
                 // a plain fill first reads every output line it writes.
                 let stream = crate::stream::pays(std::mem::size_of_val(o));
-                crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
+                crate::parallel::for_row_chunks(o, cols, cols, |r0, o| {
                     let rows = o.chunks_exact_mut(cols).zip(&values[r0..]).zip(&lengths[r0..]);
                     if stream {
                         for ((o, &v), &n) in rows {
@@ -920,7 +920,7 @@ where
         let invalid = std::sync::atomic::AtomicBool::new(false);
         // Large outputs bypass the cache (see `crate::stream`); same bits either way.
         let stream = crate::stream::pays(std::mem::size_of_val(o));
-        crate::estimator::for_row_chunks(o, cols, cols, |r0, o| {
+        crate::parallel::for_row_chunks(o, cols, cols, |r0, o| {
             let m = &m[r0 * cols..];
             let mut extra = M::Extra::default();
             let rows = m

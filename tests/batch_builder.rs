@@ -12,8 +12,7 @@ use std::hash::Hash;
 
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GigpoConfig, StepGrouping};
 use beacon_rl::BatchBuilder;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;

@@ -10,10 +10,7 @@
 
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
-use beacon_rl::estimator::gigpo::GigpoOutput;
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, GigpoOutput, Workspace};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast_into;
 use beacon_rl::{NormMode, RolloutBatch};
@@ -126,7 +123,7 @@ fn beacon_is_bit_identical_on_every_pool() {
             let b = Beacon::new(cfg).unwrap();
             same_bits_on_every_pool("beacon parts", || {
                 let mut out = BeaconOutput::default();
-                b.compute_into(&a.batch, &a.flags, &mut BeaconWorkspace::default(), &mut out)
+                b.compute_into(&a.batch, &a.flags, &mut Workspace::new(), &mut out)
                     .unwrap();
                 (
                     bits(&out.advantages),

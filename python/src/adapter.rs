@@ -448,7 +448,7 @@ pub fn names() -> &'static [&'static str] {
 }
 
 /// The turn-level estimators: they read `token_level_rewards` turn by turn on verl's
-/// multi-turn rows (the crate's `estimator::turns`), not a score per row.
+/// multi-turn rows (the crate's turn layouts), not a score per row.
 pub const TURN_NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
 
 /// The names that are verl's own estimators (the rest are the crate's additions).

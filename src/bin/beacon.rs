@@ -45,8 +45,8 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 
 use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::Beacon;
-use beacon_rl::estimator::gigpo::Gigpo;
+use beacon_rl::estimator::Beacon;
+use beacon_rl::estimator::Gigpo;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
 use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::DetectorPreset;
@@ -547,8 +547,8 @@ impl Detector {
 /// The parts behind the advantage for the estimators that have them, per row.
 enum Parts {
     None,
-    Beacon(beacon_rl::estimator::beacon::BeaconOutput),
-    Gigpo(beacon_rl::estimator::gigpo::GigpoOutput),
+    Beacon(beacon_rl::estimator::BeaconOutput),
+    Gigpo(beacon_rl::estimator::GigpoOutput),
 }
 
 fn parts(

@@ -43,7 +43,7 @@
 //!   (Floyd's algorithm) and ignores the detected milestones.
 //!
 //! ```
-//! use beacon_rl::estimator::beacon::BeaconConfig;
+//! use beacon_rl::estimator::BeaconConfig;
 //! use beacon_rl::estimator::Ablation;
 //! use beacon_rl::RolloutBatch;
 //!
@@ -64,7 +64,7 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
-use crate::estimator::beacon::{Beacon, BeaconConfig, BeaconOutput};
+use crate::estimator::{Beacon, BeaconConfig, BeaconOutput};
 use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use crate::milestone::check_flags;
 use crate::tensor::FloatViewMut;
@@ -246,7 +246,7 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::estimator::Ablation;
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// let c = Ablation::NoTemporalDecay.config(BeaconConfig::paper());
     /// assert_eq!(c.segment_decay, 0.0);
     /// assert_eq!(Ablation::Full.config(BeaconConfig::official()), BeaconConfig::official());
@@ -359,7 +359,7 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::estimator::Ablation;
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
+    /// use beacon_rl::estimator::BeaconConfig;
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
     /// let out = Ablation::NoTrajectoryAdvantage.compute(BeaconConfig::paper(), &batch, &[true, false, true, false], 0)?;
@@ -392,7 +392,7 @@ impl Ablation {
 /// estimators built from the same config produce the same sequence.
 ///
 /// ```
-/// use beacon_rl::estimator::beacon::BeaconConfig;
+/// use beacon_rl::estimator::BeaconConfig;
 /// use beacon_rl::estimator::{Ablation, BeaconAblationConfig, EstimatorConfig, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///

@@ -72,7 +72,7 @@ macro_rules! registry {
             /// writes before the keys. BEACON's follows the flavour.
             ///
             /// ```
-            /// use beacon_rl::estimator::beacon::BeaconConfig;
+            /// use beacon_rl::estimator::BeaconConfig;
             /// use beacon_rl::estimator::EstimatorConfig;
             /// assert_eq!(EstimatorConfig::Beacon(BeaconConfig::official()).name(), "beacon_official");
             /// ```
@@ -143,8 +143,8 @@ registry! {
     /// ablations are the keys `ablation` and `seed` of `beacon`.
     ///
     /// ```
-    /// use beacon_rl::estimator::beacon::BeaconConfig;
-    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+    /// use beacon_rl::estimator::BeaconConfig;
+    /// use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
     /// use beacon_rl::estimator::EstimatorConfig;
     ///
     /// let c: EstimatorConfig = "beacon:segment_decay=0.9".parse()?;
@@ -409,8 +409,8 @@ impl<'de> serde::Deserialize<'de> for EstimatorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::beacon::{BeaconConfig, BeaconFlavour};
-    use crate::estimator::gigpo::{GigpoConfig, StepGrouping};
+    use crate::estimator::{BeaconConfig, BeaconFlavour};
+    use crate::estimator::{GigpoConfig, StepGrouping};
     use crate::stats::NormMode;
 
     fn parse(s: &str) -> EstimatorConfig {

@@ -36,10 +36,10 @@ use crate::tensor::{FloatView, MaskView};
 /// Parameters of `gae`.
 ///
 /// ```
-/// use beacon_rl::estimator::gae::GaeConfig;
+/// use beacon_rl::estimator::{Gae, GaeConfig};
 /// let c = GaeConfig::verl();
 /// assert_eq!((c.discount, c.gae_lambda), (1.0, 1.0));
-/// assert!(c.with_gae_lambda(2.0).validate().is_err());
+/// assert!(Gae::new(c.with_gae_lambda(2.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -56,7 +56,7 @@ impl GaeConfig {
     /// verl's defaults: `gamma = 1.0`, `lam = 1.0`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::gae::GaeConfig;
+    /// # use beacon_rl::estimator::GaeConfig;
     /// assert_eq!(GaeConfig::verl(), GaeConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -69,14 +69,8 @@ impl GaeConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] unless both are in [0, 1].
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::gae::GaeConfig;
-    /// assert!(GaeConfig::verl().with_discount(-0.5).with_gae_lambda(0.95).validate().is_err());
-    /// assert!(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95).validate().is_ok());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless both are in [0, 1].
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("discount", self.discount)?;
         Range::UNIT.check("gae_lambda", self.gae_lambda)
     }
@@ -89,18 +83,18 @@ impl Default for GaeConfig {
 }
 
 crate::setters::with_setters! {
-    GaeConfig, "use beacon_rl::estimator::gae::GaeConfig;", GaeConfig::verl();
+    GaeConfig, "use beacon_rl::estimator::GaeConfig;", GaeConfig::verl();
     /// Sets the per-token discount γ (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.99;
     /// Sets the GAE trace decay λ (default 1.0; in [0, 1]).
     with_gae_lambda(gae_lambda: f64) = 0.95;
 }
 
-/// verl's `gae` (see the [module docs](self)). Needs `token_level_rewards`, `response_mask`
+/// verl's `gae` (see the module docs (`src/estimator/gae.rs`)). Needs `token_level_rewards`, `response_mask`
 /// and `values` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::gae::{Gae, GaeConfig};
+/// use beacon_rl::estimator::{Gae, GaeConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
@@ -128,7 +122,7 @@ impl Gae {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::gae::{Gae, GaeConfig};
+    /// # use beacon_rl::estimator::{Gae, GaeConfig};
     /// assert!(Gae::new(GaeConfig::verl().with_discount(1.01).with_gae_lambda(1.0)).is_err());
     /// ```
     pub fn new(config: GaeConfig) -> Result<Self> {
@@ -139,7 +133,7 @@ impl Gae {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::gae::{Gae, GaeConfig};
+    /// # use beacon_rl::estimator::{Gae, GaeConfig};
     /// assert_eq!(Gae::new(GaeConfig::verl())?.config().gae_lambda, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

@@ -27,9 +27,9 @@ use crate::error::{Range, Result};
 /// Parameters of `gpg`.
 ///
 /// ```
-/// use beacon_rl::estimator::gpg::GpgConfig;
+/// use beacon_rl::estimator::{Gpg, GpgConfig};
 /// assert_eq!(GpgConfig::verl().f_norm, 1.0);
-/// assert!(GpgConfig::verl().with_f_norm(-1.0).validate().is_err());
+/// assert!(Gpg::new(GpgConfig::verl().with_f_norm(-1.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -44,7 +44,7 @@ impl GpgConfig {
     /// verl's default: `f_norm = 1.0`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::gpg::GpgConfig;
+    /// # use beacon_rl::estimator::GpgConfig;
     /// assert_eq!(GpgConfig::verl(), GpgConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -55,12 +55,7 @@ impl GpgConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `f_norm` is finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::gpg::GpgConfig;
-    /// assert!(GpgConfig::verl().with_f_norm(0.0).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("f_norm", self.f_norm)
     }
 }
@@ -72,16 +67,16 @@ impl Default for GpgConfig {
 }
 
 crate::setters::with_setters! {
-    GpgConfig, "use beacon_rl::estimator::gpg::GpgConfig;", GpgConfig::verl();
+    GpgConfig, "use beacon_rl::estimator::GpgConfig;", GpgConfig::verl();
     /// Sets the divisor of every advantage (default 1.0; finite, > 0).
     with_f_norm(f_norm: f64) = 2.0;
 }
 
-/// verl's `gpg` (see the [module docs](self)). Needs `token_level_rewards` and
+/// verl's `gpg` (see the module docs (`src/estimator/gpg.rs`)). Needs `token_level_rewards` and
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::gpg::{Gpg, GpgConfig};
+/// use beacon_rl::estimator::{Gpg, GpgConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0, 0], &[0.0; 4])?;
@@ -105,7 +100,7 @@ impl Gpg {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::gpg::{Gpg, GpgConfig};
+    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
     /// assert!(Gpg::new(GpgConfig::verl().with_f_norm(f64::NAN)).is_err());
     /// ```
     pub fn new(config: GpgConfig) -> Result<Self> {
@@ -116,7 +111,7 @@ impl Gpg {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::gpg::{Gpg, GpgConfig};
+    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
     /// assert_eq!(Gpg::new(GpgConfig::verl())?.config().f_norm, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

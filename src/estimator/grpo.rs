@@ -83,7 +83,7 @@ use crate::tensor::MaskView;
 /// How GRPO normalizes a score against its group (verl's `norm_adv_by_std_in_grpo`).
 ///
 /// ```
-/// use beacon_rl::estimator::grpo::GrpoNorm;
+/// use beacon_rl::estimator::GrpoNorm;
 /// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(false), GrpoNorm::MeanOnly);
 /// assert_eq!(GrpoNorm::default(), GrpoNorm::MeanStd);
 /// ```
@@ -102,7 +102,7 @@ impl GrpoNorm {
     /// Maps verl's boolean `norm_adv_by_std_in_grpo` to the mode.
     ///
     /// ```
-    /// use beacon_rl::estimator::grpo::GrpoNorm;
+    /// use beacon_rl::estimator::GrpoNorm;
     /// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(true), GrpoNorm::MeanStd);
     /// ```
     pub fn from_norm_adv_by_std_in_grpo(norm_adv_by_std_in_grpo: bool) -> Self {
@@ -117,7 +117,7 @@ impl GrpoNorm {
 /// Which rows GRPO's group statistics count (verl-agent's `compute_mean_std_cross_steps`).
 ///
 /// ```
-/// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoStatistics};
+/// use beacon_rl::estimator::{GrpoConfig, GrpoStatistics};
 /// assert_eq!(GrpoStatistics::default(), GrpoStatistics::Rows);
 /// let paper = GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories);
 /// assert_eq!(paper.statistics, GrpoStatistics::Trajectories);
@@ -131,18 +131,18 @@ pub enum GrpoStatistics {
     Rows,
     /// Every trajectory of the group counts once, with its first row's score (verl-agent
     /// `compute_mean_std_cross_steps=False`, the paper's GRPO on step rows). See the
-    /// [module docs](self).
+    /// module docs (`src/estimator/grpo.rs`).
     Trajectories,
 }
 
 /// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`.
 ///
 /// ```
-/// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+/// use beacon_rl::estimator::{Grpo, GrpoConfig, GrpoNorm};
 /// let c = GrpoConfig::verl();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
 /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
-/// assert!(c.with_std_eps(-1.0).validate().is_err());
+/// assert!(Grpo::new(c.with_std_eps(-1.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -163,7 +163,7 @@ impl GrpoConfig {
     /// verl's defaults: `epsilon = 1e-6`, `norm_adv_by_std_in_grpo = true`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::grpo::GrpoConfig;
+    /// # use beacon_rl::estimator::GrpoConfig;
     /// assert_eq!(GrpoConfig::verl(), GrpoConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -177,7 +177,7 @@ impl GrpoConfig {
     /// Dr.GRPO: no division by the group standard deviation.
     ///
     /// ```
-    /// # use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
+    /// # use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
     /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
     /// ```
     pub const fn dr_grpo() -> Self {
@@ -191,27 +191,9 @@ impl GrpoConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] unless `std_eps` is finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::grpo::GrpoConfig;
-    /// assert!(GrpoConfig::verl().with_std_eps(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `std_eps` is finite and > 0.
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("std_eps", self.std_eps)
-    }
-
-    /// Sets which rows the group statistics count (default [`GrpoStatistics::Rows`]).
-    ///
-    /// ```
-    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoStatistics};
-    /// let c = GrpoConfig::dr_grpo().with_statistics(GrpoStatistics::Trajectories);
-    /// assert_eq!(c.statistics, GrpoStatistics::Trajectories);
-    /// ```
-    #[must_use]
-    pub fn with_statistics(mut self, statistics: GrpoStatistics) -> Self {
-        self.statistics = statistics;
-        self
     }
 
     /// [`validate`](Self::validate), plus: only `grpo` and `gdpo` implement trajectory
@@ -236,11 +218,14 @@ impl Default for GrpoConfig {
 }
 
 crate::setters::with_setters! {
-    GrpoConfig, "use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};", GrpoConfig::verl();
+    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoNorm, GrpoStatistics};", GrpoConfig::verl();
     /// Sets ε added to the group standard deviation (default 1e-6; finite, > 0).
     with_std_eps(std_eps: f64) = 1e-3;
     /// Sets the normalization mode (default [`GrpoNorm::MeanStd`]).
     with_norm(norm: GrpoNorm) = GrpoNorm::MeanOnly;
+    /// Sets which rows the group statistics count (default [`GrpoStatistics::Rows`];
+    /// `Trajectories` for `grpo` and `gdpo`).
+    with_statistics(statistics: GrpoStatistics) = GrpoStatistics::Trajectories;
 }
 
 macro_rules! grpo_family_type {
@@ -258,7 +243,7 @@ macro_rules! grpo_family_type {
             /// [`Error::InvalidConfig`] when `config` is out of range, or asks for
             /// [`GrpoStatistics::Trajectories`] from `grpo_vectorized` or `grpo_passk`.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::grpo::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::verl())?;\nassert_eq!(est.config(), &GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::verl())?;\nassert_eq!(est.config(), &GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn new(config: GrpoConfig) -> Result<Self> {
                 config.validate_for(stringify!($ty))?;
                 Ok(Self { config })
@@ -266,7 +251,7 @@ macro_rules! grpo_family_type {
 
             /// The estimator's parameters.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::grpo::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::default())?;\nassert_eq!(*est.config(), GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::default())?;\nassert_eq!(*est.config(), GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn config(&self) -> &GrpoConfig {
                 &self.config
             }
@@ -275,12 +260,12 @@ macro_rules! grpo_family_type {
 }
 
 grpo_family_type!(
-    /// verl's `grpo` (see the [module docs](self)).
+    /// verl's `grpo` (see the module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask`.
     ///
     /// ```
-    /// use beacon_rl::estimator::grpo::{Grpo, GrpoConfig};
+    /// use beacon_rl::estimator::{Grpo, GrpoConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&["a", "a", "b"], &[1.0, 0.0, 1.0])?;
@@ -299,12 +284,12 @@ grpo_family_type!(
 
 grpo_family_type!(
     /// verl's `grpo_vectorized`: GRPO with float32 group statistics (see the
-    /// [module docs](self)).
+    /// module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask`.
     ///
     /// ```
-    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoVectorized};
+    /// use beacon_rl::estimator::{GrpoConfig, GrpoVectorized};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
@@ -322,12 +307,12 @@ grpo_family_type!(
 
 grpo_family_type!(
     /// verl's `grpo_passk`: only the best row of each group gets r_max − r_second_max (see the
-    /// [module docs](self)).
+    /// module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
     ///
     /// ```
-    /// use beacon_rl::estimator::grpo::{GrpoConfig, GrpoPassk};
+    /// use beacon_rl::estimator::{GrpoConfig, GrpoPassk};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
@@ -343,12 +328,12 @@ grpo_family_type!(
 
 grpo_family_type!(
     /// verl's `gdpo` with a single reward: GRPO, then batch whitening under the mask (see the
-    /// [module docs](self)).
+    /// module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
     ///
     /// ```
-    /// use beacon_rl::estimator::grpo::{Gdpo, GrpoConfig};
+    /// use beacon_rl::estimator::{Gdpo, GrpoConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;

@@ -1,8 +1,8 @@
 //! What an estimator reads: [`EstimatorInput`], the batch plus per-row columns in the caller's
 //! dtypes, and the checks every estimator runs on them (presence, shapes, finiteness).
 
-use super::*;
-
+use super::kernel::{all_finite, check_all_finite, check_matrix_shape, row_sums, Tokens};
+use super::workspace::InputBufs;
 use crate::batch::{first_row_mismatch, RolloutBatch};
 use crate::error::{check_finite, check_len, Error, Result};
 use crate::tensor::{FloatView, MaskView};
@@ -277,11 +277,11 @@ impl<'a> EstimatorInput<'a> {
     /// WebShop and GiGPO scripts) the trainer subtracts `coef · (1 − is_action_valid)` from
     /// each step row's last-token reward, so a row's sum is R(τ) minus its step's penalty.
     ///
-    /// Read by the step paths ([`estimate_steps_into`](AdvantageEstimator::estimate_steps_into),
+    /// Read by the step paths ([`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into),
     /// and the `estimate_into` of BEACON, GiGPO and the ablation, which run it):
     /// - row statistics (`beacon_official`'s trajectory term, `gigpo`'s episode term, `grpo`,
     ///   `grpo_vectorized`, `rloo`, `rloo_vectorized`): row r's score is `row_scores[r]`;
-    /// - `grpo` with [`GrpoStatistics::Trajectories`](grpo::GrpoStatistics::Trajectories): the
+    /// - `grpo` with [`GrpoStatistics::Trajectories`](crate::estimator::GrpoStatistics::Trajectories): the
     ///   statistics count each trajectory's first row (caller order, as verl-agent's
     ///   `seen_pairs`), and every row is normalised with its own score;
     /// - the paper flavour of BEACON counts each trajectory once: its rows must agree, else
@@ -357,7 +357,7 @@ impl<'a> EstimatorInput<'a> {
         self
     }
 
-    /// The shape of the outputs [`estimate`](AdvantageEstimator::estimate) allocates: the
+    /// The shape of the outputs [`estimate`](crate::estimator::AdvantageEstimator::estimate) allocates: the
     /// response mask's, else one column per row (step-level estimators without a mask; every
     /// token-level estimator requires the mask).
     ///

@@ -9,55 +9,55 @@
 //! validated, boxed estimator.
 //!
 //! This module holds that interface ([`AdvantageEstimator`], [`EstimatorConfig`],
-//! [`EstimatorInput`], [`Advantages`], [`Workspace`]); each estimator family is a public
-//! submodule whose page states its equation, and its types have that one path:
-//! [`beacon::Beacon`], [`gigpo::GigpoConfig`], [`grpo::GrpoConfig`], ... (table below).
+//! [`EstimatorInput`], [`Advantages`], [`Workspace`]) and every estimator with its
+//! configuration, flat: one path each ([`Beacon`], [`GigpoConfig`], [`GrpoConfig`], ...,
+//! table below). Each type's page states its verl name; the equations are in its
+//! `src/estimator/` file's module docs.
 //!
 //! The baselines reproduce verl 0.9.1 (`verl/trainer/ppo/core_algos.py`) to 1e-5 relative on
-//! the peer's float64 run; each module documents its equation, the verl function and every
+//! the peer's float64 run; each documents its equation, the verl function and every
 //! "peer behaviour reproduced" (numerical quirks of the peer that we copy on purpose):
 //!
-//! | `adv_estimator` | type | module |
+//! | `adv_estimator` | type | config |
 //! |---|---|---|
-//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`](grpo::Grpo), [`GrpoVectorized`](grpo::GrpoVectorized), [`GrpoPassk`](grpo::GrpoPassk), [`Gdpo`](grpo::Gdpo) | [`grpo`] |
-//! | `rloo`, `rloo_vectorized` | [`Rloo`](rloo::Rloo), [`RlooVectorized`](rloo::RlooVectorized) | [`rloo`] |
-//! | `opo` | [`Opo`](opo::Opo) | [`opo`] |
-//! | `gpg` | [`Gpg`](gpg::Gpg) | [`gpg`] |
-//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`](reinforce::ReinforcePlusPlus), [`ReinforcePlusPlusBaseline`](reinforce::ReinforcePlusPlusBaseline) | [`reinforce`] |
-//! | `remax` | [`Remax`](remax::Remax) | [`remax`] |
-//! | `gae` | [`Gae`](gae::Gae) | [`gae`] |
-//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`](optimal_baseline::OptimalTokenBaseline), [`TirOptimalTokenBaseline`](optimal_baseline::TirOptimalTokenBaseline) | [`optimal_baseline`] |
+//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`], [`GrpoVectorized`], [`GrpoPassk`], [`Gdpo`] | [`GrpoConfig`] |
+//! | `rloo`, `rloo_vectorized` | [`Rloo`], [`RlooVectorized`] | |
+//! | `opo` | [`Opo`] | |
+//! | `gpg` | [`Gpg`] | [`GpgConfig`] |
+//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`], [`ReinforcePlusPlusBaseline`] | [`ReinforcePlusPlusConfig`] |
+//! | `remax` | [`Remax`] | |
+//! | `gae` | [`Gae`] | [`GaeConfig`] |
+//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`OptimalTokenBaselineConfig`] |
+//! | `beacon`, `beacon_official` | [`Beacon`] | [`BeaconConfig`] |
+//! | `gigpo` | [`Gigpo`] | [`GigpoConfig`] |
 //!
 //! Turn-level estimators (one value per turn of a multi-turn episode, on step rows or on
 //! verl's multi-turn rows, see `docs/turn-level.md`):
 //!
-//! | name | type | module |
+//! | name | type | config |
 //! |---|---|---|
-//! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
-//! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
-//! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
+//! | `step_reinforce` | [`StepReinforce`] | [`StepReinforceConfig`] |
+//! | `mt_grpo` | [`MtGrpo`] | [`MtGrpoConfig`] |
+//! | `turn_gae` | [`TurnGae`] | [`TurnGaeConfig`] |
 //!
-//! # One method set
+//! # One way to call an estimator
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
 //! [`estimate`](AdvantageEstimator::estimate) (fresh `f64` arrays),
 //! [`estimate_into`](AdvantageEstimator::estimate_into) (caller buffers, token level) and, for
 //! the step-level ones, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) (one
-//! value per row). The estimators whose advantage has parts worth reading (BEACON, GiGPO)
-//! also have, with the same names and argument order (batch, per-row inputs, workspace,
-//! output):
+//! value per row). Use the trait to train; use the parts API of BEACON and GiGPO only to
+//! read an advantage's terms (a trajectory and a segment term, shaped rewards, segment ids;
+//! an episode and a step term, step returns, step groups):
 //!
 //! | method | writes |
 //! |---|---|
-//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`](crate::estimator::beacon::BeaconOutput), [`GigpoOutput`](crate::estimator::gigpo::GigpoOutput)) |
-//! | `compute_into(batch, .., workspace, &mut output)` | the full output, reusing its buffers |
-//! | `advantages_into(batch, .., workspace, &mut [f64])` | the combined per-row advantages only |
+//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`], [`GigpoOutput`]) |
+//! | `compute_into(batch, .., &mut Workspace, &mut output)` | the full output, reusing its buffers |
 //!
-//! ([`Beacon::compute`](crate::estimator::beacon::Beacon::compute), [`Beacon::compute_into`](crate::estimator::beacon::Beacon::compute_into),
-//! [`Beacon::advantages_into`](crate::estimator::beacon::Beacon::advantages_into),
-//! [`Gigpo::compute`](crate::estimator::gigpo::Gigpo::compute), [`Gigpo::compute_into`](crate::estimator::gigpo::Gigpo::compute_into),
-//! [`Gigpo::advantages_into`](crate::estimator::gigpo::Gigpo::advantages_into); GiGPO's non-text anchors:
-//! [`Gigpo::compute_by_key`](crate::estimator::gigpo::Gigpo::compute_by_key) and
-//! [`compute_by_key_into`](crate::estimator::gigpo::Gigpo::compute_by_key_into).)
+//! ([`Beacon::compute`](crate::estimator::Beacon::compute), [`Beacon::compute_into`](crate::estimator::Beacon::compute_into),
+//! [`Gigpo::compute`](crate::estimator::Gigpo::compute), [`Gigpo::compute_into`](crate::estimator::Gigpo::compute_into);
+//! GiGPO's non-text anchors: [`Gigpo::compute_by_key`](crate::estimator::Gigpo::compute_by_key) and
+//! [`compute_by_key_into`](crate::estimator::Gigpo::compute_by_key_into).)
 //!
 //! # The trainer's path
 //! [`estimate_into`](AdvantageEstimator::estimate_into) writes into buffers the caller keeps
@@ -124,7 +124,7 @@
 //! - `grpo_vectorized`: `group_mean_std(..., eps=0.0)`: **no variance floor** (verl 0.8 floored
 //!   σ² at ε); two-pass f32 variance, singleton μ = 0, σ = 1, ε added to σ in f32. 0.1.0
 //!   kept the floor; hand-computed tests pin its absence. uids grouped by
-//!   equality, not parsed as integers ([`grpo`]'s deliberate difference).
+//!   equality, not parsed as integers (`grpo`'s deliberate difference).
 //! - `grpo_passk`: σ unbiased, ε added to σ, the normalisation flag read from the config, < 2
 //!   rows raises. Matches.
 //! - `gdpo` (single reward): f32 weight 1.0 × `grpo`, then `masked_whiten(·) * mask`. Matches.
@@ -190,20 +190,20 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::tensor::FloatViewMut;
 
-pub mod beacon;
-pub mod gae;
-pub mod gigpo;
-pub mod gpg;
-pub mod grpo;
-pub mod mt_grpo;
-pub mod opo;
-pub mod optimal_baseline;
-pub mod reinforce;
-pub mod remax;
-pub mod rloo;
-pub mod step_reinforce;
-pub mod turn_gae;
-pub mod turns;
+mod beacon;
+mod gae;
+mod gigpo;
+mod gpg;
+mod grpo;
+mod mt_grpo;
+mod opo;
+mod optimal_baseline;
+mod reinforce;
+mod remax;
+mod rloo;
+mod step_reinforce;
+mod turn_gae;
+mod turns;
 mod whiten;
 
 mod ablation;
@@ -217,11 +217,32 @@ mod workspace;
 #[cfg(test)]
 pub(crate) use ablation::SplitMix64;
 pub use ablation::{Ablation, BeaconAblationConfig};
+pub use beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, SegmentBaseline};
 pub use config::EstimatorConfig;
+pub use gae::{Gae, GaeConfig};
+pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
+pub use gpg::{Gpg, GpgConfig};
+pub use grpo::{Gdpo, Grpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoStatistics, GrpoVectorized};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
-pub(crate) use kernel::*;
+#[cfg(test)]
+pub(crate) use kernel::row_groups;
+pub(crate) use kernel::{
+    check_all_finite, check_matrix_shape, check_scalars, check_steps_out, estimate_via_steps,
+    estimate_via_steps_fresh, fill_estimator, float_row, group_rows, mask_row, masked_counts,
+    row_groups_into, row_sums_to, select, Out, Prefetch, Tokens, LANES,
+};
+pub use mt_grpo::{MtGrpo, MtGrpoConfig, TurnBaseline};
+pub use opo::Opo;
+pub use optimal_baseline::{
+    OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline, ZeroTail,
+};
 pub use output::Advantages;
+pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusPlusConfig};
+pub use remax::Remax;
+pub use rloo::{Rloo, RlooVectorized};
+pub use step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
+pub use turn_gae::{TurnGae, TurnGaeConfig};
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};
 
@@ -249,7 +270,7 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 /// pass `None` for them and use the advantages.
 ///
 /// ```
-/// use beacon_rl::estimator::rloo::Rloo;
+/// use beacon_rl::estimator::Rloo;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///

@@ -57,7 +57,7 @@ use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Wor
 use crate::error::{Error, Range, Result};
 use crate::tensor::FloatViewMut;
 
-/// Which baseline the turns get (see the [module docs](self)).
+/// Which baseline the turns get (see the module docs (`src/estimator/mt_grpo.rs`)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
@@ -73,7 +73,7 @@ pub enum TurnBaseline {
 /// Parameters of `mt_grpo`, with the authors' defaults ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::mt_grpo::{MtGrpoConfig, TurnBaseline};
+/// use beacon_rl::estimator::{MtGrpoConfig, TurnBaseline};
 /// let c = MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo);
 /// assert!(c.validate().is_ok());
 /// assert!(c.with_std_eps(0.0).validate().is_err());
@@ -96,7 +96,7 @@ impl MtGrpoConfig {
     /// The authors' settings: c = 1, ε = 1e-4, per-index normalisation.
     ///
     /// ```
-    /// # use beacon_rl::estimator::mt_grpo::MtGrpoConfig;
+    /// # use beacon_rl::estimator::MtGrpoConfig;
     /// assert_eq!(MtGrpoConfig::authors(), MtGrpoConfig::default());
     /// ```
     pub const fn authors() -> Self {
@@ -114,7 +114,7 @@ impl MtGrpoConfig {
     /// finite and > 0.
     ///
     /// ```
-    /// # use beacon_rl::estimator::mt_grpo::MtGrpoConfig;
+    /// # use beacon_rl::estimator::MtGrpoConfig;
     /// assert!(MtGrpoConfig::authors().with_turn_advantage_coef(-1.0).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -130,7 +130,7 @@ impl Default for MtGrpoConfig {
 }
 
 crate::setters::with_setters! {
-    MtGrpoConfig, "use beacon_rl::estimator::mt_grpo::*;", MtGrpoConfig::authors();
+    MtGrpoConfig, "use beacon_rl::estimator::*;", MtGrpoConfig::authors();
     /// Sets c, the turn advantage's weight (default 1.0; finite, ≥ 0).
     with_turn_advantage_coef(turn_advantage_coef: f64) = 0.5;
     /// Sets ε added to σ (default 1e-4; > 0).
@@ -139,11 +139,11 @@ crate::setters::with_setters! {
     with_turn_baseline(turn_baseline: TurnBaseline) = TurnBaseline::RewardToGo;
 }
 
-/// MT-GRPO (see the [module docs](self)). Reads `step_rewards` (step rows) or
+/// MT-GRPO (see the module docs (`src/estimator/mt_grpo.rs`)). Reads `step_rewards` (step rows) or
 /// `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
 ///
 /// ```
-/// use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig};
+/// use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///
@@ -174,7 +174,7 @@ impl MtGrpo {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig};
+    /// # use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
     /// assert!(MtGrpo::new(MtGrpoConfig::authors().with_std_eps(f64::NAN)).is_err());
     /// ```
     pub fn new(config: MtGrpoConfig) -> Result<Self> {
@@ -185,7 +185,7 @@ impl MtGrpo {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig};
+    /// # use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
     /// assert_eq!(MtGrpo::new(MtGrpoConfig::authors())?.config().std_eps, 1e-4);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

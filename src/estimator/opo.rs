@@ -18,11 +18,11 @@
 use super::{check_scalars, fill_estimator, group_rows, masked_counts, EstimatorInput, Out, Scratch};
 use crate::error::{Error, Result};
 
-/// verl's `opo` (see the [module docs](self)). Needs `token_level_rewards` and
+/// verl's `opo` (see the module docs (`src/estimator/opo.rs`)). Needs `token_level_rewards` and
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::opo::Opo;
+/// use beacon_rl::estimator::Opo;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;

@@ -46,7 +46,7 @@ use crate::error::{check_finite, Error, Range, Result};
 /// What to do with the tail of a group's unique longest row (verl's `handle_zero_tail`).
 ///
 /// ```
-/// use beacon_rl::estimator::optimal_baseline::ZeroTail;
+/// use beacon_rl::estimator::ZeroTail;
 /// assert_eq!(ZeroTail::default(), ZeroTail::ZeroBaseline);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -63,10 +63,10 @@ pub enum ZeroTail {
 /// Parameters of `optimal_token_baseline` and `tir_optimal_token_baseline`.
 ///
 /// ```
-/// use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
+/// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig, ZeroTail};
 /// let c = OptimalTokenBaselineConfig::verl();
 /// assert_eq!((c.zero_tail, c.denominator_eps), (ZeroTail::ZeroBaseline, 1e-8));
-/// assert!(c.with_denominator_eps(0.0).validate().is_err());
+/// assert!(OptimalTokenBaseline::new(c.with_denominator_eps(0.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -83,7 +83,7 @@ impl OptimalTokenBaselineConfig {
     /// verl's defaults: `handle_zero_tail = True`, `epsilon = 1e-8`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::optimal_baseline::OptimalTokenBaselineConfig;
+    /// # use beacon_rl::estimator::OptimalTokenBaselineConfig;
     /// assert_eq!(OptimalTokenBaselineConfig::verl(), OptimalTokenBaselineConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -96,15 +96,9 @@ impl OptimalTokenBaselineConfig {
     /// Checks the parameters.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] unless `denominator_eps` is finite
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `denominator_eps` is finite
     /// and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::optimal_baseline::OptimalTokenBaselineConfig;
-    /// let c = OptimalTokenBaselineConfig::verl().with_denominator_eps(f64::INFINITY);
-    /// assert!(c.validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("denominator_eps", self.denominator_eps)
     }
 }
@@ -116,7 +110,7 @@ impl Default for OptimalTokenBaselineConfig {
 }
 
 crate::setters::with_setters! {
-    OptimalTokenBaselineConfig, "use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::verl();
+    OptimalTokenBaselineConfig, "use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::verl();
     /// Sets the tail handling of the unique longest row (default [`ZeroTail::ZeroBaseline`]).
     with_zero_tail(zero_tail: ZeroTail) = ZeroTail::KeepBaseline;
     /// Sets ε added to the baseline's denominator (default 1e-8; finite, > 0).
@@ -138,7 +132,7 @@ macro_rules! otb_type {
             /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of
             /// range.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::optimal_baseline::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::verl())?;\nassert_eq!(est.config(), &OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::verl())?;\nassert_eq!(est.config(), &OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
                 config.validate()?;
                 Ok(Self { config })
@@ -146,7 +140,7 @@ macro_rules! otb_type {
 
             /// The estimator's parameters.
             ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::optimal_baseline::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::default())?;\nassert_eq!(*est.config(), OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
+            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::default())?;\nassert_eq!(*est.config(), OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
             pub fn config(&self) -> &OptimalTokenBaselineConfig {
                 &self.config
             }
@@ -155,12 +149,12 @@ macro_rules! otb_type {
 }
 
 otb_type!(
-    /// verl's `optimal_token_baseline` (see the [module docs](self)). Needs
+    /// verl's `optimal_token_baseline` (see the module docs (`src/estimator/optimal_baseline.rs`)). Needs
     /// `token_level_rewards`, `response_mask`, `old_log_probs` and `sum_pi_squared`;
     /// `rollout_is_weights` is optional.
     ///
     /// ```
-    /// use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaseline, OptimalTokenBaselineConfig};
+    /// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
@@ -183,12 +177,12 @@ otb_type!(
 );
 
 otb_type!(
-    /// verl's `tir_optimal_token_baseline` (see the [module docs](self)). Needs
+    /// verl's `tir_optimal_token_baseline` (see the module docs (`src/estimator/optimal_baseline.rs`)). Needs
     /// `token_level_rewards`, `response_mask`, `old_log_probs` and `sum_pi_squared`;
     /// `rollout_is_weights` is optional.
     ///
     /// ```
-    /// use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
+    /// use beacon_rl::estimator::{OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
@@ -609,14 +603,39 @@ fn compact_baseline_advantages(
             ZeroTail::ZeroBaseline if !single => zero_tail(lengths),
             _ => None,
         };
-        for (i, &r) in members.iter().enumerate() {
-            let tail_start = match tail {
+        let group = CompactGroup {
+            members,
+            tail,
+            numer: &numer[..cols],
+        };
+        group.write(mask, ret, adv, &mut finite);
+    }
+    let result = pass.report(input, ret, adv, finite);
+    ws.acc_c = pass.w;
+    result
+}
+
+/// One group's rows with at least one generated token, their baseline per k-th generated
+/// token (`numer`, 0 for a singleton) and the zero tail (member index, first k without a
+/// baseline), if any.
+struct CompactGroup<'a> {
+    members: &'a [usize],
+    tail: Option<(usize, usize)>,
+    numer: &'a [f64],
+}
+
+impl CompactGroup<'_> {
+    /// Advantages of the members' rows: return minus the baseline of the row's k-th
+    /// generated token (the return alone in the zero tail), 0 off the mask.
+    fn write(&self, mask: &Tokens<'_, bool>, ret: &[f64], adv: &mut [f64], finite: &mut FiniteAcc) {
+        let (cols, numer) = (mask.cols(), self.numer);
+        for (i, &r) in self.members.iter().enumerate() {
+            let tail_start = match self.tail {
                 Some((row, start)) if row == i => start,
                 _ => cols,
             };
             let (mrow, grow) = (&mask.row(r)[..cols], &ret[r * cols..(r + 1) * cols]);
             let arow = &mut adv[r * cols..(r + 1) * cols];
-            let numer = &numer[..cols];
             let mut k = 0usize;
             for t in 0..cols {
                 arow[t] = if mrow[t] {
@@ -634,9 +653,6 @@ fn compact_baseline_advantages(
             }
         }
     }
-    let result = pass.report(input, ret, adv, finite);
-    ws.acc_c = pass.w;
-    result
 }
 
 #[cfg(test)]

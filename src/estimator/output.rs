@@ -13,8 +13,8 @@ use super::AdvantageEstimator;
 /// returns the advantages twice, and [`returns`](Self::returns) gives the advantages.
 ///
 /// ```
-/// use beacon_rl::estimator::remax::Remax;
-/// use beacon_rl::estimator::rloo::Rloo;
+/// use beacon_rl::estimator::Remax;
+/// use beacon_rl::estimator::Rloo;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;

@@ -39,9 +39,9 @@ use crate::tensor::{FloatView, MaskView};
 /// Parameters of `reinforce_plus_plus`.
 ///
 /// ```
-/// use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+/// use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
 /// assert_eq!(ReinforcePlusPlusConfig::verl().discount, 1.0);
-/// assert!(ReinforcePlusPlusConfig::verl().with_discount(1.1).validate().is_err());
+/// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(1.1)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -56,7 +56,7 @@ impl ReinforcePlusPlusConfig {
     /// verl's default: `gamma = 1.0`.
     ///
     /// ```
-    /// # use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
+    /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
     /// assert_eq!(ReinforcePlusPlusConfig::verl(), ReinforcePlusPlusConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -67,12 +67,7 @@ impl ReinforcePlusPlusConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `discount` is in [0, 1].
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
-    /// assert!(ReinforcePlusPlusConfig::verl().with_discount(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("discount", self.discount)
     }
 }
@@ -84,16 +79,16 @@ impl Default for ReinforcePlusPlusConfig {
 }
 
 crate::setters::with_setters! {
-    ReinforcePlusPlusConfig, "use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::verl();
+    ReinforcePlusPlusConfig, "use beacon_rl::estimator::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::verl();
     /// Sets the per-token discount γ of the reward-to-go (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.99;
 }
 
-/// verl's `reinforce_plus_plus` (see the [module docs](self)). Needs `token_level_rewards`
+/// verl's `reinforce_plus_plus` (see the module docs (`src/estimator/reinforce.rs`)). Needs `token_level_rewards`
 /// and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+/// use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 1], &[0.0; 2])?;
@@ -120,7 +115,7 @@ impl ReinforcePlusPlus {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
     /// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(-0.1)).is_err());
     /// ```
     pub fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
@@ -131,7 +126,7 @@ impl ReinforcePlusPlus {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
     /// assert_eq!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl())?.config().discount, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -239,11 +234,11 @@ fn returns_scan<const K: usize>(
 
 fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);
 
-/// verl's `reinforce_plus_plus_baseline` (see the [module docs](self)). Needs
+/// verl's `reinforce_plus_plus_baseline` (see the module docs (`src/estimator/reinforce.rs`)). Needs
 /// `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::reinforce::ReinforcePlusPlusBaseline;
+/// use beacon_rl::estimator::ReinforcePlusPlusBaseline;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;

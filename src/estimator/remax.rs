@@ -20,11 +20,11 @@ use super::{
 };
 use crate::error::{check_finite, check_len, Error, Result};
 
-/// verl's `remax` (see the [module docs](self)). Needs `token_level_rewards`,
+/// verl's `remax` (see the module docs (`src/estimator/remax.rs`)). Needs `token_level_rewards`,
 /// `response_mask` and `reward_baselines` (one per row).
 ///
 /// ```
-/// use beacon_rl::estimator::remax::Remax;
+/// use beacon_rl::estimator::Remax;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;

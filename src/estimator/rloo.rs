@@ -24,11 +24,11 @@ use super::{check_scalars, fill_estimator, group_rows, EstimatorInput, Out, Scra
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 
-/// verl's `rloo` (see the [module docs](self)). Needs `token_level_rewards` and
+/// verl's `rloo` (see the module docs (`src/estimator/rloo.rs`)). Needs `token_level_rewards` and
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::rloo::Rloo;
+/// use beacon_rl::estimator::Rloo;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
@@ -42,11 +42,11 @@ use crate::error::Result;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Rloo;
 
-/// verl's `rloo_vectorized` (see the [module docs](self)). Needs `token_level_rewards` and
+/// verl's `rloo_vectorized` (see the module docs (`src/estimator/rloo.rs`)). Needs `token_level_rewards` and
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::rloo::RlooVectorized;
+/// use beacon_rl::estimator::RlooVectorized;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;

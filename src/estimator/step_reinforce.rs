@@ -78,7 +78,7 @@ pub enum Grouping {
 /// Parameters of `step_reinforce`, with ROLL's defaults ([`roll`](Self::roll)).
 ///
 /// ```
-/// use beacon_rl::estimator::step_reinforce::{Grouping, NormScope, StepReinforceConfig};
+/// use beacon_rl::estimator::{Grouping, NormScope, StepReinforceConfig};
 /// let c = StepReinforceConfig::roll()
 ///     .with_grouping(Grouping::Group)
 ///     .with_norm_mean(Some(NormScope::Group));
@@ -111,7 +111,7 @@ impl StepReinforceConfig {
     /// ROLL's defaults: γ_s = 0.95, batch grouping, no mean, no σ, no clips, no whitening.
     ///
     /// ```
-    /// # use beacon_rl::estimator::step_reinforce::StepReinforceConfig;
+    /// # use beacon_rl::estimator::StepReinforceConfig;
     /// assert_eq!(StepReinforceConfig::roll(), StepReinforceConfig::default());
     /// assert_eq!(StepReinforceConfig::roll().step_discount, 0.95);
     /// ```
@@ -134,7 +134,7 @@ impl StepReinforceConfig {
     /// is finite and > 0.
     ///
     /// ```
-    /// # use beacon_rl::estimator::step_reinforce::StepReinforceConfig;
+    /// # use beacon_rl::estimator::StepReinforceConfig;
     /// assert!(StepReinforceConfig::roll().with_reward_clip(Some(0.0)).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -156,7 +156,7 @@ impl Default for StepReinforceConfig {
 }
 
 crate::setters::with_setters! {
-    StepReinforceConfig, "use beacon_rl::estimator::step_reinforce::*;", StepReinforceConfig::roll();
+    StepReinforceConfig, "use beacon_rl::estimator::*;", StepReinforceConfig::roll();
     /// Sets γ_s, the discount of the turn returns (default 0.95; in [0, 1]).
     with_step_discount(step_discount: f64) = 1.0;
     /// Sets the normalisation sets (default [`Grouping::Batch`]).
@@ -173,11 +173,11 @@ crate::setters::with_setters! {
     with_advantage_clip(advantage_clip: Option<f64>) = Some(0.2);
 }
 
-/// ROLL's `step_reinforce` (see the [module docs](self)). Reads `step_rewards` (step rows)
+/// ROLL's `step_reinforce` (see the module docs (`src/estimator/step_reinforce.rs`)). Reads `step_rewards` (step rows)
 /// or `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
 ///
 /// ```
-/// use beacon_rl::estimator::step_reinforce::{StepReinforce, StepReinforceConfig};
+/// use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
 /// use beacon_rl::RolloutBatch;
 ///
@@ -202,7 +202,7 @@ impl StepReinforce {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::step_reinforce::{StepReinforce, StepReinforceConfig};
+    /// # use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
     /// assert!(StepReinforce::new(StepReinforceConfig::roll().with_step_discount(-1.0)).is_err());
     /// ```
     pub fn new(config: StepReinforceConfig) -> Result<Self> {
@@ -213,7 +213,7 @@ impl StepReinforce {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::step_reinforce::{StepReinforce, StepReinforceConfig};
+    /// # use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
     /// assert_eq!(StepReinforce::new(StepReinforceConfig::roll())?.config().step_discount, 0.95);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

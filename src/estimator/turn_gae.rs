@@ -40,7 +40,7 @@ use crate::tensor::FloatViewMut;
 /// Parameters of `turn_gae`.
 ///
 /// ```
-/// use beacon_rl::estimator::turn_gae::TurnGaeConfig;
+/// use beacon_rl::estimator::TurnGaeConfig;
 /// assert_eq!(TurnGaeConfig::verl().discount, 1.0);
 /// assert!(TurnGaeConfig::verl().with_lam(1.5).validate().is_err());
 /// ```
@@ -62,7 +62,7 @@ impl TurnGaeConfig {
     /// verl's defaults for γ and λ (1.0 each), no whitening.
     ///
     /// ```
-    /// # use beacon_rl::estimator::turn_gae::TurnGaeConfig;
+    /// # use beacon_rl::estimator::TurnGaeConfig;
     /// assert_eq!(TurnGaeConfig::verl(), TurnGaeConfig::default());
     /// ```
     pub const fn verl() -> Self {
@@ -79,7 +79,7 @@ impl TurnGaeConfig {
     /// [`Error::InvalidConfig`] unless `discount` and `lam` are in [0, 1].
     ///
     /// ```
-    /// # use beacon_rl::estimator::turn_gae::TurnGaeConfig;
+    /// # use beacon_rl::estimator::TurnGaeConfig;
     /// assert!(TurnGaeConfig::verl().with_discount(f64::NAN).validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {
@@ -95,7 +95,7 @@ impl Default for TurnGaeConfig {
 }
 
 crate::setters::with_setters! {
-    TurnGaeConfig, "use beacon_rl::estimator::turn_gae::TurnGaeConfig;", TurnGaeConfig::verl();
+    TurnGaeConfig, "use beacon_rl::estimator::TurnGaeConfig;", TurnGaeConfig::verl();
     /// Sets γ per turn (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.9;
     /// Sets λ per turn (default 1.0; in [0, 1]).
@@ -104,12 +104,12 @@ crate::setters::with_setters! {
     with_whiten(whiten: bool) = true;
 }
 
-/// Turn-level GAE (see the [module docs](self)). Reads the turn rewards (`step_rewards` or
+/// Turn-level GAE (see the module docs (`src/estimator/turn_gae.rs`)). Reads the turn rewards (`step_rewards` or
 /// `token_level_rewards`), the values (`turn_values` or `values`) and, on the token path,
 /// `response_mask`. Has returns.
 ///
 /// ```
-/// use beacon_rl::estimator::turn_gae::{TurnGae, TurnGaeConfig};
+/// use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
 /// use beacon_rl::RolloutBatch;
 ///
@@ -134,7 +134,7 @@ impl TurnGae {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::turn_gae::{TurnGae, TurnGaeConfig};
+    /// # use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
     /// assert!(TurnGae::new(TurnGaeConfig::verl().with_discount(2.0)).is_err());
     /// ```
     pub fn new(config: TurnGaeConfig) -> Result<Self> {
@@ -145,7 +145,7 @@ impl TurnGae {
     /// The estimator's parameters.
     ///
     /// ```
-    /// # use beacon_rl::estimator::turn_gae::{TurnGae, TurnGaeConfig};
+    /// # use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
     /// assert_eq!(TurnGae::new(TurnGaeConfig::verl())?.config().lam, 1.0);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

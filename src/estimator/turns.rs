@@ -169,7 +169,7 @@ impl Turns {
         Ok(())
     }
 
-    /// Reads the turns of `input` for the token path (see the [module docs](self)), with the
+    /// Reads the turns of `input` for the token path (see the module docs (`src/estimator/turns.rs`)), with the
     /// mask checked against the batch and the output's shape `dim`.
     pub(crate) fn read_tokens(&mut self, input: &EstimatorInput<'_>, dim: (usize, usize)) -> Result<()> {
         let rows = input.batch.num_steps();

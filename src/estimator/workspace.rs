@@ -1,9 +1,9 @@
-//! The caller-kept scratch space of [`AdvantageEstimator::estimate_into`]: one type for every
+//! The caller-kept scratch space of [`AdvantageEstimator::estimate_into`](crate::estimator::AdvantageEstimator::estimate_into): one type for every
 //! estimator, so it is reachable through `Box<dyn AdvantageEstimator>`.
 
-use super::*;
+use super::{beacon, gigpo, turns, whiten};
 
-/// Scratch space for [`AdvantageEstimator::estimate_into`]: keep one per thread (or per
+/// Scratch space for [`AdvantageEstimator::estimate_into`](crate::estimator::AdvantageEstimator::estimate_into): keep one per thread (or per
 /// estimator) across batches. Buffers grow to the largest batch seen and are then reused, so
 /// every later call allocates nothing. One type serves every estimator, so it is reachable
 /// through `Box<dyn AdvantageEstimator>` without knowing the concrete type; its contents never
@@ -28,8 +28,8 @@ pub struct Workspace {
     pub(crate) scratch: Scratch,
     pub(crate) stage: Stage,
     pub(crate) steps: Vec<f64>,
-    pub(crate) beacon: beacon::BeaconWorkspace,
-    pub(crate) gigpo: gigpo::GigpoWorkspace,
+    pub(crate) beacon: beacon::BeaconScratch,
+    pub(crate) gigpo: gigpo::GigpoScratch,
     pub(crate) gigpo_out: gigpo::GigpoOutput,
     pub(crate) turns: turns::TurnWorkspace,
 }

@@ -1,8 +1,4 @@
-use beacon_rl::estimator::Ablation;
-use beacon_rl::estimator::beacon::{BeaconConfig, SegmentBaseline};
-use beacon_rl::estimator::gigpo::GigpoConfig;
-use beacon_rl::estimator::grpo::GrpoConfig;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconConfig, EstimatorConfig, EstimatorInput, GigpoConfig, GrpoConfig, SegmentBaseline, Workspace};
 use beacon_rl::ndarray::{Array2, ArrayView2};
 use beacon_rl::{Error, Result, RolloutBatch};
 

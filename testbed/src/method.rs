@@ -21,10 +21,10 @@ use beacon_rl::{Error, Result};
 /// |---|---|
 /// | `grpo` | verl's `grpo` on verl-agent's step rows: the terminal reward R on every step row, normalised over the rows of the task group |
 /// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`Ablation`](beacon_rl::estimator::Ablation)) |
-/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::gigpo::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
-/// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::beacon::BeaconConfig::paper) with the trainer's milestones |
-/// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::beacon::BeaconConfig::official) (R_ms = 10, row statistics) |
-/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::beacon::SegmentBaseline::Entered): completion credited against non-completion |
+/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
+/// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::BeaconConfig::paper) with the trainer's milestones |
+/// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::BeaconConfig::official) (R_ms = 10, row statistics) |
+/// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::SegmentBaseline::Entered): completion credited against non-completion |
 /// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |
 /// | `gigpo+milestones` | control: GiGPO whose step rewards are 1 per milestone (plus 1 on the goal step) |
 /// | `grpo+progress` | control: `grpo` on the progress score (milestones reached) / K instead of the 0/1 terminal reward |

@@ -248,7 +248,8 @@ fn every_public_item_has_one_path() {
             .iter()
             .find(|m| m.path.iter().map(String::as_str).eq(p.iter().copied()))
     };
-    assert!(find(&["estimator", "beacon"]).unwrap().public);
+    assert!(find(&["estimator"]).unwrap().public);
+    assert!(!find(&["estimator", "beacon"]).unwrap().public);
     assert!(!find(&["estimator", "config"]).unwrap().public);
     assert!(!find(&["batch"]).unwrap().public);
     assert!(aliases.contains_key(&(vec![], "RolloutBatch".to_string())));
@@ -345,7 +346,7 @@ fn consuming_setters_are_must_use() {
     }
     // The generated config setters (src/setters.rs) and EstimatorInput's, at least.
     assert!(
-        setters >= 20,
+        setters >= 15,
         "found only {setters} setters: has the source layout changed?"
     );
     assert!(missing.is_empty(), "setters without #[must_use]: {missing:#?}");

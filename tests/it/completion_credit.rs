@@ -1,7 +1,7 @@
 //! Properties of BEACON's completion credit (`SegmentBaseline::Entered`), checked with
 //! proptest against a literal transcription of its definition.
 
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, SegmentBaseline};
+use beacon_rl::estimator::{Beacon, BeaconConfig, SegmentBaseline};
 use beacon_rl::RolloutBatch;
 use proptest::prelude::*;
 

@@ -2,17 +2,7 @@
 //! `FromStr ∘ Display` and serde's write-then-read are the identity, and the string and serde
 //! forms read to the same configuration.
 
-use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline};
-use beacon_rl::estimator::gae::GaeConfig;
-use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-use beacon_rl::estimator::gpg::GpgConfig;
-use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
-use beacon_rl::estimator::mt_grpo::{MtGrpoConfig, TurnBaseline};
-use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
-use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
-use beacon_rl::estimator::step_reinforce::{Grouping, NormScope, StepReinforceConfig};
-use beacon_rl::estimator::turn_gae::TurnGaeConfig;
-use beacon_rl::estimator::{Ablation, BeaconAblationConfig, EstimatorConfig};
+use beacon_rl::estimator::{Ablation, BeaconAblationConfig, BeaconConfig, BeaconFlavour, EstimatorConfig, GaeConfig, GigpoConfig, GpgConfig, Grouping, GrpoConfig, GrpoNorm, GrpoStatistics, MtGrpoConfig, NormScope, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, StepGrouping, StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail};
 use beacon_rl::{NormMode, SingletonRule};
 use proptest::prelude::*;
 

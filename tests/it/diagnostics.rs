@@ -7,7 +7,7 @@ use beacon_rl::diagnostics::{
     compare, credit_concentration, diagnose, zero_advantage_ratio, Diagnostics, DiagnosticsConfig,
     SampleCategory,
 };
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
+use beacon_rl::estimator::{Beacon, BeaconConfig};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 

@@ -3,8 +3,7 @@
 //! first-masked-token rule, errors that name the estimator, and the bundled trajectories.
 
 use beacon_rl::diagnostics::{compare, row_advantages, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
-use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, Advantages, Beacon, BeaconConfig, EstimatorInput, Workspace};
 use beacon_rl::tensor::{FloatViewMut, MaskView};
 use beacon_rl::{Error, Result, RolloutBatch};
 use ndarray::Array2;

@@ -10,12 +10,7 @@
 //! `masked_whiten` sums follow the order release 0.2 documents (eight partial sums per row,
 //! see `masked_sum`), written naively here.
 
-use beacon_rl::estimator::gae::GaeConfig;
-use beacon_rl::estimator::gpg::GpgConfig;
-use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
-use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
-use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, Workspace, ZeroTail};
 use beacon_rl::tensor::{FloatView, MaskView};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2};

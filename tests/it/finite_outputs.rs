@@ -10,12 +10,7 @@
 //! score in one column, so the step paths' consistency checks pass unless `row_scores` differ
 //! within a trajectory), and errs in the others: the property is about the `Ok`s.
 
-use beacon_rl::estimator::beacon::BeaconFlavour;
-use beacon_rl::estimator::gigpo::StepGrouping;
-use beacon_rl::estimator::grpo::{GrpoNorm, GrpoStatistics};
-use beacon_rl::estimator::optimal_baseline::ZeroTail;
-use beacon_rl::estimator::Ablation;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconFlavour, EstimatorConfig, EstimatorInput, GrpoNorm, GrpoStatistics, StepGrouping, Workspace, ZeroTail};
 use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;
 use proptest::prelude::*;

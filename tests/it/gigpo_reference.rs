@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::common::SplitMix64;
 use crate::difflib_reference::ratio;
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping, Workspace};
 use beacon_rl::NormMode;
 use beacon_rl::RolloutBatch;
 
@@ -248,7 +248,7 @@ fn configs() -> Vec<GigpoConfig> {
 #[test]
 fn text_anchors_match_the_row_loop_reference_bit_for_bit() {
     // One workspace across all cases: reuse must not leak state between batches.
-    let mut ws = GigpoWorkspace::new();
+    let mut ws = Workspace::new();
     let mut out = GigpoOutput::default();
     for seed in 0..40 {
         let c = case(seed, 1 + (seed as usize % 9));
@@ -264,7 +264,7 @@ fn text_anchors_match_the_row_loop_reference_bit_for_bit() {
 
 #[test]
 fn integer_anchors_match_the_row_loop_reference_bit_for_bit() {
-    let mut ws = GigpoWorkspace::new();
+    let mut ws = Workspace::new();
     let mut out = GigpoOutput::default();
     for seed in 100..140 {
         let c = case(seed, 1 + (seed as usize % 11));
@@ -300,7 +300,7 @@ fn trajectory_major(c: &Case) -> Case {
 
 #[test]
 fn rows_in_step_order_match_the_reference_bit_for_bit() {
-    let mut ws = GigpoWorkspace::new();
+    let mut ws = Workspace::new();
     let mut out = GigpoOutput::default();
     for seed in 200..230 {
         let c = trajectory_major(&case(seed, 1 + (seed as usize % 7)));

@@ -11,10 +11,7 @@
 
 use crate::common;
 use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconWorkspace};
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
-use beacon_rl::estimator::grpo::{Gdpo, Grpo, GrpoConfig, GrpoVectorized};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo, GrpoConfig, GrpoVectorized, Workspace};
 use beacon_rl::{Error, NormMode, RolloutBatch};
 use ndarray::Array2;
 
@@ -346,7 +343,7 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
-/// Every BEACON entry point on one batch: `compute`, `advantages_into`, `compute_into`,
+/// Every BEACON entry point on one batch: `compute`, `compute_into`,
 /// the trait's `estimate` and `estimate_into`. Returns the per-row advantages of each (or
 /// its error).
 fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> Vec<Result<Vec<f64>, Error>> {
@@ -354,14 +351,9 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
     let n = batch.num_steps();
     let mut out = Vec::new();
     out.push(b.compute(batch, flags).map(|o| o.advantages));
-    let mut adv = vec![0.0; n];
+    let mut parts = beacon_rl::estimator::BeaconOutput::default();
     out.push(
-        b.advantages_into(batch, flags, &mut BeaconWorkspace::default(), &mut adv)
-            .map(|()| adv.clone()),
-    );
-    let mut parts = beacon_rl::estimator::beacon::BeaconOutput::default();
-    out.push(
-        b.compute_into(batch, flags, &mut BeaconWorkspace::default(), &mut parts)
+        b.compute_into(batch, flags, &mut Workspace::new(), &mut parts)
             .map(|()| parts.advantages.clone()),
     );
     let input = EstimatorInput::new(batch).with_milestones(flags);
@@ -610,7 +602,7 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // μ = 0, σ² = 2/f32(2 + 1e-8) · f32(2/1) = 2, so the advantages are ±1/√2 (the old code
     // returned Error::NonFinite, verl zeros).
     let est = beacon_rl::estimator::EstimatorConfig::ReinforcePlusPlus(
-        beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig::verl().with_discount(1.0),
+        beacon_rl::estimator::ReinforcePlusPlusConfig::verl().with_discount(1.0),
     )
     .build()
     .unwrap();

@@ -3,7 +3,7 @@
 //! `tests/data/reduce_official.py`), compared at |Δ| ≤ 1e-5·max(1, |expected|) against the
 //! release's float64 run, at step and token level.
 
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour};
+use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour};
 use beacon_rl::token::broadcast;
 use beacon_rl::{NormMode, RolloutBatch};
 use ndarray::Array2;

@@ -7,7 +7,7 @@
 //! ones), all within |d| <= 1e-5 · max(1, |expected|). The peer's returns are float32, ours
 //! f64: that difference (< 6e-6 here) is what the tolerance absorbs.
 
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping, Workspace};
 use beacon_rl::NormMode;
 use beacon_rl::RolloutBatch;
 use serde_json::Value;
@@ -65,7 +65,7 @@ fn every_official_gigpo_case() {
 
     let (mut max_adv, mut max_ret) = (0.0f64, 0.0f64);
     let (mut rows_checked, mut similarity_cases, mut shuffled_cases) = (0usize, 0usize, 0usize);
-    let mut ws = GigpoWorkspace::new();
+    let mut ws = Workspace::new();
     let mut reused = GigpoOutput::default();
     for case in cases {
         let name = case["name"].as_str().unwrap();

@@ -8,8 +8,7 @@
 //! turn, `step_rewards`), both against the authors' float32 advantages under the completion
 //! mask, within |d| ≤ 1e-5 · max(1, |expected|).
 
-use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, MtGrpo, MtGrpoConfig, Workspace};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use serde_json::Value;

@@ -9,12 +9,7 @@
 //! among them) against the same expected values.
 //! Run with `--nocapture` to see the number of cases and the max relative error per family.
 
-use beacon_rl::estimator::gae::GaeConfig;
-use beacon_rl::estimator::gpg::GpgConfig;
-use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm};
-use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
-use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
-use beacon_rl::estimator::{EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, ZeroTail};
 use beacon_rl::tensor::FloatView;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;

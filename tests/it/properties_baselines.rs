@@ -1,14 +1,6 @@
 //! Property tests of verl's baseline estimators.
 
-use beacon_rl::estimator::gae::{Gae, GaeConfig};
-use beacon_rl::estimator::grpo::{Grpo, GrpoConfig, GrpoPassk};
-use beacon_rl::estimator::optimal_baseline::{
-    OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline,
-};
-use beacon_rl::estimator::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-use beacon_rl::estimator::remax::Remax;
-use beacon_rl::estimator::rloo::{Rloo, RlooVectorized};
-use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Gae, GaeConfig, Grpo, GrpoConfig, GrpoPassk, OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig, Remax, Rloo, RlooVectorized, TirOptimalTokenBaseline};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! DESIGN §3 properties of the BEACON estimator, checked with proptest.
 
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour};
+use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour};
 use beacon_rl::{NormMode, RolloutBatch};
 use proptest::prelude::*;
 

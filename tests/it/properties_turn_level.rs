@@ -1,9 +1,7 @@
 //! Property tests of the turn-level estimators: the two layouts agree, the equations' own
 //! invariants hold, and tokens outside turns stay 0.
 
-use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig, TurnBaseline};
-use beacon_rl::estimator::step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grouping, MtGrpo, MtGrpoConfig, NormScope, StepReinforce, StepReinforceConfig, TurnBaseline, Workspace};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use proptest::prelude::*;

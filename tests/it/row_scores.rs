@@ -4,8 +4,7 @@
 //! error, the validation errors, and two properties: row scores equal to R(τ) change no bit,
 //! and every step estimator reads the row scores rather than the batch's R(τ).
 
-use beacon_rl::estimator::grpo::{Grpo, GrpoConfig, GrpoStatistics};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Grpo, GrpoConfig, GrpoStatistics, Workspace};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::array;
 use proptest::prelude::*;
@@ -330,12 +329,12 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
     v.push(Box::new(
         Grpo::new(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).unwrap(),
     ));
-    let mut official = beacon_rl::estimator::beacon::BeaconConfig::official();
-    official.flavour = beacon_rl::estimator::beacon::BeaconFlavour::Official {
+    let mut official = beacon_rl::estimator::BeaconConfig::official();
+    official.flavour = beacon_rl::estimator::BeaconFlavour::Official {
         mode: beacon_rl::NormMode::MeanStdNorm,
     };
     v.push(EstimatorConfig::Beacon(official).build().unwrap());
-    let mut gigpo = beacon_rl::estimator::gigpo::GigpoConfig::verl_agent();
+    let mut gigpo = beacon_rl::estimator::GigpoConfig::verl_agent();
     gigpo.mode = beacon_rl::NormMode::MeanStdNorm;
     v.push(EstimatorConfig::Gigpo(gigpo).build().unwrap());
     v

@@ -6,9 +6,7 @@
 //! rounded once. Also: the step-row API against the token path it replaces.
 
 use crate::common::SplitMix64;
-use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
-use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, Workspace};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::token::broadcast;
 use beacon_rl::{Error, RolloutBatch};

@@ -5,8 +5,7 @@
 //! continuing rollouts minus over the stopping ones, estimate that gradient (up to the
 //! factor p(1 − p) of the score function).
 
-use beacon_rl::estimator::mt_grpo::{MtGrpo, MtGrpoConfig, TurnBaseline};
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpo, MtGrpoConfig, TurnBaseline, Workspace};
 use beacon_rl::RolloutBatch;
 
 /// Step rows of one group (trajectories of turn rewards), and the first-turn advantage of
@@ -69,7 +68,7 @@ fn beacon_segment_term_is_blind_to_quitting() {
     let batch = RolloutBatch::from_row_keys(&[0; 8], &[0, 0, 1, 1, 2, 2, 3, 3], &[0.0; 8]).unwrap();
     let milestones = [false, true, false, true, false, false, false, false];
     let est = EstimatorConfig::Beacon(
-        beacon_rl::estimator::beacon::BeaconConfig::paper()
+        beacon_rl::estimator::BeaconConfig::paper()
             .with_segment_decay(1.0)
             .with_milestone_reward(1.0),
     )

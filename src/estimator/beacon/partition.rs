@@ -10,7 +10,7 @@
 //! milestone steps strictly before t, so ids run 0..=K and id K is the unfinished segment.
 //!
 //! Crate-private: callers see the partition through
-//! [`BeaconOutput::segments`](crate::estimator::beacon::BeaconOutput::segments).
+//! [`BeaconOutput::segments`](crate::estimator::BeaconOutput::segments).
 
 /// Walks one trajectory backwards and calls `step(t, id, distance)` for every step t, where
 /// `id` is its 0-based segment id and `distance` is `Some(t_k − t)`, the distance to the

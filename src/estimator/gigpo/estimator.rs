@@ -1,0 +1,493 @@
+//! The [`Gigpo`] estimator: the trait's entry points, and the parts API ([`Gigpo::compute`],
+//! [`Gigpo::compute_into`]; [`Gigpo::compute_by_key`], [`Gigpo::compute_by_key_into`] for
+//! non-text anchors) that returns A = A_E + w·A_S with its terms, step returns and step
+//! groups for inspection.
+
+use std::hash::Hash;
+
+use crate::batch::RolloutBatch;
+use crate::error::{check_len, Error, Result};
+use crate::estimator::{
+    check_steps_out, estimate_via_steps, estimate_via_steps_fresh, AdvantageEstimator, Advantages,
+    EstimatorInput, StepScores, Workspace,
+};
+use crate::tensor::FloatViewMut;
+
+use super::advantage::{self, AnchorsOf};
+use super::config::{GigpoConfig, StepGrouping};
+
+/// Per-row GiGPO results, all in the caller's row order.
+///
+/// ```
+/// use beacon_rl::estimator::GigpoOutput;
+/// let out = GigpoOutput::default();
+/// assert!(out.advantages.is_empty());
+/// assert_eq!(out.num_step_groups, 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct GigpoOutput {
+    /// `A = A_E + w · A_S` (the token-level advantage is this times the response mask).
+    pub advantages: Vec<f64>,
+    /// The episode term A_E.
+    pub episode_advantages: Vec<f64>,
+    /// The step term A_S (unweighted).
+    pub step_advantages: Vec<f64>,
+    /// Discounted step returns R_t (the peer's `step_rewards`).
+    pub step_returns: Vec<f64>,
+    /// Step group label of each row, numbered by first appearance in the caller's rows.
+    pub step_groups: Vec<usize>,
+    /// Number of step groups (labels are `0..num_step_groups`).
+    pub num_step_groups: usize,
+}
+
+impl GigpoOutput {
+    /// Sizes every column to `rows`. Old values are not cleared: every row belongs to exactly
+    /// one group and the computation writes each column at every row, so zeroing would only
+    /// add a write pass over the outputs (40 bytes a row, the whole batch at 10⁶ trajectories).
+    pub(super) fn reset(&mut self, rows: usize) {
+        for v in [
+            &mut self.advantages,
+            &mut self.episode_advantages,
+            &mut self.step_advantages,
+            &mut self.step_returns,
+        ] {
+            v.resize(rows, 0.0);
+        }
+        self.step_groups.resize(rows, 0);
+        self.num_step_groups = 0;
+    }
+}
+
+/// The text accessor type of a run without similarity grouping (never called).
+type NoText = fn(usize) -> &'static str;
+
+/// The GiGPO estimator with a validated config.
+///
+/// ```
+/// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+/// use beacon_rl::RolloutBatch;
+///
+/// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+/// let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[1.0, 0.0])?;
+/// let out = gigpo.compute(&batch, &[0.0, 0.0], &["start", "start"])?;
+/// // Row mean 0.5: A_E = ±0.5; equal returns in the shared anchor group: A_S = 0.
+/// assert_eq!(out.advantages, [0.5, -0.5]);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Gigpo {
+    config: GigpoConfig,
+}
+
+impl Gigpo {
+    /// Validates `config`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the first bad parameter:
+    /// `step_decay` outside [0, 1], `step_advantage_weight` negative or not finite, `std_eps`
+    /// not > 0, or a similarity `threshold` outside (0, 1).
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+    /// assert!(Gigpo::new(GigpoConfig::verl_agent().with_step_advantage_weight(-1.0)).is_err());
+    /// ```
+    pub fn new(config: GigpoConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The validated config.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+    /// let g = Gigpo::new(GigpoConfig::verl_agent())?;
+    /// assert_eq!(g.config().step_decay, 0.95);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn config(&self) -> &GigpoConfig {
+        &self.config
+    }
+
+    /// Computes GiGPO advantages with text anchors (one per caller row; `&str` or `String`).
+    ///
+    /// `step_rewards[r]` is the environment reward of row `r`'s step; the batch carries each
+    /// trajectory's episode score (built with [`RolloutBatch::from_row_keys`] from verl-agent's
+    /// `uid`, `traj_uid` and episode reward columns).
+    ///
+    /// The episode term reads that score, one per trajectory. Rows that carry scores of their
+    /// own (verl-agent's invalid-action penalty) go through the trait instead:
+    /// [`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into) with
+    /// [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `step_rewards` or `anchors` do not have one entry per row;
+    /// [`Error::NonFinite`] for a NaN or infinite step reward, or when a result overflows to
+    /// infinity (`what` names the output).
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, StepGrouping};
+    /// use beacon_rl::RolloutBatch;
+    ///
+    /// let cfg = GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.9 });
+    /// let batch = RolloutBatch::from_row_keys(&["g"; 3], &["a", "b", "c"], &[1.0, 0.0, 0.0])?;
+    /// let anchors = ["You see a mug 1.", "You see a mug 2.", "Nothing happens."];
+    /// let out = Gigpo::new(cfg)?.compute(&batch, &[1.0, 0.0, 0.0], &anchors)?;
+    /// // ratio("You see a mug 2.", "You see a mug 1.") = 2·15/32 = 0.9375 >= 0.9: same group.
+    /// assert_eq!(out.step_groups, [0, 0, 1]);
+    /// assert_eq!(out.step_advantages, [0.5, -0.5, 0.0]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute<S: AsRef<str> + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        step_rewards: &[f64],
+        anchors: &[S],
+    ) -> Result<GigpoOutput> {
+        let mut out = GigpoOutput::default();
+        self.compute_into(batch, step_rewards, anchors, &mut Workspace::new(), &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Gigpo::compute`] into a reusable output and workspace (vectors are resized to the
+    /// batch; their capacity is kept).
+    ///
+    /// # Errors
+    /// As [`Gigpo::compute`]. On error `out` holds unspecified values.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
+    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::RolloutBatch;
+    ///
+    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+    /// let (mut ws, mut out) = (Workspace::new(), GigpoOutput::default());
+    /// for reward in [1.0, 0.0] {
+    ///     let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[reward, 0.5])?;
+    ///     gigpo.compute_into(&batch, &[0.0, 0.0], &["s", "s"], &mut ws, &mut out)?;
+    ///     assert_eq!(out.advantages[0], -out.advantages[1]);
+    /// }
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute_into<S: AsRef<str> + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        step_rewards: &[f64],
+        anchors: &[S],
+        workspace: &mut Workspace,
+        out: &mut GigpoOutput,
+    ) -> Result<()> {
+        self.compute_text_with(
+            batch,
+            StepScores::of_batch(batch),
+            step_rewards,
+            anchors,
+            workspace,
+            out,
+        )
+    }
+
+    /// [`compute_into`](Self::compute_into) with each row's episode score from `scores`.
+    fn compute_text_with<S: AsRef<str> + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        scores: StepScores<'_>,
+        step_rewards: &[f64],
+        anchors: &[S],
+        workspace: &mut Workspace,
+        out: &mut GigpoOutput,
+    ) -> Result<()> {
+        check_len("anchors", batch.num_steps(), anchors.len())?;
+        let text = |r: usize| anchors[r].as_ref();
+        let similar = match self.config.grouping {
+            StepGrouping::Exact => None,
+            StepGrouping::Similarity { threshold } => Some((threshold, &text)),
+        };
+        let anchors = AnchorsOf { key: &text, similar };
+        advantage::run(
+            &self.config,
+            batch,
+            scores,
+            step_rewards,
+            anchors,
+            &mut workspace.gigpo,
+            out,
+        )
+    }
+
+    /// Computes GiGPO advantages with arbitrary anchor keys (`Hash + Eq`: token ids, state
+    /// hashes, tuples…), grouping identical keys. Only [`StepGrouping::Exact`] applies.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] (`name: "grouping"`) when the config asks for similarity
+    /// grouping, which needs text; otherwise as [`Gigpo::compute`].
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+    /// use beacon_rl::RolloutBatch;
+    ///
+    /// let batch = RolloutBatch::from_row_keys(&[0, 0, 0], &[0, 1, 1], &[1.0, 0.0, 0.0])?;
+    /// let anchors = [(3u8, 7u8), (3, 7), (4, 1)];
+    /// let out = Gigpo::new(GigpoConfig::verl_agent())?.compute_by_key(&batch, &[2.0, 0.0, 0.0], &anchors)?;
+    /// assert_eq!(out.step_groups, [0, 0, 1]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute_by_key<K: Hash + Eq + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        step_rewards: &[f64],
+        anchors: &[K],
+    ) -> Result<GigpoOutput> {
+        let mut out = GigpoOutput::default();
+        self.compute_by_key_into(batch, step_rewards, anchors, &mut Workspace::new(), &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Gigpo::compute_by_key`] into a reusable output and workspace.
+    ///
+    /// # Errors
+    /// As [`Gigpo::compute_by_key`].
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
+    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::RolloutBatch;
+    ///
+    /// let batch = RolloutBatch::from_row_keys(&[0, 0], &[0, 1], &[1.0, 0.0])?;
+    /// let (mut ws, mut out) = (Workspace::new(), GigpoOutput::default());
+    /// Gigpo::new(GigpoConfig::verl_agent())?.compute_by_key_into(&batch, &[0.0, 0.0], &[9u64, 9], &mut ws, &mut out)?;
+    /// assert_eq!(out.num_step_groups, 1);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn compute_by_key_into<K: Hash + Eq + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        step_rewards: &[f64],
+        anchors: &[K],
+        workspace: &mut Workspace,
+        out: &mut GigpoOutput,
+    ) -> Result<()> {
+        self.compute_by_key_with(
+            batch,
+            StepScores::of_batch(batch),
+            step_rewards,
+            anchors,
+            workspace,
+            out,
+        )
+    }
+
+    /// [`compute_by_key_into`](Self::compute_by_key_into) with each row's episode score from
+    /// `scores`.
+    fn compute_by_key_with<K: Hash + Eq + Sync>(
+        &self,
+        batch: &RolloutBatch,
+        scores: StepScores<'_>,
+        step_rewards: &[f64],
+        anchors: &[K],
+        workspace: &mut Workspace,
+        out: &mut GigpoOutput,
+    ) -> Result<()> {
+        self.check_key_grouping()?;
+        check_len("anchors", batch.num_steps(), anchors.len())?;
+        let key = |r: usize| &anchors[r];
+        let anchors = AnchorsOf {
+            key: &key,
+            similar: None::<(f64, &NoText)>,
+        };
+        advantage::run(
+            &self.config,
+            batch,
+            scores,
+            step_rewards,
+            anchors,
+            &mut workspace.gigpo,
+            out,
+        )
+    }
+
+    /// Non-text anchors group exactly: similarity needs text.
+    fn check_key_grouping(&self) -> Result<()> {
+        match self.config.grouping {
+            StepGrouping::Similarity { threshold } => Err(Error::InvalidConfig {
+                name: "grouping",
+                value: threshold,
+                expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
+            }),
+            StepGrouping::Exact => Ok(()),
+        }
+    }
+
+    /// Per-row advantages for the trait's entry points (`step_rewards` and one of
+    /// `anchor_obs` / `anchor_ids` required; `token_level_rewards`, when given, must agree with
+    /// the batch's episode rewards), with the workspace's GiGPO scratch and output.
+    ///
+    /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
+    /// output, `step_rewards` and the anchors (present, lengths), `row_scores`' length,
+    /// `token_level_rewards`' rows; then `row_scores`' values, the token sums against the rows'
+    /// scores, then the step rewards' values (in `run`).
+    fn steps_with(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        check_steps_out(input, advantages)?;
+        let (step_rewards, anchors) = self.step_columns(input)?;
+        input.check_step_values()?;
+        let (batch, scores) = (input.batch, input.step_scores());
+        // The output lives in the workspace; taken out for the call (no allocation: a move).
+        let mut out = std::mem::take(&mut ws.gigpo_out);
+        let result = match anchors {
+            Anchors::Text(text) => self.compute_text_with(batch, scores, step_rewards, text, ws, &mut out),
+            Anchors::Ids(ids) => self.compute_by_key_with(batch, scores, step_rewards, ids, ws, &mut out),
+        };
+        if result.is_ok() {
+            advantages.copy_from_slice(&out.advantages);
+        }
+        ws.gigpo_out = out;
+        result
+    }
+
+    /// The step path's input shapes: `step_rewards` present and one per row, then one of
+    /// `anchor_obs` / `anchor_ids` (ids need exact grouping), one per row, then the length of
+    /// `row_scores` and the rows of `token_level_rewards`, when given.
+    fn step_columns<'a>(&self, input: &EstimatorInput<'a>) -> Result<(&'a [f64], Anchors<'a>)> {
+        let rows = input.batch.num_steps();
+        let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
+        check_len("step_rewards", rows, step_rewards.len())?;
+        let anchors = match (input.anchor_obs, input.anchor_ids) {
+            (Some(_), Some(_)) => {
+                return Err(Error::ConflictingInputs {
+                    first: "anchor_obs",
+                    second: "anchor_ids",
+                })
+            }
+            (Some(text), None) => {
+                check_len("anchors", rows, text.len())?;
+                Anchors::Text(text)
+            }
+            (None, Some(ids)) => {
+                self.check_key_grouping()?;
+                check_len("anchors", rows, ids.len())?;
+                Anchors::Ids(ids)
+            }
+            (None, None) => return Err(Error::MissingInput("anchor_obs")),
+        };
+        input.check_step_shapes()?;
+        Ok((step_rewards, anchors))
+    }
+}
+
+/// The anchors of the trait's entry points: text (`anchor_obs`) or integer ids (`anchor_ids`).
+enum Anchors<'a> {
+    Text(&'a [&'a str]),
+    Ids(&'a [u64]),
+}
+
+impl AdvantageEstimator for Gigpo {
+    /// `gigpo`.
+    fn name(&self) -> &'static str {
+        "gigpo"
+    }
+
+    /// Reads the batch's terminal rewards (episode rewards), or the caller's `row_scores` in
+    /// their place (each row's own score), `step_rewards` and `anchor_obs` or `anchor_ids`
+    /// (required; integer ids need [`StepGrouping::Exact`]). When `token_level_rewards` are
+    /// given as well, every row's sum must equal its score: its `row_scores` entry, else its
+    /// trajectory's episode reward ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row
+    /// advantages under `response_mask` when given (else one column). Returns equal advantages,
+    /// as in verl-agent.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
+    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+    /// let anchors = ["start", "start"];
+    /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 0.0]).with_anchor_obs(&anchors);
+    /// let out = gigpo.estimate(&input)?;
+    /// assert_eq!(out.advantages[[0, 0]], 0.5); // episode term 1 - 0.5; equal step returns
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    fn estimate_into(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: FloatViewMut<'_>,
+        returns: Option<FloatViewMut<'_>>,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        estimate_via_steps(
+            input,
+            advantages,
+            returns,
+            ws,
+            || self.step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
+    }
+
+    /// As the trait's `estimate`, but every input check runs before the output is allocated:
+    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
+    /// allocator only for an otherwise valid input.
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        estimate_via_steps_fresh(
+            input,
+            || self.step_columns(input).map(drop),
+            |steps, ws| self.steps_with(input, steps, ws),
+        )
+    }
+
+    /// One advantage per row (the per-row `advantages` of [`Gigpo::compute`]).
+    fn estimate_steps_into(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        self.steps_with(input, advantages, ws)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_path_is_compute_s_advantages() {
+        // Two trajectories of one task, three steps each; rows interleave.
+        let batch = RolloutBatch::from_row_keys(
+            &["g"; 6],
+            &["a", "b", "a", "b", "a", "b"],
+            &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0],
+        )
+        .unwrap();
+        let rewards = [0.0, 0.5, 1.0, 0.0, 0.0, 2.0];
+        let anchors = ["s0", "s0", "s1", "s2", "s1", "s1"];
+        let g = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
+        let full = g.compute(&batch, &rewards, &anchors).unwrap();
+        let mut ws = Workspace::new();
+        let mut adv = [f64::NAN; 6];
+        let input = EstimatorInput::new(&batch)
+            .with_step_rewards(&rewards)
+            .with_anchor_obs(&anchors);
+        g.estimate_steps_into(&input, &mut adv, &mut ws).unwrap();
+        assert_eq!(
+            adv.map(f64::to_bits),
+            <[f64; 6]>::try_from(full.advantages.as_slice())
+                .unwrap()
+                .map(f64::to_bits)
+        );
+        assert!(matches!(
+            g.estimate_steps_into(&input, &mut [0.0; 5], &mut ws),
+            Err(Error::OutputShape {
+                expected: (6, 1),
+                actual: (5, 1),
+                ..
+            })
+        ));
+    }
+}
