@@ -65,7 +65,9 @@
 //! feedback), and never in the response of a no-op (a no-op makes no progress to report: a
 //! status line naming the current room is a state, not feedback). Feedback sentences are remembered across tasks. When a task shows feedback
 //! (in this batch or before), its milestones are the events whose response carries a feedback
-//! sentence instead of the support rule. Turn it off with `feedback: false`.
+//! sentence instead of the support rule. It is off by default (`feedback: false`): such
+//! sentences are the environment's progress messages, a score in words, and discovery is meant
+//! to work without any environment signal (`feedback: true` turns it on where that is wanted).
 //!
 //! # Memory bound
 //!
@@ -149,7 +151,8 @@ pub struct DiscoveryConfig {
     pub noop_window: usize,
     /// Feedback sentences remembered over all tasks. Default 64.
     pub max_feedback: usize,
-    /// Look for a feedback channel (module docs). Default true.
+    /// Look for a feedback channel (module docs). Default false: the sentences it finds are
+    /// the environment's own progress messages (a score in words), an environment signal.
     pub feedback: bool,
     /// Distinct action verbs a feedback sentence must follow, in 2..=8. Default 3.
     pub feedback_min_verbs: usize,
@@ -175,7 +178,7 @@ impl Default for DiscoveryConfig {
             max_noops: 4096,
             noop_window: 3,
             max_feedback: 64,
-            feedback: true,
+            feedback: false,
             feedback_min_verbs: 3,
             feedback_max_step_fraction: 0.75,
             novelty: true,
@@ -203,8 +206,8 @@ crate::setters::with_setters! {
     with_noop_window(noop_window: usize) = 1;
     /// Sets the feedback sentences remembered (default 64; ≥ 1).
     with_max_feedback(max_feedback: usize) = 8;
-    /// Sets whether to look for a feedback channel (default true).
-    with_feedback(feedback: bool) = false;
+    /// Sets whether to look for a feedback channel (default false).
+    with_feedback(feedback: bool) = true;
     /// Sets the distinct verbs a feedback sentence must follow (default 3; in 2..=8).
     with_feedback_min_verbs(feedback_min_verbs: usize) = 4;
     /// Sets the largest share of a group's steps a feedback sentence may appear in (default
