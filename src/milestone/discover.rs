@@ -51,7 +51,12 @@
 //! ```
 //!
 //! that is, the rollout reached a state it had not been in by a move nobody has been seen to
-//! undo (a door passed, not a key picked up and dropped again). It fits environments whose
+//! undo (a door passed, not a key picked up and dropped again), and s_{t+1} is not a **dead
+//! end**: a state in which a failed rollout ended while another rollout of its group went on
+//! longer (the environment stopped it, not the step budget), and from which no rollout has
+//! been seen to go on. A trapdoor that ends the episode in failure is a first visit nobody
+//! undoes; it precedes failure every time and success never, so it is a decoy, not a
+//! milestone. Dead ends are remembered over all tasks (at most `max_edges`). It fits environments whose
 //! responses describe the state; where responses only echo the action (most text games)
 //! little is ever seen reversed and it over-flags, so it is used only until the task's first
 //! success.
@@ -329,6 +334,14 @@ struct Event {
     feedback: bool,
 }
 
+/// Whether some rollout of group `g` takes a step from state `state` (its start state or a
+/// state it reached before its last step).
+fn trajs_continue_from(batch: &RolloutBatch, steps: &[StepKeys], g: usize, state: u64) -> bool {
+    batch
+        .group_trajectories(g)
+        .any(|j| steps[batch.trajectory_steps(j)].iter().any(|s| s.from == state))
+}
+
 /// Online milestone discovery with a bounded per-task memory (module docs).
 ///
 /// One [`discover`](Self::discover) call per batch; the memory carries over between calls.
@@ -340,6 +353,8 @@ pub struct MilestoneDiscovery {
     feedback: KeySet,
     /// Transitions (state before, state after) seen undone: the state before came back.
     reversed: KeySet,
+    /// States failed rollouts ended in early and no rollout went on from (module docs).
+    dead_ends: KeySet,
     calls: u64,
     ws: Workspace,
 }
@@ -364,6 +379,7 @@ impl MilestoneDiscovery {
             noops: KeySet::default(),
             feedback: KeySet::default(),
             reversed: KeySet::default(),
+            dead_ends: KeySet::default(),
             calls: 0,
             ws: Workspace::default(),
         })
@@ -391,12 +407,14 @@ impl MilestoneDiscovery {
         (self.noops.len(), self.feedback.len())
     }
 
-    /// Forgets everything learned (tasks, no-ops, feedback sentences, reversed transitions).
+    /// Forgets everything learned (tasks, no-ops, feedback sentences, reversed transitions,
+    /// dead ends).
     pub fn clear(&mut self) {
         self.tasks.clear();
         self.noops.clear();
         self.feedback.clear();
         self.reversed.clear();
+        self.dead_ends.clear();
     }
 
     /// Discovers the milestones of one batch, updates the memory, and returns one flag per
@@ -482,6 +500,9 @@ impl MilestoneDiscovery {
         self.learn_noops(batch);
         if self.config.novelty {
             self.learn_reversals(batch);
+            for g in 0..batch.num_groups() {
+                self.learn_dead_ends(batch, g);
+            }
         }
         if self.config.feedback {
             for g in 0..batch.num_groups() {
@@ -612,6 +633,31 @@ impl MilestoneDiscovery {
         }
     }
 
+    /// A state a failed rollout of group `g` ended in, while another rollout of the group
+    /// went on longer, is a dead end, unless some rollout went on from it (then it is not,
+    /// now or later).
+    fn learn_dead_ends(&mut self, batch: &RolloutBatch, g: usize) {
+        let trajs = batch.group_trajectories(g);
+        let longest = trajs.clone().map(|j| batch.trajectory_steps(j).len()).max();
+        let longest = longest.unwrap_or(0);
+        // A step's start state was gone on from: not a dead end (any more).
+        for j in trajs.clone() {
+            for s in &self.ws.steps[batch.trajectory_steps(j)] {
+                self.dead_ends.remove(&s.from);
+            }
+        }
+        for j in trajs {
+            let steps = &self.ws.steps[batch.trajectory_steps(j)];
+            let Some(last) = steps.last() else { continue };
+            let early = steps.len() < longest;
+            let gone_on = trajs_continue_from(batch, &self.ws.steps, g, last.whole);
+            if early && !self.is_success(batch, j) && !gone_on && self.dead_ends.len() < self.config.max_edges
+            {
+                self.dead_ends.insert(last.whole);
+            }
+        }
+    }
+
     /// Flags the irreversible first visits of trajectory `j` (a task without success).
     fn flag_novelty(&mut self, batch: &RolloutBatch, j: usize, flags: &mut [bool]) {
         let ws = &mut self.ws;
@@ -624,8 +670,10 @@ impl MilestoneDiscovery {
         for (t, i) in range.enumerate() {
             let s = ws.steps[i];
             let first_visit = ws.seen_gists.insert(s.whole);
-            flags[rows[t]] =
-                first_visit && s.from != s.whole && !self.reversed.contains(&pair(s.from, s.whole));
+            flags[rows[t]] = first_visit
+                && s.from != s.whole
+                && !self.reversed.contains(&pair(s.from, s.whole))
+                && !self.dead_ends.contains(&s.whole);
         }
     }
 

@@ -760,3 +760,66 @@ proptest! {
         }
     }
 }
+
+// ---- the decoy: a step that precedes failure, never success ----
+
+#[test]
+fn a_decoy_that_ends_rollouts_in_failure_is_never_kept() {
+    // Room 0 has a key, a door and a trapdoor. The trapdoor ends the rollout in failure at
+    // once; the others run out of their 4-step budget. Opening the trapdoor reaches a state
+    // never seen before by a move nobody undoes: without the dead-end rule it would be an
+    // irreversible first visit, a milestone that precedes failure every time.
+    let (e0, k0, e1, cellar) = ("Room 0.", "Room 0, key held.", "Room 1.", "A cellar, a dead end.");
+    let trap = vec![("take key", k0), ("open trapdoor", cellar)];
+    let trap_first = vec![("open trapdoor", cellar)];
+    let slow = vec![
+        ("wander", e0),
+        ("take key", k0),
+        ("open door", e1),
+        ("wander", e1),
+    ];
+    let lost = vec![("wander", e0), ("wander", e0), ("take key", k0), ("wander", k0)];
+    let group = [
+        (0.0, trap.clone()),
+        (0.0, slow.clone()),
+        (0.0, trap_first.clone()),
+        (0.0, lost),
+    ];
+    let mut d = fresh();
+    let f = run_from(&mut d, e0, &group);
+    // Before any success: the door (k0 -> e1) and the key are irreversible first visits;
+    // the trapdoor is a dead end, flagged nowhere.
+    assert_eq!(
+        f,
+        [
+            vec![true, false],
+            vec![false, true, true, false],
+            vec![false],
+            vec![false, false, true, false],
+        ]
+    );
+    // Without the rule (a discovery that never saw a rollout end there) it would be kept.
+    let mut naive = fresh();
+    let f = run_from(&mut naive, e0, &[(0.0, trap.clone())]);
+    assert_eq!(f, [vec![true, true]]);
+    // The dead end is remembered: a later group where every rollout opens it still gets
+    // no flag there.
+    let f = run_from(&mut d, e0, &[(0.0, trap_first.clone()), (0.0, trap.clone())]);
+    assert_eq!(f, [vec![false], vec![true, false]]);
+    // Once the task succeeds, milestones come from successes, which never show the trapdoor.
+    let win = vec![
+        ("take key", k0),
+        ("open door", e1),
+        ("take key", "Room 1, key held."),
+        ("open door", "Outside."),
+    ];
+    let f = run_from(&mut d, e0, &[(1.0, win), (0.0, trap), (0.0, slow.clone())]);
+    assert_eq!(f[1], [true, false]);
+    assert_eq!(f[2], [false, true, true, false]);
+    // A state some rollout goes on from is no dead end: a truncated rollout that stops at
+    // the door (e1) does not make the door a decoy.
+    let mut d = fresh();
+    let cut = vec![("take key", k0), ("open door", e1)];
+    let f = run_from(&mut d, e0, &[(0.0, cut), (0.0, slow)]);
+    assert_eq!(f, [vec![true, true], vec![false, true, true, false]]);
+}
