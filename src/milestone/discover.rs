@@ -562,7 +562,7 @@ impl MilestoneDiscovery {
         ws.sentences.clear();
         let novelty = self.config.novelty;
         for j in 0..batch.num_trajectories() {
-            let mut from = 0;
+            let (mut from, mut prev_action) = (0, 0);
             for (t, &row) in batch.trajectory_rows(j).iter().enumerate() {
                 let tr = step(row, t);
                 if t == 0 && novelty {
@@ -571,7 +571,13 @@ impl MilestoneDiscovery {
                     from = response_keys(tr.observation, &mut ws.sentences).0;
                     ws.sentences.truncate(start);
                 }
-                let (action, verb) = action_keys(tr.action, &mut ws.normalised);
+                let (mut action, verb) = action_keys(tr.action, &mut ws.normalised);
+                // A bare number answers the previous step's prompt ("0" to "which one do you
+                // mean?"): it is that action, resolved, not a new one.
+                if t > 0 && !ws.normalised.is_empty() && ws.normalised.iter().all(u8::is_ascii_digit) {
+                    action = pair(prev_action, action);
+                }
+                prev_action = action;
                 let start = ws.sentences.len();
                 let (whole, gist) = response_keys(tr.next_observation, &mut ws.sentences);
                 if !self.config.feedback {

@@ -823,3 +823,30 @@ fn a_decoy_that_ends_rollouts_in_failure_is_never_kept() {
     let f = run_from(&mut d, e0, &[(0.0, cut), (0.0, slow)]);
     assert_eq!(f, [vec![true, true], vec![false, true, true, false]]);
 }
+
+#[test]
+fn an_answer_to_a_prompt_is_the_prompted_action_resolved() {
+    let ask = "Ambiguous request: which one? 0: the egg. 1: the egg.";
+    let win = vec![
+        ("focus on egg", ask),
+        ("0", "You focus on the egg."),
+        ("move egg to box", ask),
+        ("0", "You move the egg to the box."),
+    ];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, win.clone()), (1.0, win)]]);
+    // Both answers are events of their own (focus, 0) and (move, 0); the second prompt
+    // repeats the first's response, no new progress.
+    assert_eq!(f, [[true, true, false, true], [true, true, false, true]]);
+    // The same "0" after the same question is one event: the second is a repeat (4 steps
+    // apart, beyond the no-op window).
+    let twice = vec![
+        ("focus on egg", ask),
+        ("0", "You focus on the egg."),
+        ("wave", "You wave."),
+        ("jump", "You jump."),
+        ("focus on egg", ask),
+        ("0", "You focus on the egg."),
+    ];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, twice)]]);
+    assert_eq!(f, [[true, true, true, true, false, false]]);
+}
