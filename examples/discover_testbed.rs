@@ -86,13 +86,11 @@ enum Source {
     Discovered,
 }
 
+/// Per seed: AUC and held-out greedy success; then the trapdoor steps seen and flagged.
+type Runs = (Vec<f64>, Vec<f64>, (usize, usize));
+
 /// AUCs and held-out greedy successes over the seeds, and the decoy count.
-fn runs(
-    env: &KeyChain,
-    method: Method,
-    source: Source,
-    seeds: u64,
-) -> BoxResult<(Vec<f64>, Vec<f64>, (usize, usize))> {
+fn runs(env: &KeyChain, method: Method, source: Source, seeds: u64) -> BoxResult<Runs> {
     let (mut aucs, mut heldout) = (Vec::new(), Vec::new());
     let decoys: DecoyCount = Rc::new(Cell::new((0, 0)));
     for seed in 0..seeds {

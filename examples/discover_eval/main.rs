@@ -136,13 +136,11 @@ fn leave_one_out(cfg: DiscoveryConfig, records: &[TrajectoryRecord]) -> Result<V
     Ok(per_record.concat())
 }
 
-/// Failures (no memory), then successes, then failures again: the failures, their labels, and
-/// their flags the first and the last time.
-fn online(
-    cfg: DiscoveryConfig,
-    records: &[TrajectoryRecord],
-    labels: &[bool],
-) -> Result<(Vec<TrajectoryRecord>, Vec<bool>, Vec<bool>, Vec<bool>)> {
+/// The failed records, their labels, and their flags the first and the last time.
+type Online = (Vec<TrajectoryRecord>, Vec<bool>, Vec<bool>, Vec<bool>);
+
+/// Failures (no memory), then successes, then failures again.
+fn online(cfg: DiscoveryConfig, records: &[TrajectoryRecord], labels: &[bool]) -> Result<Online> {
     let (mut fails, mut wins, mut fail_labels) = (Vec::new(), Vec::new(), Vec::new());
     let mut at = 0;
     for r in records {
