@@ -22,6 +22,10 @@
 //!   `drop knife`): no progress in both cases, and the data shows it, no word list is
 //!   involved. No-ops are remembered across tasks.
 //!
+//! An action that is only digits answers the previous step's prompt (`0` to "which one do you
+//! mean?") and is keyed as the previous action combined with the digits, so two answers to
+//! two different prompts are two actions.
+//!
 //! The event's key is (action, gist of the response), the gist being the response's first
 //! sentence, so a failed attempt ("You can't see any such thing.") is not the same event as
 //! the successful one. An event is **novel** when its gist has not been seen earlier in the
