@@ -514,10 +514,12 @@ fn without_any_environment_signal_discovery_meets_the_goal_on_the_evaluation_par
     }
     let [all, sw, tw] = agreement(&records, &flags, &labels);
     // Measured with examples/discover_eval (its `batch` protocol; leave-one-out gives the
-    // same here). Deterministic: pinned exactly, and the goal checked.
+    // same here for TextWorld; ScienceWorld's leave-one-out has 21 false positives).
+    // Deterministic: pinned exactly, and the goal checked. With `min_support = 1` it was
+    // (34, 21, 0) and (66, 14, 0): the 60% support adds false positives here.
     assert_eq!(
         [sw, tw].map(|a| (a.true_positives, a.false_positives, a.false_negatives)),
-        [(34, 21, 0), (66, 14, 0)],
+        [(34, 23, 0), (66, 18, 0)],
         "{all:?}"
     );
     assert!(sw.f1() >= 0.7 && tw.f1() >= 0.7, "{sw:?} {tw:?}");

@@ -15,7 +15,7 @@ pub struct DiscoveryConfig {
     /// A rollout succeeded when its terminal reward R(τ) is above this. Default 0.
     pub success_threshold: f64,
     /// Share of the remembered successes of a task that must show an event for it to be a
-    /// milestone, in (0, 1]. Default 1 (every success).
+    /// milestone, in (0, 1]. Default 0.6.
     pub min_support: f64,
     /// Tasks remembered; the least recently updated is forgotten first. Default 1024.
     pub max_tasks: usize,
@@ -51,7 +51,7 @@ impl Default for DiscoveryConfig {
     fn default() -> Self {
         Self {
             success_threshold: 0.0,
-            min_support: 1.0,
+            min_support: 0.6,
             max_tasks: 1024,
             max_successes: 16,
             max_events: 256,
@@ -71,7 +71,7 @@ crate::setters::with_setters! {
     DiscoveryConfig, "use beacon_rl::milestone::discover::DiscoveryConfig;", DiscoveryConfig::default();
     /// Sets the success threshold on R(τ) (default 0; finite).
     with_success_threshold(success_threshold: f64) = 0.5;
-    /// Sets the share of remembered successes an event needs (default 1; in (0, 1]).
+    /// Sets the share of remembered successes an event needs (default 0.6; in (0, 1]).
     with_min_support(min_support: f64) = 0.5;
     /// Sets the tasks remembered (default 1024; ≥ 1).
     with_max_tasks(max_tasks: usize) = 16;

@@ -38,8 +38,9 @@
 //! M = { e : #{ i : e is a novel event of τ_i } ≥ ⌈min_support · n⌉ }
 //! ```
 //!
-//! and step t of any trajectory of the task (success or failure) is flagged when it is an
-//! event with key in M. A group without success uses the memory.
+//! (`min_support` = 0.6 by default: with 1, a step one success reached another way would
+//! never count), and step t of any trajectory of the task (success or failure) is flagged
+//! when it is an event with key in M. A group without success uses the memory.
 //!
 //! # Before the first success
 //!

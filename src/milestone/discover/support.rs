@@ -1,5 +1,5 @@
-//! Milestones from the successes: the events every remembered success of a task shows (the
-//! support rule), or, with the feedback channel on, the events that carry a feedback sentence.
+//! Milestones from the successes: the events enough of the remembered
+//! successes of a task show (the support rule), or, with the feedback channel on, the events that carry a feedback sentence.
 
 use super::discovery::MilestoneDiscovery;
 use super::feedback;
