@@ -13,10 +13,7 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::milestone::discover::frequency_baseline;
-use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
-use beacon_rl::milestone::TextPatterns;
-use beacon_rl::milestone::{detect_milestones, Transition};
+use beacon_rl::milestone::{detect_milestones, DiscoveryConfig, frequency_baseline, MilestoneDiscovery, TextPatterns, Transition};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use splitmix64::SplitMix64;

@@ -48,7 +48,7 @@ use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::Beacon;
 use beacon_rl::estimator::Gigpo;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
-use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
+use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::milestone::MilestoneDetector;
 use beacon_rl::milestone::TextPatterns;

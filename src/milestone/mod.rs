@@ -15,13 +15,13 @@
 //! TextWorld's score message), [`WebShopPhases`] (WebShop page phases), [`NewSubgoals`]
 //! (ScienceWorld's newly completed subgoals), [`AnyOf`] / [`AllOf`] / [`Not`] (combinators),
 //! [`DetectorPreset`] (per-environment presets by name), [`ExpertWalkthrough`] (an expert
-//! walkthrough matched in order), [`discover`] (milestones found from rollouts alone) and
+//! walkthrough matched in order), [`MilestoneDiscovery`] (milestones found from rollouts alone) and
 //! [`MilestoneAgreement`] (two detectors' flags compared).
 
 mod agreement;
 mod combinators;
 pub(crate) mod difflib;
-pub mod discover;
+mod discover;
 mod preset;
 mod subgoal;
 mod text;
@@ -30,6 +30,7 @@ mod webshop;
 
 pub use agreement::MilestoneAgreement;
 pub use combinators::{AllOf, AnyOf, Not};
+pub use discover::{frequency_baseline, DiscoveryConfig, MilestoneDiscovery};
 pub use preset::DetectorPreset;
 pub use subgoal::NewSubgoals;
 pub use text::{TextPatterns, TextPatternsBuilder};

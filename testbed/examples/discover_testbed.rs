@@ -1,30 +1,44 @@
-//! BEACON with discovered milestones against GRPO and against BEACON with the environment's
-//! milestones, in the training testbed (`testbed/`, the key chain).
+//! Judging discovery by training: BEACON with discovered milestones, relearned online as the
+//! policy improves, against GRPO and against BEACON with the environment's milestones, in the
+//! training testbed (`testbed/`, see docs/testbed.md): the key chain at graded budgets
+//! and the decoy, with the held-out evaluation of each trained policy.
 //!
 //! Discovery sees what an LLM trainer has: each step's action and response text and each
-//! episode's success, one task group at a time (`MilestoneSource::custom`). The testbed's
-//! labeler gets no task id, so the task key is the group's first observation (its "prompt");
-//! the memory carries across iterations. Same settings as the testbed's sweep: G = 8, 4 tasks
-//! per iteration, η = 100 with batch-RMS scaling, budget 4 steps a room, seeds 0..N.
+//! episode's outcome, one task group at a time (`MilestoneSource::custom`), and one memory for
+//! the whole run (so its milestones change as the policy's rollouts change). The testbed's
+//! labeler gets no task id, so the task key is the group's first observation (its "prompt").
+//! Settings of the testbed's sweep: G = 8, 4 tasks per iteration, η = 100 with batch-RMS
+//! scaling, 300 iterations, seeds 0..N (paired: every method sees the same seeds).
 //!
-//! The last column turns off the success-free signal (`novelty: false`): discovery then learns
-//! only from successes, and finds nothing while no rollout succeeds.
+//! Per cell: mean AUC (mean training success) of each method, mean held-out greedy success,
+//! and the **ratio** (AUC(discovered) − AUC(GRPO)) / (AUC(environment) − AUC(GRPO)): the share
+//! of the environment milestones' gain that discovery recovers. Its spread is over seeds: the
+//! per-seed ratio (same seed for the three methods) as mean ± std and min, over the seeds
+//! whose environment gain is at least 0.05 (below that a ratio is noise over noise).
 //!
-//! `cargo run -p beacon-rl-testbed --release --example discover_testbed [-- K… ]` (default K = 2 4 6 8; 10 seeds,
-//! 300 iterations; `DISCOVER_SEEDS=n` for fewer seeds).
+//! Decoy: every room has a trapdoor that ends the episode in failure. The environment's
+//! signal flags it (`env`); `env_doors` flags the real doors only. Discovered milestones are
+//! counted on trapdoor steps: the decoy check.
+//!
+//! `cargo run -p beacon-rl-testbed --release --example discover_testbed [-- --seeds N]` (default 10 seeds).
 
-use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
-use beacon_rl::milestone::Transition;
+use std::cell::Cell;
+use std::rc::Rc;
+
+use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery, Transition};
 use beacon_rl::RolloutBatch;
 use beacon_rl_testbed::{
-    auc, final_success, mean, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig,
+    auc, mean, std_dev, train, EpisodeText, KeyChain, Method, MilestoneSource, TrainerConfig,
 };
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// Trapdoor steps seen and flagged by discovery (the decoy check).
+type DecoyCount = Rc<Cell<(usize, usize)>>;
+
 /// A testbed labeler backed by one `MilestoneDiscovery` (its memory lives as long as the run).
-fn discovered(novelty: bool) -> BoxResult<MilestoneSource> {
-    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default().with_novelty(novelty))?;
+fn discovered(decoys: DecoyCount) -> BoxResult<MilestoneSource> {
+    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default())?;
     Ok(MilestoneSource::custom(
         move |group: &[EpisodeText<'_>]| -> Vec<Vec<bool>> {
             let lens: Vec<usize> = group.iter().map(|e| e.steps.len()).collect();
@@ -44,6 +58,14 @@ fn discovered(novelty: bool) -> BoxResult<MilestoneSource> {
             });
             // A labeler cannot fail; an (impossible) error labels nothing.
             let flags = flags.unwrap_or_else(|_| vec![false; steps.len()]);
+            let (mut seen, mut kept) = decoys.get();
+            for (s, &f) in steps.iter().zip(&flags) {
+                if s.action.starts_with("open trapdoor") {
+                    seen += 1;
+                    kept += usize::from(f);
+                }
+            }
+            decoys.set((seen, kept));
             let mut at = 0;
             lens.iter()
                 .map(|&n| {
@@ -55,62 +77,119 @@ fn discovered(novelty: bool) -> BoxResult<MilestoneSource> {
     ))
 }
 
-fn main() -> BoxResult<()> {
-    let ks: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse())
-        .collect::<Result<_, _>>()?;
-    let ks = if ks.is_empty() { vec![2, 4, 6, 8] } else { ks };
-    // DISCOVER_SEEDS=n for a quicker look while iterating.
-    let seeds: u64 = std::env::var("DISCOVER_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    println!(
-        "K  | grpo AUC (final) | beacon, discovered AUC (final) | beacon, env AUC (final) | gap closed | without novelty: AUC (final), gap closed"
-    );
-    for k in ks {
-        let env = KeyChain::new(k, 4)?;
-        let mut row = Vec::new();
-        for which in 0..4 {
-            let (mut aucs, mut finals) = (Vec::new(), Vec::new());
-            for seed in 0..seeds {
-                let config = TrainerConfig::default()
-                    .with_iterations(300)
-                    .with_learning_rate(100.0)
-                    .with_seed(seed);
-                let run = match which {
-                    0 => train(&env, Method::Grpo, &mut MilestoneSource::Env, &config)?,
-                    1 => train(&env, Method::Beacon, &mut discovered(true)?, &config)?,
-                    2 => train(&env, Method::Beacon, &mut MilestoneSource::Env, &config)?,
-                    _ => train(&env, Method::Beacon, &mut discovered(false)?, &config)?,
-                };
-                aucs.push(auc(&run.success));
-                finals.push(final_success(&run.success));
-            }
-            row.push((mean(&aucs), mean(&finals)));
-        }
-        let gap = row[2].0 - row[0].0;
-        let closed = |auc: f64| {
-            if gap > 1e-9 {
-                format!("{:.0}%", 100.0 * (auc - row[0].0) / gap)
-            } else {
-                "no gap".into()
-            }
+/// The milestone sources compared.
+#[derive(Clone, Copy)]
+enum Source {
+    Env,
+    EnvDoors,
+    Discovered,
+}
+
+/// Per seed: AUC and held-out greedy success; then the trapdoor steps seen and flagged.
+type Runs = (Vec<f64>, Vec<f64>, (usize, usize));
+
+/// AUCs and held-out greedy successes over the seeds, and the decoy count.
+fn runs(env: &KeyChain, method: Method, source: Source, seeds: u64) -> BoxResult<Runs> {
+    let (mut aucs, mut heldout) = (Vec::new(), Vec::new());
+    let decoys: DecoyCount = Rc::new(Cell::new((0, 0)));
+    for seed in 0..seeds {
+        let config = TrainerConfig::default()
+            .with_iterations(300)
+            .with_learning_rate(100.0)
+            .with_seed(seed);
+        let mut milestones = match source {
+            Source::Env => MilestoneSource::Env,
+            Source::EnvDoors => MilestoneSource::EnvDoors,
+            Source::Discovered => discovered(Rc::clone(&decoys))?,
         };
-        println!(
-            "{k}  | {:.3} ({:.3})    | {:.3} ({:.3})                  | {:.3} ({:.3})           | {:<10} | {:.3} ({:.3}), {}",
-            row[0].0,
-            row[0].1,
-            row[1].0,
-            row[1].1,
-            row[2].0,
-            row[2].1,
-            closed(row[1].0),
-            row[3].0,
-            row[3].1,
-            closed(row[3].0)
-        );
+        let run = train(env, method, &mut milestones, &config)?;
+        aucs.push(auc(&run.success));
+        heldout.push(run.heldout_greedy.unwrap_or(f64::NAN));
+    }
+    Ok((aucs, heldout, decoys.get()))
+}
+
+/// "ratio of means (per-seed mean ± std, min; n seeds)", or why there is none.
+fn ratio(grpo: &[f64], env: &[f64], disc: &[f64]) -> String {
+    let gain = mean(env) - mean(grpo);
+    if gain < 0.05 {
+        return format!("no gap (env gain {gain:+.3})");
+    }
+    let per_seed: Vec<f64> = (0..grpo.len())
+        .filter(|&s| env[s] - grpo[s] >= 0.05)
+        .map(|s| (disc[s] - grpo[s]) / (env[s] - grpo[s]))
+        .collect();
+    let min = per_seed.iter().copied().fold(f64::INFINITY, f64::min);
+    format!(
+        "{:.3} (per seed {:.3} ± {:.3}, min {:.3}; {} seeds)",
+        (mean(disc) - mean(grpo)) / gain,
+        mean(&per_seed),
+        std_dev(&per_seed),
+        min,
+        per_seed.len()
+    )
+}
+
+fn seeds() -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--seeds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
+fn main() -> BoxResult<()> {
+    let seeds = seeds();
+    println!("key chain: AUC mean ± std over {seeds} seeds (held-out greedy success)");
+    println!("budget K | grpo | beacon, env | beacon, discovered | ratio");
+    for budget in [4, 6, 8] {
+        for k in [4, 6, 8] {
+            let env = KeyChain::new(k, budget)?;
+            let (g, gh, _) = runs(&env, Method::Grpo, Source::Env, seeds)?;
+            let (e, eh, _) = runs(&env, Method::Beacon, Source::Env, seeds)?;
+            let (d, dh, _) = runs(&env, Method::Beacon, Source::Discovered, seeds)?;
+            println!(
+                "{budget} {k} | {:.3} ± {:.3} ({:.2}) | {:.3} ± {:.3} ({:.2}) | {:.3} ± {:.3} ({:.2}) | {}",
+                mean(&g),
+                std_dev(&g),
+                mean(&gh),
+                mean(&e),
+                std_dev(&e),
+                mean(&eh),
+                mean(&d),
+                std_dev(&d),
+                mean(&dh),
+                ratio(&g, &e, &d)
+            );
+        }
+    }
+    println!("\ndecoy (budget 4): AUC mean ± std (held-out greedy); trapdoor steps flagged by discovery");
+    println!(
+        "K method | grpo | env (decoy flagged) | env_doors | discovered | ratio vs env_doors | decoy flags"
+    );
+    for k in [2, 4] {
+        let env = KeyChain::with_decoy(k, 4)?;
+        let (g, gh, _) = runs(&env, Method::Grpo, Source::Env, seeds)?;
+        for method in [Method::Beacon, Method::BeaconCompletion] {
+            let (e, eh, _) = runs(&env, method, Source::Env, seeds)?;
+            let (o, oh, _) = runs(&env, method, Source::EnvDoors, seeds)?;
+            let (d, dh, (seen, kept)) = runs(&env, method, Source::Discovered, seeds)?;
+            println!(
+                "{k} {} | {:.3} ({:.2}) | {:.3} ({:.2}) | {:.3} ({:.2}) | {:.3} ± {:.3} ({:.2}) | {} | {kept} of {seen}",
+                method,
+                mean(&g),
+                mean(&gh),
+                mean(&e),
+                mean(&eh),
+                mean(&o),
+                mean(&oh),
+                mean(&d),
+                std_dev(&d),
+                mean(&dh),
+                ratio(&g, &o, &d)
+            );
+        }
     }
     Ok(())
 }

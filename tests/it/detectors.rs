@@ -5,14 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use beacon_rl::milestone::DetectorPreset;
-use beacon_rl::milestone::NewSubgoals;
-use beacon_rl::milestone::{detect_milestones, EnvFlag, MilestoneDetector, ScoreIncrease, Transition};
-use beacon_rl::milestone::{AllOf, AnyOf, Not};
-use beacon_rl::milestone::{TextPatterns, TextPatternsBuilder};
-use beacon_rl::milestone::{
-    WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
-};
+use beacon_rl::milestone::{AllOf, AnyOf, detect_milestones, DetectorPreset, EnvFlag, MilestoneDetector, NewSubgoals, Not, ScoreIncrease, TextPatterns, TextPatternsBuilder, Transition, WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 use regex::Regex;

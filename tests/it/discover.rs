@@ -2,10 +2,7 @@
 //! agreement with the environments' own milestones on the bundled recorded sample.
 #![cfg(feature = "serde")]
 
-use beacon_rl::milestone::discover::frequency_baseline;
-use beacon_rl::milestone::discover::{DiscoveryConfig, MilestoneDiscovery};
-use beacon_rl::milestone::MilestoneAgreement;
-use beacon_rl::milestone::Transition;
+use beacon_rl::milestone::{DiscoveryConfig, frequency_baseline, MilestoneAgreement, MilestoneDiscovery, Transition};
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
@@ -52,6 +49,12 @@ fn run(d: &mut MilestoneDiscovery, tasks: &[&str], groups: &[Vec<Rollout<'_>>]) 
 
 fn fresh() -> MilestoneDiscovery {
     MilestoneDiscovery::new(DiscoveryConfig::default()).unwrap()
+}
+
+/// With the feedback channel, which is off by default (it reads the environment's progress
+/// messages).
+fn reading_feedback() -> MilestoneDiscovery {
+    MilestoneDiscovery::new(DiscoveryConfig::default().with_feedback(true)).unwrap()
 }
 
 /// Learning from successes only (no success-free signal).
@@ -212,7 +215,7 @@ fn a_sentence_shown_by_a_no_op_is_not_feedback() {
         ("fill cup", "Filled. In the den."),
     ];
     let fail = vec![("sit", "You sit."), ("sing", "La."), ("jump", "Hop.")];
-    let mut d = fresh();
+    let mut d = reading_feedback();
     let f = run(
         &mut d,
         &["t"],
@@ -234,7 +237,7 @@ fn a_sentence_shown_by_a_no_op_is_not_feedback() {
         ("look", "A den. In the den."),
         ("fill cup", "Filled. In the den."),
     ];
-    let mut d = fresh();
+    let mut d = reading_feedback();
     let f = run(&mut d, &["t"], &[vec![(1.0, win1), (1.0, win2), (0.0, fail)]]);
     assert_eq!(d.num_learned(), (1, 0));
     assert_eq!(
@@ -274,7 +277,7 @@ fn a_feedback_sentence_is_found_and_replaces_the_support_rule() {
         ("wave", "You wave."),
     ];
     let fail = vec![("sit", "You sit."), ("take cup", "Taken.")];
-    let mut d = fresh();
+    let mut d = reading_feedback();
     let f = run(&mut d, &["t"], &[vec![(1.0, win1), (1.0, win2), (0.0, fail)]]);
     // "wave" is common to both successes but carries no feedback; the failure's take has
     // another response and no feedback.
@@ -305,7 +308,7 @@ fn a_one_off_line_at_one_step_of_each_success_is_not_feedback() {
     let win1 = vec![("a", "A. Status."), ("x", "X.")];
     let win2 = vec![("b", "B. Status."), ("x", "X.")];
     let win3 = vec![("c", "C. Status."), ("x", "X.")];
-    let mut d = fresh();
+    let mut d = reading_feedback();
     let f = run(&mut d, &["t"], &[vec![(1.0, win1), (1.0, win2), (1.0, win3)]]);
     assert_eq!(d.num_learned(), (0, 0));
     assert_eq!(f, [[false, true], [false, true], [false, true]]);
@@ -427,39 +430,100 @@ fn sample() -> Vec<TrajectoryRecord> {
         .unwrap()
 }
 
-/// (overall, scienceworld, textworld) agreement of `flags` with the recorded milestones.
-fn agreement(records: &[TrajectoryRecord], flags: &[bool]) -> [MilestoneAgreement; 3] {
+/// (overall, scienceworld, textworld) agreement of `flags` with `labels` (row order).
+fn agreement(records: &[TrajectoryRecord], flags: &[bool], labels: &[bool]) -> [MilestoneAgreement; 3] {
     let mut out = [MilestoneAgreement::default(); 3];
     let mut at = 0;
     for r in records {
         let n = r.steps.len();
         let one = RolloutBatch::from_blocks(1, &[n], vec![0.0]).unwrap();
-        let reference: Vec<bool> = r.steps.iter().map(|s| s.milestone == Some(true)).collect();
-        let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &reference).unwrap();
+        let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &labels[at..at + n]).unwrap();
         out[0].merge(&a);
-        let env = if r.extra.value("env").unwrap().as_ref().and_then(|v| v.as_str()) == Some("scienceworld") {
+        out[if protocol::env_of(r) == "scienceworld" {
             1
         } else {
             2
-        };
-        out[env].merge(&a);
+        }]
+        .merge(&a);
         at += n;
     }
     out
 }
 
+/// The evaluation protocol of `examples/discover_eval`: signal removal and the split.
+#[path = "../../examples/discover_eval/protocol.rs"]
+mod protocol;
+
+/// The labels of `records` (row order) and their flags from one discovery call.
+fn discover_part(part: protocol::Part) -> (Vec<TrajectoryRecord>, Vec<bool>, Vec<bool>) {
+    let (records, labels) = protocol::strip_all(&protocol::records_of(&sample(), part));
+    let flags = fresh()
+        .discover_records(&RecordBatch::new(&records).unwrap())
+        .unwrap();
+    (records, labels, flags)
+}
+
 #[test]
-fn on_the_recorded_sample_discovery_meets_the_goals_and_beats_the_baseline() {
-    let records = sample();
+fn the_split_is_by_group_within_each_environment_and_documented() {
+    let parts = protocol::part_of_groups(&sample());
+    let expected = [
+        ("sw/find-animal/v146", protocol::Part::Evaluation),
+        ("sw/power-component/v6", protocol::Part::Development),
+        ("tw/cook_r3_go1/s12", protocol::Part::Evaluation),
+        ("tw/custom_q5/s31", protocol::Part::Development),
+    ];
+    let got: Vec<(&str, protocol::Part)> = parts.iter().map(|(g, p)| (g.as_str(), *p)).collect();
+    assert_eq!(got, expected);
+    // FNV-1a 64 of "a" (the published test vector), so the rule can be recomputed anywhere.
+    assert_eq!(protocol::fnv1a("a"), 0xaf63_dc4c_8601_ec8c);
+    // data/discovery_split.tsv lists the same assignment.
+    let listed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/discovery_split.tsv")).unwrap();
+    let rows: Vec<(String, String)> = listed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (g, p) = l.split_once('\t').unwrap();
+            (g.to_string(), p.to_string())
+        })
+        .collect();
+    let want: Vec<(String, String)> = expected
+        .iter()
+        .map(|(g, p)| (g.to_string(), p.name().to_string()))
+        .collect();
+    assert_eq!(rows, want);
+}
+
+#[test]
+fn without_any_environment_signal_discovery_meets_the_goal_on_the_evaluation_part() {
+    let (records, labels, flags) = discover_part(protocol::Part::Evaluation);
+    // Nothing of the environment's signal is left: no score text, no status counter, no
+    // score, reward, milestone or subgoal field.
+    for r in &records {
+        assert!(r.initial_score.is_none());
+        assert!(!protocol::shows_signal(
+            r.initial_observation.as_deref().unwrap_or("")
+        ));
+        for s in &r.steps {
+            assert!(!protocol::shows_signal(&s.observation), "{}", s.observation);
+            assert!(s.score.is_none() && s.reward == 0.0 && s.milestone.is_none());
+            assert!(s.new_subgoals.is_none());
+        }
+    }
+    let [all, sw, tw] = agreement(&records, &flags, &labels);
+    // Measured with examples/discover_eval (its `batch` protocol; leave-one-out gives the
+    // same here for TextWorld; ScienceWorld's leave-one-out has 21 false positives).
+    // Deterministic: pinned exactly, and the goal checked. With `min_support = 1` it was
+    // (34, 21, 0) and (66, 14, 0): the 60% support adds false positives here.
+    assert_eq!(
+        [sw, tw].map(|a| (a.true_positives, a.false_positives, a.false_negatives)),
+        [(34, 23, 0), (66, 18, 0)],
+        "{all:?}"
+    );
+    assert!(sw.f1() >= 0.7 && tw.f1() >= 0.7, "{sw:?} {tw:?}");
     let rb = RecordBatch::new(&records).unwrap();
-    let flags = fresh().discover_records(&rb).unwrap();
-    let [all, sw, tw] = agreement(&records, &flags);
-    // Measured: 0.870 / 0.755 / 1.000 (examples/discover_eval.rs); guard with a margin.
-    assert!(all.f1() >= 0.85, "{all:?}");
-    assert!(sw.f1() >= 0.7, "{sw:?}");
-    assert!(tw.f1() >= 0.95, "{tw:?}");
     let base = frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row)).unwrap();
-    let [base_all, ..] = agreement(&records, &base);
+    let [base_all, ..] = agreement(&records, &base, &labels);
     assert!(
         all.f1() >= base_all.f1() + 0.15,
         "{} vs {}",
@@ -468,69 +532,47 @@ fn on_the_recorded_sample_discovery_meets_the_goals_and_beats_the_baseline() {
     );
 }
 
-/// `text` without its score: every sentence (split after `.`, `!`, `?`, line breaks) that
-/// contains "score", and the digits and slash of every `=-digits/digits` (TextWorld's status
-/// bar, `-= Kitchen =-7/14`): the rule of `examples/discover_eval.rs`.
-fn strip_score(text: &str) -> String {
-    let mut kept = String::new();
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        if matches!(c, '.' | '!' | '?' | '\n' | '\r') || i + c.len_utf8() == text.len() {
-            let sentence = &text[start..i + c.len_utf8()];
-            if !sentence.to_ascii_lowercase().contains("score") {
-                kept.push_str(sentence);
+/// `records` with TextWorld's score sentence put back after the first sentence of every
+/// labelled step's response (both environments).
+fn with_score_sentence(records: &[TrajectoryRecord], labels: &[bool]) -> Vec<TrajectoryRecord> {
+    let mut out = records.to_vec();
+    let mut at = 0;
+    for r in &mut out {
+        for s in &mut r.steps {
+            if labels[at] {
+                let cut = s
+                    .observation
+                    .find(['.', '!', '?', '\n'])
+                    .map_or(s.observation.len(), |i| i + 1);
+                s.observation
+                    .insert_str(cut, "\n\nYour score has just gone up by one point.\n");
             }
-            start = i + c.len_utf8();
+            at += 1;
         }
     }
-    let mut out = String::new();
-    let mut rest = kept.as_str();
-    while let Some(at) = rest.find("=-") {
-        out.push_str(&rest[..at + 2]);
-        rest = &rest[at + 2..];
-        let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
-        let score = digits(rest);
-        if score > 0 && rest[score..].starts_with('/') && digits(&rest[score + 1..]) > 0 {
-            rest = &rest[score + 1 + digits(&rest[score + 1..])..];
-        }
-    }
-    out.push_str(rest);
     out
 }
 
 #[test]
-fn with_the_score_text_stripped_discovery_still_meets_the_goals() {
-    let mut records = sample();
-    for r in &mut records {
-        for s in &mut r.steps {
-            s.observation = strip_score(&s.observation);
-        }
+fn the_score_sentence_changes_no_flag() {
+    let mut read_by_feedback = 0;
+    for part in [protocol::Part::Development, protocol::Part::Evaluation] {
+        let (records, labels, flags) = discover_part(part);
+        let scored = with_score_sentence(&records, &labels);
+        let again = fresh()
+            .discover_records(&RecordBatch::new(&scored).unwrap())
+            .unwrap();
+        assert_eq!(flags, again, "{part:?}");
+        // The check has teeth: the feedback channel (off by default) reads the sentence
+        // where successes show it at two steps or more (the cooking game), and flags change.
+        let reader = |r: &[TrajectoryRecord]| {
+            reading_feedback()
+                .discover_records(&RecordBatch::new(r).unwrap())
+                .unwrap()
+        };
+        read_by_feedback += usize::from(reader(&records) != reader(&scored));
     }
-    assert!(records.iter().flat_map(|r| &r.steps).all(|s| !s
-        .observation
-        .to_ascii_lowercase()
-        .contains("score")
-        && !s.observation.contains("=-7/")));
-    let rb = RecordBatch::new(&records).unwrap();
-    let flags = fresh().discover_records(&rb).unwrap();
-    let [all, sw, tw] = agreement(&records, &flags);
-    // Measured (one call; leave-one-out gives the same, examples/discover_eval.rs):
-    // TP/FP/FN 130/62/2, F1 0.802 overall; ScienceWorld 60/37/2 (0.755), TextWorld 70/25/0
-    // (0.848). Deterministic, so the guard is the goal itself.
-    assert_eq!(
-        (all.true_positives, all.false_positives, all.false_negatives),
-        (130, 62, 2)
-    );
-    assert!(all.f1() >= 0.8, "{all:?}");
-    assert!(sw.f1() >= 0.7 && tw.f1() >= 0.7, "{sw:?} {tw:?}");
-    // noop_window 1 (no-ops only in a row), the rule before: 0.737 overall.
-    let cfg = DiscoveryConfig::default().with_noop_window(1);
-    let flags = MilestoneDiscovery::new(cfg)
-        .unwrap()
-        .discover_records(&rb)
-        .unwrap();
-    let [old, ..] = agreement(&records, &flags);
-    assert!(old.f1() < 0.75, "{old:?}");
+    assert_eq!(read_by_feedback, 1);
 }
 
 #[test]
@@ -717,4 +759,94 @@ proptest! {
             prop_assert!(!*w || *n);
         }
     }
+}
+
+// ---- the decoy: a step that precedes failure, never success ----
+
+#[test]
+fn a_decoy_that_ends_rollouts_in_failure_is_never_kept() {
+    // Room 0 has a key, a door and a trapdoor. The trapdoor ends the rollout in failure at
+    // once; the others run out of their 4-step budget. Opening the trapdoor reaches a state
+    // never seen before by a move nobody undoes: without the dead-end rule it would be an
+    // irreversible first visit, a milestone that precedes failure every time.
+    let (e0, k0, e1, cellar) = ("Room 0.", "Room 0, key held.", "Room 1.", "A cellar, a dead end.");
+    let trap = vec![("take key", k0), ("open trapdoor", cellar)];
+    let trap_first = vec![("open trapdoor", cellar)];
+    let slow = vec![
+        ("wander", e0),
+        ("take key", k0),
+        ("open door", e1),
+        ("wander", e1),
+    ];
+    let lost = vec![("wander", e0), ("wander", e0), ("take key", k0), ("wander", k0)];
+    let group = [
+        (0.0, trap.clone()),
+        (0.0, slow.clone()),
+        (0.0, trap_first.clone()),
+        (0.0, lost),
+    ];
+    let mut d = fresh();
+    let f = run_from(&mut d, e0, &group);
+    // Before any success: the door (k0 -> e1) and the key are irreversible first visits;
+    // the trapdoor is a dead end, flagged nowhere.
+    assert_eq!(
+        f,
+        [
+            vec![true, false],
+            vec![false, true, true, false],
+            vec![false],
+            vec![false, false, true, false],
+        ]
+    );
+    // Without the rule (a discovery that never saw a rollout end there) it would be kept.
+    let mut naive = fresh();
+    let f = run_from(&mut naive, e0, &[(0.0, trap.clone())]);
+    assert_eq!(f, [vec![true, true]]);
+    // The dead end is remembered: a later group where every rollout opens it still gets
+    // no flag there.
+    let f = run_from(&mut d, e0, &[(0.0, trap_first.clone()), (0.0, trap.clone())]);
+    assert_eq!(f, [vec![false], vec![true, false]]);
+    // Once the task succeeds, milestones come from successes, which never show the trapdoor.
+    let win = vec![
+        ("take key", k0),
+        ("open door", e1),
+        ("take key", "Room 1, key held."),
+        ("open door", "Outside."),
+    ];
+    let f = run_from(&mut d, e0, &[(1.0, win), (0.0, trap), (0.0, slow.clone())]);
+    assert_eq!(f[1], [true, false]);
+    assert_eq!(f[2], [false, true, true, false]);
+    // A state some rollout goes on from is no dead end: a truncated rollout that stops at
+    // the door (e1) does not make the door a decoy.
+    let mut d = fresh();
+    let cut = vec![("take key", k0), ("open door", e1)];
+    let f = run_from(&mut d, e0, &[(0.0, cut), (0.0, slow)]);
+    assert_eq!(f, [vec![true, true], vec![false, true, true, false]]);
+}
+
+#[test]
+fn an_answer_to_a_prompt_is_the_prompted_action_resolved() {
+    let ask = "Ambiguous request: which one? 0: the egg. 1: the egg.";
+    let win = vec![
+        ("focus on egg", ask),
+        ("0", "You focus on the egg."),
+        ("move egg to box", ask),
+        ("0", "You move the egg to the box."),
+    ];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, win.clone()), (1.0, win)]]);
+    // Both answers are events of their own (focus, 0) and (move, 0); the second prompt
+    // repeats the first's response, no new progress.
+    assert_eq!(f, [[true, true, false, true], [true, true, false, true]]);
+    // The same "0" after the same question is one event: the second is a repeat (4 steps
+    // apart, beyond the no-op window).
+    let twice = vec![
+        ("focus on egg", ask),
+        ("0", "You focus on the egg."),
+        ("wave", "You wave."),
+        ("jump", "You jump."),
+        ("focus on egg", ask),
+        ("0", "You focus on the egg."),
+    ];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, twice)]]);
+    assert_eq!(f, [[true, true, true, true, false, false]]);
 }

@@ -16,7 +16,7 @@ use crate::milestone::Transition;
 /// claim no column backs here).
 ///
 /// ```
-/// use beacon_rl::milestone::discover::frequency_baseline;
+/// use beacon_rl::milestone::frequency_baseline;
 /// use beacon_rl::milestone::Transition;
 /// use beacon_rl::RolloutBatch;
 ///

@@ -28,6 +28,27 @@ pub(super) struct SentenceStats {
     last_rollout: usize,
 }
 
+impl SentenceStats {
+    /// Counts one more step of successful rollout `j` (action verb `verb`) showing the
+    /// sentence.
+    fn count_success_step(&mut self, j: usize, verb: u64) {
+        self.success_steps += 1;
+        if self.last_rollout != j {
+            self.last_rollout = j;
+            self.steps_in_rollout = 0;
+        }
+        self.steps_in_rollout += 1;
+        if self.steps_in_rollout == FEEDBACK_MIN_REPEATS {
+            self.success_rollouts += 1;
+        }
+        let known = self.verbs[..self.num_verbs].contains(&verb);
+        if !known && self.num_verbs < MAX_VERBS {
+            self.verbs[self.num_verbs] = verb;
+            self.num_verbs += 1;
+        }
+    }
+}
+
 /// Writes the keys of group `g`'s feedback sentences, sorted, into `found` (cleared first;
 /// empty when the group has no success). `steps` and `sentences` are the batch's keys in
 /// trajectory-major order; `stats` is scratch space.
@@ -81,20 +102,7 @@ pub(super) fn find(
                         st.failure_steps += 1;
                         continue;
                     }
-                    st.success_steps += 1;
-                    if st.last_rollout != j {
-                        st.last_rollout = j;
-                        st.steps_in_rollout = 0;
-                    }
-                    st.steps_in_rollout += 1;
-                    if st.steps_in_rollout == FEEDBACK_MIN_REPEATS {
-                        st.success_rollouts += 1;
-                    }
-                    let known = st.verbs[..st.num_verbs].contains(&s.verb);
-                    if !known && st.num_verbs < MAX_VERBS {
-                        st.verbs[st.num_verbs] = s.verb;
-                        st.num_verbs += 1;
-                    }
+                    st.count_success_step(j, s.verb);
                 }
             }
         }

@@ -1,0 +1,301 @@
+//! [`MilestoneDiscovery`]: its memory, its public calls, and the per-batch order of the
+//! rules (read the keys, learn no-ops, reversals, dead ends and feedback, then flag each
+//! group).
+
+use super::config::DiscoveryConfig;
+use super::text::{action_keys, pair, response_keys, KeyMap, KeySet};
+use super::workspace::{Event, StepKeys, TaskMemory, Workspace};
+use crate::batch::RolloutBatch;
+use crate::error::{check_len, check_out_len, Result};
+use crate::milestone::Transition;
+#[cfg(doc)]
+use crate::Error;
+
+/// Online milestone discovery with a bounded per-task memory (module docs).
+///
+/// One [`discover`](Self::discover) call per batch; the memory carries over between calls.
+#[derive(Debug, Clone)]
+pub struct MilestoneDiscovery {
+    pub(super) config: DiscoveryConfig,
+    pub(super) tasks: KeyMap<TaskMemory>,
+    pub(super) noops: KeySet,
+    pub(super) feedback: KeySet,
+    /// Transitions (state before, state after) seen undone: the state before came back.
+    pub(super) reversed: KeySet,
+    /// States failed rollouts ended in early and no rollout went on from (module docs).
+    pub(super) dead_ends: KeySet,
+    pub(super) calls: u64,
+    pub(super) ws: Workspace,
+}
+
+impl MilestoneDiscovery {
+    /// A discovery with an empty memory.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] from [`DiscoveryConfig::validate`].
+    ///
+    /// ```
+    /// use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
+    /// let d = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+    /// assert_eq!(d.num_tasks(), 0);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn new(config: DiscoveryConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            tasks: KeyMap::default(),
+            noops: KeySet::default(),
+            feedback: KeySet::default(),
+            reversed: KeySet::default(),
+            dead_ends: KeySet::default(),
+            calls: 0,
+            ws: Workspace::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DiscoveryConfig {
+        &self.config
+    }
+
+    /// Number of tasks in memory (at most `max_tasks`).
+    pub fn num_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Number of no-op actions and feedback sentences learned so far.
+    ///
+    /// ```
+    /// # use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
+    /// let d = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+    /// assert_eq!(d.num_learned(), (0, 0));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn num_learned(&self) -> (usize, usize) {
+        (self.noops.len(), self.feedback.len())
+    }
+
+    /// Forgets everything learned (tasks, no-ops, feedback sentences, reversed transitions,
+    /// dead ends).
+    pub fn clear(&mut self) {
+        self.tasks.clear();
+        self.noops.clear();
+        self.feedback.clear();
+        self.reversed.clear();
+        self.dead_ends.clear();
+    }
+
+    /// Discovers the milestones of one batch, updates the memory, and returns one flag per
+    /// caller row.
+    ///
+    /// `tasks[g]` names the task of group g (rollouts of one task share a memory across
+    /// batches; the group id works when a group is one task). `step(row, t)` gives row's
+    /// transition (t = its 0-based step in its trajectory); only its `action` and
+    /// `next_observation` are read, and with `novelty` the first step's `observation` (the
+    /// start state s_0, module docs): scores, flags and subgoals are ignored.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`;
+    /// [`Error::CapacityExceeded`] when the flags or the batch's row index cannot be allocated
+    /// (a [`RolloutBatch::from_offsets`] batch's row count is a claim no column backs here).
+    ///
+    /// ```
+    /// use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
+    /// use beacon_rl::milestone::Transition;
+    /// use beacon_rl::RolloutBatch;
+    ///
+    /// let mut d = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+    /// let one = RolloutBatch::from_blocks(1, &[2], vec![1.0])?; // one success
+    /// let acts = ["take key", "open door"];
+    /// let t = |row: usize, _| Transition { action: acts[row], next_observation: acts[row], ..Transition::default() };
+    /// assert_eq!(d.discover(&one, &["door"], t)?, [true, true]);
+    /// // Next batch: the task fails, and only opens the door; the memory still knows it.
+    /// let fail = RolloutBatch::from_blocks(1, &[1], vec![0.0])?;
+    /// let t = |_, _| Transition { action: "open door", next_observation: "open door", ..Transition::default() };
+    /// assert_eq!(d.discover(&fail, &["door"], t)?, [true]);
+    /// // A task never seen succeeding: a first visit nobody was seen to undo (module docs).
+    /// assert_eq!(d.discover(&fail, &["window"], t)?, [true]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn discover<'a, T, F>(&mut self, batch: &RolloutBatch, tasks: &[T], step: F) -> Result<Vec<bool>>
+    where
+        T: AsRef<str>,
+        F: FnMut(usize, usize) -> Transition<'a>,
+    {
+        check_len("tasks", batch.num_groups(), tasks.len())?;
+        batch.try_step_rows()?;
+        let mut flags = batch.try_row_flags()?;
+        self.discover_into(batch, tasks, step, &mut flags)?;
+        Ok(flags)
+    }
+
+    /// [`discover`](Self::discover) into a caller-owned buffer of one flag per row (every
+    /// row is written).
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`,
+    /// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`,
+    /// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated. On error
+    /// the memory is unchanged.
+    ///
+    /// ```
+    /// # use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
+    /// # use beacon_rl::milestone::Transition;
+    /// # use beacon_rl::{Error, RolloutBatch};
+    /// let mut d = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+    /// let batch = RolloutBatch::from_blocks(1, &[2], vec![1.0])?;
+    /// let mut flags = [false; 3];
+    /// let err = d.discover_into(&batch, &["t"], |_, _| Transition::default(), &mut flags);
+    /// assert!(matches!(err, Err(Error::OutputShape { .. })));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn discover_into<'a, T, F>(
+        &mut self,
+        batch: &RolloutBatch,
+        tasks: &[T],
+        mut step: F,
+        flags: &mut [bool],
+    ) -> Result<()>
+    where
+        T: AsRef<str>,
+        F: FnMut(usize, usize) -> Transition<'a>,
+    {
+        check_len("tasks", batch.num_groups(), tasks.len())?;
+        check_out_len("flags", batch.num_steps(), flags.len())?;
+        batch.try_step_rows()?;
+        self.calls += 1;
+        self.read_keys(batch, &mut step);
+        self.learn_noops(batch);
+        if self.config.novelty {
+            self.learn_reversals(batch);
+            for g in 0..batch.num_groups() {
+                self.learn_dead_ends(batch, g);
+            }
+        }
+        if self.config.feedback {
+            for g in 0..batch.num_groups() {
+                self.learn_feedback(batch, g);
+            }
+        }
+        for (g, task) in tasks.iter().enumerate() {
+            let task = action_keys(task.as_ref(), &mut self.ws.normalised).0;
+            self.discover_group(batch, g, task, flags);
+        }
+        self.forget();
+        Ok(())
+    }
+
+    /// [`discover`](Self::discover) over recorded trajectories: each group's task is its
+    /// `group_id`, and only each step's `action` and `observation` are read (never `score`,
+    /// `reward`, `milestone` or `new_subgoals`).
+    ///
+    /// # Errors
+    /// None in practice (the record batch is consistent by construction); the signature
+    /// keeps [`discover`](Self::discover)'s.
+    ///
+    /// ```
+    /// use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
+    /// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
+    ///
+    /// let mut win = TrajectoryRecord::new("door", "a", 1.0);
+    /// win.steps = vec![StepRecord::new("take key", "Taken.", 0.0, false), StepRecord::new("open door", "Open.", 1.0, true)];
+    /// let mut lose = TrajectoryRecord::new("door", "b", 0.0);
+    /// lose.steps = vec![StepRecord::new("take key", "Taken.", 0.0, true)];
+    /// let records = [win, lose];
+    /// let rb = RecordBatch::new(&records)?;
+    /// let mut d = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+    /// assert_eq!(d.discover_records(&rb)?, [true, true, true]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn discover_records(&mut self, records: &crate::record::RecordBatch<'_>) -> Result<Vec<bool>> {
+        let batch = records.batch();
+        let tasks: Vec<&str> = (0..batch.num_groups())
+            .map(|g| {
+                let j = batch.group_trajectories(g).start;
+                let (record, _) = records.row_location(batch.trajectory_rows(j)[0]);
+                records.records()[record].group_id.as_str()
+            })
+            .collect();
+        self.discover(batch, &tasks, |row, _| records.transition(row))
+    }
+
+    /// Fills the workspace with every step's keys, in trajectory-major order.
+    fn read_keys<'a, F>(&mut self, batch: &RolloutBatch, step: &mut F)
+    where
+        F: FnMut(usize, usize) -> Transition<'a>,
+    {
+        let ws = &mut self.ws;
+        ws.steps.clear();
+        ws.sentences.clear();
+        let novelty = self.config.novelty;
+        for j in 0..batch.num_trajectories() {
+            let (mut from, mut prev_action) = (0, 0);
+            for (t, &row) in batch.trajectory_rows(j).iter().enumerate() {
+                let tr = step(row, t);
+                if t == 0 && novelty {
+                    // The start state, hashed like a response (so a return to it is seen).
+                    let start = ws.sentences.len();
+                    from = response_keys(tr.observation, &mut ws.sentences).0;
+                    ws.sentences.truncate(start);
+                }
+                let (mut action, verb) = action_keys(tr.action, &mut ws.normalised);
+                // A bare number answers the previous step's prompt ("0" to "which one do you
+                // mean?"): it is that action, resolved, not a new one.
+                if t > 0 && !ws.normalised.is_empty() && ws.normalised.iter().all(u8::is_ascii_digit) {
+                    action = pair(prev_action, action);
+                }
+                prev_action = action;
+                let start = ws.sentences.len();
+                let (whole, gist) = response_keys(tr.next_observation, &mut ws.sentences);
+                if !self.config.feedback {
+                    ws.sentences.truncate(start);
+                }
+                ws.steps.push(StepKeys {
+                    action,
+                    verb,
+                    whole,
+                    gist,
+                    from,
+                    sentences: (start, ws.sentences.len()),
+                });
+                from = whole;
+            }
+        }
+        ws.events_of.clear();
+        ws.events_of.resize(ws.steps.len(), Event::default());
+    }
+
+    /// An action done twice at most `noop_window` steps apart with the identical response
+    /// both times is a no-op.
+    fn learn_noops(&mut self, batch: &RolloutBatch) {
+        for j in 0..batch.num_trajectories() {
+            let steps = &self.ws.steps[batch.trajectory_steps(j)];
+            // One pass per distance: a tight zip, no bounds check, no slice per step.
+            for d in 1..=self.config.noop_window {
+                let later = steps.get(d..).unwrap_or_default();
+                for (a, b) in steps.iter().zip(later) {
+                    let repeat = a.action == b.action && a.whole == b.whole;
+                    if repeat && self.noops.len() < self.config.max_noops {
+                        self.noops.insert(a.action);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn is_success(&self, batch: &RolloutBatch, j: usize) -> bool {
+        batch.terminal_rewards()[j] > self.config.success_threshold
+    }
+
+    /// Forgets the least recently updated tasks beyond `max_tasks`.
+    fn forget(&mut self) {
+        while self.tasks.len() > self.config.max_tasks {
+            let oldest = self.tasks.iter().map(|(&k, m)| (m.last_used, k)).min();
+            if let Some((_, k)) = oldest {
+                self.tasks.remove(&k);
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! What [`MilestoneDiscovery`](super::MilestoneDiscovery) keeps between and within calls:
+//! the per-task memory, each step's keys, and the buffers reused across calls.
+
+use std::collections::VecDeque;
+
+use super::feedback::SentenceStats;
+use super::text::{KeyMap, KeySet};
+
+/// What discovery remembers about one task.
+#[derive(Debug, Clone, Default)]
+pub(super) struct TaskMemory {
+    /// Novel events of the last successful rollouts, each sorted and deduplicated.
+    pub(super) successes: VecDeque<Vec<u64>>,
+    /// The task has shown a feedback sentence.
+    pub(super) feedback: bool,
+    /// Call number of the last update (for forgetting the least recently updated task).
+    pub(super) last_used: u64,
+}
+
+/// Keys of one step.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct StepKeys {
+    pub(super) action: u64,
+    pub(super) verb: u64,
+    pub(super) whole: u64,
+    pub(super) gist: u64,
+    /// Key of the state before the step: the previous response's `whole`, or the
+    /// observation's for a trajectory's first step.
+    pub(super) from: u64,
+    /// Range of this step's sentence keys in `Workspace::sentences`.
+    pub(super) sentences: (usize, usize),
+}
+
+/// Buffers reused across calls.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Workspace {
+    /// Keys per internal step (trajectory-major order).
+    pub(super) steps: Vec<StepKeys>,
+    pub(super) sentences: Vec<u64>,
+    pub(super) stats: KeyMap<SentenceStats>,
+    pub(super) counts: KeyMap<u32>,
+    pub(super) seen_actions: KeySet,
+    pub(super) seen_gists: KeySet,
+    pub(super) events: Vec<u64>,
+    /// End of each success's events in `events`.
+    pub(super) ends: Vec<usize>,
+    pub(super) found: Vec<u64>,
+    /// Last position of each state in the current trajectory (reversal search).
+    pub(super) last: KeyMap<usize>,
+    /// An action (or task name) normalised before it is hashed.
+    pub(super) normalised: Vec<u8>,
+    /// Per internal step, the event found there by `for_each_event` (read back when flagging).
+    pub(super) events_of: Vec<Event>,
+}
+
+/// What `for_each_event` found at one step.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Event {
+    pub(super) key: u64,
+    /// The step is an event (a first, non-no-op action).
+    pub(super) event: bool,
+    pub(super) novel: bool,
+    pub(super) feedback: bool,
+}
