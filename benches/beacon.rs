@@ -5,7 +5,7 @@
 
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconWorkspace};
-use beacon_rl::token::broadcast_into;
+use beacon_rl::tensor::broadcast_into;
 use beacon_rl::RolloutBatch;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::Array2;

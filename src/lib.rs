@@ -18,7 +18,7 @@
 //! ```
 //! use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 //! use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
-//! use beacon_rl::token::broadcast;
+//! use beacon_rl::tensor::broadcast;
 //! use beacon_rl::RolloutBatch;
 //! use ndarray::Array2;
 //!
@@ -58,9 +58,8 @@
 //! fails when a re-export gives an item a second one. Which path is decided by one rule:
 //!
 //! - **The crate root** holds only what nearly every program names: [`RolloutBatch`] (and
-//!   [`BatchBuilder`], which rebuilds one in place), [`Error`] and [`Result`], and the group
-//!   normalisation switches [`NormMode`] and [`SingletonRule`] that the estimators' and
-//!   ablations' configs share. The files defining them are private.
+//!   [`BatchBuilder`], which rebuilds one in place), [`Error`], [`Result`] and [`Escaped`]
+//!   (how errors quote caller text), and [`ndarray`]. The files defining them are private.
 //! - **One public module per area**, named after its concept. An area made of several
 //!   concepts has one public submodule per concept, whose page states its equation:
 //!   `estimator::beacon`, `estimator::grpo`, `milestone::text`, `milestone::webshop`, ... An
@@ -79,10 +78,10 @@
 //!   the two basic detectors, and one module per detector family ([`milestone::text`],
 //!   [`milestone::walkthrough`], [`milestone::webshop`], [`milestone::discover`], ...).
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
-//! - [`token`]: step advantages → token advantages under a response mask.
 //! - [`tensor`]: the views of caller arrays in trainer dtypes (`f32`/`f64` values,
-//!   `bool`/`u8`/`i64` masks, response lengths) that the estimators and [`token`] read and
-//!   write; arrays and slices convert into them, so most callers never name them.
+//!   `bool`/`u8`/`i64` masks, response lengths) that the estimators read and write (arrays and
+//!   slices convert into them, so most callers never name them), and step advantages → token
+//!   advantages under a response mask ([`tensor::broadcast_into`], [`tensor::spans_into`]).
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
 //! - [`ablation`]: the paper's Table 3 variants as named configurations.
 //! - [`difflib`]: Python's `difflib.SequenceMatcher` ratio, as GiGPO's similarity grouping and the
@@ -117,7 +116,7 @@
 //!   [`BatchBuilder`]: after the first call nothing is allocated. [`estimate`](estimator::AdvantageEstimator::estimate)
 //!   allocates fresh `f64` outputs, which costs up to 1.8× on large batches.
 //! - **Pass lengths, not masks**, when the response mask is a prefix mask
-//!   ([`token::prefix_lengths_into`]): reading verl's `i64` mask alone costs about twice a
+//!   ([`tensor::prefix_lengths_into`]): reading verl's `i64` mask alone costs about twice a
 //!   copy of the output; from lengths, the outcome estimators run at 1.2× the copy.
 //! - **Use the `rayon` feature** where a core is free: groups and token rows run in parallel on
 //!   the current rayon pool, bit-identical to the serial path (1.6–1.9× on 2 cores).
@@ -159,7 +158,6 @@ mod partition;
 pub mod record;
 mod shaping;
 mod stats;
-pub mod token;
 
 mod hash;
 // Fresh outputs backed by transparent huge pages (Linux).
@@ -167,10 +165,10 @@ mod huge_pages;
 // Non-temporal stores for outputs larger than the cache (x86-64).
 mod stream;
 
+pub mod tensor;
+
 pub use batch::{BatchBuilder, RolloutBatch};
 pub use error::{Error, Escaped, Result};
-pub use stats::{NormMode, SingletonRule};
-pub mod tensor;
 #[cfg(feature = "testbed")]
 pub mod testbed;
 

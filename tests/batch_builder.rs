@@ -195,7 +195,7 @@ fn step_estimators_check_token_rewards_against_the_batch() {
         }
         assert_eq!(
             est.estimate(&input.with_token_level_rewards(&disagree)),
-            Err(Error::EpisodeRewardMismatch {
+            Err(Error::TerminalRewardMismatch {
                 row: 3,
                 batch: 0.0,
                 tokens: 0.5

@@ -12,10 +12,11 @@ use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, BeaconWorkspace};
 use beacon_rl::estimator::gigpo::GigpoOutput;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig};
+use beacon_rl::estimator::NormMode;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::broadcast_into;
 use beacon_rl::tensor::MaskView;
-use beacon_rl::token::broadcast_into;
-use beacon_rl::{NormMode, RolloutBatch};
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 
 // The shared counting allocator; this binary counts on every thread (the pool's workers

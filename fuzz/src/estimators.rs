@@ -17,8 +17,9 @@ use beacon_rl::estimator::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
 use beacon_rl::estimator::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 use beacon_rl::estimator::reinforce::ReinforcePlusPlusConfig;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{NormMode, SingletonRule};
 use beacon_rl::tensor::MaskView;
-use beacon_rl::{Error, NormMode, RolloutBatch, SingletonRule};
+use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 
 use super::bytes::Bytes;

@@ -22,7 +22,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// // Rows as a verl-agent trainer holds them: two trajectories of one task, interleaved.
 /// let uid = ["task-7", "task-7", "task-7", "task-7", "task-7"];
 /// let traj = ["a", "b", "a", "b", "a"];
-/// let reward = [1.0, 0.0, 1.0, 0.0, 1.0]; // episode reward repeated on every row
+/// let reward = [1.0, 0.0, 1.0, 0.0, 1.0]; // terminal reward repeated on every row
 /// let batch = RolloutBatch::from_row_keys(&uid, &traj, &reward)?;
 ///
 /// assert_eq!(batch.num_groups(), 1);
@@ -53,7 +53,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// A trainer that builds a batch per iteration keeps a [`BatchBuilder`] and rebuilds one batch
 /// in place ([`BatchBuilder::rebuild_from_row_keys`]): no allocation after warm-up.
 ///
-/// # One episode reward
+/// # One terminal reward
 /// A batch carries each trajectory's terminal reward R(τ), given once per row by the key
 /// constructors (rows of one trajectory must agree: [`Error::InconsistentTerminalReward`]).
 /// The step-level estimators (BEACON, GiGPO, the ablations) read R(τ) from the batch; the
@@ -63,7 +63,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// where R(τ) is the score). When a step-level estimator or entry point is given
 /// `token_level_rewards` too, both sources are present: it then checks every
 /// row's token sum against its trajectory's R(τ) and returns
-/// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
+/// [`Error::TerminalRewardMismatch`] for the first row (in caller order) where they differ, so a
 /// trainer never silently trains on one reward while logging another
 /// ([`RolloutBatch::check_row_scores`]). Where the rows of one trajectory carry different
 /// scores (verl-agent's invalid-action penalty), the caller gives each row's own score with
@@ -105,8 +105,8 @@ impl RolloutBatch {
     /// Builds a batch from verl-agent style per-row keys.
     ///
     /// `group_keys[r]` and `traj_keys[r]` name the group (`uid`) and trajectory (`traj_uid`)
-    /// of row `r`; `row_rewards[r]` is the terminal reward of that row's trajectory (verl-agent
-    /// repeats the episode reward on every row). Rows of one trajectory are its steps in row
+    /// of row `r`; `terminal_rewards[r]` is the terminal reward of that row's trajectory (verl-agent
+    /// repeats the terminal reward on every row). Rows of one trajectory are its steps in row
     /// order. Any `Hash + Eq` key type works (`&str`, `String`, `u64` ids). A trainer building
     /// one batch per iteration should keep a [`BatchBuilder`] and rebuild in place
     /// ([`BatchBuilder::rebuild_from_row_keys`]), which allocates nothing after warm-up.
@@ -122,12 +122,12 @@ impl RolloutBatch {
     /// let err = RolloutBatch::from_row_keys(&[1, 2], &["t", "t"], &[0.0, 0.0]).unwrap_err();
     /// assert_eq!(err, Error::TrajectoryAcrossGroups { row: 1 });
     /// ```
-    pub fn from_row_keys<G, T>(group_keys: &[G], traj_keys: &[T], row_rewards: &[f64]) -> Result<Self>
+    pub fn from_row_keys<G, T>(group_keys: &[G], traj_keys: &[T], terminal_rewards: &[f64]) -> Result<Self>
     where
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        BatchBuilder::new().into_row_key_batch(group_keys, traj_keys, row_rewards)
+        BatchBuilder::new().into_row_key_batch(group_keys, traj_keys, terminal_rewards)
     }
 
     /// Builds a batch where every row is its own one-step trajectory (single-turn RL, as in
@@ -394,15 +394,7 @@ impl RolloutBatch {
     /// # Errors
     /// [`Error::CapacityExceeded`] (`requested` = the step count, `≤ limit`) when the row index
     /// cannot be allocated.
-    ///
-    /// ```
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, 3], vec![1.0])?;
-    /// assert_eq!(batch.try_step_rows()?, &[0, 1, 2]);
-    /// assert_eq!(batch.trajectory_rows(0), &[0, 1, 2]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn try_step_rows(&self) -> Result<&[usize]> {
+    pub(crate) fn try_step_rows(&self) -> Result<&[usize]> {
         self.step_rows.try_built()
     }
 
@@ -431,46 +423,14 @@ impl RolloutBatch {
         &self.terminal_rewards
     }
 
-    /// The per-row milestone flags for explicit milestone positions: `positions[j]` lists the
-    /// 0-based step indices of trajectory `j` (batch order) that are milestone steps.
-    ///
-    /// # Errors
-    /// [`Error::LengthMismatch`] unless there is one list per trajectory;
-    /// [`Error::MilestoneOutOfRange`] for a position at or past the trajectory's length.
-    ///
-    /// ```
-    /// use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_row_keys(&[0, 0, 0], &["x", "y", "x"], &[1.0, 0.0, 1.0])?;
-    /// // trajectory "x" (rows 0, 2): milestone at its step 1 = row 2
-    /// let flags = b.milestone_flags_from_positions(&[vec![1], vec![]])?;
-    /// assert_eq!(flags, vec![false, false, true]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn milestone_flags_from_positions<P: AsRef<[usize]>>(&self, positions: &[P]) -> Result<Vec<bool>> {
-        check_len("milestone positions", self.num_trajectories(), positions.len())?;
-        let mut flags = vec![false; self.num_steps()];
-        for (j, ps) in positions.iter().enumerate() {
-            let rows = self.trajectory_rows(j);
-            for &p in ps.as_ref() {
-                let row = *rows.get(p).ok_or(Error::MilestoneOutOfRange {
-                    trajectory: j,
-                    position: p,
-                    len: rows.len(),
-                })?;
-                flags[row] = true;
-            }
-        }
-        Ok(flags)
-    }
-
-    /// Checks a second source of episode rewards against the batch's: `scores[r]` (e.g. row
+    /// Checks a second source of terminal rewards against the batch's: `scores[r]` (e.g. row
     /// r's `token_level_rewards` sum) must equal the terminal reward of row r's trajectory, to
     /// a relative 1e-6 (|a − b| ≤ 1e-6 · max(1, |a|, |b|), so that float32 token rewards of
-    /// the same episode reward pass).
+    /// the same terminal reward pass).
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] unless there is one score per row;
-    /// [`Error::EpisodeRewardMismatch`] naming the first disagreeing row in caller order.
+    /// [`Error::TerminalRewardMismatch`] naming the first disagreeing row in caller order.
     ///
     /// ```
     /// use beacon_rl::{Error, RolloutBatch};
@@ -479,7 +439,7 @@ impl RolloutBatch {
     /// assert!(batch.check_row_scores(&[1.0, 0.0, f64::from(1.0f32), 0.0]).is_ok());
     /// assert_eq!(
     ///     batch.check_row_scores(&[1.0, 0.0, 1.0, 0.5]),
-    ///     Err(Error::EpisodeRewardMismatch { row: 3, batch: 0.0, tokens: 0.5 })
+    ///     Err(Error::TerminalRewardMismatch { row: 3, batch: 0.0, tokens: 0.5 })
     /// );
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -509,7 +469,7 @@ impl RolloutBatch {
         };
         match (first, row_scores) {
             (None, _) => Ok(()),
-            (Some((row, batch, tokens)), None) => Err(Error::EpisodeRewardMismatch { row, batch, tokens }),
+            (Some((row, batch, tokens)), None) => Err(Error::TerminalRewardMismatch { row, batch, tokens }),
             (Some((row, row_score, tokens)), Some(_)) => Err(Error::RowScoreMismatch {
                 row,
                 row_score,
@@ -520,7 +480,7 @@ impl RolloutBatch {
 
     fn check_scores_by(&self, score: impl Fn(usize) -> f64) -> Result<()> {
         match self.first_disagreement(None, score) {
-            Some((row, batch, tokens)) => Err(Error::EpisodeRewardMismatch { row, batch, tokens }),
+            Some((row, batch, tokens)) => Err(Error::TerminalRewardMismatch { row, batch, tokens }),
             None => Ok(()),
         }
     }
@@ -813,22 +773,6 @@ mod tests {
     }
 
     #[test]
-    fn positions_out_of_range() {
-        let b = RolloutBatch::from_blocks(1, &[2], vec![0.0]).unwrap();
-        assert_eq!(
-            b.milestone_flags_from_positions(&[[2]]),
-            Err(Error::MilestoneOutOfRange {
-                trajectory: 0,
-                position: 2,
-                len: 2
-            })
-        );
-    }
-
-    /// A claimed step count is not allocated by the constructors. Before, these
-    /// claims allocated and wrote 8 bytes a step (34 GB for the first).
-
-    #[test]
     fn claimed_steps_cost_nothing_until_the_row_index_is_used() {
         let max = RolloutBatch::MAX_STEPS;
         let a = RolloutBatch::from_offsets(vec![0, 1], vec![0, max], vec![0.0]).unwrap();
@@ -878,7 +822,7 @@ mod tests {
         for bad in [f64::INFINITY, f64::NEG_INFINITY] {
             assert_eq!(
                 batch.check_row_scores(&[bad, 0.0]),
-                Err(Error::EpisodeRewardMismatch {
+                Err(Error::TerminalRewardMismatch {
                     row: 0,
                     batch: 1.0,
                     tokens: bad

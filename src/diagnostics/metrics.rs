@@ -1,14 +1,11 @@
-//! The metrics that need no shared-pair index: ZAR and CCR as free functions, and
-//! [`row_advantages`], an estimator's token output reduced to one advantage per row.
+//! The metrics that need no shared-pair index (ZAR and CCR), and [`row_advantages`], an
+//! estimator's token output reduced to one advantage per row.
 
 use ndarray::ArrayView2;
 
 use super::report::CcrReport;
 use super::report::ZarReport;
-use crate::error::check_finite;
-use crate::error::check_len;
 use crate::error::Error;
-use crate::error::Range;
 use crate::error::Result;
 use crate::tensor::MaskView;
 
@@ -128,57 +125,6 @@ pub(super) fn ccr_unchecked(advantages: &[f64], milestones: &[bool], tau: f64) -
     finite("CCR non-milestone Σ|A| (overflows)", r.non_milestone_abs_sum)?;
     finite("CCR ratio (overflows)", r.value.unwrap_or(0.0))?;
     Ok(r)
-}
-
-/// ZAR over a plain slice of advantages: the fraction with |A| < `zero_threshold`.
-///
-/// # Errors
-/// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no advantages, [`Error::NonFinite`](crate::Error::NonFinite) for NaN/inf,
-/// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `zero_threshold` is finite and > 0.
-///
-/// ```
-/// use beacon_rl::diagnostics::zero_advantage_ratio;
-/// use beacon_rl::Error;
-/// assert_eq!(zero_advantage_ratio(&[], 1e-6), Err(Error::EmptyBatch));
-/// assert_eq!(zero_advantage_ratio(&[0.0, 1.0], 1e-6)?.value, 0.5);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn zero_advantage_ratio(advantages: &[f64], zero_threshold: f64) -> Result<ZarReport> {
-    Range::POSITIVE.check("zero_threshold", zero_threshold)?;
-    if advantages.is_empty() {
-        return Err(Error::EmptyBatch);
-    }
-    check_finite("advantages", advantages)?;
-    Ok(zar_unchecked(advantages, zero_threshold))
-}
-
-/// CCR over plain slices: mean |A| over flagged steps / mean |A| over the others, with
-/// |A| < `zero_threshold` counted as 0.
-///
-/// # Errors
-/// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no advantages, [`Error::LengthMismatch`](crate::Error::LengthMismatch) when `milestones`
-/// differs in length, [`Error::NonFinite`](crate::Error::NonFinite) for NaN/inf or for a sum or ratio that overflows
-/// (`credit_concentration(&[1e308, 1e-6], &[true, false], 1e-6)`), [`Error::InvalidConfig`](crate::Error::InvalidConfig)
-/// for the threshold.
-///
-/// ```
-/// use beacon_rl::diagnostics::credit_concentration;
-/// // No non-milestone step: CCR undefined.
-/// assert_eq!(credit_concentration(&[1.0], &[true], 1e-6)?.value, None);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn credit_concentration(
-    advantages: &[f64],
-    milestones: &[bool],
-    zero_threshold: f64,
-) -> Result<CcrReport> {
-    Range::POSITIVE.check("zero_threshold", zero_threshold)?;
-    if advantages.is_empty() {
-        return Err(Error::EmptyBatch);
-    }
-    check_len("milestones", advantages.len(), milestones.len())?;
-    check_finite("advantages", advantages)?;
-    ccr_unchecked(advantages, milestones, zero_threshold)
 }
 
 #[cfg(test)]

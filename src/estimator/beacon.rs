@@ -99,7 +99,7 @@ use crate::tensor::FloatViewMut;
 ///
 /// ```
 /// use beacon_rl::estimator::beacon::BeaconFlavour;
-/// use beacon_rl::NormMode;
+/// use beacon_rl::estimator::NormMode;
 /// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
 /// ```
@@ -219,7 +219,7 @@ impl BeaconConfig {
     ///
     /// ```
     /// use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour};
-    /// use beacon_rl::NormMode;
+    /// use beacon_rl::estimator::NormMode;
     /// let c = BeaconConfig::official();
     /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
     /// assert_eq!(c.milestone_reward, 10.0);
@@ -354,7 +354,7 @@ impl Default for BeaconConfig {
 }
 
 crate::setters::with_setters! {
-    BeaconConfig, "use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
+    BeaconConfig, "use beacon_rl::estimator::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::estimator::{NormMode, SingletonRule};", BeaconConfig::paper();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
     with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).

@@ -104,7 +104,7 @@ pub enum StepGrouping {
 ///
 /// ```
 /// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-/// use beacon_rl::NormMode;
+/// use beacon_rl::estimator::NormMode;
 /// let cfg = GigpoConfig::verl_agent()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
@@ -141,7 +141,7 @@ impl GigpoConfig {
     ///
     /// ```
     /// use beacon_rl::estimator::gigpo::{GigpoConfig, StepGrouping};
-    /// use beacon_rl::NormMode;
+    /// use beacon_rl::estimator::NormMode;
     /// let cfg = GigpoConfig::verl_agent();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);
@@ -186,7 +186,7 @@ impl GigpoConfig {
     /// Sets the normalization (default [`NormMode::MeanNorm`]).
     ///
     /// ```
-    /// # use beacon_rl::{estimator::gigpo::GigpoConfig, NormMode};
+    /// # use beacon_rl::estimator::NormMode; use beacon_rl::estimator::gigpo::GigpoConfig;
     /// let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
     /// assert_eq!(cfg.mode, NormMode::MeanStdNorm);
     /// ```

@@ -600,7 +600,7 @@ pub(crate) fn row_sums(rewards: FloatView<'_>, out: &mut Vec<f64>) {
     row_sums_to(rewards, out);
 }
 
-/// [`row_sums`] into a slice of one entry per row (the public `token::row_sums_into` and the
+/// [`row_sums`] into a slice of one entry per row (the public `tensor::row_sums_into` and the
 /// estimators share this one implementation).
 pub(crate) fn row_sums_to(rewards: FloatView<'_>, out: &mut [f64]) {
     match rewards {
@@ -827,7 +827,7 @@ pub(crate) fn estimate_via_steps_fresh(
 ) -> Result<Advantages> {
     with_steps(input, &mut Workspace::new(), check, steps, |step| {
         if let Some(mask) = &input.response_mask {
-            crate::token::check_broadcast_mask(step, mask)?;
+            crate::tensor::check_broadcast_mask(step, mask)?;
         }
         let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
         steps_into(
@@ -881,7 +881,7 @@ pub(crate) fn steps_into(
 
 fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>) -> Result<()> {
     match (mask, &mut out) {
-        (Some(mask), _) => crate::token::broadcast_into(step, mask, out),
+        (Some(mask), _) => crate::tensor::broadcast_into(step, mask, out),
         (None, FloatViewMut::F32(o)) => {
             o.column_mut(0)
                 .iter_mut()

@@ -73,7 +73,7 @@
 //! `estimate` from about 2.2× `estimate_into` to about 1.45× (`benches/trainer.rs`).
 //! [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) is the step-row form of
 //! the step-level estimators: one value per row, no token matrix; broadcast to tokens with
-//! [`token::broadcast_into`](crate::token::broadcast_into).
+//! [`tensor::broadcast_into`](crate::tensor::broadcast_into).
 //!
 //! The verl estimators read each input matrix once (finiteness is checked inside the
 //! kernels, and the eager checks only re-run to name the offending value) and write each
@@ -212,6 +212,7 @@ mod kernel;
 mod output;
 mod workspace;
 
+pub use crate::stats::{NormMode, SingletonRule};
 pub use config::EstimatorConfig;
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
@@ -235,7 +236,7 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 /// - [`estimate`](Self::estimate): the same into fresh `f64` arrays.
 /// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON, its
 ///   ablations, GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token
-///   matrix; the token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
+///   matrix; the token broadcast is then [`tensor::broadcast_into`](crate::tensor::broadcast_into).
 ///
 /// # Returns
 /// Only GAE, turn-level GAE, REINFORCE++, ReMax and the optimal token baselines define
@@ -390,7 +391,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// # Errors
     /// [`Error::NotStepLevel`] for token-level estimators (the default);
     /// [`Error::OutputShape`] when `advantages` has not one entry per row;
-    /// [`Error::EpisodeRewardMismatch`] when given `token_level_rewards` disagree with the
+    /// [`Error::TerminalRewardMismatch`] when given `token_level_rewards` disagree with the
     /// batch, [`Error::RowScoreMismatch`] when they disagree with `row_scores`;
     /// [`Error::InconsistentTerminalReward`] when the paper flavour of BEACON is given
     /// `row_scores` that differ within a trajectory; otherwise as
@@ -404,7 +405,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// its anchors (the outcome estimators have none); the length of `row_scores`, then the
     /// rows of `token_level_rewards`, each when given; then values: `row_scores` finite
     /// (`NonFinite`), the token sums against the rows' scores (`RowScoreMismatch` with
-    /// `row_scores`, else `EpisodeRewardMismatch`), then the estimator's own (the paper
+    /// `row_scores`, else `TerminalRewardMismatch`), then the estimator's own (the paper
     /// flavour's `InconsistentTerminalReward` for row scores that differ within a trajectory,
     /// GiGPO's non-finite `step_rewards`). `tests/it/step_rows.rs` pins it for every
     /// estimator. (The token-level
@@ -413,7 +414,7 @@ pub trait AdvantageEstimator: Send + Sync {
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-    /// use beacon_rl::token::broadcast_into;
+    /// use beacon_rl::tensor::broadcast_into;
     /// use beacon_rl::tensor::MaskView;
     /// use beacon_rl::RolloutBatch;
     /// use ndarray::Array2;

@@ -2,7 +2,8 @@
 //! (`Diagnostics::compare_estimators`, `row_advantages`): a hand-computed GRPO case, the
 //! first-masked-token rule, errors that name the estimator, and the bundled trajectories.
 
-use beacon_rl::diagnostics::{compare, row_advantages, Diagnostics, DiagnosticsConfig};
+use crate::diagnostics::compare;
+use beacon_rl::diagnostics::{row_advantages, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig};
 use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use beacon_rl::tensor::{FloatViewMut, MaskView};

@@ -15,8 +15,9 @@ use beacon_rl::estimator::beacon::BeaconFlavour;
 use beacon_rl::estimator::gigpo::StepGrouping;
 use beacon_rl::estimator::grpo::{GrpoNorm, GrpoStatistics};
 use beacon_rl::estimator::optimal_baseline::ZeroTail;
+use beacon_rl::estimator::NormMode;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::{NormMode, RolloutBatch};
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use proptest::prelude::*;
 

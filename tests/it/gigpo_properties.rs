@@ -3,7 +3,7 @@
 
 use beacon_rl::difflib::ratio;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
-use beacon_rl::NormMode;
+use beacon_rl::estimator::NormMode;
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::difflib::ratio;
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
-use beacon_rl::NormMode;
+use beacon_rl::estimator::NormMode;
 use beacon_rl::RolloutBatch;
 
 struct Case {

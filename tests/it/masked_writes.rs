@@ -6,8 +6,8 @@
 
 use beacon_rl::ablation::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::broadcast_into;
 use beacon_rl::tensor::MaskView;
-use beacon_rl::token::broadcast_into;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 

@@ -4,8 +4,9 @@
 //! release's float64 run, at step and token level.
 
 use beacon_rl::estimator::beacon::{Beacon, BeaconConfig, BeaconFlavour};
-use beacon_rl::token::broadcast;
-use beacon_rl::{NormMode, RolloutBatch};
+use beacon_rl::estimator::NormMode;
+use beacon_rl::tensor::broadcast;
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use serde_json::Value;
 

@@ -8,7 +8,7 @@
 //! f64: that difference (< 6e-6 here) is what the tolerance absorbs.
 
 use beacon_rl::estimator::gigpo::{Gigpo, GigpoConfig, GigpoOutput, GigpoWorkspace, StepGrouping};
-use beacon_rl::NormMode;
+use beacon_rl::estimator::NormMode;
 use beacon_rl::RolloutBatch;
 use serde_json::Value;
 

@@ -250,7 +250,7 @@ fn row_scores_are_validated() {
         no_rows.row_scores = None;
         assert_eq!(
             steps(&*est, &no_rows),
-            Err(Error::EpisodeRewardMismatch {
+            Err(Error::TerminalRewardMismatch {
                 row: 0,
                 batch: 1.0,
                 tokens: 0.9
@@ -328,11 +328,11 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
     ));
     let mut official = beacon_rl::estimator::beacon::BeaconConfig::official();
     official.flavour = beacon_rl::estimator::beacon::BeaconFlavour::Official {
-        mode: beacon_rl::NormMode::MeanStdNorm,
+        mode: beacon_rl::estimator::NormMode::MeanStdNorm,
     };
     v.push(EstimatorConfig::BeaconOfficial(official).build().unwrap());
     let mut gigpo = beacon_rl::estimator::gigpo::GigpoConfig::verl_agent();
-    gigpo.mode = beacon_rl::NormMode::MeanStdNorm;
+    gigpo.mode = beacon_rl::estimator::NormMode::MeanStdNorm;
     v.push(EstimatorConfig::Gigpo(gigpo).build().unwrap());
     v
 }
