@@ -394,7 +394,14 @@ impl RolloutBatch {
     /// # Errors
     /// [`Error::CapacityExceeded`] (`requested` = the step count, `≤ limit`) when the row index
     /// cannot be allocated.
-    pub(crate) fn try_step_rows(&self) -> Result<&[usize]> {
+    ///
+    /// ```
+    /// use beacon_rl::RolloutBatch;
+    /// let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, 3], vec![1.0])?;
+    /// assert_eq!(batch.try_step_rows()?, &[0, 1, 2]);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn try_step_rows(&self) -> Result<&[usize]> {
         self.step_rows.try_built()
     }
 

@@ -19,19 +19,10 @@ use crate::tensor::MaskView;
 /// or, without a mask, the output has no column; then
 /// [`Error::MaskValue`](crate::Error::MaskValue) for an integer mask entry other than 0 and 1,
 /// [`Error::InvalidMask`](crate::Error::InvalidMask) for a response length past L.
-///
-/// ```
-/// use beacon_rl::diagnostics::row_advantages;
-/// use ndarray::array;
-///
-/// // Row 0 starts with a prompt token (masked out, 0.0), then carries 0.5 on its response.
-/// let adv = array![[0.0, 0.5, 0.5], [-1.0, -1.0, 0.0], [0.0, 0.0, 0.0]];
-/// let mask = array![[false, true, true], [true, true, false], [false, false, false]];
-/// assert_eq!(row_advantages(adv.view(), Some((&mask).into()))?, [0.5, -1.0, 0.0]);
-/// assert_eq!(row_advantages(adv.view(), None)?, [0.0, -1.0, 0.0]); // column 0
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn row_advantages(adv: ArrayView2<'_, f64>, response_mask: Option<MaskView<'_>>) -> Result<Vec<f64>> {
+pub(crate) fn row_advantages(
+    adv: ArrayView2<'_, f64>,
+    response_mask: Option<MaskView<'_>>,
+) -> Result<Vec<f64>> {
     // Exactly the mask's shape: a mask without columns marks no token, so every row is 0
     // (what an estimator returns for L = 0 is then accepted, and a column the mask does not
     // cover is not). Without a mask, column 0 is read, so there must be one.
@@ -130,6 +121,7 @@ pub(super) fn ccr_unchecked(advantages: &[f64], milestones: &[bool], tau: f64) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::{array, Array2};
 
     #[test]
     fn effective_and_ratio_helpers() {
@@ -137,5 +129,83 @@ mod tests {
         assert_eq!(effective(-1e-6, 1e-6), -1e-6); // |A| = τ is not below τ
         assert_eq!(ratio(1.0, 0.0), None);
         assert_eq!(ratio(1.0, 4.0), Some(0.25));
+    }
+
+    #[test]
+    fn row_advantages_rules() {
+        let adv = array![[0.0, 2.0, 3.0], [5.0, 0.0, 0.0]];
+        let out = adv.view();
+        // Row 0: first masked token is column 2 (3.0). Row 1: no masked token -> 0.
+        let mask = array![[false, false, true], [false, false, false]];
+        assert_eq!(row_advantages(out, Some((&mask).into())).unwrap(), [3.0, 0.0]);
+        assert_eq!(row_advantages(out, None).unwrap(), [0.0, 5.0]);
+        // Shapes must agree with the mask, and there must be a column.
+        let narrow = array![[true, true], [true, true]];
+        assert_eq!(
+            row_advantages(out, Some((&narrow).into())),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (2, 2),
+                actual: (2, 3)
+            })
+        );
+        let tall = Array2::from_elem((3, 3), true);
+        assert_eq!(
+            row_advantages(out, Some((&tall).into())),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (3, 3),
+                actual: (2, 3)
+            })
+        );
+        let empty = Array2::<f64>::zeros((2, 0));
+        assert_eq!(
+            row_advantages(empty.view(), None),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (2, 1),
+                actual: (2, 0)
+            })
+        );
+        // A mask without columns marks no token: an output of its shape (rows × 0) is every row
+        // 0, an output with a column it does not cover is misshapen. (The old code took the
+        // mask's width as at least 1, so it refused the first and read zeros from the second.)
+        let no_tokens = Array2::from_elem((2, 0), false);
+        assert_eq!(
+            row_advantages(empty.view(), Some((&no_tokens).into())),
+            Ok(vec![0.0, 0.0])
+        );
+        let one = Array2::<f64>::zeros((2, 1));
+        assert_eq!(
+            row_advantages(one.view(), Some((&no_tokens).into())),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (2, 0),
+                actual: (2, 1)
+            })
+        );
+        // The mask is checked as the estimators check it: an integer entry other than 0 and 1,
+        // or a length past L, is an error (it was read as "generated", and a length clipped).
+        let two = array![[0i64, 0, 2], [0, 0, 0]];
+        assert_eq!(
+            row_advantages(out, Some((&two).into())),
+            Err(Error::MaskValue {
+                row: 0,
+                token: 2,
+                value: 2
+            })
+        );
+        let long = MaskView::Lengths {
+            lengths: &[0, 4],
+            cols: 3,
+        };
+        assert_eq!(
+            row_advantages(out, Some(long)),
+            Err(Error::InvalidMask {
+                row: 1,
+                length: 4,
+                cols: 3
+            })
+        );
     }
 }

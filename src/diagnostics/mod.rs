@@ -58,7 +58,7 @@
 //! [`Diagnostics::compare`](crate::diagnostics::Diagnostics::compare) measures advantage vectors the caller computed;
 //! [`Diagnostics::compare_estimators`](crate::diagnostics::Diagnostics::compare_estimators) runs [`AdvantageEstimator`](crate::estimator::AdvantageEstimator)s on one
 //! [`EstimatorInput`](crate::estimator::EstimatorInput) and measures each, taking a row's advantage from the first masked
-//! token of its output ([`row_advantages`]). Either way a failure is an [`Error::Estimator`](crate::Error::Estimator)
+//! token of its output. Either way a failure is an [`Error::Estimator`](crate::Error::Estimator)
 //! that names the estimator.
 //!
 //! # Edge cases
@@ -102,7 +102,6 @@ mod prepared;
 mod report;
 
 pub use config::DiagnosticsConfig;
-pub use metrics::row_advantages;
 pub use prepared::Diagnostics;
 pub use report::{
     CarReport, CcrReport, Comparison, DiagnosticsReport, EgrReport, NamedReport, SampleCategory, SampleSplit,

@@ -301,8 +301,8 @@ impl<'a> Diagnostics<'a> {
     /// the given order: GRPO, GiGPO and BEACON side by side through the
     /// [`AdvantageEstimator`](crate::estimator::AdvantageEstimator) trait. `estimators` pairs a display name with an estimator.
     ///
-    /// **Per-row advantage.** Each estimator returns a rows × L matrix; the row's advantage is
-    /// [`row_advantages`] of it: with a response mask in `input`, the value on the row's
+    /// **Per-row advantage.** Each estimator returns a rows × L matrix, reduced to one advantage
+    /// per row: with a response mask in `input`, the value on the row's
     /// *first masked token*; without one, column 0. Every step-level or outcome estimator of
     /// the crate (GRPO and its variants, RLOO, OPO, GPG, REINFORCE++-baseline, ReMax, GiGPO,
     /// BEACON) writes one value on all masked tokens of a row, so the first one *is* the row's

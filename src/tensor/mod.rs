@@ -14,7 +14,7 @@
 //! # Integer masks hold 0 and 1
 //! verl multiplies by `response_mask`, so an entry of 2 would double a token's advantage
 //! there, while a reader that takes "nonzero" as generated would not: any value other than 0
-//! and 1 in a `u8` or `i64` mask is [`Error::MaskValue`] (row, token, value), from every
+//! and 1 in a `u8` or `i64` mask is [`Error::MaskValue`](crate::Error::MaskValue) (row, token, value), from every
 //! estimator and every token function of this module. The check costs no extra pass
 //! where it matters: the estimators and the token broadcast test each entry in the loop that
 //! first reads it (writes its token, or converts or counts the mask), and the other token
