@@ -122,33 +122,7 @@ impl<'a> Diagnostics<'a> {
         }
         let distinct_pairs = traj_count.len();
 
-        // Compact the shared pairs (≥ 2 trajectories) and bucket their occurrences (CSR).
-        let mut shared_id = vec![usize::MAX; distinct_pairs];
-        let mut shared = 0usize;
-        for (sid, &c) in shared_id.iter_mut().zip(&traj_count) {
-            if c >= 2 {
-                *sid = shared;
-                shared += 1;
-            }
-        }
-        let mut pair_offsets = vec![0usize; shared + 1];
-        for &id in &pair_of_step {
-            if let Some(&s) = shared_id.get(id).filter(|&&s| s != usize::MAX) {
-                pair_offsets[s + 1] += 1;
-            }
-        }
-        for i in 1..pair_offsets.len() {
-            pair_offsets[i] += pair_offsets[i - 1];
-        }
-        let mut cursor = pair_offsets.clone();
-        let mut occ_rows = vec![0usize; pair_offsets[shared]];
-        for (&id, &r) in pair_of_step.iter().zip(batch.step_rows()) {
-            let s = shared_id[id];
-            if s != usize::MAX {
-                occ_rows[cursor[s]] = r;
-                cursor[s] += 1;
-            }
-        }
+        let (pair_offsets, occ_rows) = shared_pair_index(&pair_of_step, &traj_count, batch.step_rows());
 
         let categories = batch
             .terminal_rewards()
@@ -490,6 +464,44 @@ impl<'a> Diagnostics<'a> {
         u.value = u.effective as f64 / u.trajectories as f64;
         u
     }
+}
+
+/// The shared pairs (those in ≥ 2 trajectories, `traj_count`) compacted, and their occurrences
+/// bucketed (CSR): occurrences of shared pair p are `occ_rows[pair_offsets[p]..[p + 1]]`, in
+/// step order. `pair_of_step[s]` is the pair id of step s, `step_rows[s]` its caller row.
+fn shared_pair_index(
+    pair_of_step: &[usize],
+    traj_count: &[usize],
+    step_rows: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
+    let distinct_pairs = traj_count.len();
+    let mut shared_id = vec![usize::MAX; distinct_pairs];
+    let mut shared = 0usize;
+    for (sid, &c) in shared_id.iter_mut().zip(traj_count) {
+        if c >= 2 {
+            *sid = shared;
+            shared += 1;
+        }
+    }
+    let mut pair_offsets = vec![0usize; shared + 1];
+    for &id in pair_of_step {
+        if let Some(&s) = shared_id.get(id).filter(|&&s| s != usize::MAX) {
+            pair_offsets[s + 1] += 1;
+        }
+    }
+    for i in 1..pair_offsets.len() {
+        pair_offsets[i] += pair_offsets[i - 1];
+    }
+    let mut cursor = pair_offsets.clone();
+    let mut occ_rows = vec![0usize; pair_offsets[shared]];
+    for (&id, &r) in pair_of_step.iter().zip(step_rows) {
+        let s = shared_id[id];
+        if s != usize::MAX {
+            occ_rows[cursor[s]] = r;
+            cursor[s] += 1;
+        }
+    }
+    (pair_offsets, occ_rows)
 }
 
 /// Wraps an error of one compared estimator with its display name.
