@@ -19,8 +19,7 @@
 
 use std::hint::black_box;
 
-use beacon_rl::BatchBuilder;
-use beacon_rl::RolloutBatch;
+use beacon_rl::{BatchBuilder, RolloutBatch};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const GROUPS: u64 = 16;

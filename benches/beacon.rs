@@ -6,7 +6,7 @@
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
 use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorInput, Workspace};
-use beacon_rl::token::broadcast_into;
+use beacon_rl::tensor::broadcast_into;
 use beacon_rl::RolloutBatch;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::Array2;

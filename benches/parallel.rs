@@ -8,9 +8,9 @@
 //! - `floor_{i64,bool,lengths}`: one pass that reads what end to end must read (f32 rewards and
 //!   the mask, or only the rewards for lengths) and writes the f32 output: the byte floor of
 //!   each mask form (`out = reward · mask`);
-//! - `NAME/{i64,bool,lengths,i64_to_lengths}`: `token::row_sums_into` (scores) → each
+//! - `NAME/{i64,bool,lengths,i64_to_lengths}`: `tensor::row_sums_into` (scores) → each
 //!   trajectory's score = its last row's → `BatchBuilder::rebuild_from_row_keys` →
-//!   `estimate_into` f32 under the mask (`i64_to_lengths`: `token::prefix_lengths_into` first,
+//!   `estimate_into` f32 under the mask (`i64_to_lengths`: `tensor::prefix_lengths_into` first,
 //!   then the lengths mask, so the i64 mask is read once);
 //! - `beacon/str_keys_i64`: the same with string keys;
 //! - `part/*`: the stages of `beacon/i64` alone; `part/row_sums_dense` sums rewards with no
@@ -32,9 +32,8 @@ use std::time::Duration;
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::token::{prefix_lengths_into, row_sums_into};
-use beacon_rl::BatchBuilder;
-use beacon_rl::RolloutBatch;
+use beacon_rl::tensor::{prefix_lengths_into, row_sums_into};
+use beacon_rl::{BatchBuilder, RolloutBatch};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ndarray::{Array2, Zip};
 use splitmix64::SplitMix64;
@@ -254,12 +253,12 @@ fn bench_e2e(c: &mut Criterion) {
     });
     group.bench_function("part/broadcast_i64", |b| {
         b.iter(|| {
-            beacon_rl::token::broadcast_into(black_box(&steps), &d.mask, &mut t.out).expect("broadcast")
+            beacon_rl::tensor::broadcast_into(black_box(&steps), &d.mask, &mut t.out).expect("broadcast")
         })
     });
     group.bench_function("part/broadcast_bool", |b| {
         b.iter(|| {
-            beacon_rl::token::broadcast_into(black_box(&steps), &d.mask_bool, &mut t.out).expect("broadcast")
+            beacon_rl::tensor::broadcast_into(black_box(&steps), &d.mask_bool, &mut t.out).expect("broadcast")
         })
     });
     group.bench_function("part/prefix_lengths_i64", |b| {
@@ -272,7 +271,7 @@ fn bench_e2e(c: &mut Criterion) {
     group.bench_function("beacon/0.1_way_i64", |b| {
         b.iter(|| {
             // verl-agent's episode score: the row sums of the token rewards (the crate's kernel).
-            beacon_rl::token::row_sums_into(&d.rewards, &mut scores).expect("one sum per row");
+            beacon_rl::tensor::row_sums_into(&d.rewards, &mut scores).expect("one sum per row");
             for chunk in scores.chunks_mut(STEPS) {
                 let last = chunk[chunk.len() - 1];
                 chunk.fill(last);
@@ -306,7 +305,7 @@ fn bench_parallel(c: &mut Criterion) {
     for (label, pool) in &pools {
         group.bench_function(format!("broadcast_i64/{label}"), |b| {
             b.iter(|| {
-                pool.install(|| beacon_rl::token::broadcast_into(black_box(&values), &d.mask, &mut out))
+                pool.install(|| beacon_rl::tensor::broadcast_into(black_box(&values), &d.mask, &mut out))
                     .expect("broadcast")
             })
         });

@@ -232,7 +232,7 @@ fn bench_size(c: &mut Criterion, label: &str, rows: usize) {
             group.bench_function(format!("{name}/end_to_end"), |b| {
                 b.iter(|| {
                     // verl-agent's episode score: the row sums of the token rewards (the crate's kernel).
-                    beacon_rl::token::row_sums_into(&d.rewards, &mut scores).expect("one sum per row");
+                    beacon_rl::tensor::row_sums_into(&d.rewards, &mut scores).expect("one sum per row");
                     // The episode score of each trajectory: its last row's.
                     for chunk in scores.chunks_mut(STEPS) {
                         let last = chunk[chunk.len() - 1];

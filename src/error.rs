@@ -377,7 +377,7 @@ pub enum Error {
     /// both given to an estimator that reads R(τ). `row` is the first such row in caller order.
     /// See [`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores).
     #[error("row {row}: token_level_rewards sum to {tokens}, but the batch's terminal reward of its trajectory is {batch}")]
-    EpisodeRewardMismatch {
+    TerminalRewardMismatch {
         /// The first disagreeing caller row.
         row: usize,
         /// The batch's terminal reward of the row's trajectory.
@@ -411,7 +411,7 @@ pub enum Error {
     },
 
     /// A response mask read as per-row lengths
-    /// ([`token::prefix_lengths_into`](crate::token::prefix_lengths_into)) is not a prefix
+    /// ([`tensor::prefix_lengths_into`](crate::tensor::prefix_lengths_into)) is not a prefix
     /// mask: token `token` of row `row` is generated after a token that is not.
     #[error("response mask row {row} is not a prefix mask: token {token} is set after an unset token")]
     NotPrefixMask {

@@ -18,7 +18,7 @@
 //! ```
 //! use beacon_rl::estimator::{Beacon, BeaconConfig};
 //! use beacon_rl::milestone::{detect_milestones, ScoreIncrease, Transition};
-//! use beacon_rl::token::broadcast;
+//! use beacon_rl::tensor::broadcast;
 //! use beacon_rl::RolloutBatch;
 //! use ndarray::Array2;
 //!
@@ -58,12 +58,12 @@
 //! fails when a re-export gives an item a second one. Which path is decided by one rule:
 //!
 //! - **The crate root** holds only what nearly every program names: [`RolloutBatch`] (and
-//!   [`BatchBuilder`], which rebuilds one in place), [`Error`] and [`Result`], and the group
-//!   normalisation switches [`NormMode`] and [`SingletonRule`] that the estimators' and
-//!   ablations' configs share. The files defining them are private.
+//!   [`BatchBuilder`], which rebuilds one in place), [`Error`], [`Result`] and [`Escaped`]
+//!   (how errors quote caller text), and [`ndarray`]. The files defining them are private.
 //! - **One flat public module per area**, named after its concept. The area's files are
-//!   private, each named after the concept it computes with its equation in its doc: `estimator::Beacon`, `milestone::ExpertWalkthrough`,
-//!   `diagnostics::Diagnostics`, `record::read_trajectories`.
+//!   private, each named after the concept it computes, with its equation in its doc:
+//!   `estimator::Beacon`, `milestone::ExpertWalkthrough`, `diagnostics::Diagnostics`,
+//!   `record::read_trajectories`.
 //!
 //! The areas:
 //!
@@ -77,10 +77,10 @@
 //!   the two basic detectors, and the detector families
 //!   (text patterns, walkthroughs, WebShop phases, combinators, presets, [`milestone::discover`], ...).
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
-//! - [`token`]: step advantages → token advantages under a response mask.
 //! - [`tensor`]: the views of caller arrays in trainer dtypes (`f32`/`f64` values,
-//!   `bool`/`u8`/`i64` masks, response lengths) that the estimators and [`token`] read and
-//!   write; arrays and slices convert into them, so most callers never name them.
+//!   `bool`/`u8`/`i64` masks, response lengths) that the estimators read and write (arrays and
+//!   slices convert into them, so most callers never name them), and step advantages → token
+//!   advantages under a response mask ([`tensor::broadcast_into`], [`tensor::spans_into`]).
 //! - [`diagnostics`]: CAR, EGR, ZAR, CCR and the sample split, for any estimator's advantages.
 //!
 //! # Crate features
@@ -109,7 +109,7 @@
 //!   [`BatchBuilder`]: after the first call nothing is allocated. [`estimate`](estimator::AdvantageEstimator::estimate)
 //!   allocates fresh `f64` outputs, which costs up to 1.8× on large batches.
 //! - **Pass lengths, not masks**, when the response mask is a prefix mask
-//!   ([`token::prefix_lengths_into`]): reading verl's `i64` mask alone costs about twice a
+//!   ([`tensor::prefix_lengths_into`]): reading verl's `i64` mask alone costs about twice a
 //!   copy of the output; from lengths, the outcome estimators run at 1.2× the copy.
 //! - **Use the `rayon` feature** where a core is free: groups and token rows run in parallel on
 //!   the current rayon pool, bit-identical to the serial path (1.6–1.9× on 2 cores).
@@ -147,7 +147,6 @@ pub mod milestone;
 #[cfg(feature = "serde")]
 pub mod record;
 mod stats;
-pub mod token;
 
 mod hash;
 // Fresh outputs backed by transparent huge pages (Linux).
@@ -155,10 +154,10 @@ mod huge_pages;
 // Non-temporal stores for outputs larger than the cache (x86-64).
 mod stream;
 
+pub mod tensor;
+
 pub use batch::{BatchBuilder, RolloutBatch};
 pub use error::{Error, Escaped, Result};
-pub use stats::{NormMode, SingletonRule};
-pub mod tensor;
 
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;

@@ -13,9 +13,8 @@
 /// The serde names are the peers' `mode` strings.
 ///
 /// ```
-/// use beacon_rl::NormMode;
-/// assert_eq!(NormMode::MeanStdNorm.normalize(3.0, 1.0, 2.0, 0.0), 1.0);
-/// assert_eq!(NormMode::MeanNorm.normalize(3.0, 1.0, 2.0, 0.0), 2.0);
+/// use beacon_rl::estimator::NormMode;
+/// assert_eq!(NormMode::default(), NormMode::MeanNorm);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -30,14 +29,8 @@ pub enum NormMode {
 
 impl NormMode {
     /// Normalises `x` against mean `mean` and standard deviation `std` with epsilon `eps`.
-    ///
-    /// ```
-    /// use beacon_rl::NormMode;
-    /// // (1 - 0.5) / (0.5 + 0.5) = 0.5
-    /// assert_eq!(NormMode::MeanStdNorm.normalize(1.0, 0.5, 0.5, 0.5), 0.5);
-    /// ```
     #[inline]
-    pub fn normalize(self, x: f64, mean: f64, std: f64, eps: f64) -> f64 {
+    pub(crate) fn normalize(self, x: f64, mean: f64, std: f64, eps: f64) -> f64 {
         match self {
             NormMode::MeanNorm => x - mean,
             NormMode::MeanStdNorm => (x - mean) / (std + eps),
@@ -48,7 +41,7 @@ impl NormMode {
 /// What a group with a single member gets.
 ///
 /// ```
-/// use beacon_rl::SingletonRule;
+/// use beacon_rl::estimator::SingletonRule;
 /// assert_eq!(SingletonRule::default(), SingletonRule::PassThrough);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -13,8 +13,7 @@ use std::hash::Hash;
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GigpoConfig, StepGrouping};
-use beacon_rl::BatchBuilder;
-use beacon_rl::{Error, RolloutBatch};
+use beacon_rl::{BatchBuilder, Error, RolloutBatch};
 use proptest::prelude::*;
 use splitmix64::SplitMix64;
 
@@ -196,7 +195,7 @@ fn step_estimators_check_token_rewards_against_the_batch() {
         }
         assert_eq!(
             est.estimate(&input.with_token_level_rewards(&disagree)),
-            Err(Error::EpisodeRewardMismatch {
+            Err(Error::TerminalRewardMismatch {
                 row: 3,
                 batch: 0.0,
                 tokens: 0.5

@@ -10,10 +10,9 @@
 
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, GigpoOutput, Workspace};
-use beacon_rl::tensor::MaskView;
-use beacon_rl::token::broadcast_into;
-use beacon_rl::{NormMode, RolloutBatch};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, GigpoOutput, NormMode, Workspace};
+use beacon_rl::tensor::{broadcast_into, MaskView};
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use splitmix64::SplitMix64;
 

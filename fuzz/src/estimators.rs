@@ -9,16 +9,9 @@
 //! mask is `bool`, `u8` or `i64`; an integer mask holding an entry other than 0 and 1 is never
 //! `Ok`.
 
-use beacon_rl::estimator::GaeConfig;
-use beacon_rl::estimator::GpgConfig;
-use beacon_rl::estimator::ReinforcePlusPlusConfig;
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
-use beacon_rl::estimator::{GigpoConfig, StepGrouping};
-use beacon_rl::estimator::{GrpoConfig, GrpoNorm, GrpoStatistics};
-use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};
+use beacon_rl::estimator::{AdvantageEstimator, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, GaeConfig, GigpoConfig, GpgConfig, GrpoConfig, GrpoNorm, GrpoStatistics, NormMode, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SingletonRule, StepGrouping, Workspace, ZeroTail};
 use beacon_rl::tensor::MaskView;
-use beacon_rl::{Error, NormMode, RolloutBatch, SingletonRule};
+use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 
 use super::bytes::Bytes;

@@ -1,4 +1,4 @@
-//! Oracle of the `token` fuzz target: `token::broadcast_into` and `token::spans_into` under
+//! Oracle of the `token` fuzz target: `tensor::broadcast_into` and `tensor::spans_into` under
 //! arbitrary masks, spans, shapes and memory layouts, in `f32` and `f64`.
 //!
 //! Masks are `bool`, `u8` or `i64` matrices in either memory layout; integer masks are mostly
@@ -13,15 +13,13 @@
 //! the values finite); on `Ok` every output element equals the definition bit for bit
 //! (`v as T` on a masked-in token of a covering span, `0` elsewhere).
 //!
-//! On the broadcast inputs also: `token::prefix_lengths_into` gives the first bad entry, else
+//! On the broadcast inputs also: `tensor::prefix_lengths_into` gives the first bad entry, else
 //! `Error::NotPrefixMask` at the first row with a 1 after a 0 (at that 1), else each row's
 //! count of ones, and the broadcast under those lengths (`MaskView::Lengths`, streamed when
-//! large) writes the same bits as under the matrix; `token::row_sums_into` of fuzzed `f32` and
+//! large) writes the same bits as under the matrix; `tensor::row_sums_into` of fuzzed `f32` and
 //! `f64` matrices (small shapes) equals each row's left-to-right `Iterator::sum` (or both NaN).
 
-use beacon_rl::tensor::Float;
-use beacon_rl::tensor::{FloatViewMut, MaskView};
-use beacon_rl::token::{broadcast_into, prefix_lengths_into, row_sums_into, spans_into, TokenSpan};
+use beacon_rl::tensor::{broadcast_into, FloatViewMut, MaskView, prefix_lengths_into, row_sums_into, spans_into, TokenSpan};
 use beacon_rl::Error;
 use ndarray::{Array2, ShapeBuilder};
 
@@ -38,12 +36,19 @@ pub fn run(data: &[u8]) {
     }
 }
 
-trait Bits: Float {
+trait Bits: Copy + PartialEq + std::fmt::Debug + 'static {
+    const ZERO: Self;
+    /// Rounds an `f64` to this type (round to nearest even), as the writers do.
+    fn from_f64(v: f64) -> Self;
     fn bits(self) -> u64;
     /// The output view the token functions take (one `From` impl per element type).
     fn out(a: &mut Array2<Self>) -> FloatViewMut<'_>;
 }
 impl Bits for f32 {
+    const ZERO: Self = 0.0;
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
     fn bits(self) -> u64 {
         u64::from(self.to_bits())
     }
@@ -52,6 +57,10 @@ impl Bits for f32 {
     }
 }
 impl Bits for f64 {
+    const ZERO: Self = 0.0;
+    fn from_f64(v: f64) -> Self {
+        v
+    }
     fn bits(self) -> u64 {
         self.to_bits()
     }

@@ -365,7 +365,7 @@ def estimate(
     index: Optional[Array] = None,
     *,
     traj_index: Optional[Array] = None,
-    episode_rewards: Optional[Array] = None,
+    terminal_rewards: Optional[Array] = None,
     row_scores: Optional[Array] = None,
     values: Optional[Array] = None,
     old_log_probs: Optional[Array] = None,
@@ -395,7 +395,7 @@ def estimate(
       verl's estimators read.
     - ``traj_index`` (one trajectory key per row) makes rows steps of trajectories, in row
       order; without it every row is its own trajectory.
-    - ``episode_rewards`` (one per row, equal within a trajectory) is R(τ) for BEACON and
+    - ``terminal_rewards`` (one per row, equal within a trajectory) is R(τ) for BEACON and
       GiGPO. Without it, each row is scored by its own sum of ``token_level_rewards``, as
       verl-agent does (its layout): the rows of one trajectory may then differ, as
       verl-agent's invalid-action penalty makes them (``beacon_official``, ``gigpo`` and
@@ -405,7 +405,7 @@ def estimate(
       that differs).
     - ``row_scores`` (one finite float per row) gives those per-row scores explicitly (the
       crate's ``EstimatorInput::with_row_scores``); ``token_level_rewards``, when given too,
-      must sum to them on every row. Not together with ``episode_rewards``.
+      must sum to them on every row. Not together with ``terminal_rewards``.
     - ``milestones`` (one flag per row: bool/uint8/int64, or an object array of bools, 0
       and 1) for ``beacon``/``beacon_official``; ``step_rewards``
       and ``anchor_obs`` (object array of str) for ``gigpo``; ``values`` for ``gae``;
@@ -439,7 +439,7 @@ def estimate(
     Inputs may be strided, transposed or reversed views (read in place). Raises ``TypeError``
     for an unsupported array type or dtype and ``ValueError`` with the crate's message (which
     field, which row) for bad values or shapes, for a step estimator given none of
-    ``episode_rewards``, ``row_scores`` and ``token_level_rewards``, for arrays the binding cannot view in
+    ``terminal_rewards``, ``row_scores`` and ``token_level_rewards``, for arrays the binding cannot view in
     place (misaligned, or strides that are no whole number of items, as a field of a packed
     structured array), and for outputs whose elements overlap (``expand``, ``as_strided``)
     or that share memory with an input or with each other.
@@ -447,7 +447,7 @@ def estimate(
     caller = _Caller()
     rewards = caller.numpy(token_level_rewards, "token_level_rewards")
     mask = _mask(caller.numpy(response_mask, "response_mask"))
-    episode = caller.numpy(episode_rewards, "episode_rewards")
+    episode = caller.numpy(terminal_rewards, "terminal_rewards")
     scores = caller.numpy(row_scores, "row_scores")
     step = caller.numpy(step_rewards, "step_rewards")
     tvals = caller.numpy(turn_values, "turn_values")
@@ -479,7 +479,7 @@ def estimate(
         response_mask=mask,
         index=idx,
         traj_index=traj,
-        episode_rewards=episode,
+        terminal_rewards=episode,
         row_scores=scores,
         values=vals,
         old_log_probs=caller.numpy(old_log_probs, "old_log_probs"),
@@ -508,7 +508,7 @@ def estimate_turns(
     The convention reads what verl's GRPO reads, and needs nothing beyond what verl passes
     an estimator:
 
-    - a row's **outcome** R(τ) is the sum of its ``token_level_rewards`` over the whole row,
+    - a row's **terminal reward** R(τ) is the sum of its ``token_level_rewards`` over the whole row,
       masked tokens included (verl's ``token_level_rewards.sum(-1)``): verl's reward managers
       put the score on the last attended token, which in a multi-turn rollout may be a tool or
       environment token outside ``response_mask``;
@@ -516,9 +516,9 @@ def estimate_turns(
       environment tokens between turns are masked), and each turn is one step;
     - a turn other than the last whose **last token** carries a reward > 0 is a
       **milestone** (a reward function marks a milestone by placing a positive increment
-      there; the increment counts in the outcome too, as verl's sum counts it);
+      there; the increment counts in the terminal reward too, as verl's sum counts it);
     - no reward is dropped: one between turns, after the last turn, mid-turn or on any
-      masked token counts in the outcome. A row with no turn but a nonzero reward raises
+      masked token counts in the terminal reward. A row with no turn but a nonzero reward raises
       ``ValueError`` naming the row and token (no token could carry its credit), and so does
       NaN or ±inf anywhere in ``token_level_rewards``;
     - rows sharing an ``index`` key form a group; a row with no valid token (and no reward)

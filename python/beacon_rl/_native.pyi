@@ -15,7 +15,7 @@ def estimate(
     response_mask: Optional[np.ndarray] = None,
     index: np.ndarray,
     traj_index: Optional[np.ndarray] = None,
-    episode_rewards: Optional[npt.NDArray[np.floating]] = None,
+    terminal_rewards: Optional[npt.NDArray[np.floating]] = None,
     row_scores: Optional[npt.NDArray[np.floating]] = None,
     values: Optional[npt.NDArray[np.floating]] = None,
     old_log_probs: Optional[npt.NDArray[np.floating]] = None,
@@ -75,19 +75,6 @@ def validate(name: str, config_json: Optional[str] = None) -> None:
 def has_returns(name: str, config_json: Optional[str] = None) -> bool:
     """True when ``name`` computes returns of its own (else they equal its advantages)."""
 
-def _time_crate_call(
-    name: str,
-    out_advantages: npt.NDArray[np.floating],
-    *,
-    token_level_rewards: npt.NDArray[np.floating],
-    response_mask: np.ndarray,
-    index: npt.NDArray[np.int64],
-    reps: int,
-    lengths: Optional[npt.NDArray[np.int64]] = None,
-) -> Tuple[list[float], list[float]]:
-    """Benchmark helper, not API: wall-clock and CPU (``time.process_time``) seconds of each
-    of ``reps`` runs of the crate's own call (kept batch builder and workspace, int64 group
-    ids, the mask as given or as ``lengths``, each at least 0), with no binding around it."""
 
 def set_num_threads(n: int) -> None:
     """Compute on ``n`` threads from the next call on (1, the default: the calling thread).

@@ -33,10 +33,10 @@ Names
       tokens inside a row (as verl 0.9.1 does), where SkyRL 0.3.1 reads their values and
       resets the running return.
 
-Turns, milestones, outcome (the package's multi-turn convention, :func:`beacon_rl.estimate_turns`)
+Turns, milestones, terminal reward (the package's multi-turn convention, :func:`beacon_rl.estimate_turns`)
     A turn is a maximal run of ``loss_mask == 1``; ``rewards`` (SkyRL's token-level rewards)
     are read as that convention reads ``token_level_rewards``: a positive reward on the last
-    token of a turn other than the last marks a milestone, the outcome is what the convention
+    token of a turn other than the last marks a milestone, the terminal reward is what the convention
     takes from the row. Each turn's advantage is written over its tokens, 0 elsewhere.
 
 Step-wise mode (``generator.step_wise_trajectories=true``: one row per turn)

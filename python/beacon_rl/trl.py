@@ -23,7 +23,7 @@ What the estimator reads (the package's multi-turn convention, :func:`beacon_rl.
       gives them, per-turn rewards on each turn's last token: a list per completion under
       the input key ``turn_rewards`` (a ``rollout_func`` returns it as an extra field, which
       TRL copies into the inputs). A positive turn reward on a turn other than the last marks a
-      **milestone**; the outcome is what the convention takes from these token rewards.
+      **milestone**; the terminal reward is what the convention takes from these token rewards.
     - **Groups**: the ``num_generations`` completions of a prompt.
 
     The BEACON family needs the milestones: without ``turn_rewards`` in the inputs it raises

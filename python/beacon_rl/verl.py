@@ -33,13 +33,13 @@ Names
 The multi-turn convention (one dialogue per row)
     What verl's GRPO reads, read the same way:
 
-    - a row's **outcome** R(τ) is the sum of its ``token_level_rewards`` over the whole row,
+    - a row's **terminal reward** R(τ) (verl's outcome reward) is the sum of its ``token_level_rewards`` over the whole row,
       masked tokens included (``token_level_rewards.sum(-1)``, as verl's GRPO takes a score);
     - a **turn** is a maximal run of ``response_mask == 1`` and is one step;
     - a turn other than the last whose **last token** carries a reward > 0 is a
       **milestone** (the reward function's in-turn increment);
     - no reward is dropped: a reward between turns, after the last turn, mid-turn or on any
-      masked token counts in the outcome, where verl counts it. A row without any turn but
+      masked token counts in the terminal reward, where verl counts it. A row without any turn but
       with a nonzero reward has no token to credit and raises ``ValueError`` naming the row
       and token; NaN or ±inf anywhere in ``token_level_rewards`` raises ``ValueError`` naming
       the row and token;
@@ -53,7 +53,7 @@ The multi-turn convention (one dialogue per row)
         response_mask       1    1    1  | 0    0  | 1    1  | 0    0    0
         token_level_rewards 0    0   0.5 | 0    0  | 0    0  | 0    0   1.0
 
-    Turns: tokens 0-2 and 5-6. Outcome R = 0.5 + 1.0 = 1.5 (verl's reward manager put the
+    Turns: tokens 0-2 and 5-6. Terminal reward R = 0.5 + 1.0 = 1.5 (verl's reward manager put the
     score 1.0 on token 9, the last attended token, a masked environment token; verl's GRPO
     scores this row 1.5 too). Turn 0 is a milestone (0.5 on its last token). GiGPO's step
     reward of a turn is the sum of the rewards that belong to it: each reward belongs to the

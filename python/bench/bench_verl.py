@@ -24,8 +24,9 @@ else run in between; 101 by default), as the median and range of the ratios.
   the script checks that the result equals the serial one bit for bit).
 - binding overhead: beacon_rl.estimate("grpo", ..., out=(buf, buf)) from the torch tensors and
   uuid keys, against the crate's own call on the same arrays with int64 group ids and no Python
-  around it (`_native._time_crate_call`: kept BatchBuilder + Workspace, `estimate_into` the f32
-  buffer), with the int64 mask (crate: as the matrix, which is what the binding hands it, the
+  around it (`_native._time_crate_call`, built only with the binding's `bench-timers` feature:
+  `MATURIN_PEP517_ARGS="--features bench-timers" pip install ./python`; kept BatchBuilder +
+  Workspace, `estimate_into` the f32 buffer), with the int64 mask (crate: as the matrix, which is what the binding hands it, the
   crate testing each entry for 0/1 as it writes that token; and as per-row lengths, the
   cheapest form a caller can hold) and with the mask as a bool tensor.
 - beacon_official end to end from a verl-agent DataProto (compute_step_advantages, in place),

@@ -4,7 +4,9 @@ the same groups as int64 ids), at 1 token per row (where the call is almost all 
 at 512 (bench shape B), with int64 and bool masks; and the crate's own call on the same arrays
 (`_native._time_crate_call`: int64 ids, a kept batch builder and workspace, no Python), whose
 difference to the binding's is the binding's own work. Median of 200 calls after 20 warm-up
-calls, in µs. Run by hand: `python python/bench/fixed_cost.py`."""
+calls, in µs. The timer is built only with the binding's `bench-timers` feature: install with
+`MATURIN_PEP517_ARGS="--features bench-timers" pip install ./python`, then run by hand:
+`python python/bench/fixed_cost.py`."""
 
 import statistics
 import time

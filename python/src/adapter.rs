@@ -6,7 +6,7 @@
 //! dtype-generic interface (`FloatView`, `MaskView`, `FloatViewMut`) as they are: no input is
 //! copied or converted and the advantages are written straight into the caller's array. The
 //! only passes the binding adds over rows × L are the per-row reward sums (each row's score
-//! when the caller gives neither episode rewards nor row scores) and, for estimators whose
+//! when the caller gives neither terminal rewards nor row scores) and, for estimators whose
 //! returns equal their advantages, the copy into the `returns` array the Python API promises.
 //! Scratch space is a [`Workspace`] per thread, reused across calls.
 //!
@@ -14,14 +14,13 @@
 
 use std::cell::RefCell;
 use std::hash::Hash;
-use std::time::Instant;
 
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::{spans_into, TokenSpan};
 use beacon_rl::tensor::{FloatView, FloatViewMut, MaskView};
-use beacon_rl::token::{spans_into, TokenSpan};
 use beacon_rl::BatchBuilder;
 use beacon_rl::RolloutBatch;
-use ndarray::{ArrayView1, ArrayView2, ArrayViewMut2, Zip};
+use ndarray::{ArrayView1, ArrayView2, Zip};
 
 /// A failure with the crate's message (raised as `ValueError`).
 #[derive(Debug)]
@@ -51,7 +50,7 @@ struct State {
 }
 
 /// Per-row columns the binding derives from the caller's: each row's reward (the caller's
-/// `f32` episode rewards widened, or zeros), each row's score (the caller's `row_scores`
+/// `f32` terminal rewards widened, or zeros), each row's score (the caller's `row_scores`
 /// widened, or the token rewards' row sums), `f64` copies of `f32` or strided baselines and
 /// step rewards, and milestone flags checked to be 0 or 1.
 #[derive(Default)]
@@ -120,137 +119,84 @@ impl<'a> Keys<'a> {
     }
 }
 
-/// A rows × L matrix of values in the caller's float dtype.
-pub enum Floats2<'a> {
-    F32(ArrayView2<'a, f32>),
-    F64(ArrayView2<'a, f64>),
-}
-
 /// One value per row in the caller's float dtype.
 pub enum Floats1<'a> {
     F32(ArrayView1<'a, f32>),
     F64(ArrayView1<'a, f64>),
 }
 
-/// A rows × L mask in the caller's dtype (only 0 and 1 are accepted). numpy `bool` masks
-/// come as the bytes they hold (`U8`): numpy's bool is not guaranteed to be 0 or 1.
-pub enum Mask2<'a> {
-    U8(ArrayView2<'a, u8>),
-    I64(ArrayView2<'a, i64>),
-}
-
-/// One flag per row in the caller's dtype (`bool` as bytes, as for [`Mask2`]).
+/// One flag per row in the caller's dtype (numpy `bool` as the bytes it holds, as for masks: numpy's bool is not
+/// guaranteed to be 0 or 1).
 pub enum Mask1<'a> {
     U8(ArrayView1<'a, u8>),
     I64(ArrayView1<'a, i64>),
 }
 
-/// An output matrix the caller owns, in its dtype.
-pub enum Out2<'a> {
-    F32(ArrayViewMut2<'a, f32>),
-    F64(ArrayViewMut2<'a, f64>),
+/// An array dtype the binding never builds: the crate's views are `#[non_exhaustive]`.
+fn unsupported(what: &str) -> Failure {
+    Failure(format!("internal: {what}: a dtype the binding does not build"))
 }
 
-impl Out2<'_> {
-    fn dim(&self) -> (usize, usize) {
-        match self {
-            Out2::F32(a) => a.dim(),
-            Out2::F64(a) => a.dim(),
-        }
-    }
-
-    /// The crate's view of this buffer (no copy).
-    fn view(&mut self) -> FloatViewMut<'_> {
-        match self {
-            Out2::F32(a) => FloatViewMut::F32(a.view_mut()),
-            Out2::F64(a) => FloatViewMut::F64(a.view_mut()),
-        }
-    }
-}
-
-impl Floats2<'_> {
-    /// The crate's view of these values (no copy).
-    fn view(&self) -> FloatView<'_> {
-        match self {
-            Floats2::F32(a) => FloatView::F32(a.view()),
-            Floats2::F64(a) => FloatView::F64(a.view()),
-        }
-    }
-
-    pub fn dim(&self) -> (usize, usize) {
-        match self {
-            Floats2::F32(a) => a.dim(),
-            Floats2::F64(a) => a.dim(),
-        }
-    }
-
-    fn get(&self, r: usize, j: usize) -> f64 {
-        match self {
-            Floats2::F32(a) => f64::from(a[[r, j]]),
-            Floats2::F64(a) => a[[r, j]],
-        }
-    }
-
-    /// Calls `f(t, value)` for every nonzero reward of row `r`, in token order, in `f64`
-    /// (NaN and ±inf are nonzero: `f` sees them). No copy; a contiguous row is tested in
-    /// blocks of 64 tokens with one branch-free pass each (rewards are mostly zero), and only a
-    /// block holding a nonzero value is visited token by token.
-    fn for_each_nonzero(&self, r: usize, mut f: impl FnMut(usize, f64) -> Res<()>) -> Res<()> {
-        fn scan<T: Copy + Default + PartialEq + Into<f64>>(
-            row: ndarray::ArrayView1<'_, T>,
-            f: &mut impl FnMut(usize, f64) -> Res<()>,
-        ) -> Res<()> {
-            const BLOCK: usize = 64;
-            let zero = T::default();
-            let mut visit = |(t, &v): (usize, &T)| {
-                if v != zero {
-                    f(t, v.into())?;
-                }
-                Ok(())
-            };
-            let Some(s) = row.as_slice() else {
-                return row.iter().enumerate().try_for_each(&mut visit);
-            };
-            for (b, block) in s.chunks(BLOCK).enumerate() {
-                if block.iter().fold(false, |any, &v| any | (v != zero)) {
-                    let t0 = b * BLOCK;
-                    block
-                        .iter()
-                        .enumerate()
-                        .try_for_each(|(i, v)| visit((t0 + i, v)))?;
-                }
+/// Calls `f(t, value)` for every nonzero reward of row `r`, in token order, in `f64`
+/// (NaN and ±inf are nonzero: `f` sees them). No copy; a contiguous row is tested in
+/// blocks of 64 tokens with one branch-free pass each (rewards are mostly zero), and only a
+/// block holding a nonzero value is visited token by token.
+fn for_each_nonzero(rewards: &FloatView<'_>, r: usize, mut f: impl FnMut(usize, f64) -> Res<()>) -> Res<()> {
+    fn scan<T: Copy + Default + PartialEq + Into<f64>>(
+        row: ndarray::ArrayView1<'_, T>,
+        f: &mut impl FnMut(usize, f64) -> Res<()>,
+    ) -> Res<()> {
+        const BLOCK: usize = 64;
+        let zero = T::default();
+        let mut visit = |(t, &v): (usize, &T)| {
+            if v != zero {
+                f(t, v.into())?;
             }
             Ok(())
-        }
-        match self {
-            Floats2::F32(a) => scan(a.row(r), &mut f),
-            Floats2::F64(a) => scan(a.row(r), &mut f),
-        }
-    }
-
-    /// Writes each row's sum in `f64` into `out` (the crate's `token::row_sums_into`: every
-    /// sum has the bits of a plain left-to-right `iter().sum()`).
-    ///
-    /// # Errors
-    /// `NonFinite` naming the first non-finite reward (row-major index `r · L + t`), or the
-    /// first row whose finite rewards overflow their sum.
-    fn row_sums_into(&self, out: &mut Vec<f64>) -> Res<()> {
-        out.clear();
-        out.resize(self.dim().0, 0.0);
-        beacon_rl::token::row_sums_into(self.view(), out)?;
-        let Some(row) = out.iter().position(|s| !s.is_finite()) else {
-            return Ok(());
         };
-        let cols = self.dim().1;
-        let (what, index, value) = (0..cols)
-            .map(|t| (t, self.get(row, t)))
-            .find(|(_, v)| !v.is_finite())
-            .map_or(
-                ("token_level_rewards row sums (overflow)", row, out[row]),
-                |(t, v)| ("token_level_rewards", row * cols + t, v),
-            );
-        Err(beacon_rl::Error::NonFinite { what, index, value }.into())
+        let Some(s) = row.as_slice() else {
+            return row.iter().enumerate().try_for_each(&mut visit);
+        };
+        for (b, block) in s.chunks(BLOCK).enumerate() {
+            if block.iter().fold(false, |any, &v| any | (v != zero)) {
+                let t0 = b * BLOCK;
+                block
+                    .iter()
+                    .enumerate()
+                    .try_for_each(|(i, v)| visit((t0 + i, v)))?;
+            }
+        }
+        Ok(())
     }
+    match rewards {
+        FloatView::F32(a) => scan(a.row(r), &mut f),
+        FloatView::F64(a) => scan(a.row(r), &mut f),
+        _ => Err(unsupported("token_level_rewards")),
+    }
+}
+
+/// Writes each row's sum in `f64` into `out` (the crate's `tensor::row_sums_into`: every
+/// sum has the bits of a plain left-to-right `iter().sum()`).
+///
+/// # Errors
+/// `NonFinite` naming the first non-finite reward (row-major index `r · L + t`), or the
+/// first row whose finite rewards overflow their sum.
+fn row_sums_into(rewards: &FloatView<'_>, out: &mut Vec<f64>) -> Res<()> {
+    out.clear();
+    out.resize(rewards.dim().0, 0.0);
+    beacon_rl::tensor::row_sums_into(rewards.reborrow(), out)?;
+    let Some(row) = out.iter().position(|s| !s.is_finite()) else {
+        return Ok(());
+    };
+    let cols = rewards.dim().1;
+    let (what, index, value) = (0..cols)
+        .map(|t| (t, rewards.get(row, t).unwrap_or(0.0)))
+        .find(|(_, v)| !v.is_finite())
+        .map_or(
+            ("token_level_rewards row sums (overflow)", row, out[row]),
+            |(t, v)| ("token_level_rewards", row * cols + t, v),
+        );
+    Err(beacon_rl::Error::NonFinite { what, index, value }.into())
 }
 
 impl Floats1<'_> {
@@ -284,37 +230,19 @@ fn bad_mask(what: &str, index: usize, value: i64) -> Failure {
     ))
 }
 
-impl Mask2<'_> {
-    /// The crate's view of this mask (no copy). Integer entries other than 0 and 1 are the
-    /// crate's [`MaskValue`](beacon_rl::Error::MaskValue) error: every estimator tests them
-    /// as it reads the mask (the outcome estimators and the token broadcast while they write,
-    /// so a verl `int64` mask is read once per call).
-    fn view(&self) -> MaskView<'_> {
-        match self {
-            Mask2::U8(a) => MaskView::U8(a.view()),
-            Mask2::I64(a) => MaskView::I64(a.view()),
+/// Row `r` of the mask as flags into `out` (length L).
+fn mask_row_into(mask: &MaskView<'_>, r: usize, out: &mut [bool]) -> Res<()> {
+    fn copy<T: Copy + Into<i64>>(a: &ArrayView2<'_, T>, r: usize, out: &mut [bool]) {
+        for (o, &v) in out.iter_mut().zip(a.row(r)) {
+            *o = v.into() != 0;
         }
     }
-
-    /// Row `r` as flags into `out` (length L).
-    fn row_into(&self, r: usize, out: &mut [bool]) {
-        fn copy<T: Copy + Into<i64>>(a: &ArrayView2<'_, T>, r: usize, out: &mut [bool]) {
-            for (o, &v) in out.iter_mut().zip(a.row(r)) {
-                *o = v.into() != 0;
-            }
-        }
-        match self {
-            Mask2::U8(a) => copy(a, r, out),
-            Mask2::I64(a) => copy(a, r, out),
-        }
+    match mask {
+        MaskView::U8(a) => copy(a, r, out),
+        MaskView::I64(a) => copy(a, r, out),
+        _ => return Err(unsupported("response_mask")),
     }
-
-    fn dim(&self) -> (usize, usize) {
-        match self {
-            Mask2::U8(a) => a.dim(),
-            Mask2::I64(a) => a.dim(),
-        }
-    }
+    Ok(())
 }
 
 impl Mask1<'_> {
@@ -358,16 +286,16 @@ impl Mask1<'_> {
 /// Every column the estimators read, as the caller holds them. Keys are interned ids (the
 /// binding maps strings and other objects to ids; equal keys, equal ids).
 pub struct Request<'a> {
-    pub token_level_rewards: Option<Floats2<'a>>,
-    pub response_mask: Option<Mask2<'a>>,
+    pub token_level_rewards: Option<FloatView<'a>>,
+    pub response_mask: Option<MaskView<'a>>,
     pub index: Keys<'a>,
     pub traj_index: Option<Keys<'a>>,
-    pub episode_rewards: Option<Floats1<'a>>,
+    pub terminal_rewards: Option<Floats1<'a>>,
     pub row_scores: Option<Floats1<'a>>,
-    pub values: Option<Floats2<'a>>,
-    pub old_log_probs: Option<Floats2<'a>>,
-    pub sum_pi_squared: Option<Floats2<'a>>,
-    pub rollout_is_weights: Option<Floats2<'a>>,
+    pub values: Option<FloatView<'a>>,
+    pub old_log_probs: Option<FloatView<'a>>,
+    pub sum_pi_squared: Option<FloatView<'a>>,
+    pub rollout_is_weights: Option<FloatView<'a>>,
     pub reward_baselines: Option<Floats1<'a>>,
     pub milestones: Option<Mask1<'a>>,
     pub step_rewards: Option<Floats1<'a>>,
@@ -377,7 +305,7 @@ pub struct Request<'a> {
 
 /// A validated estimator of the crate, by verl's `adv_estimator` name.
 pub struct Estimator {
-    inner: Box<dyn AdvantageEstimator>,
+    pub(crate) inner: Box<dyn AdvantageEstimator>,
 }
 
 impl Estimator {
@@ -471,7 +399,7 @@ pub fn output_dim(
 /// rows (the matrices' rows, else the keys'). A matrix's bogus L (a zero-stride view of
 /// 2^34 columns) would otherwise be summed before the crate compares the shapes, and a length
 /// error names the argument the caller passed (the crate's own checks name its fields:
-/// `row_rewards`, `traj_keys`, `anchors`).
+/// `terminal_rewards`, `traj_keys`, `anchors`).
 fn check_shapes(req: &Request<'_>) -> Res<()> {
     let mismatch = |what, expected, actual| -> Res<()> {
         if expected == actual {
@@ -487,34 +415,34 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
     let reference = req
         .token_level_rewards
         .as_ref()
-        .map(Floats2::dim)
-        .or_else(|| req.response_mask.as_ref().map(Mask2::dim));
+        .map(FloatView::dim)
+        .or_else(|| req.response_mask.as_ref().map(MaskView::dim));
     if let Some((rows, cols)) = reference {
         let matrices = [
             (
                 "response_mask rows",
                 "response_mask columns",
-                req.response_mask.as_ref().map(Mask2::dim),
+                req.response_mask.as_ref().map(MaskView::dim),
             ),
             (
                 "values rows",
                 "values columns",
-                req.values.as_ref().map(Floats2::dim),
+                req.values.as_ref().map(FloatView::dim),
             ),
             (
                 "old_log_probs rows",
                 "old_log_probs columns",
-                req.old_log_probs.as_ref().map(Floats2::dim),
+                req.old_log_probs.as_ref().map(FloatView::dim),
             ),
             (
                 "sum_pi_squared rows",
                 "sum_pi_squared columns",
-                req.sum_pi_squared.as_ref().map(Floats2::dim),
+                req.sum_pi_squared.as_ref().map(FloatView::dim),
             ),
             (
                 "rollout_is_weights rows",
                 "rollout_is_weights columns",
-                req.rollout_is_weights.as_ref().map(Floats2::dim),
+                req.rollout_is_weights.as_ref().map(FloatView::dim),
             ),
         ];
         for (what_rows, what_cols, dim) in matrices {
@@ -528,7 +456,10 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
     let lens = [
         ("index", Some(req.index.len())),
         ("traj_index", req.traj_index.map(|t| t.len())),
-        ("episode_rewards", req.episode_rewards.as_ref().map(Floats1::len)),
+        (
+            "terminal_rewards",
+            req.terminal_rewards.as_ref().map(Floats1::len),
+        ),
         ("row_scores", req.row_scores.as_ref().map(Floats1::len)),
         (
             "reward_baselines",
@@ -547,14 +478,19 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
     Ok(())
 }
 
-/// Runs `est` on the request and writes advantages and returns into the caller's outputs.
-///
-/// Advantages are written in place by the crate in the caller's dtype. Returns are computed
-/// only by the estimators that define them (`has_returns`), which need `ret`; for the others
-/// they equal the advantages: copied into `ret` when the caller passes one, else not written
-/// (the Python layer then hands back the advantages array twice, as verl's own functions do).
-pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Option<Out2<'_>>) -> Res<()> {
-    if est.has_returns() && ret.is_none() {
+/// What an estimator reads, decided from its name.
+#[derive(Clone, Copy)]
+struct Reads {
+    /// A score per row (the batch's R(τ), or row scores in its place): the step estimators.
+    batch_rewards: bool,
+    /// The turn-level estimators, which read the token rewards turn by turn.
+    turn_level: bool,
+}
+
+/// The checks of a request before anything is read: outputs, shapes, and the columns that
+/// would be ignored or are missing for `est`.
+fn check_request(est: &Estimator, req: &Request<'_>, has_ret: bool) -> Res<Reads> {
+    if est.has_returns() && !has_ret {
         return Err(Failure(format!(
             "{}: computes returns of its own; pass a separate returns array",
             est.name()
@@ -568,15 +504,15 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             est.name()
         )));
     }
-    if req.episode_rewards.is_some() && req.row_scores.is_some() {
+    if req.terminal_rewards.is_some() && req.row_scores.is_some() {
         // With row scores no estimator reads the batch's rewards: one would be ignored.
         return Err(beacon_rl::Error::ConflictingInputs {
-            first: "episode_rewards",
+            first: "terminal_rewards",
             second: "row_scores",
         }
         .into());
     }
-    // The step estimators read a score per row: the caller's episode rewards (the batch's
+    // The step estimators read a score per row: the caller's terminal rewards (the batch's
     // R(τ)) or row scores, else (verl-agent) the sum of the row's token rewards, passed as
     // row scores: verl-agent's invalid-action penalty makes the rows of one trajectory differ,
     // and each row is scored by its own sum, as verl-agent does. verl's own estimators read
@@ -586,18 +522,36 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
     // The turn-level estimators read the token rewards themselves, turn by turn (on step rows,
     // `step_rewards`), and never a score per row: they are passed through as verl's are.
     let turn_level = TURN_NAMES.contains(&est.name());
-    let reads_batch_rewards = !verl_names().contains(&est.name()) && !turn_level;
-    if reads_batch_rewards
-        && req.episode_rewards.is_none()
+    let batch_rewards = !verl_names().contains(&est.name()) && !turn_level;
+    if batch_rewards
+        && req.terminal_rewards.is_none()
         && req.row_scores.is_none()
         && req.token_level_rewards.is_none()
     {
         // Zeros would be a silent R(τ) = 0 for every trajectory.
         return Err(
-            beacon_rl::Error::MissingInput("episode_rewards, row_scores or token_level_rewards").into(),
+            beacon_rl::Error::MissingInput("terminal_rewards, row_scores or token_level_rewards").into(),
         );
     }
+    Ok(Reads {
+        batch_rewards,
+        turn_level,
+    })
+}
 
+/// Runs `est` on the request and writes advantages and returns into the caller's outputs.
+///
+/// Advantages are written in place by the crate in the caller's dtype. Returns are computed
+/// only by the estimators that define them (`has_returns`), which need `ret`; for the others
+/// they equal the advantages: copied into `ret` when the caller passes one, else not written
+/// (the Python layer then hands back the advantages array twice, as verl's own functions do).
+pub fn estimate(
+    est: &Estimator,
+    req: &Request<'_>,
+    adv: FloatViewMut<'_>,
+    ret: Option<FloatViewMut<'_>>,
+) -> Res<()> {
+    let reads = check_request(est, req, ret.is_some())?;
     with_state(|st| {
         let State {
             ws,
@@ -615,22 +569,22 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
             // On step rows the turn-level estimators check the token rewards against each
             // row's score: their own sums agree, where the batch's zero R(τ) would not.
             (None, Some(r))
-                if req.episode_rewards.is_none()
-                    && (reads_batch_rewards
+                if req.terminal_rewards.is_none()
+                    && (reads.batch_rewards
                         || req.traj_index.is_some()
-                        || (turn_level && req.step_rewards.is_some())) =>
+                        || (reads.turn_level && req.step_rewards.is_some())) =>
             {
-                r.row_sums_into(&mut cols.rows)?;
+                row_sums_into(r, &mut cols.rows)?;
                 check_token_rewards = false;
                 Some(&cols.rows)
             }
             _ => None,
         };
-        // The batch's rewards: the caller's episode rewards, else zeros. With row scores no
+        // The batch's rewards: the caller's terminal rewards, else zeros. With row scores no
         // estimator reads them (every step path reads the row scores in their place,
         // `EstimatorInput::with_row_scores`), and zeros agree within every trajectory, where
         // the rows' own scores may not.
-        let episode: &[f64] = match &req.episode_rewards {
+        let episode: &[f64] = match &req.terminal_rewards {
             Some(e) => e.as_f64(&mut cols.episode),
             None => {
                 cols.episode.clear();
@@ -650,131 +604,109 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         let step_rewards = req.step_rewards.as_ref().map(|s| s.as_f64(&mut cols.step));
         let turn_values = req.turn_values.as_ref().map(|v| v.as_f64(&mut cols.turn_values));
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
-        let mask = req.response_mask.as_ref().map(Mask2::view);
+        let mask = req.response_mask.as_ref().map(MaskView::reborrow);
         let batch = rebuild(
             builder,
             batch,
             req.index.ids,
             req.traj_index.map(|t| t.ids),
             episode,
-        )
-        .map_err(caller_names)?;
-        let mut input = EstimatorInput::new(batch);
-        // verl's estimators read the rewards themselves; the step estimators only check them.
-        let tokens_read = !reads_batch_rewards || check_token_rewards;
-        if let Some(r) = req.token_level_rewards.as_ref().filter(|_| tokens_read) {
-            input = input.with_token_level_rewards(r.view());
-        }
-        if let Some(s) = row_scores {
-            input = input.with_row_scores(s);
-        }
-        if let Some(m) = mask {
-            input = input.with_response_mask(m);
-        }
-        if let Some(v) = &req.values {
-            input = input.with_values(v.view());
-        }
-        if let Some(v) = &req.old_log_probs {
-            input = input.with_old_log_probs(v.view());
-        }
-        if let Some(v) = &req.sum_pi_squared {
-            input = input.with_sum_pi_squared(v.view());
-        }
-        if let Some(v) = &req.rollout_is_weights {
-            input = input.with_rollout_is_weights(v.view());
-        }
-        if let Some(b) = baselines {
-            input = input.with_reward_baselines(b);
-        }
-        if let Some(m) = milestones {
-            input = input.with_milestones(m);
-        }
-        if let Some(s) = step_rewards {
-            input = input.with_step_rewards(s);
-        }
-        if let Some(v) = turn_values {
-            input = input.with_turn_values(v);
-        }
-        if let Some(a) = req.anchor_obs {
-            input = input.with_anchor_obs(a);
-        }
-        match ret {
-            Some(mut ret) if est.has_returns() => {
-                est.inner
-                    .estimate_into(&input, adv.view(), Some(ret.view()), ws)?;
-            }
-            ret => {
-                est.inner.estimate_into(&input, adv.view(), None, ws)?;
-                if let Some(ret) = ret {
-                    copy_out(&adv, ret)?;
-                }
-            }
-        }
-        Ok(())
+        )?;
+        let tokens_read = !reads.batch_rewards || check_token_rewards;
+        let rows = RowColumns {
+            row_scores,
+            baselines,
+            milestones,
+            step_rewards,
+            turn_values,
+        };
+        let input = input_of(batch, req, mask, tokens_read, rows);
+        run_into(est, &input, adv, ret, ws)
     })
 }
 
-/// The batch builder's error in the caller's words: the crate checks the rows' rewards as
-/// `row_rewards`, which reach it non-finite only from the caller's `episode_rewards` (the
-/// binding's row sums are made finite; their check is the estimator's).
-fn caller_names(e: beacon_rl::Error) -> beacon_rl::Error {
-    match e {
-        beacon_rl::Error::NonFinite {
-            what: "row_rewards",
-            index,
-            value,
-        } => beacon_rl::Error::NonFinite {
-            what: "episode_rewards",
-            index,
-            value,
-        },
-        e => e,
-    }
+/// The per-row columns of a request as the crate reads them (`f64`, flags), prepared from the
+/// caller's arrays in the thread's kept buffers.
+struct RowColumns<'b> {
+    row_scores: Option<&'b [f64]>,
+    baselines: Option<&'b [f64]>,
+    milestones: Option<&'b [bool]>,
+    step_rewards: Option<&'b [f64]>,
+    turn_values: Option<&'b [f64]>,
 }
 
-/// Times the crate's own call, with no binding around it, for the benchmark of the binding's
-/// overhead: `reps` runs of what a Rust trainer holding the same arrays does (integer group ids,
-/// the mask as its `i64`/`u8`/`bool` matrix or, with `lengths`, as [`MaskView::Lengths`]):
-/// rebuild a kept batch with a kept [`BatchBuilder`], then `estimate_into` the advantages with a
-/// kept [`Workspace`]. Returns each run's wall-clock seconds and, read from `cpu_clock` (the
-/// process's CPU time in seconds), its CPU seconds, after one untimed warm-up run.
-#[allow(clippy::too_many_arguments)]
-pub fn time_crate_call(
+/// The crate's input: the batch and every column the caller passed. `tokens_read`: whether
+/// `token_level_rewards` are handed on (verl's estimators read them; the step estimators only
+/// check them, which row scores derived from them make moot).
+fn input_of<'b>(
+    batch: &'b RolloutBatch,
+    req: &'b Request<'_>,
+    mask: Option<MaskView<'b>>,
+    tokens_read: bool,
+    rows: RowColumns<'b>,
+) -> EstimatorInput<'b> {
+    let mut input = EstimatorInput::new(batch);
+    if let Some(r) = req.token_level_rewards.as_ref().filter(|_| tokens_read) {
+        input = input.with_token_level_rewards(r.reborrow());
+    }
+    if let Some(s) = rows.row_scores {
+        input = input.with_row_scores(s);
+    }
+    if let Some(m) = mask {
+        input = input.with_response_mask(m);
+    }
+    if let Some(v) = &req.values {
+        input = input.with_values(v.reborrow());
+    }
+    if let Some(v) = &req.old_log_probs {
+        input = input.with_old_log_probs(v.reborrow());
+    }
+    if let Some(v) = &req.sum_pi_squared {
+        input = input.with_sum_pi_squared(v.reborrow());
+    }
+    if let Some(v) = &req.rollout_is_weights {
+        input = input.with_rollout_is_weights(v.reborrow());
+    }
+    if let Some(b) = rows.baselines {
+        input = input.with_reward_baselines(b);
+    }
+    if let Some(m) = rows.milestones {
+        input = input.with_milestones(m);
+    }
+    if let Some(s) = rows.step_rewards {
+        input = input.with_step_rewards(s);
+    }
+    if let Some(v) = rows.turn_values {
+        input = input.with_turn_values(v);
+    }
+    if let Some(a) = req.anchor_obs {
+        input = input.with_anchor_obs(a);
+    }
+    input
+}
+
+/// Runs `est` into the caller's outputs: returns from the estimators that compute them, else a
+/// copy of the advantages when the caller passed a returns array.
+fn run_into(
     est: &Estimator,
-    rewards: &Floats2<'_>,
-    mask: &Mask2<'_>,
-    ids: &[i64],
-    mut adv: Out2<'_>,
-    reps: usize,
-    lengths: Option<&[usize]>,
-    mut cpu_clock: impl FnMut() -> Res<f64>,
-) -> Res<(Vec<f64>, Vec<f64>)> {
-    let mut builder = BatchBuilder::new();
-    let zeros = vec![0.0; ids.len()];
-    let mut batch = RolloutBatch::from_group_keys(ids, &zeros)?;
-    let mut ws = Workspace::new();
-    let cols = mask.dim().1;
-    let (mut wall, mut cpu) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    for rep in 0..=reps {
-        let c0 = cpu_clock()?;
-        let t0 = Instant::now();
-        builder.rebuild_from_group_keys(&mut batch, ids, &zeros)?;
-        let m = match lengths {
-            Some(lengths) => MaskView::Lengths { lengths, cols },
-            None => mask.view(),
-        };
-        let input = EstimatorInput::new(&batch)
-            .with_token_level_rewards(rewards.view())
-            .with_response_mask(m);
-        est.inner.estimate_into(&input, adv.view(), None, &mut ws)?;
-        let t = t0.elapsed().as_secs_f64();
-        let c = cpu_clock()? - c0;
-        if rep > 0 {
-            wall.push(t);
-            cpu.push(c);
+    input: &EstimatorInput<'_>,
+    mut adv: FloatViewMut<'_>,
+    ret: Option<FloatViewMut<'_>>,
+    ws: &mut Workspace,
+) -> Res<()> {
+    match ret {
+        Some(mut ret) if est.has_returns() => {
+            est.inner
+                .estimate_into(input, adv.reborrow(), Some(ret.reborrow()), ws)?;
+        }
+        ret => {
+            est.inner.estimate_into(input, adv.reborrow(), None, ws)?;
+            if let Some(ret) = ret {
+                copy_out(&adv, ret)?;
+            }
         }
     }
-    Ok((wall, cpu))
+    Ok(())
 }
 
 /// What [`estimate_turns`] found in the batch (for logging and tests).
@@ -789,12 +721,12 @@ pub struct TurnStats {
 }
 
 /// verl's multi-turn layout: one dialogue per row. Turns are maximal runs of
-/// `response_mask == 1`; each is a step. A row's outcome R(τ) is the sum of all its token
+/// `response_mask == 1`; each is a step. A row's terminal reward R(τ) is the sum of all its token
 /// rewards, masked tokens included (what verl's GRPO reads as the row's score); a turn other
 /// than the last whose last token carries a reward > 0 is a milestone. The estimator
 /// (`beacon`, `beacon_official` or `gigpo`) runs on the steps (grouped by
 /// `index`, one trajectory per row) and each turn's advantage is written over its tokens
-/// (`token::spans_into`); every other token gets 0. Returns equal the advantages.
+/// (`tensor::spans_into`); every other token gets 0. Returns equal the advantages.
 ///
 /// GiGPO needs anchor states and step rewards, which verl does not pass: here a turn's anchor
 /// is its position in the dialogue and its step reward the sum of the rewards that belong to it
@@ -803,15 +735,77 @@ pub struct TurnStats {
 /// R(τ).
 pub fn estimate_turns(
     est: &Estimator,
-    rewards: &Floats2<'_>,
-    mask: &Mask2<'_>,
+    rewards: &FloatView<'_>,
+    mask: &MaskView<'_>,
     index: Keys<'_>,
-    mut adv: Out2<'_>,
-    ret: Option<Out2<'_>>,
+    mut adv: FloatViewMut<'_>,
+    ret: Option<FloatViewMut<'_>>,
 ) -> Res<TurnStats> {
     // The turns are read here, by the binding: the crate's check of the entries first.
-    let mask_view = mask.view();
+    let mask_view = mask.reborrow();
     mask_view.validate()?;
+    check_turn_shapes(rewards, mask, &index, adv.dim())?;
+    with_state(|st| {
+        let State {
+            ws,
+            builder,
+            batch,
+            turns: t,
+            ..
+        } = st;
+        let stats = t.read(rewards, mask, index)?;
+        if t.spans.is_empty() {
+            let zero = |o: FloatViewMut<'_>| {
+                match o {
+                    FloatViewMut::F32(mut a) => a.fill(0.0),
+                    FloatViewMut::F64(mut a) => a.fill(0.0),
+                    _ => return Err(unsupported("out")),
+                }
+                Ok(())
+            };
+            zero(adv)?;
+            if let Some(ret) = ret {
+                zero(ret)?;
+            }
+            return Ok(stats);
+        }
+        // Only GiGPO reads anchors: the others skip the strings.
+        let anchors: Vec<&str> = if est.name() == "gigpo" {
+            t.grow_labels();
+            t.pos.iter().map(|&k| t.labels[k].as_str()).collect()
+        } else {
+            Vec::new()
+        };
+        let batch = rebuild(builder, batch, &t.keys, Some(&t.trajs), &t.terminal_reward)?;
+        let mut input = EstimatorInput::new(batch)
+            .with_milestones(&t.flags)
+            .with_step_rewards(&t.step_reward);
+        if !anchors.is_empty() {
+            input = input.with_anchor_obs(&anchors);
+        }
+        // Step estimators' returns equal their advantages: none are asked for.
+        t.step_adv.clear();
+        t.step_adv.resize(t.spans.len(), 0.0);
+        let step_adv = ndarray::ArrayViewMut2::from_shape((t.spans.len(), 1), &mut t.step_adv)
+            .map_err(|e| Failure(format!("internal: step advantages: {e}")))?;
+        est.inner
+            .estimate_into(&input, FloatViewMut::F64(step_adv), None, ws)?;
+        spans_into(&t.step_adv, &t.spans, mask_view, adv.reborrow())?;
+        if let Some(ret) = ret {
+            copy_out(&adv, ret)?;
+        }
+        Ok(stats)
+    })
+}
+
+/// The shapes [`estimate_turns`] needs: rewards and the advantages output like the mask, one
+/// group key per row.
+fn check_turn_shapes(
+    rewards: &FloatView<'_>,
+    mask: &MaskView<'_>,
+    index: &Keys<'_>,
+    out_dim: (usize, usize),
+) -> Res<()> {
     let (rows, cols) = mask.dim();
     if rewards.dim() != (rows, cols) {
         return Err(Failure(format!(
@@ -826,60 +820,13 @@ pub fn estimate_turns(
             index.len()
         )));
     }
-    let out_dim = adv.dim();
     if out_dim != (rows, cols) {
         return Err(Failure(format!(
             "out: advantages has shape {out_dim:?}, expected {:?}",
             (rows, cols)
         )));
     }
-    with_state(|st| {
-        let State {
-            ws,
-            builder,
-            batch,
-            turns: t,
-            ..
-        } = st;
-        let stats = t.read(rewards, mask, index)?;
-        if t.spans.is_empty() {
-            let zero = |o: Out2<'_>| match o {
-                Out2::F32(mut a) => a.fill(0.0),
-                Out2::F64(mut a) => a.fill(0.0),
-            };
-            zero(adv);
-            if let Some(ret) = ret {
-                zero(ret);
-            }
-            return Ok(stats);
-        }
-        // Only GiGPO reads anchors: the others skip the strings.
-        let anchors: Vec<&str> = if est.name() == "gigpo" {
-            t.grow_labels();
-            t.pos.iter().map(|&k| t.labels[k].as_str()).collect()
-        } else {
-            Vec::new()
-        };
-        let batch = rebuild(builder, batch, &t.keys, Some(&t.trajs), &t.outcome)?;
-        let mut input = EstimatorInput::new(batch)
-            .with_milestones(&t.flags)
-            .with_step_rewards(&t.step_reward);
-        if !anchors.is_empty() {
-            input = input.with_anchor_obs(&anchors);
-        }
-        // Step estimators' returns equal their advantages: none are asked for.
-        t.step_adv.clear();
-        t.step_adv.resize(t.spans.len(), 0.0);
-        let step_adv = ndarray::ArrayViewMut2::from_shape((t.spans.len(), 1), &mut t.step_adv)
-            .map_err(|e| Failure(format!("internal: step advantages: {e}")))?;
-        est.inner
-            .estimate_into(&input, FloatViewMut::F64(step_adv), None, ws)?;
-        spans_into(&t.step_adv, &t.spans, mask_view, adv.view())?;
-        if let Some(ret) = ret {
-            copy_out(&adv, ret)?;
-        }
-        Ok(stats)
-    })
+    Ok(())
 }
 
 /// The turns of one call of [`estimate_turns`], kept per thread so that a call of a size seen
@@ -890,11 +837,11 @@ struct Turns {
     spans: Vec<TokenSpan>,
     /// One row of the mask as flags (L long), not a copy of the whole mask.
     row: Vec<bool>,
-    /// Per turn: the row it came from (its trajectory), the row's group key, the outcome, the
+    /// Per turn: the row it came from (its trajectory), the row's group key, the terminal reward, the
     /// milestone flag, the turn's own rewards, the position in the dialogue.
     trajs: Vec<usize>,
     keys: Vec<i64>,
-    outcome: Vec<f64>,
+    terminal_reward: Vec<f64>,
     flags: Vec<bool>,
     step_reward: Vec<f64>,
     pos: Vec<usize>,
@@ -906,14 +853,14 @@ struct Turns {
 impl Turns {
     /// Finds the turns of every row and their per-turn columns.
     ///
-    /// Every reward of a row is read: their sum is the row's outcome (verl's GRPO score,
+    /// Every reward of a row is read: their sum is the row's terminal reward (verl's GRPO score,
     /// masked tokens included), and each belongs to the turn it lies in or follows (one
     /// before the first turn to the first): GiGPO's step reward of that turn. Nothing is
     /// dropped: a nonzero reward on a row without a turn, and any non-finite reward, is an
     /// error naming its row and token.
-    fn read(&mut self, rewards: &Floats2<'_>, mask: &Mask2<'_>, index: Keys<'_>) -> Res<TurnStats> {
+    fn read(&mut self, rewards: &FloatView<'_>, mask: &MaskView<'_>, index: Keys<'_>) -> Res<TurnStats> {
         let (rows, cols) = mask.dim();
-        for v in [&mut self.outcome, &mut self.step_reward] {
+        for v in [&mut self.terminal_reward, &mut self.step_reward] {
             v.clear();
         }
         self.spans.clear();
@@ -926,32 +873,15 @@ impl Turns {
         let mut stats = TurnStats::default();
         for r in 0..rows {
             let first = self.spans.len();
-            mask.row_into(r, &mut self.row);
-            let m = &self.row;
-            let mut j = 0;
-            while j < cols {
-                if m[j] {
-                    let start = j;
-                    while j < cols && m[j] {
-                        j += 1;
-                    }
-                    self.spans.push(TokenSpan {
-                        seq: r,
-                        step: self.spans.len(),
-                        start,
-                        end: j,
-                    });
-                } else {
-                    j += 1;
-                }
-            }
+            mask_row_into(mask, r, &mut self.row)?;
+            push_turns(&mut self.spans, r, &self.row);
             let turns = self.spans.len() - first;
-            // The row's outcome, and each turn's own rewards (GiGPO's step rewards).
+            // The row's terminal reward, and each turn's own rewards (GiGPO's step rewards).
             self.step_reward.resize(first + turns, 0.0);
             let mut total = 0.0;
             let mut k = 0;
             let (spans, step_reward) = (&self.spans, &mut self.step_reward);
-            rewards.for_each_nonzero(r, |t, v| {
+            for_each_nonzero(rewards, r, |t, v| {
                 if !v.is_finite() {
                     return Err(Failure(format!(
                         "token_level_rewards[{r}, {t}] = {v}: rewards must be finite"
@@ -980,13 +910,13 @@ impl Turns {
                 continue;
             }
             for k in 0..turns {
-                let end_reward = rewards.get(r, self.spans[first + k].end - 1);
+                let end_reward = rewards.get(r, self.spans[first + k].end - 1).unwrap_or(0.0);
                 let milestone = k + 1 < turns && end_reward > 0.0;
                 stats.milestones += usize::from(milestone);
                 self.trajs.push(r);
                 // A turn's group key is its row's.
                 self.keys.push(index.ids[r]);
-                self.outcome.push(total);
+                self.terminal_reward.push(total);
                 self.flags.push(milestone);
                 self.pos.push(k);
             }
@@ -1006,7 +936,30 @@ impl Turns {
     }
 }
 
-fn copy_out(src: &Out2<'_>, dst: Out2<'_>) -> Res<()> {
+/// Appends row `r`'s turns, the maximal runs of set flags in `row`, as spans numbered on from
+/// the turns already found.
+fn push_turns(spans: &mut Vec<TokenSpan>, r: usize, row: &[bool]) {
+    let cols = row.len();
+    let mut j = 0;
+    while j < cols {
+        if row[j] {
+            let start = j;
+            while j < cols && row[j] {
+                j += 1;
+            }
+            spans.push(TokenSpan {
+                seq: r,
+                step: spans.len(),
+                start,
+                end: j,
+            });
+        } else {
+            j += 1;
+        }
+    }
+}
+
+fn copy_out(src: &FloatViewMut<'_>, dst: FloatViewMut<'_>) -> Res<()> {
     if src.dim() != dst.dim() {
         return Err(Failure(format!(
             "out: returns has shape {:?}, expected {:?}",
@@ -1015,10 +968,15 @@ fn copy_out(src: &Out2<'_>, dst: Out2<'_>) -> Res<()> {
         )));
     }
     match (src, dst) {
-        (Out2::F32(s), Out2::F32(mut d)) => d.assign(s),
-        (Out2::F64(s), Out2::F64(mut d)) => d.assign(s),
-        (Out2::F32(s), Out2::F64(mut d)) => Zip::from(&mut d).and(s).for_each(|d, &s| *d = f64::from(s)),
-        (Out2::F64(s), Out2::F32(mut d)) => Zip::from(&mut d).and(s).for_each(|d, &s| *d = s as f32),
+        (FloatViewMut::F32(s), FloatViewMut::F32(mut d)) => d.assign(s),
+        (FloatViewMut::F64(s), FloatViewMut::F64(mut d)) => d.assign(s),
+        (FloatViewMut::F32(s), FloatViewMut::F64(mut d)) => {
+            Zip::from(&mut d).and(s).for_each(|d, &s| *d = f64::from(s))
+        }
+        (FloatViewMut::F64(s), FloatViewMut::F32(mut d)) => {
+            Zip::from(&mut d).and(s).for_each(|d, &s| *d = s as f32)
+        }
+        _ => return Err(unsupported("out")),
     }
     Ok(())
 }

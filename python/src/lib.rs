@@ -9,6 +9,10 @@
 //! tensors and verl.
 
 mod adapter;
+// The benchmark scripts' timer of the crate's own call (python/bench/): built only with the
+// `bench-timers` feature, so the shipped module carries no timer.
+#[cfg(feature = "bench-timers")]
+mod bench;
 mod mask;
 mod threads;
 
@@ -20,7 +24,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use adapter::{Estimator, Failure, Floats1, Floats2, Mask1, Mask2, Out2, Request};
+use adapter::{Estimator, Failure, Floats1, Mask1, Request};
+use beacon_rl::tensor::{FloatView, FloatViewMut, MaskView};
 
 impl From<Failure> for PyErr {
     fn from(f: Failure) -> Self {
@@ -187,10 +192,10 @@ enum F2<'py> {
 }
 
 impl F2<'_> {
-    fn view(&self) -> Floats2<'_> {
+    fn view(&self) -> FloatView<'_> {
         match self {
-            F2::F32(a) => Floats2::F32(a.as_array()),
-            F2::F64(a) => Floats2::F64(a.as_array()),
+            F2::F32(a) => FloatView::F32(a.as_array()),
+            F2::F64(a) => FloatView::F64(a.as_array()),
         }
     }
 }
@@ -255,12 +260,12 @@ enum M2<'py> {
 }
 
 impl M2<'_> {
-    fn view(&self) -> Mask2<'_> {
+    fn view(&self) -> MaskView<'_> {
         match self {
-            M2::Bool(a) => Mask2::U8(bool_bytes(a)),
-            M2::U8(a) => Mask2::U8(a.as_array()),
-            M2::I64(a) => Mask2::I64(a.as_array()),
-            M2::Converted(a) => Mask2::U8(a.view()),
+            M2::Bool(a) => MaskView::U8(bool_bytes(a)),
+            M2::U8(a) => MaskView::U8(a.as_array()),
+            M2::I64(a) => MaskView::I64(a.as_array()),
+            M2::Converted(a) => MaskView::U8(a.view()),
         }
     }
 }
@@ -360,10 +365,10 @@ enum O2<'py> {
 }
 
 impl O2<'_> {
-    fn view(&mut self) -> Out2<'_> {
+    fn view(&mut self) -> FloatViewMut<'_> {
         match self {
-            O2::F32(a) => Out2::F32(a.as_array_mut()),
-            O2::F64(a) => Out2::F64(a.as_array_mut()),
+            O2::F32(a) => FloatViewMut::F32(a.as_array_mut()),
+            O2::F64(a) => FloatViewMut::F64(a.as_array_mut()),
         }
     }
 }
@@ -562,7 +567,7 @@ fn anchor_texts<'a>(anchors: &'a [Bound<'_, PyString>]) -> PyResult<Vec<&'a str>
 #[pyfunction]
 #[pyo3(signature = (
     name, config_json, out_advantages, out_returns, *, token_level_rewards=None,
-    response_mask=None, index, traj_index=None, episode_rewards=None, row_scores=None,
+    response_mask=None, index, traj_index=None, terminal_rewards=None, row_scores=None,
     values=None, old_log_probs=None, sum_pi_squared=None, rollout_is_weights=None,
     reward_baselines=None, milestones=None, step_rewards=None, turn_values=None,
     anchor_obs=None
@@ -578,7 +583,7 @@ fn estimate<'py>(
     response_mask: Option<&Bound<'py, PyAny>>,
     index: &Bound<'py, PyAny>,
     traj_index: Option<&Bound<'py, PyAny>>,
-    episode_rewards: Option<&Bound<'py, PyAny>>,
+    terminal_rewards: Option<&Bound<'py, PyAny>>,
     row_scores: Option<&Bound<'py, PyAny>>,
     values: Option<&Bound<'py, PyAny>>,
     old_log_probs: Option<&Bound<'py, PyAny>>,
@@ -596,7 +601,7 @@ fn estimate<'py>(
     let (index_obj, values_obj) = (index, values);
     let index = keys("index", index)?;
     let traj = traj_index.map(|t| keys("traj_index", t)).transpose()?;
-    let episode = f1("episode_rewards", episode_rewards)?;
+    let episode = f1("terminal_rewards", terminal_rewards)?;
     let row_scores_col = f1("row_scores", row_scores)?;
     let values = f2("values", values)?;
     let olp = f2("old_log_probs", old_log_probs)?;
@@ -618,7 +623,7 @@ fn estimate<'py>(
             ("response_mask", response_mask),
             ("index", Some(index_obj)),
             ("traj_index", traj_index),
-            ("episode_rewards", episode_rewards),
+            ("terminal_rewards", terminal_rewards),
             ("row_scores", row_scores),
             ("values", values_obj),
             ("old_log_probs", old_log_probs),
@@ -640,7 +645,7 @@ fn estimate<'py>(
         response_mask: mask.as_ref().map(M2::view),
         index,
         traj_index: traj,
-        episode_rewards: episode.as_ref().map(F1::view),
+        terminal_rewards: episode.as_ref().map(F1::view),
         row_scores: row_scores_col.as_ref().map(F1::view),
         values: values.as_ref().map(F2::view),
         old_log_probs: olp.as_ref().map(F2::view),
@@ -755,83 +760,6 @@ fn has_returns(name: &str, config_json: Option<&str>) -> PyResult<bool> {
     Ok(Estimator::new(name, config_json)?.has_returns())
 }
 
-/// Benchmark helper (not API): times `reps` runs of the crate's own call on these arrays, with
-/// no binding around it (see `adapter::time_crate_call`), and returns each run's wall-clock
-/// and CPU seconds (`time.process_time`, read around each run; the GIL is held throughout, so
-/// no other Python thread runs meanwhile).
-/// `index` must be int64 group ids; `lengths` (int64, one per row, each at least 0) passes the
-/// mask as per-row lengths instead of the matrix.
-#[pyfunction]
-#[pyo3(signature = (name, out_advantages, *, token_level_rewards, response_mask, index, reps, lengths=None))]
-#[allow(clippy::too_many_arguments)]
-fn _time_crate_call<'py>(
-    py: Python<'py>,
-    name: &str,
-    out_advantages: &Bound<'py, PyAny>,
-    token_level_rewards: &Bound<'py, PyAny>,
-    response_mask: &Bound<'py, PyAny>,
-    index: PyReadonlyArray1<'py, i64>,
-    reps: usize,
-    lengths: Option<PyReadonlyArray1<'py, i64>>,
-) -> PyResult<(Vec<f64>, Vec<f64>)> {
-    // The crate on the caller's thread, as `estimate` runs it by default (the Python clock read
-    // around each run needs this thread and the GIL).
-    threads::init();
-    let est = Estimator::new(name, None)?;
-    let rewards = f2("token_level_rewards", Some(token_level_rewards))?
-        .ok_or_else(|| PyTypeError::new_err("token_level_rewards: required"))?;
-    let mask = m2("response_mask", Some(response_mask))?
-        .ok_or_else(|| PyTypeError::new_err("response_mask: required"))?;
-    let ids = index
-        .as_slice()
-        .map_err(|_| PyValueError::new_err("index: not contiguous"))?;
-    if let Some(l) = &lengths {
-        check_layout("lengths", l.as_untyped())?;
-    }
-    let lengths: Option<Vec<usize>> = lengths
-        .map(|l| {
-            l.as_array()
-                .iter()
-                .enumerate()
-                .map(|(row, &n)| {
-                    usize::try_from(n).map_err(|_| {
-                        PyValueError::new_err(format!(
-                            "lengths: row {row} has length {n}, expected at least 0"
-                        ))
-                    })
-                })
-                .collect()
-        })
-        .transpose()?;
-    check_disjoint(
-        &[("out_advantages", Some(out_advantages))],
-        &[
-            ("token_level_rewards", Some(token_level_rewards)),
-            ("response_mask", Some(response_mask)),
-            ("index", Some(index.as_any())),
-        ],
-    )?;
-    let mut adv = o2("out_advantages", out_advantages)?;
-    let (rv, mv, a) = (rewards.view(), mask.view(), adv.view());
-    let process_time = py.import("time")?.getattr("process_time")?;
-    let clock = || -> adapter::Res<f64> {
-        process_time
-            .call0()
-            .and_then(|t| t.extract::<f64>())
-            .map_err(|e| adapter::Failure(e.to_string()))
-    };
-    Ok(adapter::time_crate_call(
-        &est,
-        &rv,
-        &mv,
-        ids,
-        a,
-        reps,
-        lengths.as_deref(),
-        clock,
-    )?)
-}
-
 /// Runs the crate's parallel paths (groups, row blocks) on a pool of `n` threads from now on;
 /// 1 (the default) computes on the caller's thread. Results are bit-identical either way.
 /// Raises ValueError for 0, for more than 1024, or when the pool cannot be built.
@@ -856,7 +784,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verl_names, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(has_returns, m)?)?;
-    m.add_function(wrap_pyfunction!(_time_crate_call, m)?)?;
+    #[cfg(feature = "bench-timers")]
+    m.add_function(wrap_pyfunction!(bench::_time_crate_call, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     Ok(())

@@ -148,7 +148,7 @@ def test_every_name_runs():
         response_mask=np.ones((rows, width), dtype=bool),
         index=np.repeat(np.arange(2), 4),
         traj_index=np.repeat(np.arange(4), 2),
-        episode_rewards=np.repeat(np.array([1.0, 0.0, 1.0, 0.0]), 2),
+        terminal_rewards=np.repeat(np.array([1.0, 0.0, 1.0, 0.0]), 2),
         values=rng.normal(size=(rows, width)),
         old_log_probs=-rng.random(size=(rows, width)),
         sum_pi_squared=rng.random(size=(rows, width)),
@@ -162,9 +162,9 @@ def test_every_name_runs():
         if name not in beacon_rl.STEP_ESTIMATORS:
             # verl's estimators see one row per response; episode keys are for step batches.
             args.pop("traj_index")
-            args.pop("episode_rewards")
+            args.pop("terminal_rewards")
         else:
-            args["token_level_rewards"] = None  # R(τ) from episode_rewards
+            args["token_level_rewards"] = None  # R(τ) from terminal_rewards
         adv, ret = beacon_rl.estimate(name, **args)
         assert adv.shape == (rows, width), name
         assert np.isfinite(adv).all() and np.isfinite(ret).all(), name

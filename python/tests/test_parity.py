@@ -124,7 +124,7 @@ def test_beacon_official_matches_the_release(case):
         response_mask=mask,
         index=np.array(rows["uid"], dtype=object),
         traj_index=np.array(rows["traj_uid"], dtype=object),
-        episode_rewards=np.array(rows["episode_reward"], dtype=np.float64),
+        terminal_rewards=np.array(rows["episode_reward"], dtype=np.float64),
         milestones=np.array(rows["milestone"], dtype=bool),
         config=config,
     )

@@ -12,7 +12,7 @@ calls it, with the workarounds ``python/bench/bench_verl.py`` lists: the milesto
 
 Batches (hypothesis): 1–3 task groups (``uid``) of 1–8 trajectories (``traj_uid``) of 1–12 steps,
 rows grouped or interleaved (a trajectory's rows are its steps in row order, as both sides read
-them), episode rewards from a small set (ties, all-equal groups), verl-agent's invalid-action
+them), terminal rewards from a small set (ties, all-equal groups), verl-agent's invalid-action
 penalty (``token_level_scores[i, last] -= 0.1``) on some rows, milestone flags anywhere,
 anchors drawn from a small pool with near-duplicates (one edit) and long strings (difflib's
 autojunk), similarity grouping at thresholds that ratios of the pool's strings hit exactly.
@@ -36,7 +36,7 @@ and the comparison is only as strict as the release is accurate. Each row must s
 run).
 
 GiGPO's step groups are compared as partitions: the release's ``build_step_group`` against the
-crate's groups, read from a probe run (γ = 0, no episode reward, distinct random step rewards:
+crate's groups, read from a probe run (γ = 0, no terminal reward, distinct random step rewards:
 A_S = r − mean of the row's group, so rows of one group share ``r − A``).
 """
 
@@ -181,7 +181,7 @@ def step_batch(draw):
     col = lambda key, dtype=object: np.array([r[key] for r in rows], dtype=dtype)  # noqa: E731
     lens = col("mask_len", np.int64)
     mask = (np.arange(L)[None, :] < lens[:, None]).astype(np.int64)
-    # verl-agent: the episode reward on each step's last valid token, float32; then
+    # verl-agent: the terminal reward on each step's last valid token, float32; then
     # apply_invalid_action_penalty subtracts 0.1 there (in float32) on invalid rows.
     tokens = torch.zeros(n, L, dtype=torch.float32)
     last = torch.from_numpy(lens - 1)

@@ -86,7 +86,7 @@ def test_reused_state_gives_the_fresh_numbers_for_step_batches(name):
         tlr = np.zeros(mask.shape, np.float32)
         tlr[:, -1] = reward
         adv, _ = beacon_rl.estimate(
-            name, tlr, mask, uid, traj_index=traj, episode_rewards=reward, **extra
+            name, tlr, mask, uid, traj_index=traj, terminal_rewards=reward, **extra
         )
         return adv
 
@@ -171,7 +171,7 @@ def _left_to_right(row: np.ndarray) -> float:
 
 @pytest.mark.parametrize("rows", [13, 16, 3])
 def test_row_sums_are_the_sequential_sums(rows):
-    # The binding sums token rewards into episode rewards eight rows at a time; each row must
+    # The binding sums token rewards into terminal rewards eight rows at a time; each row must
     # still be summed left to right in float64 (the bits of a plain sequential sum), which
     # matters when a row has several rewards (float addition is not associative).
     rng = np.random.default_rng(rows)
@@ -184,12 +184,12 @@ def test_row_sums_are_the_sequential_sums(rows):
     flags = np.zeros(rows, dtype=bool)
     kw = dict(traj_index=traj, milestones=flags, config={"segment_weight": 0.0})
     got, _ = beacon_rl.estimate("beacon_official", rewards.astype(np.float64), mask, uid, **kw)
-    want, _ = beacon_rl.estimate("beacon_official", rewards.astype(np.float64), mask, uid, episode_rewards=sequential, **kw)
+    want, _ = beacon_rl.estimate("beacon_official", rewards.astype(np.float64), mask, uid, terminal_rewards=sequential, **kw)
     np.testing.assert_array_equal(got, want)
 
 
 def test_step_estimators_still_reject_bad_token_rewards():
-    # With no episode_rewards the binding takes each row's reward sum as its row score and
+    # With no terminal_rewards the binding takes each row's reward sum as its row score and
     # skips the crate's re-check of the same sums; a non-finite reward must still raise, as
     # must rows of one trajectory that differ where the estimator counts each trajectory once
     # (the paper's beacon). beacon_official scores each row by its own sum (verl-agent's
@@ -290,14 +290,14 @@ def test_a_group_that_comes_back_is_one_group(index):
 def test_verl_layout_errors_are_the_builders():
     # Rows of a contiguous layout and the same rows scattered fail with one message: the
     # shortcut is only taken where the batch builder could not fail. The messages name the
-    # argument the caller passed (the builder's `row_rewards` are the caller's episode_rewards).
+    # argument the caller passed (the builder's `row_rewards` are the caller's terminal_rewards).
     mask = np.ones((4, 2), dtype=np.int64)
     rewards = np.zeros((4, 2), dtype=np.float32)
     flags = np.zeros(4, dtype=bool)
     for index in (np.array(["a", "a", "b", "b"], dtype=object), np.array(["a", "b", "a", "b"], dtype=object)):
-        with pytest.raises(ValueError, match=r"^non-finite value NaN in episode_rewards at index 1$"):
+        with pytest.raises(ValueError, match=r"^non-finite value NaN in terminal_rewards at index 1$"):
             beacon_rl.estimate(
-                "beacon_official", rewards, mask, index, episode_rewards=np.array([0, np.nan, 0, 0]), milestones=flags
+                "beacon_official", rewards, mask, index, terminal_rewards=np.array([0, np.nan, 0, 0]), milestones=flags
             )
-        with pytest.raises(ValueError, match=r"^length mismatch: episode_rewards has 3 entries, expected 4$"):
-            beacon_rl.estimate("beacon_official", rewards, mask, index, episode_rewards=np.zeros(3), milestones=flags)
+        with pytest.raises(ValueError, match=r"^length mismatch: terminal_rewards has 3 entries, expected 4$"):
+            beacon_rl.estimate("beacon_official", rewards, mask, index, terminal_rewards=np.zeros(3), milestones=flags)

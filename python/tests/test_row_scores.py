@@ -80,7 +80,7 @@ def segment_term(flags, index, traj, gamma=0.95, scale=10.0):
 
 def penalised_batch():
     """Two tasks in verl-agent's layout (a trajectory's rows are its steps, in row order;
-    trajectories interleaved), the episode reward on each row's last valid token minus 0.1 on
+    trajectories interleaved), the terminal reward on each row's last valid token minus 0.1 on
     the rows of invalid actions."""
     uid = np.array(["u", "u", "u", "u", "u", "v", "v", "v", "v"], dtype=object)
     traj = np.array(["a", "b", "a", "c", "a", "d", "e", "d", "e"], dtype=object)
@@ -178,8 +178,8 @@ def test_row_scores_keyword():
     off[4] += 0.5
     with pytest.raises(ValueError, match=r"^row 4: token_level_rewards sum to 1, but its row_scores entry is 1.5$"):
         beacon_rl.estimate("beacon_official", b["tokens"], b["mask"], uid, row_scores=off, **kw)
-    with pytest.raises(ValueError, match="conflicting inputs: episode_rewards and row_scores"):
-        beacon_rl.estimate("beacon_official", b["tokens"], b["mask"], uid, row_scores=scores, episode_rewards=scores, **kw)
+    with pytest.raises(ValueError, match="conflicting inputs: terminal_rewards and row_scores"):
+        beacon_rl.estimate("beacon_official", b["tokens"], b["mask"], uid, row_scores=scores, terminal_rewards=scores, **kw)
     with pytest.raises(ValueError, match=r"^length mismatch: row_scores has 8 entries, expected 9$"):
         beacon_rl.estimate("beacon_official", b["tokens"], b["mask"], uid, row_scores=scores[:8], **kw)
     nan = scores.copy()

@@ -102,7 +102,7 @@ def test_verl_compute_advantage_runs_beacon_multi_turn(name):
     assert outcome.tolist() == [2.0, 2.0, 2.0, 0.0, 0.0, 1.0, 1.0, 1.0]
     flags = np.array([bool(rewards[r, e - 1] > 0) and e - 1 != last[r] for r, s, e in turns])
     assert flags.tolist() == [True, False, False, False, False, True, False, False]
-    step_adv, _ = beacon_rl.estimate(name, index=steps_uid, traj_index=traj, episode_rewards=outcome, milestones=flags)
+    step_adv, _ = beacon_rl.estimate(name, index=steps_uid, traj_index=traj, terminal_rewards=outcome, milestones=flags)
     want = torch.zeros_like(rewards)
     for k, (r, s, e) in enumerate(turns):
         want[r, s:e] = float(step_adv[k, 0])
@@ -157,7 +157,7 @@ def test_verl_agent_step_batch_matches_the_release(official_migpo):
     lens = torch.tensor(rows["mask_len"])
     mask = (torch.arange(L)[None, :] < lens[:, None]).long()
     rewards = torch.zeros(n, L)
-    # verl-agent puts the episode reward on each step's last valid token.
+    # verl-agent puts the terminal reward on each step's last valid token.
     rewards[torch.arange(n), (lens - 1).clamp(min=0)] = torch.tensor(rows["episode_reward"], dtype=torch.float32)
     adv_buf = torch.full((n, L), float("nan"))
     ret_buf = torch.full((n, L), float("nan"))

@@ -100,7 +100,7 @@ def test_the_documented_worked_example():
         "beacon",
         index=np.array(["p"] * 4, dtype=object),
         traj_index=np.array([0, 0, 1, 1]),
-        episode_rewards=np.array([1.5, 1.5, 0.0, 0.0]),
+        terminal_rewards=np.array([1.5, 1.5, 0.0, 0.0]),
         milestones=np.array([True, False, False, False]),
     )
     want = torch.zeros(2, 10)
@@ -113,7 +113,7 @@ def test_the_documented_worked_example():
         "gigpo",
         index=np.array(["p"] * 4, dtype=object),
         traj_index=np.array([0, 0, 1, 1]),
-        episode_rewards=np.array([1.5, 1.5, 0.0, 0.0]),
+        terminal_rewards=np.array([1.5, 1.5, 0.0, 0.0]),
         step_rewards=np.array([0.5, 1.0, 0.0, 0.0]),
         anchor_obs=np.array(["turn 0", "turn 1"] * 2, dtype=object),
         config={"step_decay": 1.0},
@@ -457,7 +457,7 @@ def test_step_estimators_read_columns_from_non_tensor_batch(name):
     rewards, mask, ntb = step_batch()
     kw = {"milestones": ntb["milestone"]} if name != "gigpo" else {"anchor_obs": ntb["anchor_obs"], "step_rewards": ntb["rewards"]}
     want, _ = beacon_rl.estimate(
-        name, rewards, mask, ntb["uid"], traj_index=ntb["traj_uid"], episode_rewards=np.array([1.0, 1.0, 0.0, 0.0]), **kw
+        name, rewards, mask, ntb["uid"], traj_index=ntb["traj_uid"], terminal_rewards=np.array([1.0, 1.0, 0.0, 0.0]), **kw
     )
     got, _ = fn(name)(rewards, mask, index=ntb["uid"], config=AlgoConfig(gamma=0.95), non_tensor_batch=ntb, batch=None)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
@@ -497,7 +497,7 @@ def test_long_rows_attribute_every_reward_to_its_turn():
         "gigpo",
         index=np.zeros(6, dtype=np.int64),
         traj_index=np.array([0, 0, 0, 1, 1, 1]),
-        episode_rewards=np.array([1.625] * 3 + [0.0] * 3),
+        terminal_rewards=np.array([1.625] * 3 + [0.0] * 3),
         # turn 0: -0.125 (token 64 follows it); turn 1: 0.25 + 0.5; turn 2: 1.0
         step_rewards=np.array([-0.125, 0.75, 1.0, 0.0, 0.0, 0.0]),
         anchor_obs=np.array(["turn 0", "turn 1", "turn 2"] * 2, dtype=object),

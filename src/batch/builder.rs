@@ -114,13 +114,13 @@ impl BatchBuilder {
         &mut self,
         group_keys: &[G],
         traj_keys: &[T],
-        row_rewards: &[f64],
+        terminal_rewards: &[f64],
     ) -> Result<RolloutBatch>
     where
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        self.build(group_keys, TrajKeys(traj_keys), row_rewards)?;
+        self.build(group_keys, TrajKeys(traj_keys), terminal_rewards)?;
         Ok(self.spare.clone())
     }
 
@@ -146,13 +146,13 @@ impl BatchBuilder {
         batch: &mut RolloutBatch,
         group_keys: &[G],
         traj_keys: &[T],
-        row_rewards: &[f64],
+        terminal_rewards: &[f64],
     ) -> Result<()>
     where
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        self.build(group_keys, TrajKeys(traj_keys), row_rewards)?;
+        self.build(group_keys, TrajKeys(traj_keys), terminal_rewards)?;
         std::mem::swap(&mut self.spare, batch);
         Ok(())
     }
@@ -203,9 +203,9 @@ impl BatchBuilder {
         mut self,
         group_keys: &[G],
         traj_keys: &[T],
-        row_rewards: &[f64],
+        terminal_rewards: &[f64],
     ) -> Result<RolloutBatch> {
-        self.build(group_keys, TrajKeys(traj_keys), row_rewards)?;
+        self.build(group_keys, TrajKeys(traj_keys), terminal_rewards)?;
         Ok(self.spare)
     }
 
@@ -221,12 +221,12 @@ impl BatchBuilder {
 
     /// The checks every key constructor makes first, in this order (their errors are the
     /// same built or rebuilt, with or without trajectory keys; `traj_keys` is checked before).
-    fn check_rows(rows: usize, row_rewards: &[f64]) -> Result<()> {
-        check_len("row_rewards", rows, row_rewards.len())?;
+    fn check_rows(rows: usize, terminal_rewards: &[f64]) -> Result<()> {
+        check_len("terminal_rewards", rows, terminal_rewards.len())?;
         if rows == 0 {
             return Err(Error::EmptyBatch);
         }
-        check_finite("row_rewards", row_rewards)
+        check_finite("terminal_rewards", terminal_rewards)
     }
 
     /// The one builder behind every key constructor, into `self.spare`.
@@ -241,12 +241,30 @@ impl BatchBuilder {
         &mut self,
         group_keys: &[G],
         trajs: S,
-        row_rewards: &[f64],
+        terminal_rewards: &[f64],
     ) -> Result<()> {
         let rows = group_keys.len();
         trajs.check(rows)?;
-        Self::check_rows(rows, row_rewards)?;
+        Self::check_rows(rows, terminal_rewards)?;
+        if self.intern(group_keys, &trajs, terminal_rewards)? {
+            self.write_in_order::<S>(rows, terminal_rewards);
+        } else {
+            self.write_sorted::<S>(rows, terminal_rewards);
+        }
+        Ok(())
+    }
 
+    /// Numbers groups and trajectories by first appearance (`groups`, `trajs`, and per
+    /// trajectory its group, reward and length), checking that a trajectory stays in one group
+    /// with one reward. True when no id recurred (the identity layout).
+    #[inline]
+    fn intern<G: Hash + Eq, S: TrajSource>(
+        &mut self,
+        group_keys: &[G],
+        trajs: &S,
+        terminal_rewards: &[f64],
+    ) -> Result<bool> {
+        let rows = group_keys.len();
         self.groups.reset(rows);
         if !S::PER_ROW {
             self.trajs.reset(rows);
@@ -286,15 +304,15 @@ impl BatchBuilder {
             }
             if t == self.traj_group.len() {
                 self.traj_group.push(g);
-                self.traj_reward.push(row_rewards[row]);
+                self.traj_reward.push(terminal_rewards[row]);
                 self.traj_len.push(0);
             } else if self.traj_group[t] != g {
                 return Err(Error::TrajectoryAcrossGroups { row });
-            } else if self.traj_reward[t] != row_rewards[row] {
+            } else if self.traj_reward[t] != terminal_rewards[row] {
                 return Err(Error::InconsistentTerminalReward {
                     row,
                     expected: self.traj_reward[t],
-                    value: row_rewards[row],
+                    value: terminal_rewards[row],
                 });
             }
             self.traj_len[t] += 1;
@@ -304,39 +322,50 @@ impl BatchBuilder {
         if S::PER_ROW && !in_order {
             self.traj_group.resize(rows, g);
         }
+        Ok(in_order)
+    }
+
+    /// The identity layout (no id recurred): offsets from each group's and trajectory's first
+    /// row, rewards as interned, step s = row s.
+    #[inline]
+    fn write_in_order<S: TrajSource>(&mut self, rows: usize, terminal_rewards: &[f64]) {
+        let num_traj = if S::PER_ROW { rows } else { self.traj_group.len() };
+        let b = &mut self.spare;
+        // Group g starts at its first row's trajectory; trajectory t at its first row.
+        b.group_offsets.clear();
+        if S::PER_ROW {
+            b.group_offsets.extend_from_slice(self.groups.first_rows());
+        } else {
+            let first = self.groups.first_rows().iter();
+            b.group_offsets.extend(first.map(|&r| self.row_traj[r]));
+        }
+        b.group_offsets.push(num_traj);
+        b.traj_offsets.clear();
+        if S::PER_ROW {
+            b.traj_offsets.extend(0..rows);
+        } else {
+            b.traj_offsets.extend_from_slice(self.trajs.first_rows());
+        }
+        b.traj_offsets.push(rows);
+        b.terminal_rewards.clear();
+        b.terminal_rewards.extend_from_slice(if S::PER_ROW {
+            terminal_rewards
+        } else {
+            &self.traj_reward
+        });
+        // Written, not a lazy identity: that would drop the index's allocation, and the
+        // next rebuild that sorts would allocate it again.
+        b.step_rows.cleared().extend(0..rows);
+        b.identity_rows = true;
+    }
+
+    /// The general layout: trajectories ordered by group (stable), rows scattered into
+    /// trajectory-major step order.
+    #[inline]
+    fn write_sorted<S: TrajSource>(&mut self, rows: usize, terminal_rewards: &[f64]) {
         let num_groups = self.groups.len();
         let num_traj = if S::PER_ROW { rows } else { self.traj_group.len() };
         let b = &mut self.spare;
-        if in_order {
-            // Group g starts at its first row's trajectory; trajectory t at its first row.
-            b.group_offsets.clear();
-            if S::PER_ROW {
-                b.group_offsets.extend_from_slice(self.groups.first_rows());
-            } else {
-                let first = self.groups.first_rows().iter();
-                b.group_offsets.extend(first.map(|&r| self.row_traj[r]));
-            }
-            b.group_offsets.push(num_traj);
-            b.traj_offsets.clear();
-            if S::PER_ROW {
-                b.traj_offsets.extend(0..rows);
-            } else {
-                b.traj_offsets.extend_from_slice(self.trajs.first_rows());
-            }
-            b.traj_offsets.push(rows);
-            b.terminal_rewards.clear();
-            b.terminal_rewards.extend_from_slice(if S::PER_ROW {
-                row_rewards
-            } else {
-                &self.traj_reward
-            });
-            // Written, not a lazy identity: that would drop the index's allocation, and the
-            // next rebuild that sorts would allocate it again.
-            b.step_rows.cleared().extend(0..rows);
-            b.identity_rows = true;
-            return Ok(());
-        }
-
         // Order trajectories by group (stable: first appearance within the group).
         fill(&mut b.group_offsets, num_groups + 1, 0);
         for &g in &self.traj_group {
@@ -354,7 +383,7 @@ impl BatchBuilder {
         fill(&mut b.terminal_rewards, num_traj, 0.0);
         for (t, &slot) in self.slot_of_traj.iter().enumerate() {
             let (len, reward) = if S::PER_ROW {
-                (1, row_rewards[t])
+                (1, terminal_rewards[t])
             } else {
                 (self.traj_len[t], self.traj_reward[t])
             };
@@ -379,7 +408,6 @@ impl BatchBuilder {
         // in slot order too): no id would recur, and `in_order` would have held.
         debug_assert!(b.step_rows.iter().enumerate().any(|(s, &r)| s != r));
         b.identity_rows = false;
-        Ok(())
     }
 }
 
@@ -659,7 +687,7 @@ mod tests {
         // 2 keys, 1 reward: the reward column is the short one, whether the batch is new or
         // rebuilt in place (the rebuild once named `traj_keys`, a column it is not given).
         let want = Err(Error::LengthMismatch {
-            what: "row_rewards",
+            what: "terminal_rewards",
             expected: 2,
             actual: 1,
         });
@@ -750,7 +778,7 @@ mod tests {
         let before = batch.clone();
         for keys in [[1, 1, 2], [1, 2, 1]] {
             let short = Error::LengthMismatch {
-                what: "row_rewards",
+                what: "terminal_rewards",
                 expected: 3,
                 actual: 2,
             };
@@ -778,7 +806,7 @@ mod tests {
         assert_eq!(
             builder.rebuild_from_group_keys::<u64>(&mut batch, &[], &[1.0]),
             Err(Error::LengthMismatch {
-                what: "row_rewards",
+                what: "terminal_rewards",
                 expected: 0,
                 actual: 1
             })

@@ -4,8 +4,12 @@
 //! reusably, is [`builder`]'s.
 
 mod builder;
+mod rewards;
+mod step_rows;
 
 pub use builder::BatchBuilder;
+pub(crate) use rewards::first_row_mismatch;
+use step_rows::StepRows;
 
 use std::hash::Hash;
 
@@ -22,7 +26,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// // Rows as a verl-agent trainer holds them: two trajectories of one task, interleaved.
 /// let uid = ["task-7", "task-7", "task-7", "task-7", "task-7"];
 /// let traj = ["a", "b", "a", "b", "a"];
-/// let reward = [1.0, 0.0, 1.0, 0.0, 1.0]; // episode reward repeated on every row
+/// let reward = [1.0, 0.0, 1.0, 0.0, 1.0]; // terminal reward repeated on every row
 /// let batch = RolloutBatch::from_row_keys(&uid, &traj, &reward)?;
 ///
 /// assert_eq!(batch.num_groups(), 1);
@@ -53,7 +57,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// A trainer that builds a batch per iteration keeps a [`BatchBuilder`] and rebuilds one batch
 /// in place ([`BatchBuilder::rebuild_from_row_keys`]): no allocation after warm-up.
 ///
-/// # One episode reward
+/// # One terminal reward
 /// A batch carries each trajectory's terminal reward R(τ), given once per row by the key
 /// constructors (rows of one trajectory must agree: [`Error::InconsistentTerminalReward`]).
 /// The step-level estimators (BEACON, GiGPO, the ablations) read R(τ) from the batch; the
@@ -63,7 +67,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// where R(τ) is the score). When a step-level estimator or entry point is given
 /// `token_level_rewards` too, both sources are present: it then checks every
 /// row's token sum against its trajectory's R(τ) and returns
-/// [`Error::EpisodeRewardMismatch`] for the first row (in caller order) where they differ, so a
+/// [`Error::TerminalRewardMismatch`] for the first row (in caller order) where they differ, so a
 /// trainer never silently trains on one reward while logging another
 /// ([`RolloutBatch::check_row_scores`]). Where the rows of one trajectory carry different
 /// scores (verl-agent's invalid-action penalty), the caller gives each row's own score with
@@ -105,8 +109,8 @@ impl RolloutBatch {
     /// Builds a batch from verl-agent style per-row keys.
     ///
     /// `group_keys[r]` and `traj_keys[r]` name the group (`uid`) and trajectory (`traj_uid`)
-    /// of row `r`; `row_rewards[r]` is the terminal reward of that row's trajectory (verl-agent
-    /// repeats the episode reward on every row). Rows of one trajectory are its steps in row
+    /// of row `r`; `terminal_rewards[r]` is the terminal reward of that row's trajectory (verl-agent
+    /// repeats the terminal reward on every row). Rows of one trajectory are its steps in row
     /// order. Any `Hash + Eq` key type works (`&str`, `String`, `u64` ids). A trainer building
     /// one batch per iteration should keep a [`BatchBuilder`] and rebuild in place
     /// ([`BatchBuilder::rebuild_from_row_keys`]), which allocates nothing after warm-up.
@@ -122,12 +126,12 @@ impl RolloutBatch {
     /// let err = RolloutBatch::from_row_keys(&[1, 2], &["t", "t"], &[0.0, 0.0]).unwrap_err();
     /// assert_eq!(err, Error::TrajectoryAcrossGroups { row: 1 });
     /// ```
-    pub fn from_row_keys<G, T>(group_keys: &[G], traj_keys: &[T], row_rewards: &[f64]) -> Result<Self>
+    pub fn from_row_keys<G, T>(group_keys: &[G], traj_keys: &[T], terminal_rewards: &[f64]) -> Result<Self>
     where
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        BatchBuilder::new().into_row_key_batch(group_keys, traj_keys, row_rewards)
+        BatchBuilder::new().into_row_key_batch(group_keys, traj_keys, terminal_rewards)
     }
 
     /// Builds a batch where every row is its own one-step trajectory (single-turn RL, as in
@@ -399,7 +403,6 @@ impl RolloutBatch {
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, 3], vec![1.0])?;
     /// assert_eq!(batch.try_step_rows()?, &[0, 1, 2]);
-    /// assert_eq!(batch.trajectory_rows(0), &[0, 1, 2]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn try_step_rows(&self) -> Result<&[usize]> {
@@ -431,124 +434,6 @@ impl RolloutBatch {
         &self.terminal_rewards
     }
 
-    /// The per-row milestone flags for explicit milestone positions: `positions[j]` lists the
-    /// 0-based step indices of trajectory `j` (batch order) that are milestone steps.
-    ///
-    /// # Errors
-    /// [`Error::LengthMismatch`] unless there is one list per trajectory;
-    /// [`Error::MilestoneOutOfRange`] for a position at or past the trajectory's length.
-    ///
-    /// ```
-    /// use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_row_keys(&[0, 0, 0], &["x", "y", "x"], &[1.0, 0.0, 1.0])?;
-    /// // trajectory "x" (rows 0, 2): milestone at its step 1 = row 2
-    /// let flags = b.milestone_flags_from_positions(&[vec![1], vec![]])?;
-    /// assert_eq!(flags, vec![false, false, true]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn milestone_flags_from_positions<P: AsRef<[usize]>>(&self, positions: &[P]) -> Result<Vec<bool>> {
-        check_len("milestone positions", self.num_trajectories(), positions.len())?;
-        let mut flags = vec![false; self.num_steps()];
-        for (j, ps) in positions.iter().enumerate() {
-            let rows = self.trajectory_rows(j);
-            for &p in ps.as_ref() {
-                let row = *rows.get(p).ok_or(Error::MilestoneOutOfRange {
-                    trajectory: j,
-                    position: p,
-                    len: rows.len(),
-                })?;
-                flags[row] = true;
-            }
-        }
-        Ok(flags)
-    }
-
-    /// Checks a second source of episode rewards against the batch's: `scores[r]` (e.g. row
-    /// r's `token_level_rewards` sum) must equal the terminal reward of row r's trajectory, to
-    /// a relative 1e-6 (|a − b| ≤ 1e-6 · max(1, |a|, |b|), so that float32 token rewards of
-    /// the same episode reward pass).
-    ///
-    /// # Errors
-    /// [`Error::LengthMismatch`] unless there is one score per row;
-    /// [`Error::EpisodeRewardMismatch`] naming the first disagreeing row in caller order.
-    ///
-    /// ```
-    /// use beacon_rl::{Error, RolloutBatch};
-    /// let batch = RolloutBatch::from_row_keys(&[0; 4], &["a", "b", "a", "b"], &[1.0, 0.0, 1.0, 0.0])?;
-    /// assert!(batch.check_row_scores(&[1.0, 0.0, 1.0, 0.0]).is_ok());
-    /// assert!(batch.check_row_scores(&[1.0, 0.0, f64::from(1.0f32), 0.0]).is_ok());
-    /// assert_eq!(
-    ///     batch.check_row_scores(&[1.0, 0.0, 1.0, 0.5]),
-    ///     Err(Error::EpisodeRewardMismatch { row: 3, batch: 0.0, tokens: 0.5 })
-    /// );
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn check_row_scores(&self, scores: &[f64]) -> Result<()> {
-        check_len("row scores", self.num_steps(), scores.len())?;
-        self.check_scores_by(|r| scores[r])
-    }
-
-    /// [`check_row_scores`](Self::check_row_scores) for `token_level_rewards` (rows × L, each
-    /// row's score its sum), when given; nothing to check otherwise. With `row_scores` (the
-    /// caller's per-row scores, one per row, finite: checked by the caller) each row's sum is
-    /// checked against its own entry instead of its trajectory's R(τ)
-    /// ([`Error::RowScoreMismatch`]).
-    pub(crate) fn check_token_scores(
-        &self,
-        rewards: Option<crate::tensor::FloatView<'_>>,
-        row_scores: Option<&[f64]>,
-    ) -> Result<()> {
-        use crate::tensor::FloatView;
-        let Some(m) = rewards else { return Ok(()) };
-        check_len("token_level_rewards rows", self.num_steps(), m.dim().0)?;
-        let first = match m {
-            FloatView::F32(v) => {
-                self.first_disagreement(row_scores, |r| v.row(r).iter().map(|&x| f64::from(x)).sum())
-            }
-            FloatView::F64(v) => self.first_disagreement(row_scores, |r| v.row(r).iter().sum()),
-        };
-        match (first, row_scores) {
-            (None, _) => Ok(()),
-            (Some((row, batch, tokens)), None) => Err(Error::EpisodeRewardMismatch { row, batch, tokens }),
-            (Some((row, row_score, tokens)), Some(_)) => Err(Error::RowScoreMismatch {
-                row,
-                row_score,
-                tokens,
-            }),
-        }
-    }
-
-    fn check_scores_by(&self, score: impl Fn(usize) -> f64) -> Result<()> {
-        match self.first_disagreement(None, score) {
-            Some((row, batch, tokens)) => Err(Error::EpisodeRewardMismatch { row, batch, tokens }),
-            None => Ok(()),
-        }
-    }
-
-    /// The first row (caller order) whose `score` disagrees with its expected score (its
-    /// `row_scores` entry when given, else its trajectory's R(τ)): (row, expected, score).
-    fn first_disagreement(
-        &self,
-        row_scores: Option<&[f64]>,
-        score: impl Fn(usize) -> f64,
-    ) -> Option<(usize, f64, f64)> {
-        if let Some(expected) = row_scores {
-            // One expected score per row: the first row in caller order is a plain scan.
-            return first_row_mismatch(expected, score);
-        }
-        let mut first: Option<(usize, f64, f64)> = None;
-        for (j, &expected) in self.terminal_rewards.iter().enumerate() {
-            for &r in self.trajectory_rows(j) {
-                let s = score(r);
-                // Terminal rewards are finite (checked on construction).
-                if !scores_agree(expected, s) && first.is_none_or(|(b, _, _)| r < b) {
-                    first = Some((r, expected, s));
-                }
-            }
-        }
-        first
-    }
-
     /// One `false` flag per row, or [`Error::CapacityExceeded`] where the allocator refuses
     /// them (the row count may be a claim, see [`try_step_rows`](Self::try_step_rows)).
     pub(crate) fn try_row_flags(&self) -> Result<Vec<bool>> {
@@ -575,26 +460,6 @@ impl RolloutBatch {
     }
 }
 
-/// Whether a row's score `s` (e.g. its token sum) agrees with the `expected` one: to a relative
-/// 1e-6 (|s − e| ≤ 1e-6 · max(1, |s|, |e|)), so float32 token rewards of the same value pass.
-/// An infinite `s` never agrees: its tolerance would be infinite too (`expected` is finite).
-fn scores_agree(expected: f64, s: f64) -> bool {
-    s.is_finite() && (s - expected).abs() <= 1e-6 * s.abs().max(expected.abs()).max(1.0)
-}
-
-/// The first row r (caller order) whose `score(r)` disagrees with `expected[r]` (finite, one
-/// per row): (r, expected, score).
-pub(crate) fn first_row_mismatch(
-    expected: &[f64],
-    score: impl Fn(usize) -> f64,
-) -> Option<(usize, f64, f64)> {
-    expected
-        .iter()
-        .enumerate()
-        .map(|(r, &e)| (r, e, score(r)))
-        .find(|&(_, e, s)| !scores_agree(e, s))
-}
-
 fn validate_offsets(what: &'static str, offsets: &[usize], end: usize) -> Result<()> {
     if offsets.first() != Some(&0) {
         return Err(Error::InvalidOffsets {
@@ -617,102 +482,6 @@ fn validate_offsets(what: &'static str, offsets: &[usize], end: usize) -> Result
     Ok(())
 }
 
-/// A batch's row index (`RolloutBatch::step_rows`). Batches from offsets or blocks are
-/// already in step order: their index is the identity `0..len`, built on first use (8 bytes a
-/// step) instead of by the constructor, so that a constructor's memory is bounded by the
-/// arrays the caller passed, whatever number of steps the offsets claim.
-#[derive(Clone, Default)]
-struct StepRows {
-    rows: std::sync::OnceLock<Vec<usize>>,
-    /// The length while `rows` is not built (then the index is `0..len`).
-    len: usize,
-}
-
-impl StepRows {
-    /// `0..len`, not built yet.
-    fn identity(len: usize) -> Self {
-        Self {
-            rows: std::sync::OnceLock::new(),
-            len,
-        }
-    }
-
-    /// Number of rows, without building the index.
-    fn len(&self) -> usize {
-        self.rows.get().map_or(self.len, Vec::len)
-    }
-
-    /// The index as an empty vector, to be filled (a lazy identity is dropped, not built).
-    fn cleared(&mut self) -> &mut Vec<usize> {
-        self.len = 0;
-        match self.rows.get_mut() {
-            // Keeps its allocation (a builder rebuilding in place allocates nothing).
-            Some(rows) => rows.clear(),
-            None => drop(self.rows.set(Vec::new())),
-        }
-        self.as_vec_mut()
-    }
-
-    /// The index, built here if it is not yet, fallibly (see `RolloutBatch::try_step_rows`).
-    fn try_built(&self) -> Result<&[usize]> {
-        if let Some(rows) = self.rows.get() {
-            return Ok(rows);
-        }
-        let mut rows = Vec::new();
-        rows.try_reserve_exact(self.len)
-            .map_err(|_| Error::CapacityExceeded {
-                what: "row index (8 bytes a row)",
-                requested: self.len,
-                limit: RolloutBatch::MAX_STEPS,
-            })?;
-        rows.extend(0..self.len);
-        // Another thread may have built it meanwhile: then either copy is the same identity.
-        Ok(self.rows.get_or_init(|| rows))
-    }
-
-    fn as_vec_mut(&mut self) -> &mut Vec<usize> {
-        if self.rows.get().is_none() {
-            let len = self.len;
-            self.rows.get_or_init(|| (0..len).collect());
-        }
-        match self.rows.get_mut() {
-            Some(rows) => rows,
-            None => unreachable!("initialised above"),
-        }
-    }
-}
-
-impl std::ops::Deref for StepRows {
-    type Target = Vec<usize>;
-    fn deref(&self) -> &Vec<usize> {
-        self.rows.get_or_init(|| (0..self.len).collect())
-    }
-}
-
-impl std::ops::DerefMut for StepRows {
-    fn deref_mut(&mut self) -> &mut Vec<usize> {
-        self.as_vec_mut()
-    }
-}
-
-impl PartialEq for StepRows {
-    /// As the row lists: built or not, without building either.
-    fn eq(&self, other: &Self) -> bool {
-        match (self.rows.get(), other.rows.get()) {
-            (Some(a), Some(b)) => a == b,
-            (Some(v), None) | (None, Some(v)) => {
-                let len = if self.rows.get().is_none() {
-                    self.len
-                } else {
-                    other.len
-                };
-                v.len() == len && v.iter().copied().eq(0..len)
-            }
-            (None, None) => self.len == other.len,
-        }
-    }
-}
-
 /// A one-trajectory batch claiming `steps` rows, past [`RolloutBatch::MAX_STEPS`] too (which
 /// `from_offsets` refuses): claims no machine can allocate for, so that the fallible paths'
 /// tests fail the same way everywhere.
@@ -724,16 +493,6 @@ pub(crate) fn claiming(steps: usize) -> RolloutBatch {
         step_rows: StepRows::identity(steps),
         identity_rows: true,
         terminal_rewards: vec![0.0],
-    }
-}
-
-impl std::fmt::Debug for StepRows {
-    /// As the row list (`[0, 1, 2]`), without building it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.rows.get() {
-            Some(rows) => rows.fmt(f),
-            None => f.debug_list().entries(0..self.len).finish(),
-        }
     }
 }
 
@@ -813,22 +572,6 @@ mod tests {
     }
 
     #[test]
-    fn positions_out_of_range() {
-        let b = RolloutBatch::from_blocks(1, &[2], vec![0.0]).unwrap();
-        assert_eq!(
-            b.milestone_flags_from_positions(&[[2]]),
-            Err(Error::MilestoneOutOfRange {
-                trajectory: 0,
-                position: 2,
-                len: 2
-            })
-        );
-    }
-
-    /// A claimed step count is not allocated by the constructors. Before, these
-    /// claims allocated and wrote 8 bytes a step (34 GB for the first).
-
-    #[test]
     fn claimed_steps_cost_nothing_until_the_row_index_is_used() {
         let max = RolloutBatch::MAX_STEPS;
         let a = RolloutBatch::from_offsets(vec![0, 1], vec![0, max], vec![0.0]).unwrap();
@@ -878,7 +621,7 @@ mod tests {
         for bad in [f64::INFINITY, f64::NEG_INFINITY] {
             assert_eq!(
                 batch.check_row_scores(&[bad, 0.0]),
-                Err(Error::EpisodeRewardMismatch {
+                Err(Error::TerminalRewardMismatch {
                     row: 0,
                     batch: 1.0,
                     tokens: bad

@@ -7,11 +7,14 @@ use crate::error::Result;
 /// [`Diagnostics::new`](super::Diagnostics::new) validates.
 ///
 /// ```
-/// use beacon_rl::diagnostics::DiagnosticsConfig;
+/// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+/// use beacon_rl::RolloutBatch;
 /// let mut cfg = DiagnosticsConfig::default();
 /// assert_eq!((cfg.zero_threshold, cfg.success_threshold), (1e-6, 0.0));
 /// cfg.zero_threshold = 0.0; // must be > 0
-/// assert!(cfg.validate().is_err());
+/// let batch = RolloutBatch::from_blocks(1, &[1], vec![1.0])?;
+/// assert!(Diagnostics::new(&batch, &[0], &[0], &[false], cfg).is_err());
+/// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -54,14 +57,7 @@ impl DiagnosticsConfig {
     /// # Errors
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `zero_threshold` is not finite and > 0, or
     /// `success_threshold` is not finite.
-    ///
-    /// ```
-    /// use beacon_rl::diagnostics::DiagnosticsConfig;
-    /// use beacon_rl::Error;
-    /// let cfg = DiagnosticsConfig::default().with_success_threshold(f64::NAN);
-    /// assert!(matches!(cfg.validate(), Err(Error::InvalidConfig { name: "success_threshold", .. })));
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("zero_threshold", self.zero_threshold)?;
         FINITE.check("success_threshold", self.success_threshold)?;
         Ok(())

@@ -1,14 +1,11 @@
-//! The metrics that need no shared-pair index: ZAR and CCR as free functions, and
-//! [`row_advantages`], an estimator's token output reduced to one advantage per row.
+//! The metrics that need no shared-pair index (ZAR and CCR), and [`row_advantages`], an
+//! estimator's token output reduced to one advantage per row.
 
 use ndarray::ArrayView2;
 
 use super::report::CcrReport;
 use super::report::ZarReport;
-use crate::error::check_finite;
-use crate::error::check_len;
 use crate::error::Error;
-use crate::error::Range;
 use crate::error::Result;
 use crate::tensor::MaskView;
 
@@ -22,19 +19,10 @@ use crate::tensor::MaskView;
 /// or, without a mask, the output has no column; then
 /// [`Error::MaskValue`](crate::Error::MaskValue) for an integer mask entry other than 0 and 1,
 /// [`Error::InvalidMask`](crate::Error::InvalidMask) for a response length past L.
-///
-/// ```
-/// use beacon_rl::diagnostics::row_advantages;
-/// use ndarray::array;
-///
-/// // Row 0 starts with a prompt token (masked out, 0.0), then carries 0.5 on its response.
-/// let adv = array![[0.0, 0.5, 0.5], [-1.0, -1.0, 0.0], [0.0, 0.0, 0.0]];
-/// let mask = array![[false, true, true], [true, true, false], [false, false, false]];
-/// assert_eq!(row_advantages(adv.view(), Some((&mask).into()))?, [0.5, -1.0, 0.0]);
-/// assert_eq!(row_advantages(adv.view(), None)?, [0.0, -1.0, 0.0]); // column 0
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn row_advantages(adv: ArrayView2<'_, f64>, response_mask: Option<MaskView<'_>>) -> Result<Vec<f64>> {
+pub(crate) fn row_advantages(
+    adv: ArrayView2<'_, f64>,
+    response_mask: Option<MaskView<'_>>,
+) -> Result<Vec<f64>> {
     // Exactly the mask's shape: a mask without columns marks no token, so every row is 0
     // (what an estimator returns for L = 0 is then accepted, and a column the mask does not
     // cover is not). Without a mask, column 0 is read, so there must be one.
@@ -130,60 +118,10 @@ pub(super) fn ccr_unchecked(advantages: &[f64], milestones: &[bool], tau: f64) -
     Ok(r)
 }
 
-/// ZAR over a plain slice of advantages: the fraction with |A| < `zero_threshold`.
-///
-/// # Errors
-/// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no advantages, [`Error::NonFinite`](crate::Error::NonFinite) for NaN/inf,
-/// [`Error::InvalidConfig`](crate::Error::InvalidConfig) unless `zero_threshold` is finite and > 0.
-///
-/// ```
-/// use beacon_rl::diagnostics::zero_advantage_ratio;
-/// use beacon_rl::Error;
-/// assert_eq!(zero_advantage_ratio(&[], 1e-6), Err(Error::EmptyBatch));
-/// assert_eq!(zero_advantage_ratio(&[0.0, 1.0], 1e-6)?.value, 0.5);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn zero_advantage_ratio(advantages: &[f64], zero_threshold: f64) -> Result<ZarReport> {
-    Range::POSITIVE.check("zero_threshold", zero_threshold)?;
-    if advantages.is_empty() {
-        return Err(Error::EmptyBatch);
-    }
-    check_finite("advantages", advantages)?;
-    Ok(zar_unchecked(advantages, zero_threshold))
-}
-
-/// CCR over plain slices: mean |A| over flagged steps / mean |A| over the others, with
-/// |A| < `zero_threshold` counted as 0.
-///
-/// # Errors
-/// [`Error::EmptyBatch`](crate::Error::EmptyBatch) for no advantages, [`Error::LengthMismatch`](crate::Error::LengthMismatch) when `milestones`
-/// differs in length, [`Error::NonFinite`](crate::Error::NonFinite) for NaN/inf or for a sum or ratio that overflows
-/// (`credit_concentration(&[1e308, 1e-6], &[true, false], 1e-6)`), [`Error::InvalidConfig`](crate::Error::InvalidConfig)
-/// for the threshold.
-///
-/// ```
-/// use beacon_rl::diagnostics::credit_concentration;
-/// // No non-milestone step: CCR undefined.
-/// assert_eq!(credit_concentration(&[1.0], &[true], 1e-6)?.value, None);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn credit_concentration(
-    advantages: &[f64],
-    milestones: &[bool],
-    zero_threshold: f64,
-) -> Result<CcrReport> {
-    Range::POSITIVE.check("zero_threshold", zero_threshold)?;
-    if advantages.is_empty() {
-        return Err(Error::EmptyBatch);
-    }
-    check_len("milestones", advantages.len(), milestones.len())?;
-    check_finite("advantages", advantages)?;
-    ccr_unchecked(advantages, milestones, zero_threshold)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::{array, Array2};
 
     #[test]
     fn effective_and_ratio_helpers() {
@@ -191,5 +129,83 @@ mod tests {
         assert_eq!(effective(-1e-6, 1e-6), -1e-6); // |A| = τ is not below τ
         assert_eq!(ratio(1.0, 0.0), None);
         assert_eq!(ratio(1.0, 4.0), Some(0.25));
+    }
+
+    #[test]
+    fn row_advantages_rules() {
+        let adv = array![[0.0, 2.0, 3.0], [5.0, 0.0, 0.0]];
+        let out = adv.view();
+        // Row 0: first masked token is column 2 (3.0). Row 1: no masked token -> 0.
+        let mask = array![[false, false, true], [false, false, false]];
+        assert_eq!(row_advantages(out, Some((&mask).into())).unwrap(), [3.0, 0.0]);
+        assert_eq!(row_advantages(out, None).unwrap(), [0.0, 5.0]);
+        // Shapes must agree with the mask, and there must be a column.
+        let narrow = array![[true, true], [true, true]];
+        assert_eq!(
+            row_advantages(out, Some((&narrow).into())),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (2, 2),
+                actual: (2, 3)
+            })
+        );
+        let tall = Array2::from_elem((3, 3), true);
+        assert_eq!(
+            row_advantages(out, Some((&tall).into())),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (3, 3),
+                actual: (2, 3)
+            })
+        );
+        let empty = Array2::<f64>::zeros((2, 0));
+        assert_eq!(
+            row_advantages(empty.view(), None),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (2, 1),
+                actual: (2, 0)
+            })
+        );
+        // A mask without columns marks no token: an output of its shape (rows × 0) is every row
+        // 0, an output with a column it does not cover is misshapen. (The old code took the
+        // mask's width as at least 1, so it refused the first and read zeros from the second.)
+        let no_tokens = Array2::from_elem((2, 0), false);
+        assert_eq!(
+            row_advantages(empty.view(), Some((&no_tokens).into())),
+            Ok(vec![0.0, 0.0])
+        );
+        let one = Array2::<f64>::zeros((2, 1));
+        assert_eq!(
+            row_advantages(one.view(), Some((&no_tokens).into())),
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (2, 0),
+                actual: (2, 1)
+            })
+        );
+        // The mask is checked as the estimators check it: an integer entry other than 0 and 1,
+        // or a length past L, is an error (it was read as "generated", and a length clipped).
+        let two = array![[0i64, 0, 2], [0, 0, 0]];
+        assert_eq!(
+            row_advantages(out, Some((&two).into())),
+            Err(Error::MaskValue {
+                row: 0,
+                token: 2,
+                value: 2
+            })
+        );
+        let long = MaskView::Lengths {
+            lengths: &[0, 4],
+            cols: 3,
+        };
+        assert_eq!(
+            row_advantages(out, Some(long)),
+            Err(Error::InvalidMask {
+                row: 1,
+                length: 4,
+                cols: 3
+            })
+        );
     }
 }

@@ -58,7 +58,7 @@
 //! [`Diagnostics::compare`](crate::diagnostics::Diagnostics::compare) measures advantage vectors the caller computed;
 //! [`Diagnostics::compare_estimators`](crate::diagnostics::Diagnostics::compare_estimators) runs [`AdvantageEstimator`](crate::estimator::AdvantageEstimator)s on one
 //! [`EstimatorInput`](crate::estimator::EstimatorInput) and measures each, taking a row's advantage from the first masked
-//! token of its output ([`row_advantages`]). Either way a failure is an [`Error::Estimator`](crate::Error::Estimator)
+//! token of its output. Either way a failure is an [`Error::Estimator`](crate::Error::Estimator)
 //! that names the estimator.
 //!
 //! # Edge cases
@@ -68,8 +68,6 @@
 //!   contradictory), EGR is `None` (no gradient to cancel: 0/0).
 //! - No milestone step, no non-milestone step, or zero mean |A| over non-milestone steps: CCR
 //!   is `None`.
-//! - Empty input: [`Error::EmptyBatch`](crate::Error::EmptyBatch) (a [`RolloutBatch`](crate::RolloutBatch) is never empty, so this only arises
-//!   in the slice-level functions [`zero_advantage_ratio`] and [`credit_concentration`]).
 //! - Length mismatches: [`Error::LengthMismatch`](crate::Error::LengthMismatch); NaN or infinite advantages:
 //!   [`Error::NonFinite`](crate::Error::NonFinite); invalid thresholds: [`Error::InvalidConfig`](crate::Error::InvalidConfig).
 //! - Finite advantages whose sums (EGR's Σ|g⁺ − g⁻| and Σ(g⁺ + g⁻), CCR's Σ|A|) exceed
@@ -98,16 +96,14 @@
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 
-mod compare;
 mod config;
 mod metrics;
 mod prepared;
 mod report;
-mod sample;
 
-pub use compare::{compare, Comparison, NamedReport};
 pub use config::DiagnosticsConfig;
-pub use metrics::{credit_concentration, row_advantages, zero_advantage_ratio};
-pub use prepared::{diagnose, Diagnostics};
-pub use report::{CarReport, CcrReport, DiagnosticsReport, EgrReport, UtilisationReport, ZarReport};
-pub use sample::{SampleCategory, SampleSplit};
+pub use prepared::Diagnostics;
+pub use report::{
+    CarReport, CcrReport, Comparison, DiagnosticsReport, EgrReport, NamedReport, SampleCategory, SampleSplit,
+    UtilisationReport, ZarReport,
+};

@@ -4,8 +4,6 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use super::compare::Comparison;
-use super::compare::NamedReport;
 use super::config::DiagnosticsConfig;
 use super::metrics::ccr_unchecked;
 use super::metrics::effective;
@@ -14,11 +12,13 @@ use super::metrics::ratio;
 use super::metrics::row_advantages;
 use super::metrics::zar_unchecked;
 use super::report::CarReport;
+use super::report::Comparison;
 use super::report::DiagnosticsReport;
 use super::report::EgrReport;
+use super::report::NamedReport;
+use super::report::SampleCategory;
+use super::report::SampleSplit;
 use super::report::UtilisationReport;
-use super::sample::SampleCategory;
-use super::sample::SampleSplit;
 use crate::batch::RolloutBatch;
 use crate::error::check_finite;
 use crate::error::check_len;
@@ -41,8 +41,8 @@ use crate::milestone::check_flags;
 /// let state = [("g", "kitchen"), ("g", "kitchen"), ("g", "hall")];
 /// let action = ["take knife", "take knife", "look"];
 /// let diag = Diagnostics::new(&batch, &state, &action, &[true, true, false], DiagnosticsConfig::default())?;
-/// assert_eq!(diag.shared_pairs(), 1);
-/// assert_eq!(diag.distinct_pairs(), 2);
+/// let car = diag.report(&[1.0, -1.0, 0.0])?.car;
+/// assert_eq!((car.shared_pairs, car.distinct_pairs), (1, 2));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -122,33 +122,7 @@ impl<'a> Diagnostics<'a> {
         }
         let distinct_pairs = traj_count.len();
 
-        // Compact the shared pairs (≥ 2 trajectories) and bucket their occurrences (CSR).
-        let mut shared_id = vec![usize::MAX; distinct_pairs];
-        let mut shared = 0usize;
-        for (sid, &c) in shared_id.iter_mut().zip(&traj_count) {
-            if c >= 2 {
-                *sid = shared;
-                shared += 1;
-            }
-        }
-        let mut pair_offsets = vec![0usize; shared + 1];
-        for &id in &pair_of_step {
-            if let Some(&s) = shared_id.get(id).filter(|&&s| s != usize::MAX) {
-                pair_offsets[s + 1] += 1;
-            }
-        }
-        for i in 1..pair_offsets.len() {
-            pair_offsets[i] += pair_offsets[i - 1];
-        }
-        let mut cursor = pair_offsets.clone();
-        let mut occ_rows = vec![0usize; pair_offsets[shared]];
-        for (&id, &r) in pair_of_step.iter().zip(batch.step_rows()) {
-            let s = shared_id[id];
-            if s != usize::MAX {
-                occ_rows[cursor[s]] = r;
-                cursor[s] += 1;
-            }
-        }
+        let (pair_offsets, occ_rows) = shared_pair_index(&pair_of_step, &traj_count, batch.step_rows());
 
         let categories = batch
             .terminal_rewards()
@@ -192,20 +166,6 @@ impl<'a> Diagnostics<'a> {
         Ok(self)
     }
 
-    /// The validated configuration.
-    ///
-    /// ```
-    /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_blocks(1, &[1], vec![0.0])?;
-    /// let diag = Diagnostics::new(&batch, &[0], &[0], &[false], DiagnosticsConfig::default())?;
-    /// assert_eq!(diag.config().zero_threshold, 1e-6);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &DiagnosticsConfig {
-        &self.config
-    }
-
     /// The category of each trajectory, in batch order.
     ///
     /// ```
@@ -221,46 +181,12 @@ impl<'a> Diagnostics<'a> {
     }
 
     /// |S_shared|: pairs occurring in at least two trajectories.
-    ///
-    /// ```
-    /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-    /// use beacon_rl::RolloutBatch;
-    /// // One trajectory repeating a pair twice: repeated, but not shared.
-    /// let batch = RolloutBatch::from_blocks(1, &[2], vec![1.0])?;
-    /// let diag = Diagnostics::new(&batch, &["s", "s"], &["a", "a"], &[false, false], DiagnosticsConfig::default())?;
-    /// assert_eq!(diag.shared_pairs(), 0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn shared_pairs(&self) -> usize {
+    fn shared_pairs(&self) -> usize {
         self.pair_offsets.len() - 1
     }
 
-    /// Distinct state–action pairs in the batch.
-    ///
-    /// ```
-    /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_blocks(1, &[3], vec![1.0])?;
-    /// let diag = Diagnostics::new(&batch, &["s", "s", "t"], &["a", "a", "a"], &[false; 3], DiagnosticsConfig::default())?;
-    /// assert_eq!(diag.distinct_pairs(), 2);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn distinct_pairs(&self) -> usize {
-        self.distinct_pairs
-    }
-
     /// The sample split (does not depend on advantages).
-    ///
-    /// ```
-    /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_blocks(3, &[1, 1, 1], vec![1.0, 0.0, 0.0])?;
-    /// let diag = Diagnostics::new(&batch, &[0; 3], &[0; 3], &[true, true, false], DiagnosticsConfig::default())?;
-    /// let s = diag.sample_split();
-    /// assert_eq!((s.full_success, s.partial_success, s.complete_failure), (1, 1, 1));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn sample_split(&self) -> SampleSplit {
+    fn sample_split(&self) -> SampleSplit {
         let mut s = SampleSplit {
             trajectories: self.categories.len(),
             ..SampleSplit::default()
@@ -349,8 +275,8 @@ impl<'a> Diagnostics<'a> {
     /// the given order: GRPO, GiGPO and BEACON side by side through the
     /// [`AdvantageEstimator`](crate::estimator::AdvantageEstimator) trait. `estimators` pairs a display name with an estimator.
     ///
-    /// **Per-row advantage.** Each estimator returns a rows × L matrix; the row's advantage is
-    /// [`row_advantages`] of it: with a response mask in `input`, the value on the row's
+    /// **Per-row advantage.** Each estimator returns a rows × L matrix, reduced to one advantage
+    /// per row: with a response mask in `input`, the value on the row's
     /// *first masked token*; without one, column 0. Every step-level or outcome estimator of
     /// the crate (GRPO and its variants, RLOO, OPO, GPG, REINFORCE++-baseline, ReMax, GiGPO,
     /// BEACON) writes one value on all masked tokens of a row, so the first one *is* the row's
@@ -540,46 +466,50 @@ impl<'a> Diagnostics<'a> {
     }
 }
 
+/// The shared pairs (those in ≥ 2 trajectories, `traj_count`) compacted, and their occurrences
+/// bucketed (CSR): occurrences of shared pair p are `occ_rows[pair_offsets[p]..[p + 1]]`, in
+/// step order. `pair_of_step[s]` is the pair id of step s, `step_rows[s]` its caller row.
+fn shared_pair_index(
+    pair_of_step: &[usize],
+    traj_count: &[usize],
+    step_rows: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
+    let distinct_pairs = traj_count.len();
+    let mut shared_id = vec![usize::MAX; distinct_pairs];
+    let mut shared = 0usize;
+    for (sid, &c) in shared_id.iter_mut().zip(traj_count) {
+        if c >= 2 {
+            *sid = shared;
+            shared += 1;
+        }
+    }
+    let mut pair_offsets = vec![0usize; shared + 1];
+    for &id in pair_of_step {
+        if let Some(&s) = shared_id.get(id).filter(|&&s| s != usize::MAX) {
+            pair_offsets[s + 1] += 1;
+        }
+    }
+    for i in 1..pair_offsets.len() {
+        pair_offsets[i] += pair_offsets[i - 1];
+    }
+    let mut cursor = pair_offsets.clone();
+    let mut occ_rows = vec![0usize; pair_offsets[shared]];
+    for (&id, &r) in pair_of_step.iter().zip(step_rows) {
+        let s = shared_id[id];
+        if s != usize::MAX {
+            occ_rows[cursor[s]] = r;
+            cursor[s] += 1;
+        }
+    }
+    (pair_offsets, occ_rows)
+}
+
 /// Wraps an error of one compared estimator with its display name.
 pub(super) fn named(name: &str, source: Error) -> Error {
     Error::Estimator {
         name: name.to_owned(),
         source: Box::new(source),
     }
-}
-
-/// Diagnostics of one estimator's advantages on one batch, in one call.
-///
-/// Interns the keys for this call only; to measure several estimators on the same batch use
-/// [`compare`](super::compare) or [`Diagnostics`] directly.
-///
-/// # Errors
-/// As [`Diagnostics::new`](super::Diagnostics::new) and [`Diagnostics::report`](super::Diagnostics::report).
-///
-/// ```
-/// use beacon_rl::diagnostics::{diagnose, DiagnosticsConfig};
-/// use beacon_rl::RolloutBatch;
-/// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
-/// let keys = ["s0", "s1", "s0", "s1"];
-/// let adv = [1.0, 1.0, -1.0, -1.0];
-/// let r = diagnose(&batch, &keys, &keys, &[true, false, false, false], &adv, DiagnosticsConfig::default())?;
-/// assert_eq!(r.car.value, Some(1.0));
-/// assert_eq!(r.ccr.value, Some(1.0));
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn diagnose<S, A>(
-    batch: &RolloutBatch,
-    state_keys: &[S],
-    action_keys: &[A],
-    milestones: &[bool],
-    advantages: &[f64],
-    config: DiagnosticsConfig,
-) -> Result<DiagnosticsReport>
-where
-    S: Hash + Eq,
-    A: Hash + Eq,
-{
-    Diagnostics::new(batch, state_keys, action_keys, milestones, config)?.report(advantages)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! What the diagnostics measure: one report per metric (CAR, EGR, ZAR, CCR, utilisation) and
-//! [`DiagnosticsReport`], all of them, with its plain-text form.
+//! What the diagnostics measure: one report per metric (CAR, EGR, ZAR, CCR, utilisation), the
+//! sample split (paper §2, Figure 2a: each trajectory's outcome class), [`DiagnosticsReport`]
+//! holding all of them, and [`Comparison`], several estimators' reports side by side; the
+//! last two with their plain-text forms.
 
-use super::sample::SampleSplit;
 use std::fmt;
 
 /// CAR with the counts behind it.
@@ -52,8 +53,11 @@ pub struct EgrReport {
 /// ZAR with the counts behind it.
 ///
 /// ```
-/// use beacon_rl::diagnostics::zero_advantage_ratio;
-/// let r = zero_advantage_ratio(&[0.0, 0.5, 1e-9, -2.0], 1e-6)?;
+/// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_blocks(1, &[4], vec![1.0])?;
+/// let diag = Diagnostics::new(&batch, &[0; 4], &[0; 4], &[false; 4], DiagnosticsConfig::default())?;
+/// let r = diag.report(&[0.0, 0.5, 1e-9, -2.0])?.zar;
 /// assert_eq!((r.zero_steps, r.steps, r.value), (2, 4, 0.5));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -74,9 +78,13 @@ pub struct ZarReport {
 /// CCR with the sums behind it. Magnitudes below τ count as 0.
 ///
 /// ```
-/// use beacon_rl::diagnostics::credit_concentration;
+/// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_blocks(1, &[3], vec![1.0])?;
+/// let flags = [true, false, false];
+/// let diag = Diagnostics::new(&batch, &[0; 3], &[0; 3], &flags, DiagnosticsConfig::default())?;
 /// // milestone |A| mean = 2, non-milestone mean = (1 + 3)/2 = 2, CCR = 1
-/// let r = credit_concentration(&[2.0, -1.0, 3.0], &[true, false, false], 1e-6)?;
+/// let r = diag.report(&[2.0, -1.0, 3.0])?.ccr;
 /// assert_eq!(r.value, Some(1.0));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -210,6 +218,169 @@ impl fmt::Display for DiagnosticsReport {
             f,
             "utilisation {:.3} ({} of {} trajectories carry signal)",
             u.value, u.effective, u.trajectories
+        )
+    }
+}
+
+/// The outcome class of a trajectory (paper §2, Figure 2a; §5.3, Figure 4).
+///
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum SampleCategory {
+    /// The task was completed.
+    FullSuccess,
+    /// The task failed after completing at least one milestone.
+    PartialSuccess,
+    /// The task failed without any milestone.
+    CompleteFailure,
+}
+
+impl SampleCategory {
+    /// Classifies a trajectory from its success and whether it has any milestone step.
+    pub(crate) fn classify(success: bool, has_milestone: bool) -> Self {
+        match (success, has_milestone) {
+            (true, _) => Self::FullSuccess,
+            (false, true) => Self::PartialSuccess,
+            (false, false) => Self::CompleteFailure,
+        }
+    }
+}
+
+/// How the trajectories split into full successes, partial successes and complete failures.
+/// Independent of the advantages.
+///
+/// ```
+/// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+/// use beacon_rl::RolloutBatch;
+/// // Four one-step trajectories: the first succeeds (R = 1), the next two fail after a milestone.
+/// let batch = RolloutBatch::from_row_keys(&[0; 4], &[0, 1, 2, 3], &[1.0, 0.0, 0.0, 0.0])?;
+/// let milestones = [false, true, true, false];
+/// let d = Diagnostics::new(&batch, &[0; 4], &[0; 4], &milestones, DiagnosticsConfig::default())?;
+/// let s = d.report(&[0.0; 4])?.samples;
+/// assert_eq!((s.full_success, s.partial_success, s.complete_failure), (1, 2, 1));
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct SampleSplit {
+    /// Trajectories that completed the task.
+    pub full_success: usize,
+    /// Failed trajectories with at least one milestone.
+    pub partial_success: usize,
+    /// Failed trajectories without milestones.
+    pub complete_failure: usize,
+    /// All trajectories (the sum of the three).
+    pub trajectories: usize,
+}
+
+/// One row of a [`Comparison`].
+///
+/// ```
+/// use beacon_rl::diagnostics::{DiagnosticsReport, NamedReport};
+/// let row = NamedReport::default(); // rows come from `Diagnostics::compare`
+/// assert_eq!((row.name.as_str(), row.report), ("", DiagnosticsReport::default()));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct NamedReport {
+    /// The estimator's display name.
+    pub name: String,
+    /// Its diagnostics.
+    pub report: DiagnosticsReport,
+}
+
+/// Diagnostics of several estimators on the same batch. `Display` prints a plain-text table.
+///
+/// ```
+/// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
+/// let diag = Diagnostics::new(&batch, &[0, 0], &[0, 0], &[false, false], DiagnosticsConfig::default())?;
+/// let cmp = diag.compare(&[("GRPO", [0.7, -0.7])])?;
+/// let text = cmp.to_string();
+/// assert!(text.lines().next().unwrap().starts_with("estimator"));
+/// assert!(text.contains("1.000 (1/1)")); // CAR: the one shared pair is contradictory
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct Comparison {
+    /// Distinct state–action pairs in the batch.
+    pub distinct_pairs: usize,
+    /// |S_shared|: pairs occurring in at least two trajectories (the same for every
+    /// estimator; kept here so that a comparison without entries still says it).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub shared_pairs: usize,
+    /// The zero threshold τ used.
+    pub zero_threshold: f64,
+    /// The batch's sample split (the same for every estimator).
+    pub samples: SampleSplit,
+    /// One report per estimator, in the order given.
+    pub entries: Vec<NamedReport>,
+}
+
+/// One table line: the first cell left-aligned, the others right-aligned, two spaces apart.
+pub(super) fn table_line<S: AsRef<str>>(
+    f: &mut fmt::Formatter<'_>,
+    cells: &[S; 6],
+    width: &[usize; 6],
+) -> fmt::Result {
+    write!(f, "{:<w$}", cells[0].as_ref(), w = width[0])?;
+    for (cell, &w) in cells.iter().zip(width).skip(1) {
+        write!(f, "  {:>w$}", cell.as_ref())?;
+    }
+    writeln!(f)
+}
+
+impl fmt::Display for Comparison {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const HEADER: [&str; 6] = ["estimator", "CAR", "EGR", "ZAR", "CCR", "utilisation"];
+        let rows: Vec<[String; 6]> = self
+            .entries
+            .iter()
+            .map(|e| {
+                let r = &e.report;
+                [
+                    e.name.clone(),
+                    with_counts(r.car.value, r.car.contradictory_pairs, r.car.shared_pairs),
+                    opt(r.egr.value),
+                    with_counts(Some(r.zar.value), r.zar.zero_steps, r.zar.steps),
+                    opt(r.ccr.value),
+                    with_counts(
+                        Some(r.utilisation.value),
+                        r.utilisation.effective,
+                        r.utilisation.trajectories,
+                    ),
+                ]
+            })
+            .collect();
+        // Column widths in characters (names may hold non-ASCII such as λ or γ).
+        let mut width = HEADER.map(|h| h.chars().count());
+        for row in &rows {
+            for (w, cell) in width.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        table_line(f, &HEADER, &width)?;
+        for row in &rows {
+            table_line(f, row, &width)?;
+        }
+        let s = &self.samples;
+        writeln!(
+            f,
+            "trajectories: {} = {} full success + {} partial success + {} complete failure; \
+             shared (s, a) pairs: {} of {} distinct; zero threshold {:e}",
+            s.trajectories,
+            s.full_success,
+            s.partial_success,
+            s.complete_failure,
+            self.shared_pairs,
+            self.distinct_pairs,
+            self.zero_threshold
         )
     }
 }

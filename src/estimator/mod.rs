@@ -73,7 +73,7 @@
 //! `estimate` from about 2.2× `estimate_into` to about 1.45× (`benches/trainer.rs`).
 //! [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into) is the step-row form of
 //! the step-level estimators: one value per row, no token matrix; broadcast to tokens with
-//! [`token::broadcast_into`](crate::token::broadcast_into).
+//! [`tensor::broadcast_into`](crate::tensor::broadcast_into).
 //!
 //! The verl estimators read each input matrix once (finiteness is checked inside the
 //! kernels, and the eager checks only re-run to name the offending value) and write each
@@ -218,6 +218,7 @@ mod workspace;
 pub(crate) use ablation::SplitMix64;
 pub use ablation::{Ablation, BeaconAblationConfig};
 pub use beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, SegmentBaseline};
+pub use crate::stats::{NormMode, SingletonRule};
 pub use config::EstimatorConfig;
 pub use gae::{Gae, GaeConfig};
 pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
@@ -261,7 +262,7 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 /// - [`estimate`](Self::estimate): the same into fresh `f64` arrays.
 /// - [`estimate_steps_into`](Self::estimate_steps_into): step-level estimators (BEACON, its
 ///   ablations, GiGPO, GRPO and RLOO on step rows) write one advantage per row, no token
-///   matrix; the token broadcast is then [`token::broadcast_into`](crate::token::broadcast_into).
+///   matrix; the token broadcast is then [`tensor::broadcast_into`](crate::tensor::broadcast_into).
 ///
 /// # Returns
 /// Only GAE, turn-level GAE, REINFORCE++, ReMax and the optimal token baselines define
@@ -416,7 +417,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// # Errors
     /// [`Error::NotStepLevel`] for token-level estimators (the default);
     /// [`Error::OutputShape`] when `advantages` has not one entry per row;
-    /// [`Error::EpisodeRewardMismatch`] when given `token_level_rewards` disagree with the
+    /// [`Error::TerminalRewardMismatch`] when given `token_level_rewards` disagree with the
     /// batch, [`Error::RowScoreMismatch`] when they disagree with `row_scores`;
     /// [`Error::InconsistentTerminalReward`] when the paper flavour of BEACON is given
     /// `row_scores` that differ within a trajectory; otherwise as
@@ -430,7 +431,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// its anchors (the outcome estimators have none); the length of `row_scores`, then the
     /// rows of `token_level_rewards`, each when given; then values: `row_scores` finite
     /// (`NonFinite`), the token sums against the rows' scores (`RowScoreMismatch` with
-    /// `row_scores`, else `EpisodeRewardMismatch`), then the estimator's own (the paper
+    /// `row_scores`, else `TerminalRewardMismatch`), then the estimator's own (the paper
     /// flavour's `InconsistentTerminalReward` for row scores that differ within a trajectory,
     /// GiGPO's non-finite `step_rewards`). `tests/it/step_rows.rs` pins it for every
     /// estimator. (The token-level
@@ -439,7 +440,7 @@ pub trait AdvantageEstimator: Send + Sync {
     ///
     /// ```
     /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-    /// use beacon_rl::token::broadcast_into;
+    /// use beacon_rl::tensor::broadcast_into;
     /// use beacon_rl::tensor::MaskView;
     /// use beacon_rl::RolloutBatch;
     /// use ndarray::Array2;

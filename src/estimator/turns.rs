@@ -11,7 +11,7 @@
 //!   [`trajectory_rows`](crate::RolloutBatch::trajectory_rows)). The batch's R(τ),
 //!   `row_scores` and `token_level_rewards` do not enter the values here; when given they are
 //!   checked as on every step path (token sums against each row's score:
-//!   [`Error::EpisodeRewardMismatch`], [`Error::RowScoreMismatch`]), so that a batch whose
+//!   [`Error::TerminalRewardMismatch`], [`Error::RowScoreMismatch`]), so that a batch whose
 //!   sources disagree is refused rather than trained on.
 //! - **Multi-turn token rows** (no `step_rewards`): verl's layout, one dialogue per row. The
 //!   turns of a row are its maximal runs of `response_mask == 1`. Turn k *owns* the tokens

@@ -2,14 +2,62 @@
 //! cases, errors and proptest properties.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::Hash;
 
 use beacon_rl::diagnostics::{
-    compare, credit_concentration, diagnose, zero_advantage_ratio, Diagnostics, DiagnosticsConfig,
-    SampleCategory,
+    CcrReport, Comparison, Diagnostics, DiagnosticsConfig, DiagnosticsReport, SampleCategory, ZarReport,
 };
 use beacon_rl::estimator::{Beacon, BeaconConfig};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
+
+/// One advantage vector's report, with the keys interned for this call only.
+pub(crate) fn diagnose<S: Hash + Eq, A: Hash + Eq>(
+    batch: &RolloutBatch,
+    state: &[S],
+    action: &[A],
+    milestones: &[bool],
+    advantages: &[f64],
+    config: DiagnosticsConfig,
+) -> Result<DiagnosticsReport, Error> {
+    Diagnostics::new(batch, state, action, milestones, config)?.report(advantages)
+}
+
+/// Several named advantage vectors side by side, with the keys interned for this call only.
+pub(crate) fn compare<S: Hash + Eq, A: Hash + Eq, N: AsRef<str>, V: AsRef<[f64]>>(
+    batch: &RolloutBatch,
+    state: &[S],
+    action: &[A],
+    milestones: &[bool],
+    estimators: &[(N, V)],
+    config: DiagnosticsConfig,
+) -> Result<Comparison, Error> {
+    Diagnostics::new(batch, state, action, milestones, config)?.compare(estimators)
+}
+
+/// The report of plain slices: each value its own one-step trajectory of one group, every
+/// state–action pair distinct (so only ZAR, CCR and the split are informative).
+fn slice_report(advantages: &[f64], milestones: &[bool], tau: f64) -> Result<DiagnosticsReport, Error> {
+    let n = advantages.len();
+    let batch = RolloutBatch::from_blocks(n, &vec![1; n], vec![0.0; n])?;
+    let keys: Vec<usize> = (0..n).collect();
+    let config = DiagnosticsConfig::default().with_zero_threshold(tau);
+    diagnose(&batch, &keys, &keys, milestones, advantages, config)
+}
+
+/// ZAR over a plain slice of advantages.
+pub(crate) fn zero_advantage_ratio(advantages: &[f64], tau: f64) -> Result<ZarReport, Error> {
+    slice_report(advantages, &vec![false; advantages.len()], tau).map(|r| r.zar)
+}
+
+/// CCR over plain slices of advantages and milestone flags.
+pub(crate) fn credit_concentration(
+    advantages: &[f64],
+    milestones: &[bool],
+    tau: f64,
+) -> Result<CcrReport, Error> {
+    slice_report(advantages, milestones, tau).map(|r| r.ccr)
+}
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * (1.0 + a.abs().max(b.abs()))
@@ -239,8 +287,12 @@ fn ccr_undefined_cases() {
 
 #[test]
 fn empty_inputs_are_errors() {
-    assert_eq!(zero_advantage_ratio(&[], 1e-6), Err(Error::EmptyBatch));
-    assert_eq!(credit_concentration(&[], &[], 1e-6), Err(Error::EmptyBatch));
+    // A batch is never empty, so the diagnostics never measure an empty advantage vector.
+    let empty: [u8; 0] = [];
+    assert_eq!(
+        RolloutBatch::from_row_keys(&empty, &empty, &[]),
+        Err(Error::EmptyBatch)
+    );
 }
 
 #[test]
@@ -271,7 +323,7 @@ fn length_mismatches_are_named() {
     );
     assert_eq!(
         what(credit_concentration(&[1.0], &[true, false], 1e-6).unwrap_err()),
-        "milestones"
+        "milestone flags"
     );
 }
 
@@ -336,7 +388,9 @@ fn success_is_strictly_above_the_threshold_or_given_by_flags() {
         let cfg = DiagnosticsConfig::default().with_success_threshold(threshold);
         Diagnostics::new(&batch, &[0; 4], &[0; 4], &[false; 4], cfg)
             .unwrap()
-            .sample_split()
+            .report(&[0.0; 4])
+            .unwrap()
+            .samples
     };
     assert_eq!(split(0.0).full_success, 2); // 0.5 and 1.0
     assert_eq!(split(0.5).full_success, 1); // 0.5 is not > 0.5

@@ -1,10 +1,11 @@
 //! Diagnostics of real estimators through the `AdvantageEstimator` trait
-//! (`Diagnostics::compare_estimators`, `row_advantages`): a hand-computed GRPO case, the
+//! (`Diagnostics::compare_estimators` and its per-row advantage): a hand-computed GRPO case, the
 //! first-masked-token rule, errors that name the estimator, and the bundled trajectories.
 
-use beacon_rl::diagnostics::{compare, row_advantages, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::{AdvantageEstimator, Advantages, Beacon, BeaconConfig, EstimatorInput, Workspace};
-use beacon_rl::tensor::{FloatViewMut, MaskView};
+use beacon_rl::tensor::FloatViewMut;
+use crate::diagnostics::compare;
+use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use beacon_rl::{Error, Result, RolloutBatch};
 use ndarray::Array2;
 
@@ -170,84 +171,6 @@ fn an_input_without_response_tokens_is_measured_not_refused() {
     assert_eq!(r.utilisation.effective, 0);
     assert_eq!((r.car.contradictory_pairs, r.car.shared_pairs), (0, 2));
     assert_eq!(r.egr.value, None);
-}
-
-#[test]
-fn row_advantages_rules() {
-    let adv = ndarray::array![[0.0, 2.0, 3.0], [5.0, 0.0, 0.0]];
-    let out = adv.view();
-    // Row 0: first masked token is column 2 (3.0). Row 1: no masked token -> 0.
-    let mask = ndarray::array![[false, false, true], [false, false, false]];
-    assert_eq!(row_advantages(out, Some((&mask).into())).unwrap(), [3.0, 0.0]);
-    assert_eq!(row_advantages(out, None).unwrap(), [0.0, 5.0]);
-    // Shapes must agree with the mask, and there must be a column.
-    let narrow = ndarray::array![[true, true], [true, true]];
-    assert_eq!(
-        row_advantages(out, Some((&narrow).into())),
-        Err(Error::OutputShape {
-            what: "advantages",
-            expected: (2, 2),
-            actual: (2, 3)
-        })
-    );
-    let tall = Array2::from_elem((3, 3), true);
-    assert_eq!(
-        row_advantages(out, Some((&tall).into())),
-        Err(Error::OutputShape {
-            what: "advantages",
-            expected: (3, 3),
-            actual: (2, 3)
-        })
-    );
-    let empty = Array2::<f64>::zeros((2, 0));
-    assert_eq!(
-        row_advantages(empty.view(), None),
-        Err(Error::OutputShape {
-            what: "advantages",
-            expected: (2, 1),
-            actual: (2, 0)
-        })
-    );
-    // A mask without columns marks no token: an output of its shape (rows × 0) is every row
-    // 0, an output with a column it does not cover is misshapen. (The old code took the
-    // mask's width as at least 1, so it refused the first and read zeros from the second.)
-    let no_tokens = Array2::from_elem((2, 0), false);
-    assert_eq!(
-        row_advantages(empty.view(), Some((&no_tokens).into())),
-        Ok(vec![0.0, 0.0])
-    );
-    let one = Array2::<f64>::zeros((2, 1));
-    assert_eq!(
-        row_advantages(one.view(), Some((&no_tokens).into())),
-        Err(Error::OutputShape {
-            what: "advantages",
-            expected: (2, 0),
-            actual: (2, 1)
-        })
-    );
-    // The mask is checked as the estimators check it: an integer entry other than 0 and 1,
-    // or a length past L, is an error (it was read as "generated", and a length clipped).
-    let two = ndarray::array![[0i64, 0, 2], [0, 0, 0]];
-    assert_eq!(
-        row_advantages(out, Some((&two).into())),
-        Err(Error::MaskValue {
-            row: 0,
-            token: 2,
-            value: 2
-        })
-    );
-    let long = MaskView::Lengths {
-        lengths: &[0, 4],
-        cols: 3,
-    };
-    assert_eq!(
-        row_advantages(out, Some(long)),
-        Err(Error::InvalidMask {
-            row: 1,
-            length: 4,
-            cols: 3
-        })
-    );
 }
 
 /// An estimator that returns a fixed matrix, to provoke output errors.

@@ -5,9 +5,8 @@
 //! utilisation over steps, a strict threshold) give a different number; the comments say
 //! which.
 
-use beacon_rl::diagnostics::{
-    credit_concentration, zero_advantage_ratio, Diagnostics, DiagnosticsConfig, SampleCategory,
-};
+use crate::diagnostics::{credit_concentration, zero_advantage_ratio};
+use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig, SampleCategory};
 use beacon_rl::RolloutBatch;
 
 fn close(a: f64, b: f64) -> bool {

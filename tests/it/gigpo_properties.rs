@@ -2,8 +2,7 @@
 //! proptest properties.
 
 use crate::difflib_reference::ratio;
-use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
-use beacon_rl::NormMode;
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, NormMode, StepGrouping};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 

@@ -10,8 +10,7 @@ use std::collections::HashMap;
 
 use crate::common::SplitMix64;
 use crate::difflib_reference::ratio;
-use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping, Workspace};
-use beacon_rl::NormMode;
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, NormMode, StepGrouping, Workspace};
 use beacon_rl::RolloutBatch;
 
 struct Case {

@@ -6,8 +6,7 @@
 
 use crate::common::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
-use beacon_rl::tensor::MaskView;
-use beacon_rl::token::broadcast_into;
+use beacon_rl::tensor::{broadcast_into, MaskView};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 

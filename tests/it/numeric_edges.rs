@@ -10,9 +10,10 @@
 //! is: the exact answer every overflow case below must give.
 
 use crate::common;
-use beacon_rl::diagnostics::{credit_concentration, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo, GrpoConfig, GrpoVectorized, Workspace};
-use beacon_rl::{Error, NormMode, RolloutBatch};
+use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo, GrpoConfig, GrpoVectorized, NormMode, Workspace};
+use beacon_rl::{Error, RolloutBatch};
+use crate::diagnostics::credit_concentration;
+use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use ndarray::Array2;
 
 const HALF_SQRT2: f64 = std::f64::consts::FRAC_1_SQRT_2;
@@ -129,7 +130,7 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
         );
     }
     let step = [0.0; 4];
-    let err = beacon_rl::token::broadcast(&step, mask).unwrap_err();
+    let err = beacon_rl::tensor::broadcast(&step, mask).unwrap_err();
     assert!(
         matches!(
             err,
@@ -142,7 +143,7 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
     );
     let mut out = Array2::<f32>::zeros((4, 3));
     assert_eq!(
-        beacon_rl::token::broadcast_into(&step, mask, &mut out),
+        beacon_rl::tensor::broadcast_into(&step, mask, &mut out),
         Err(Error::OutputShape {
             what: "token advantages",
             expected: (4, usize::MAX / 2),
@@ -161,7 +162,7 @@ fn c5_broadcast_checks_its_inputs_before_allocating() {
         cols: CLAIMED_COLS,
     };
     assert_eq!(
-        beacon_rl::token::broadcast(&[0.0; 5], mask),
+        beacon_rl::tensor::broadcast(&[0.0; 5], mask),
         Err(Error::LengthMismatch {
             what: "response_mask rows",
             expected: 5,
@@ -234,7 +235,7 @@ fn c6_estimate_refuses_a_claimed_output_it_cannot_allocate() {
     }
     // The allocating broadcast, the same claim.
     assert!(matches!(
-        beacon_rl::token::broadcast(&[0.0; 4], mask),
+        beacon_rl::tensor::broadcast(&[0.0; 4], mask),
         Err(Error::CapacityExceeded { requested, .. }) if requested == 4 * UNALLOCATABLE_COLS
     ));
 }
@@ -723,30 +724,33 @@ fn f1_broadcast_and_spans_into_f32_refuse_a_value_that_rounds_to_infinity() {
         index: 1,
         value: f64::INFINITY,
     });
-    assert_eq!(beacon_rl::token::broadcast_into(&[t, 1.0], &mask, &mut out), want);
+    assert_eq!(
+        beacon_rl::tensor::broadcast_into(&[t, 1.0], &mask, &mut out),
+        want
+    );
     // Row 1's value negated, on its token 0 (index 3); row 0 not generated at all: nothing
     // infinite is written, so the value past f32::MAX is not an error.
     let mask1 = ndarray::array![[false, false, false], [true, false, false]];
     assert_eq!(
-        beacon_rl::token::broadcast_into(&[t, -t], &mask1, &mut out),
+        beacon_rl::tensor::broadcast_into(&[t, -t], &mask1, &mut out),
         Err(Error::NonFinite {
             what: "token advantages (overflows f32)",
             index: 3,
             value: f64::NEG_INFINITY,
         })
     );
-    beacon_rl::token::broadcast_into(&[t, 1.0], &mask1, &mut out).unwrap();
+    beacon_rl::tensor::broadcast_into(&[t, 1.0], &mask1, &mut out).unwrap();
     assert_eq!(out, ndarray::array![[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]);
     // Just below the threshold: f32::MAX, finite.
-    beacon_rl::token::broadcast_into(&[below(t), 1.0], &mask, &mut out).unwrap();
+    beacon_rl::tensor::broadcast_into(&[below(t), 1.0], &mask, &mut out).unwrap();
     assert_eq!(out[[0, 1]], f32::MAX);
     // The same value into f64 is representable.
     let mut out64 = Array2::<f64>::zeros((2, 3));
-    beacon_rl::token::broadcast_into(&[t, 1.0], &mask, &mut out64).unwrap();
+    beacon_rl::tensor::broadcast_into(&[t, 1.0], &mask, &mut out64).unwrap();
     assert_eq!(out64[[0, 2]], t);
 
     // Spans: step 1's span covers tokens 1..3 of sequence row 0 (index 1).
-    use beacon_rl::token::{spans_into, TokenSpan};
+    use beacon_rl::tensor::{spans_into, TokenSpan};
     let spans = [
         TokenSpan {
             seq: 0,
@@ -891,7 +895,7 @@ fn s1_the_token_functions_refuse_non_finite_step_values() {
     // `broadcast_into`, `broadcast` and `spans_into` wrote a NaN or ∞ step value onto the
     // generated tokens and returned Ok (the estimators pass finite values; a caller's own
     // step values were not checked).
-    use beacon_rl::token::{broadcast, broadcast_into, spans_into, TokenSpan};
+    use beacon_rl::tensor::{broadcast, broadcast_into, spans_into, TokenSpan};
     let mask = ndarray::array![[true, false], [true, true]];
     let mut out = Array2::<f64>::zeros((2, 2));
     for bad in [f64::NAN, f64::INFINITY] {

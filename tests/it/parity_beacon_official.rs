@@ -3,9 +3,9 @@
 //! `tests/data/reduce_official.py`), compared at |Δ| ≤ 1e-5·max(1, |expected|) against the
 //! release's float64 run, at step and token level.
 
-use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour};
-use beacon_rl::token::broadcast;
-use beacon_rl::{NormMode, RolloutBatch};
+use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour, NormMode};
+use beacon_rl::{RolloutBatch};
+use beacon_rl::tensor::broadcast;
 use ndarray::Array2;
 use serde_json::Value;
 

@@ -7,8 +7,7 @@
 //! ones), all within |d| <= 1e-5 · max(1, |expected|). The peer's returns are float32, ours
 //! f64: that difference (< 6e-6 here) is what the tolerance absorbs.
 
-use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping, Workspace};
-use beacon_rl::NormMode;
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, NormMode, StepGrouping, Workspace};
 use beacon_rl::RolloutBatch;
 use serde_json::Value;
 

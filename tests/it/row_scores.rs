@@ -253,7 +253,7 @@ fn row_scores_are_validated() {
         no_rows.row_scores = None;
         assert_eq!(
             steps(&*est, &no_rows),
-            Err(Error::EpisodeRewardMismatch {
+            Err(Error::TerminalRewardMismatch {
                 row: 0,
                 batch: 1.0,
                 tokens: 0.9
@@ -331,11 +331,11 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
     ));
     let mut official = beacon_rl::estimator::BeaconConfig::official();
     official.flavour = beacon_rl::estimator::BeaconFlavour::Official {
-        mode: beacon_rl::NormMode::MeanStdNorm,
+        mode: beacon_rl::estimator::NormMode::MeanStdNorm,
     };
     v.push(EstimatorConfig::Beacon(official).build().unwrap());
     let mut gigpo = beacon_rl::estimator::GigpoConfig::verl_agent();
-    gigpo.mode = beacon_rl::NormMode::MeanStdNorm;
+    gigpo.mode = beacon_rl::estimator::NormMode::MeanStdNorm;
     v.push(EstimatorConfig::Gigpo(gigpo).build().unwrap());
     v
 }

@@ -4,7 +4,7 @@
 //! instruction, the `f64` path eight scalar chains), the shape (blocks of eight rows and a
 //! remainder; chunks of four or eight tokens and a tail) or the layout (a strided view).
 
-use beacon_rl::token::row_sums_into;
+use beacon_rl::tensor::row_sums_into;
 use ndarray::Array2;
 use proptest::prelude::*;
 

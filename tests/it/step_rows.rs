@@ -1,7 +1,7 @@
 //! The step-row entry point, `estimate_steps_into`: every estimator that has one keeps the
 //! batch's promise of one episode reward (`RolloutBatch`, "One episode reward"). When
 //! `token_level_rewards` are given as well, each row's token sum must equal its trajectory's
-//! R(τ) in the batch; a disagreement is `EpisodeRewardMismatch`, never a silent choice of one.
+//! R(τ) in the batch; a disagreement is `TerminalRewardMismatch`, never a silent choice of one.
 
 use crate::common;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Workspace};
@@ -42,7 +42,7 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
                 &mut with_tokens,
                 &mut ws
             ),
-            Err(Error::EpisodeRewardMismatch {
+            Err(Error::TerminalRewardMismatch {
                 row: 3,
                 batch: 0.0,
                 tokens: 0.5

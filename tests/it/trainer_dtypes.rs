@@ -7,8 +7,7 @@
 
 use crate::common::SplitMix64;
 use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, Workspace};
-use beacon_rl::tensor::MaskView;
-use beacon_rl::token::broadcast;
+use beacon_rl::tensor::{broadcast, MaskView};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 
@@ -397,7 +396,7 @@ fn bad_mask_entries_in_long_rows_are_a_typed_error() {
 /// row of a strided mask too), the prefix lengths and the span writer check first.
 #[test]
 fn token_functions_reject_integer_entries_other_than_0_and_1() {
-    use beacon_rl::token::{broadcast_into, prefix_lengths_into, spans_into, TokenSpan};
+    use beacon_rl::tensor::{broadcast_into, prefix_lengths_into, spans_into, TokenSpan};
     let mask = ndarray::array![[1i64, 1, 0], [1, 3, 0]];
     let want = Error::MaskValue {
         row: 1,

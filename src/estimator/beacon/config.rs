@@ -14,7 +14,7 @@ use crate::stats::{NormMode, SingletonRule};
 ///
 /// ```
 /// use beacon_rl::estimator::BeaconFlavour;
-/// use beacon_rl::NormMode;
+/// use beacon_rl::estimator::NormMode;
 /// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
 /// ```
@@ -134,7 +134,7 @@ impl BeaconConfig {
     ///
     /// ```
     /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
-    /// use beacon_rl::NormMode;
+    /// use beacon_rl::estimator::NormMode;
     /// let c = BeaconConfig::official();
     /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
     /// assert_eq!(c.milestone_reward, 10.0);
@@ -204,7 +204,7 @@ impl Default for BeaconConfig {
 }
 
 crate::setters::with_setters! {
-    BeaconConfig, "use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::{NormMode, SingletonRule};", BeaconConfig::paper();
+    BeaconConfig, "use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::estimator::{NormMode, SingletonRule};", BeaconConfig::paper();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
     with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).

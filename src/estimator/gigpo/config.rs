@@ -32,7 +32,7 @@ pub enum StepGrouping {
 ///
 /// ```
 /// use beacon_rl::estimator::{Gigpo, GigpoConfig, StepGrouping};
-/// use beacon_rl::NormMode;
+/// use beacon_rl::estimator::NormMode;
 /// let cfg = GigpoConfig::verl_agent()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
@@ -69,7 +69,7 @@ impl GigpoConfig {
     ///
     /// ```
     /// use beacon_rl::estimator::{GigpoConfig, StepGrouping};
-    /// use beacon_rl::NormMode;
+    /// use beacon_rl::estimator::NormMode;
     /// let cfg = GigpoConfig::verl_agent();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);
@@ -112,7 +112,7 @@ impl GigpoConfig {
 }
 
 crate::setters::with_setters! {
-    GigpoConfig, "use beacon_rl::estimator::{GigpoConfig, StepGrouping}; use beacon_rl::NormMode;", GigpoConfig::verl_agent();
+    GigpoConfig, "use beacon_rl::estimator::{GigpoConfig, StepGrouping}; use beacon_rl::estimator::NormMode;", GigpoConfig::verl_agent();
     /// Sets γ of the step returns (default 0.95; in [0, 1]).
     with_step_decay(step_decay: f64) = 1.0;
     /// Sets w, the weight of the step term (default 1.0; finite, ≥ 0).

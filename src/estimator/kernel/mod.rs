@@ -196,7 +196,7 @@ pub(crate) fn estimate_via_steps_fresh(
 ) -> Result<Advantages> {
     with_steps(input, &mut Workspace::new(), check, steps, |step| {
         if let Some(mask) = &input.response_mask {
-            crate::token::check_broadcast_mask(step, mask)?;
+            crate::tensor::check_broadcast_mask(step, mask)?;
         }
         let mut advantages = crate::huge_pages::zeros(input.output_dim())?;
         steps_into(

@@ -226,7 +226,7 @@ pub(crate) fn steps_into(
 
 fn steps_one(step: &[f64], mask: Option<MaskView<'_>>, mut out: FloatViewMut<'_>) -> Result<()> {
     match (mask, &mut out) {
-        (Some(mask), _) => crate::token::broadcast_into(step, mask, out),
+        (Some(mask), _) => crate::tensor::broadcast_into(step, mask, out),
         (None, FloatViewMut::F32(o)) => {
             o.column_mut(0)
                 .iter_mut()

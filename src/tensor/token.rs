@@ -20,8 +20,8 @@ use ndarray::Array2;
 
 use ndarray::ArrayView2;
 
+use super::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView};
 use crate::error::{check_finite, Error, Result};
-use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView};
 
 /// Writes `step_values[r] · mask[r, j]` into `out[r, j]` (one sequence row per step), in the
 /// output's dtype under any mask dtype.
@@ -36,7 +36,7 @@ use crate::tensor::{unit_prefix_len, FloatView, FloatViewMut, MaskBits, MaskView
 /// first such token (index `row * L + t`).
 ///
 /// ```
-/// use beacon_rl::token::broadcast_into;
+/// use beacon_rl::tensor::broadcast_into;
 /// use beacon_rl::tensor::MaskView;
 /// use ndarray::{array, Array2};
 /// let mask = array![[1i64, 1, 0], [1, 0, 0]];
@@ -89,7 +89,7 @@ pub(crate) fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> 
 /// [`Error::LengthMismatch`] when `sums` has not one entry per row.
 ///
 /// ```
-/// use beacon_rl::token::row_sums_into;
+/// use beacon_rl::tensor::row_sums_into;
 /// use ndarray::array;
 /// let rewards = array![[0.0f32, 0.5, 0.25], [0.0, 0.0, 1.0]];
 /// let mut sums = [0.0; 2];
@@ -123,7 +123,7 @@ pub fn row_sums_into<'r>(rewards: impl Into<FloatView<'r>>, sums: &mut [f64]) ->
 /// 0 and 1.
 ///
 /// ```
-/// use beacon_rl::token::prefix_lengths_into;
+/// use beacon_rl::tensor::prefix_lengths_into;
 /// use beacon_rl::Error;
 /// use ndarray::array;
 /// let mut lengths = [0; 2];
@@ -239,7 +239,7 @@ fn for_row_blocks<T: Sync, X: Send>(
 /// exceeds `isize::MAX` bytes or cannot be allocated.
 ///
 /// ```
-/// use beacon_rl::token::broadcast;
+/// use beacon_rl::tensor::broadcast;
 /// use ndarray::array;
 /// let out = broadcast(&[2.0], &array![[false, true]])?;
 /// assert_eq!(out, array![[0.0, 2.0]]);
@@ -257,7 +257,7 @@ pub fn broadcast<'m>(step_values: &[f64], mask: impl Into<MaskView<'m>>) -> Resu
 /// The tokens `start..end` of sequence row `seq` are the response of step (caller row) `step`.
 ///
 /// ```
-/// use beacon_rl::token::TokenSpan;
+/// use beacon_rl::tensor::TokenSpan;
 /// let s = TokenSpan { seq: 0, step: 3, start: 10, end: 42 };
 /// assert_eq!(s.end - s.start, 32);
 /// ```
@@ -289,7 +289,7 @@ pub struct TokenSpan {
 /// written).
 ///
 /// ```
-/// use beacon_rl::token::{spans_into, TokenSpan};
+/// use beacon_rl::tensor::{spans_into, TokenSpan};
 /// use ndarray::{array, Array2};
 /// // One dialogue row: [prompt prompt | step0 step0 | obs | step1]
 /// let mask = array![[false, false, true, true, false, true]];
