@@ -395,6 +395,19 @@ pub enum Error {
         /// The first generated token after the row's first non-generated one.
         token: usize,
     },
+
+    /// `tree_parents` does not describe trees of the batch's rollouts (`tree_grpo`): an entry
+    /// that names no row, a parent in another group, rows of one rollout naming different
+    /// parents, or a cycle.
+    #[error("tree_parents[{row}] = {parent}: {problem}")]
+    InvalidTree {
+        /// The first offending row.
+        row: usize,
+        /// Its `tree_parents` entry.
+        parent: i64,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
 }
 
 fn capacity_message(requested: usize, limit: usize) -> String {

@@ -181,6 +181,9 @@ registry! {
         /// `turn_gae`: GAE over one critic value per turn ([`TurnGae`](turn_gae::TurnGae)).
         /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
         TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
+        /// `tree_grpo`: Tree-GRPO's prompt and tree groups ([`TreeGrpo`](TreeGrpo)).
+        /// Omitted fields take [`TreeGrpoConfig::authors`](TreeGrpoConfig::authors).
+        TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::authors()) => "tree_grpo";
     }
 }
 
@@ -235,6 +238,7 @@ impl EstimatorConfig {
             Self::StepReinforce(c) => c.validate(),
             Self::MtGrpo(c) => c.validate(),
             Self::TurnGae(c) => c.validate(),
+            Self::TreeGrpo(c) => c.validate(),
         }
     }
 
@@ -274,6 +278,7 @@ impl EstimatorConfig {
             Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
             Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
             Self::TurnGae(c) => Box::new(turn_gae::TurnGae::new(*c)?),
+            Self::TreeGrpo(c) => Box::new(TreeGrpo::new(*c)?),
         })
     }
 }

@@ -62,6 +62,9 @@ pub struct EstimatorInput<'a> {
     /// One critic value per row, the value of the state before the row's turn (`turn_gae` on
     /// step rows); see [`with_turn_values`](Self::with_turn_values).
     pub turn_values: Option<&'a [f64]>,
+    /// One parent row per row, −1 for a tree's first rollout (`tree_grpo`); see
+    /// [`with_tree_parents`](Self::with_tree_parents).
+    pub tree_parents: Option<&'a [i64]>,
 }
 
 impl<'a> EstimatorInput<'a> {
@@ -90,6 +93,7 @@ impl<'a> EstimatorInput<'a> {
             anchor_ids: None,
             row_scores: None,
             turn_values: None,
+            tree_parents: None,
         }
     }
 
@@ -338,6 +342,23 @@ impl<'a> EstimatorInput<'a> {
     #[must_use]
     pub fn with_turn_values(mut self, turn_values: &'a [f64]) -> Self {
         self.turn_values = Some(turn_values);
+        self
+    }
+
+    /// Sets the rollout tree of `tree_grpo`: `tree_parents[r]` is the row whose rollout row
+    /// r's rollout branched from (shares a prefix with), or −1 when row r's rollout is the
+    /// first of its tree. The rollouts that lead to the same first rollout form one tree.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0])?;
+    /// let input = EstimatorInput::new(&batch).with_tree_parents(&[-1, 0]);
+    /// assert_eq!(input.tree_parents, Some(&[-1, 0][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_tree_parents(mut self, tree_parents: &'a [i64]) -> Self {
+        self.tree_parents = Some(tree_parents);
         self
     }
 

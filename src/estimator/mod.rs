@@ -36,6 +36,7 @@
 //! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
 //! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
 //! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
+//! | `tree_grpo` | [`TreeGrpo`] | (private; the type's page) |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -202,6 +203,7 @@ pub mod reinforce;
 pub mod remax;
 pub mod rloo;
 pub mod step_reinforce;
+mod tree_grpo;
 pub mod turn_gae;
 pub mod turns;
 mod whiten;
@@ -213,6 +215,7 @@ mod output;
 mod workspace;
 
 pub use config::EstimatorConfig;
+pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 pub(crate) use kernel::*;
