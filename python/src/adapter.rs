@@ -373,6 +373,7 @@ pub struct Request<'a> {
     pub step_rewards: Option<Floats1<'a>>,
     pub turn_values: Option<Floats1<'a>>,
     pub anchor_obs: Option<&'a [&'a str]>,
+    pub tree_parents: Option<&'a [i64]>,
 }
 
 /// A validated estimator of the crate, by verl's `adv_estimator` name.
@@ -421,7 +422,7 @@ pub fn names() -> &'static [&'static str] {
 
 /// The turn-level estimators: they read `token_level_rewards` turn by turn on verl's
 /// multi-turn rows (the crate's `estimator::turns`), not a score per row.
-pub const TURN_NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
+pub const TURN_NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"];
 
 /// The names that are verl's own estimators (the rest are the crate's additions).
 pub fn verl_names() -> &'static [&'static str] {
@@ -510,6 +511,7 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
         ("step_rewards", req.step_rewards.as_ref().map(Floats1::len)),
         ("turn_values", req.turn_values.as_ref().map(Floats1::len)),
         ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
+        ("tree_parents", req.tree_parents.map(<[i64]>::len)),
     ];
     for (what, len) in lens {
         if let Some(actual) = len {
@@ -537,6 +539,13 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         // Only turn_gae reads per-turn critic values: any other estimator would ignore them.
         return Err(Failure(format!(
             "turn_values: read only by turn_gae, not by {}",
+            est.name()
+        )));
+    }
+    if req.tree_parents.is_some() && est.name() != "tree_grpo" {
+        // Only tree_grpo reads the rollout trees: any other estimator would ignore them.
+        return Err(Failure(format!(
+            "tree_parents: read only by tree_grpo, not by {}",
             est.name()
         )));
     }
@@ -669,6 +678,9 @@ pub fn estimate(est: &Estimator, req: &Request<'_>, mut adv: Out2<'_>, ret: Opti
         }
         if let Some(a) = req.anchor_obs {
             input = input.with_anchor_obs(a);
+        }
+        if let Some(p) = req.tree_parents {
+            input = input.with_tree_parents(p);
         }
         match ret {
             Some(mut ret) if est.has_returns() => {

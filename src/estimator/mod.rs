@@ -36,7 +36,7 @@
 //! | `step_reinforce` | [`StepReinforce`](step_reinforce::StepReinforce) | [`step_reinforce`] |
 //! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
 //! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
-//! | `tree_grpo` | [`TreeGrpo`] | (private; the type's page) |
+//! | `tree_grpo` | [`TreeGrpo`] ([`TreeGrpoConfig`], [`TreeGrpoVariant`]) | this module |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:

@@ -54,7 +54,7 @@ use crate::error::{check_len, Error, Range, Result};
 use crate::stats::{group_means, group_spreads, GroupStats, SingletonRule};
 use crate::tensor::FloatViewMut;
 
-/// Which of the authors' tree estimators (see the [module docs](self)).
+/// Which of the authors' tree estimators (see [`TreeGrpo`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
@@ -136,8 +136,27 @@ crate::setters::with_setters! {
     with_variant(variant: TreeGrpoVariant) = TreeGrpoVariant::Nested;
 }
 
-/// Tree-GRPO (see the [module docs](self)). Reads `tree_parents`, and `step_rewards` (step
-/// rows) or `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
+/// Tree-GRPO (Ji et al., arXiv 2509.21240), as the authors' trainer computes it
+/// (AMAP-ML/Tree-GRPO, `verl/trainer/ppo/ray_trainer_ts.py`, `compute_advantage`).
+///
+/// Reads `tree_parents` ([`EstimatorInput::with_tree_parents`]: per row, a row of the
+/// rollout it branched from, or −1 for a tree's first rollout; the rollouts that lead to the
+/// same first rollout form a tree, the batch's groups are the prompts), and `step_rewards`
+/// (step rows) or `token_level_rewards` and `response_mask` (verl's multi-turn rows). A
+/// rollout's R is the sum of its turn rewards (every token reward of its rows). With σ
+/// unbiased and ε = [`std_eps`](TreeGrpoConfig::std_eps):
+///
+/// ```text
+/// z_S(x)  = (x − mean_S x) / (std_S x + ε)     over a set S of ≥ 2 rollouts
+///         = x / float32(1 + ε)                 over one rollout (the authors' μ = 0, σ = 1)
+/// sum     (default, the authors' `tree`):   A = z_prompt(R) + z_tree(R)
+/// intra   (`tree_inner`):                  A = z_tree(R)
+/// nested  (`tree_2norm`):                  A = z_tree(z_prompt(R))
+/// ```
+///
+/// Every generated token of the rollout gets A, every other token 0. A `tree_parents` that
+/// names no row, a rollout itself, a parent in another group, or parents that form a cycle
+/// is [`Error::InvalidTree`]. The guide's turn-level chapter lists the authors' quirks.
 ///
 /// ```
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, TreeGrpo, TreeGrpoConfig};
@@ -246,6 +265,8 @@ impl TreeGrpo {
     }
 
     fn prepare(&self, input: &EstimatorInput<'_>, ws: &mut TurnWorkspace) -> Result<()> {
+        // The column's presence and length first: a refused input allocates nothing.
+        tree_column(input)?;
         ws.turns.read_tokens(input, input.output_dim())?;
         read_trees(input, ws)?;
         self.turn_values(ws)
@@ -254,13 +275,19 @@ impl TreeGrpo {
 
 const DONE: usize = usize::MAX;
 
+/// `tree_parents`, present and one per row.
+fn tree_column<'a>(input: &EstimatorInput<'a>) -> Result<&'a [i64]> {
+    let parents = input.tree_parents.ok_or(Error::MissingInput("tree_parents"))?;
+    check_len("tree_parents", input.batch.num_steps(), parents.len())?;
+    Ok(parents)
+}
+
 /// Reads `tree_parents` into `ws.tree`: each trajectory's tree, named by the trajectory of
 /// its first rollout (see the module's batch layout). Needs `ws.turns` read (the groups).
 fn read_trees(input: &EstimatorInput<'_>, ws: &mut TurnWorkspace) -> Result<()> {
     let batch = input.batch;
     let rows = batch.num_steps();
-    let parents = input.tree_parents.ok_or(Error::MissingInput("tree_parents"))?;
-    check_len("tree_parents", rows, parents.len())?;
+    let parents = tree_column(input)?;
     let trajs = batch.num_trajectories();
     let TurnWorkspace {
         turns,
