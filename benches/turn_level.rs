@@ -106,7 +106,11 @@ fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
 /// `tree_grpo`'s trees: in each group, two trees of four trajectories, each branching off the
 /// previous one. `first_row(j)` is a row of trajectory j, `traj_of(r)` row r's trajectory
 /// index within its group.
-fn tree_parents(rows: usize, traj_of: impl Fn(usize) -> usize, first_row: impl Fn(usize, usize) -> usize) -> Vec<i64> {
+fn tree_parents(
+    rows: usize,
+    traj_of: impl Fn(usize) -> usize,
+    first_row: impl Fn(usize, usize) -> usize,
+) -> Vec<i64> {
     (0..rows)
         .map(|r| match traj_of(r) {
             k if k % 4 == 0 => -1,

@@ -89,7 +89,9 @@ fn zero_allocations_after_the_first_call() {
         // episode rewards on step rows: token rewards that disagree are an error, so they get
         // none.
         let (mut f64_input, mut f32_input) = (f64_input, f32_input);
-        if name.starts_with("beacon") || ["gigpo", "step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"].contains(name) {
+        if name.starts_with("beacon")
+            || ["gigpo", "step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"].contains(name)
+        {
             f64_input.token_level_rewards = None;
             f32_input.token_level_rewards = None;
         }

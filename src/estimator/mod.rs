@@ -215,11 +215,11 @@ mod output;
 mod workspace;
 
 pub use config::EstimatorConfig;
-pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 pub(crate) use kernel::*;
 pub use output::Advantages;
+pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};
 

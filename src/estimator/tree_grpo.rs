@@ -329,7 +329,10 @@ fn read_trees(input: &EstimatorInput<'_>, ws: &mut TurnWorkspace) -> Result<()> 
                 return Err(bad(r, "a rollout cannot branch off itself"));
             }
             if p != DONE && group[p] != group[j] {
-                return Err(bad(r, "the parent is in another group (a tree lies within one prompt)"));
+                return Err(bad(
+                    r,
+                    "the parent is in another group (a tree lies within one prompt)",
+                ));
             }
             parent[j] = p;
         }
@@ -420,7 +423,13 @@ mod tests {
     use crate::RolloutBatch;
 
     /// Step rows: `groups[r]`, `trajs[r]` keys, `steps[r]` rewards, `parents[r]`.
-    fn run(cfg: TreeGrpoConfig, groups: &[u32], trajs: &[u32], steps: &[f64], parents: &[i64]) -> Result<Vec<f64>> {
+    fn run(
+        cfg: TreeGrpoConfig,
+        groups: &[u32],
+        trajs: &[u32],
+        steps: &[f64],
+        parents: &[i64],
+    ) -> Result<Vec<f64>> {
         let batch = RolloutBatch::from_row_keys(groups, trajs, &vec![0.0; steps.len()])?;
         let mut out = vec![f64::NAN; steps.len()];
         let input = EstimatorInput::new(&batch)
@@ -443,7 +452,14 @@ mod tests {
     const R: [f64; 4] = [1.0, 0.0, 0.0, 1.0];
 
     fn authors(variant: TreeGrpoVariant) -> Vec<f64> {
-        run(TreeGrpoConfig::authors().with_variant(variant), &[0; 4], &[0, 1, 2, 3], &R, &PARENTS).unwrap()
+        run(
+            TreeGrpoConfig::authors().with_variant(variant),
+            &[0; 4],
+            &[0, 1, 2, 3],
+            &R,
+            &PARENTS,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -467,7 +483,12 @@ mod tests {
         let lone = 1.0 / f64::from(1.0f32 + 1e-6f32);
         close(
             &authors(TreeGrpoVariant::Intra),
-            &[(2.0 / 3.0) / (s + e), (-1.0 / 3.0) / (s + e), (-1.0 / 3.0) / (s + e), lone],
+            &[
+                (2.0 / 3.0) / (s + e),
+                (-1.0 / 3.0) / (s + e),
+                (-1.0 / 3.0) / (s + e),
+                lone,
+            ],
         );
         // Inter-tree advantages u, −u, −u, u with u = ½ / (σ + ε). Tree A over {u, −u, −u}:
         // μ = −u/3, Σ d² = 16u²/9 + 4u²/9 + 4u²/9 = 8u²/3, σ = 2u/√3.
@@ -475,7 +496,12 @@ mod tests {
         let sa = 2.0 * u / 3f64.sqrt();
         close(
             &authors(TreeGrpoVariant::Nested),
-            &[(4.0 * u / 3.0) / (sa + e), (-2.0 * u / 3.0) / (sa + e), (-2.0 * u / 3.0) / (sa + e), u * lone],
+            &[
+                (4.0 * u / 3.0) / (sa + e),
+                (-2.0 * u / 3.0) / (sa + e),
+                (-2.0 * u / 3.0) / (sa + e),
+                u * lone,
+            ],
         );
     }
 
@@ -533,7 +559,9 @@ mod tests {
         let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
         let input = EstimatorInput::new(&batch).with_step_rewards(&[1.0]);
         assert_eq!(
-            TreeGrpo::new(cfg).unwrap().estimate_steps_into(&input, &mut [0.0], &mut Workspace::new()),
+            TreeGrpo::new(cfg)
+                .unwrap()
+                .estimate_steps_into(&input, &mut [0.0], &mut Workspace::new()),
             Err(Error::MissingInput("tree_parents"))
         );
     }
@@ -545,7 +573,14 @@ mod tests {
         let parents: Vec<i64> = (0..n as i64).map(|r| r - 1).collect();
         let trajs: Vec<u32> = (0..n as u32).collect();
         let steps: Vec<f64> = (0..n).map(|r| (r % 2) as f64).collect();
-        let got = run(TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra), &vec![0; n], &trajs, &steps, &parents).unwrap();
+        let got = run(
+            TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra),
+            &vec![0; n],
+            &trajs,
+            &steps,
+            &parents,
+        )
+        .unwrap();
         // Prompt = tree: half 1, half 0, so ±½ / (σ + ε) with σ² = n/4 / (n − 1).
         let s = (n as f64 / 4.0 / (n - 1) as f64).sqrt();
         assert!((got[1] - 0.5 / (s + 1e-6)).abs() < 1e-12 && (got[0] + 0.5 / (s + 1e-6)).abs() < 1e-12);

@@ -9,7 +9,9 @@
 //! on step rows (one row per turn, the turn's reward summed here from the tokens it owns),
 //! against the authors' float32 advantages, within |d| ≤ 1e-5 · max(1, |expected|).
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorInput, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, Workspace,
+};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use serde_json::Value;
@@ -76,7 +78,10 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tree_grpo.json")).unwrap();
     let data: Value = serde_json::from_str(&text).unwrap();
-    assert!(data["meta"]["source"].as_str().unwrap().starts_with("AMAP-ML/Tree-GRPO@"));
+    assert!(data["meta"]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("AMAP-ML/Tree-GRPO@"));
     let (mut worst, mut checked, mut variants) = (0.0f64, 0usize, [0usize; 3]);
     let mut ws = Workspace::new();
     for (i, case) in data["cases"].as_array().unwrap().iter().enumerate() {
@@ -88,8 +93,18 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
         };
         variants[variant as usize] += 1;
         let est = TreeGrpo::new(TreeGrpoConfig::authors().with_variant(variant)).unwrap();
-        let uids: Vec<String> = case["uid"].as_array().unwrap().iter().map(|u| u.as_str().unwrap().to_owned()).collect();
-        let parents: Vec<i64> = case["tree_parents"].as_array().unwrap().iter().map(|p| p.as_i64().unwrap()).collect();
+        let uids: Vec<String> = case["uid"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u.as_str().unwrap().to_owned())
+            .collect();
+        let parents: Vec<i64> = case["tree_parents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_i64().unwrap())
+            .collect();
         let rewards = matrix(&case["token_level_rewards"], |x| x.as_f64().unwrap() as f32);
         let mask = matrix(&case["response_mask"], |x| x.as_i64().unwrap());
         let want = matrix(&case["advantages"], |x| x.as_f64().unwrap());
@@ -103,7 +118,8 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
             .with_response_mask(&mk)
             .with_tree_parents(&parents);
         let mut got = Array2::<f32>::from_elem((n, cols), f32::NAN);
-        est.estimate_into(&input, (&mut got).into(), None, &mut ws).unwrap();
+        est.estimate_into(&input, (&mut got).into(), None, &mut ws)
+            .unwrap();
         for ((r, t), &x) in got.indexed_iter() {
             let e = parity_err(f64::from(x), want[r][t]);
             worst = worst.max(e);
@@ -114,7 +130,9 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
         let (g, tr, st, p, first) = step_rows(&uids, &parents, &rewards, &mask);
         let batch = RolloutBatch::from_row_keys(&g, &tr, &vec![0.0; g.len()]).unwrap();
         let mut adv = vec![f64::NAN; st.len()];
-        let input = EstimatorInput::new(&batch).with_step_rewards(&st).with_tree_parents(&p);
+        let input = EstimatorInput::new(&batch)
+            .with_step_rewards(&st)
+            .with_tree_parents(&p);
         est.estimate_steps_into(&input, &mut adv, &mut ws).unwrap();
         for (a, &(r, s)) in adv.iter().zip(&first) {
             let e = parity_err(*a, want[r][s]);
