@@ -127,7 +127,7 @@ impl Default for TreeGrpoConfig {
 }
 
 crate::setters::with_setters! {
-    TreeGrpoConfig, "use beacon_rl::estimator::*;", TreeGrpoConfig::authors();
+    TreeGrpoConfig, "use beacon_rl::estimator::*;\nuse beacon_rl::SingletonRule;", TreeGrpoConfig::authors();
     /// Sets ε added to σ (default 1e-6; > 0).
     with_std_eps(std_eps: f64) = 1e-4;
     /// Sets what a group of one rollout gives (default pass-through).
