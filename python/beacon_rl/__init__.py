@@ -52,7 +52,7 @@ Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
     ``gigpo``, ``beacon``, ``beacon_official``, ``beacon_ablation`` and the turn-level
-    ``step_reinforce``, ``mt_grpo`` and ``turn_gae``."""
+    ``step_reinforce``, ``mt_grpo``, ``turn_gae`` and ``tree_grpo``."""
     return list(_native.names())
 
 

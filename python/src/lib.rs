@@ -748,7 +748,7 @@ fn estimate_turns<'py>(
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
 /// `beacon`, `beacon_official`, `beacon_ablation` and the turn-level `step_reinforce`,
-/// `mt_grpo`, `turn_gae`).
+/// `mt_grpo`, `turn_gae`, `tree_grpo`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {
     adapter::names().to_vec()
