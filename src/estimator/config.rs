@@ -351,7 +351,7 @@ mod tests {
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
-        assert_eq!(EstimatorConfig::NAMES.len(), 21);
+        assert_eq!(EstimatorConfig::NAMES.len(), 22);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         // Every name parses to the variant whose name(), Display and built estimator say it.
