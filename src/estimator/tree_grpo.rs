@@ -337,24 +337,34 @@ fn read_trees(input: &EstimatorInput<'_>, ws: &mut TurnWorkspace) -> Result<()> 
             parent[j] = p;
         }
     }
-    // Roots: walk up from each trajectory, stamping the walk; meeting the walk's own stamp
-    // is a cycle. A walk stops at the first trajectory whose root is known, and then every
-    // trajectory it passed gets that root, so each is passed once: linear.
+    if let Some(k) = roots(parent, stamp, root) {
+        return Err(bad(
+            batch.trajectory_rows(k)[0],
+            "the parents form a cycle (no first rollout is reached)",
+        ));
+    }
+    Ok(())
+}
+
+/// Each trajectory's root (`root[j]`, the first rollout its parents lead to), or the
+/// trajectory at which a walk met itself (a cycle). Each walk is stamped with its start;
+/// meeting the walk's own stamp is a cycle. A walk stops at the first trajectory whose root
+/// is known, and then every trajectory it passed gets that root, so each is passed once:
+/// linear.
+fn roots(parent: &[usize], stamp: &mut Vec<usize>, root: &mut Vec<usize>) -> Option<usize> {
+    let n = parent.len();
     stamp.clear();
-    stamp.resize(trajs, 0);
+    stamp.resize(n, 0);
     root.clear();
-    root.resize(trajs, DONE);
-    for j in 0..trajs {
+    root.resize(n, DONE);
+    for j in 0..n {
         let mut k = j;
         let top = loop {
             if root[k] != DONE {
                 break root[k];
             }
             if stamp[k] == j + 1 {
-                return Err(bad(
-                    batch.trajectory_rows(k)[0],
-                    "the parents form a cycle (no first rollout is reached)",
-                ));
+                return Some(k);
             }
             stamp[k] = j + 1;
             if parent[k] == DONE {
@@ -371,7 +381,7 @@ fn read_trees(input: &EstimatorInput<'_>, ws: &mut TurnWorkspace) -> Result<()> 
             k = parent[k];
         }
     }
-    Ok(())
+    None
 }
 
 impl AdvantageEstimator for TreeGrpo {
