@@ -408,6 +408,16 @@ pub enum Error {
         /// What is wrong with it.
         problem: &'static str,
     },
+
+    /// A `step_entropy` entry is negative (`empg`): a Shannon entropy is ≥ 0, so the column
+    /// holds something else (log-probabilities, say).
+    #[error("step_entropy[{index}] = {value}: an entropy is >= 0")]
+    NegativeEntropy {
+        /// Index of the entry (row order).
+        index: usize,
+        /// The entry.
+        value: f64,
+    },
 }
 
 fn capacity_message(requested: usize, limit: usize) -> String {

@@ -37,6 +37,7 @@
 //! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
 //! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
 //! | `tree_grpo` | [`TreeGrpo`] ([`TreeGrpoConfig`], [`TreeGrpoVariant`]) | this module |
+//! | (`empg`, not yet registered by name) | [`Empg`] ([`EmpgConfig`]) | this module |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -192,6 +193,7 @@ use crate::error::{Error, Result};
 use crate::tensor::FloatViewMut;
 
 pub mod beacon;
+mod empg;
 pub mod gae;
 pub mod gigpo;
 pub mod gpg;
@@ -215,6 +217,7 @@ mod output;
 mod workspace;
 
 pub use config::EstimatorConfig;
+pub use empg::{Empg, EmpgConfig};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 pub(crate) use kernel::*;
