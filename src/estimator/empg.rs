@@ -17,8 +17,10 @@
 //! `compute_empg_advantage` on the project page (<https://empgseed-seed.github.io>) give
 //! H̃, g and f with these constants and the defaults k = k_f = 1, ζ = 0.1; the combining
 //! equation A_mod = g·A + ζ·f(H_{t+1}) and the final batch-level zero-mean normalisation are
-//! the paper's algorithm (its pseudocode's second and third passes; restated as Eqs. S21–S23
-//! in the appendix of the ARLArena paper, which re-implements EMPG with ζ = 0.05).
+//! the paper's algorithm (restated as Eqs. S21–S23 in the appendix of the ARLArena paper,
+//! which re-implements EMPG with ζ = 0.05). The later passes of the pseudocode (the bonus,
+//! the final mean) were read in the copy of `compute_empg_advantage` that the ARLArena code
+//! carries; its first lines match the project page's.
 //!
 //! # What the paper leaves open, and what the crate chose
 //! - **The outcome advantage A(i).** The paper applies EMPG on top of GRPO or DAPO. The crate
