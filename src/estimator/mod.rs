@@ -37,7 +37,7 @@
 //! | `mt_grpo` | [`MtGrpo`](mt_grpo::MtGrpo) | [`mt_grpo`] |
 //! | `turn_gae` | [`TurnGae`](turn_gae::TurnGae) | [`turn_gae`] |
 //! | `tree_grpo` | [`TreeGrpo`] ([`TreeGrpoConfig`], [`TreeGrpoVariant`]) | this module |
-//! | (`empg`, not yet registered by name) | [`Empg`] ([`EmpgConfig`]) | this module |
+//! | (`empg`, not registered by name) | [`Empg`] ([`EmpgConfig`]) | [`empg`] |
 //!
 //! # One method set
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -193,7 +193,7 @@ use crate::error::{Error, Result};
 use crate::tensor::FloatViewMut;
 
 pub mod beacon;
-mod empg;
+pub mod empg;
 pub mod gae;
 pub mod gigpo;
 pub mod gpg;
