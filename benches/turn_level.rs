@@ -34,7 +34,7 @@ const GROUP_SIZE: usize = 8;
 const STEPS: usize = 4;
 
 /// The estimators benched, by name (group-normalised where they have the option).
-const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
+const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"];
 
 fn build(name: &str) -> Box<dyn AdvantageEstimator> {
     let json = match name {
@@ -43,6 +43,7 @@ fn build(name: &str) -> Box<dyn AdvantageEstimator> {
         }
         "mt_grpo" => r#"{"adv_estimator":"mt_grpo"}"#,
         "turn_gae" => r#"{"adv_estimator":"turn_gae","discount":0.99,"lam":0.95}"#,
+        "tree_grpo" => r#"{"adv_estimator":"tree_grpo"}"#,
         _ => unreachable!(),
     };
     let c: EstimatorConfig = serde_json::from_str(json).expect("config");
@@ -104,6 +105,22 @@ fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
     )
 }
 
+/// `tree_grpo`'s trees: in each group, two trees of four trajectories, each branching off the
+/// previous one. `first_row(j)` is a row of trajectory j, `traj_of(r)` row r's trajectory
+/// index within its group.
+fn tree_parents(
+    rows: usize,
+    traj_of: impl Fn(usize) -> usize,
+    first_row: impl Fn(usize, usize) -> usize,
+) -> Vec<i64> {
+    (0..rows)
+        .map(|r| match traj_of(r) {
+            k if k % 4 == 0 => -1,
+            k => first_row(r, k - 1) as i64,
+        })
+        .collect()
+}
+
 /// This thread's CPU time.
 #[cfg(target_os = "linux")]
 fn cpu_now() -> Duration {
@@ -160,13 +177,18 @@ fn bench(c: &mut Criterion) {
     });
     let (steps, step_rewards, turn_values) = step_batch(ROWS / STEPS);
     let step_mask = &d.mask;
+    let multi_parents = tree_parents(ROWS, |r| r % GROUP_SIZE, |r, k| r - r % GROUP_SIZE + k);
+    let per_group = GROUP_SIZE * STEPS;
+    let step_parents = |rows: usize| tree_parents(rows, |r| r % GROUP_SIZE, |r, k| r - r % per_group + k);
+    let c_step_parents = step_parents(ROWS);
     for name in NAMES {
         let est = build(name);
         let mut ws = Workspace::new();
         let input = EstimatorInput::new(&d.batch)
             .with_token_level_rewards(&d.rewards)
             .with_values(&d.values)
-            .with_response_mask(&d.mask);
+            .with_response_mask(&d.mask)
+            .with_tree_parents(&multi_parents);
         group.bench_function(format!("{name}/multi_turn/C"), |b| {
             cpu_iter(b, || {
                 est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
@@ -176,7 +198,8 @@ fn bench(c: &mut Criterion) {
         let input = EstimatorInput::new(&steps)
             .with_step_rewards(&step_rewards)
             .with_turn_values(&turn_values)
-            .with_response_mask(step_mask);
+            .with_response_mask(step_mask)
+            .with_tree_parents(&c_step_parents);
         group.bench_function(format!("{name}/step_rows/C"), |b| {
             cpu_iter(b, || {
                 est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
@@ -192,6 +215,7 @@ fn bench(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     for n in [1_000usize, 10_000, 100_000, 1_000_000] {
         let (batch, rewards, values) = step_batch(n);
+        let parents = step_parents(rewards.len());
         let mut out = vec![0.0; rewards.len()];
         group.throughput(Throughput::Elements(n as u64));
         for name in NAMES {
@@ -199,7 +223,8 @@ fn bench(c: &mut Criterion) {
             let mut ws = Workspace::new();
             let input = EstimatorInput::new(&batch)
                 .with_step_rewards(&rewards)
-                .with_turn_values(&values);
+                .with_turn_values(&values)
+                .with_tree_parents(&parents);
             group.bench_function(format!("{name}/{n}"), |b| {
                 cpu_iter(b, || {
                     est.estimate_steps_into(black_box(&input), &mut out, &mut ws)

@@ -420,6 +420,29 @@ pub enum Error {
         /// The first generated token after the row's first non-generated one.
         token: usize,
     },
+
+    /// `tree_parents` does not describe trees of the batch's rollouts (`tree_grpo`): an entry
+    /// that names no row, a parent in another group, rows of one rollout naming different
+    /// parents, or a cycle.
+    #[error("tree_parents[{row}] = {parent}: {problem}")]
+    InvalidTree {
+        /// The first offending row.
+        row: usize,
+        /// Its `tree_parents` entry.
+        parent: i64,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+
+    /// A `step_entropy` entry is negative (`empg`): a Shannon entropy is ≥ 0, so the column
+    /// holds something else (log-probabilities, say).
+    #[error("step_entropy[{index}] = {value}: an entropy is >= 0")]
+    NegativeEntropy {
+        /// Index of the entry (row order).
+        index: usize,
+        /// The entry.
+        value: f64,
+    },
 }
 
 fn capacity_message(requested: usize, limit: usize) -> String {

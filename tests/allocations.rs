@@ -49,7 +49,12 @@ fn zero_allocations_after_the_first_call() {
     let milestones: Vec<bool> = (0..rows).map(|r| r % 3 == 0).collect();
     let step_rewards: Vec<f64> = (0..rows).map(|r| (r % 2) as f64).collect();
     let anchors: Vec<&str> = (0..rows).map(|r| ["kitchen", "hall", "garden"][r % 3]).collect();
+    // tree_grpo: each group's later trajectories branch off its first (rows 0-3).
+    let parents: Vec<i64> = (0..rows)
+        .map(|r| if trajs[r] % 10 == 0 { -1 } else { (r % 4) as i64 })
+        .collect();
     let f64_input = EstimatorInput::new(&batch)
+        .with_tree_parents(&parents)
         .with_reward_baselines(&baselines)
         .with_milestones(&milestones)
         .with_step_rewards(&step_rewards)
@@ -84,7 +89,9 @@ fn zero_allocations_after_the_first_call() {
         // episode rewards on step rows: token rewards that disagree are an error, so they get
         // none.
         let (mut f64_input, mut f32_input) = (f64_input, f32_input);
-        if name.starts_with("beacon") || ["gigpo", "step_reinforce", "mt_grpo", "turn_gae"].contains(name) {
+        if name.starts_with("beacon")
+            || ["gigpo", "step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"].contains(name)
+        {
             f64_input.token_level_rewards = None;
             f32_input.token_level_rewards = None;
         }

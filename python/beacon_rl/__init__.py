@@ -52,8 +52,8 @@ Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
     ``beacon``, ``beacon_official``, ``gigpo`` and the turn-level ``step_reinforce``,
-    ``mt_grpo`` and ``turn_gae``. A name may carry keys, ``"beacon:segment_decay=0.9"`` (the
-    crate's grammar, see :func:`estimate`)."""
+    ``mt_grpo``, ``turn_gae`` and ``tree_grpo``. A name may carry keys,
+    ``"beacon:segment_decay=0.9"`` (the crate's grammar, see :func:`estimate`)."""
     return list(_native.names())
 
 
@@ -378,6 +378,7 @@ def estimate(
     anchor_obs: Optional[Array] = None,
     config: Optional[Mapping[str, Any]] = None,
     out: Optional[Sequence[Array]] = None,
+    tree_parents: Optional[Array] = None,
 ) -> Tuple[Array, Array]:
     """Advantages and returns of estimator ``name``: one of ``names()``, or a name with keys,
     ``"beacon:segment_decay=0.9,ablation=milestone_dropout(p=0.3),seed=7"`` (the crate's
@@ -419,6 +420,12 @@ def estimate(
       step rows, ``turn_values`` (one float32/float64 value per row: V of the state the row's
       turn begins in; a 1-D array, else ``TypeError``; a wrong length, NaN/inf, or
       ``turn_values`` without ``step_rewards`` or for another estimator is a ``ValueError``).
+    - ``tree_parents`` (one integer per row) for ``tree_grpo``: the row whose rollout the
+      row's rollout branched from, or -1 for the first rollout of a tree (the rollouts that
+      lead to the same first rollout form a tree; the batch's groups are the prompts). A
+      non-integer or non-1-D array is a ``TypeError``; a wrong length, an entry naming no
+      row, a parent in another group, a cycle, or ``tree_parents`` for another estimator is
+      a ``ValueError``.
     - ``config``: parameters in the crate's serde field names (e.g. ``{"norm": "mean_only"}``
       for grpo, ``{"segment_weight": 0.5}`` for beacon); omitted ones take verl's defaults.
     - ``out``: a pair ``(advantages, returns)`` of float32/float64 numpy arrays or CPU tensors
@@ -462,6 +469,7 @@ def estimate(
     anchors = caller.numpy(anchor_obs, "anchor_obs")
     if anchors is not None and anchors.dtype.kind in "US":
         anchors = anchors.astype(object)
+    parents = _tree_parents(caller.numpy(tree_parents, "tree_parents"))
     shape = _native.output_shape(index=idx, token_level_rewards=rewards, response_mask=mask)
     dtype = _float_dtype(rewards, episode, scores, step, vals, tvals)
     config_json = _config_json(config)
@@ -490,8 +498,21 @@ def estimate(
         step_rewards=step,
         turn_values=tvals,
         anchor_obs=anchors,
+        tree_parents=parents,
     )
     return _finish_pair(caller, adv, ret)
+
+
+def _tree_parents(parents: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """``tree_parents`` as a contiguous int64 array: integers only (bools and floats are
+    refused, not read as row numbers)."""
+    if parents is None:
+        return None
+    if parents.ndim != 1 or parents.dtype.kind not in "iu":
+        raise TypeError(f"tree_parents: expected a 1-D integer array, got {parents.dtype} of shape {parents.shape}")
+    if parents.dtype.kind == "u" and parents.size and int(parents.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"tree_parents: entry {int(parents.max())} names no row")
+    return np.ascontiguousarray(parents, dtype=np.int64)
 
 
 def estimate_turns(

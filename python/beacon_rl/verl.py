@@ -29,6 +29,13 @@ Names
       only under their own names), and ``turn_gae`` (it needs one critic value per turn, which
       verl's generic ``compute_advantage`` does not pass). :func:`beacon_rl.estimate` computes
       all of them from the tensors directly.
+    - ``tree_grpo``: Tree-GRPO's prompt and tree groups. It reads the trees from
+      ``non_tensor_batch``: ``tree_parents`` (one parent row per row, -1 for a tree's first
+      rollout) or, as the Tree-GRPO authors' trainer keeps them, ``tree_uid`` (one tree key
+      per row). A stock verl 0.9.1 passes ``non_tensor_batch`` only to ``gdpo``, so there
+      ``tree_grpo`` raises ``ValueError`` saying so; a verl that forwards ``non_tensor_batch``
+      (as the step estimators above use it) runs it, and :func:`beacon_rl.estimate` takes
+      ``tree_parents`` directly.
 
 The multi-turn convention (one dialogue per row)
     What verl's GRPO reads, read the same way:
@@ -161,6 +168,8 @@ _COLUMN_KEYS = {
     "traj_key": "traj_uid",
     "anchor_key": "anchor_obs",
     "step_reward_key": "rewards",
+    "tree_key": "tree_parents",
+    "tree_uid_key": "tree_uid",
 }
 
 #: What verl (its trainer, or a verl that forwards the batch to estimators) may pass besides
@@ -462,6 +471,63 @@ def _make_turn(name: str) -> Callable[..., Tuple[Any, Any]]:
     )
 
 
+def _tree_parents_of(ntb: Optional[Mapping[str, Any]], columns: Mapping[str, str]) -> np.ndarray:
+    """``tree_parents`` from ``non_tensor_batch``: the column itself, or one derived from tree
+    keys (each tree's first row is its root, the others name it; only membership counts)."""
+    key, uid_key = columns["tree_key"], columns["tree_uid_key"]
+    if ntb is not None and key in ntb:
+        return np.asarray(ntb[key])
+    if ntb is not None and uid_key in ntb:
+        first: Dict[Any, int] = {}
+        parents = np.empty(len(ntb[uid_key]), dtype=np.int64)
+        for r, k in enumerate(ntb[uid_key]):
+            if k is None or (isinstance(k, float) and k != k):
+                raise ValueError(f"non_tensor_batch[{uid_key!r}][{r}]: {k!r} is no tree key")
+            if k in first:
+                parents[r] = first[k]
+            else:
+                first[k] = r
+                parents[r] = -1
+        return parents
+    raise ValueError(
+        f"tree_grpo: non_tensor_batch has no {key!r} or {uid_key!r} column (a stock verl 0.9.1 "
+        "passes non_tensor_batch only to gdpo; call beacon_rl.estimate('tree_grpo', ..., "
+        "tree_parents=...) or forward non_tensor_batch)"
+    )
+
+
+def _make_tree(name: str) -> Callable[..., Tuple[Any, Any]]:
+    """verl's registered-estimator signature around ``tree_grpo``."""
+
+    def adv_fn(
+        token_level_rewards: Any,
+        response_mask: Any,
+        index: Any = None,
+        config: Any = None,
+        non_tensor_batch: Optional[Mapping[str, Any]] = None,
+        batch: Any = None,
+    ) -> Tuple[Any, Any]:
+        index = _index_or_rows(index, token_level_rewards)
+        params, columns = _params(name, {}, config)
+        parents = _tree_parents_of(non_tensor_batch, columns)
+        traj = None
+        if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
+            traj = non_tensor_batch[columns["traj_key"]]
+        return estimate(
+            name, token_level_rewards, response_mask, index, traj_index=traj, config=params, tree_parents=parents
+        )
+
+    return _named(
+        adv_fn,
+        name,
+        "beacon-rl's `tree_grpo` (Tree-GRPO) with verl's registered-estimator signature: "
+        "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
+        "(advantages, returns). Reads the trees from non_tensor_batch: `tree_parents` (one "
+        "parent row per row, -1 for a tree's first rollout) or `tree_uid` (one tree key per "
+        "row); rows sharing `index` are a prompt's rollouts.",
+    )
+
+
 def _step_columns(name: str, ntb: Mapping[str, Any], columns: Mapping[str, str]) -> Dict[str, Any]:
     """The step estimators' per-row columns from ``non_tensor_batch`` (verl-agent's layout)."""
     kwargs: Dict[str, Any] = {}
@@ -501,6 +567,8 @@ def register() -> Dict[str, str]:
         n: (n, _make_step(n)) for n in _STEP if n in known
     }
     wanted.update({n: (n, _make_turn(n)) for n in _TURN if n in known})
+    if "tree_grpo" in known:
+        wanted["tree_grpo"] = ("tree_grpo", _make_tree("tree_grpo"))
     wanted.update({PREFIX + n: (n, fn) for n, fn in _VERL_FNS.items() if n in verl_names()})
     for verl_name, (crate_name, fn) in wanted.items():
         if verl_name in _registered:

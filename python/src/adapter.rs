@@ -301,6 +301,7 @@ pub struct Request<'a> {
     pub step_rewards: Option<Floats1<'a>>,
     pub turn_values: Option<Floats1<'a>>,
     pub anchor_obs: Option<&'a [&'a str]>,
+    pub tree_parents: Option<&'a [i64]>,
 }
 
 /// A validated estimator of the crate, by verl's `adv_estimator` name.
@@ -377,7 +378,7 @@ pub fn names() -> &'static [&'static str] {
 
 /// The turn-level estimators: they read `token_level_rewards` turn by turn on verl's
 /// multi-turn rows (the crate's turn layouts), not a score per row.
-pub const TURN_NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae"];
+pub const TURN_NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"];
 
 /// The names that are verl's own estimators (the rest are the crate's additions).
 pub fn verl_names() -> &'static [&'static str] {
@@ -469,6 +470,7 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
         ("step_rewards", req.step_rewards.as_ref().map(Floats1::len)),
         ("turn_values", req.turn_values.as_ref().map(Floats1::len)),
         ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
+        ("tree_parents", req.tree_parents.map(<[i64]>::len)),
     ];
     for (what, len) in lens {
         if let Some(actual) = len {
@@ -501,6 +503,13 @@ fn check_request(est: &Estimator, req: &Request<'_>, has_ret: bool) -> Res<Reads
         // Only turn_gae reads per-turn critic values: any other estimator would ignore them.
         return Err(Failure(format!(
             "turn_values: read only by turn_gae, not by {}",
+            est.name()
+        )));
+    }
+    if req.tree_parents.is_some() && est.name() != "tree_grpo" {
+        // Only tree_grpo reads the rollout trees: any other estimator would ignore them.
+        return Err(Failure(format!(
+            "tree_parents: read only by tree_grpo, not by {}",
             est.name()
         )));
     }
@@ -678,6 +687,9 @@ fn input_of<'b>(
     }
     if let Some(v) = rows.turn_values {
         input = input.with_turn_values(v);
+    }
+    if let Some(p) = req.tree_parents {
+        input = input.with_tree_parents(p);
     }
     if let Some(a) = req.anchor_obs {
         input = input.with_anchor_obs(a);

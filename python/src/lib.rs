@@ -570,7 +570,7 @@ fn anchor_texts<'a>(anchors: &'a [Bound<'_, PyString>]) -> PyResult<Vec<&'a str>
     response_mask=None, index, traj_index=None, terminal_rewards=None, row_scores=None,
     values=None, old_log_probs=None, sum_pi_squared=None, rollout_is_weights=None,
     reward_baselines=None, milestones=None, step_rewards=None, turn_values=None,
-    anchor_obs=None
+    anchor_obs=None, tree_parents=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn estimate<'py>(
@@ -594,8 +594,24 @@ fn estimate<'py>(
     step_rewards: Option<&Bound<'py, PyAny>>,
     turn_values: Option<&Bound<'py, PyAny>>,
     anchor_obs: Option<&Bound<'py, PyAny>>,
+    tree_parents: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     let est = Estimator::new(name, config_json)?;
+    // The Python layer hands over a contiguous int64 array (it converts and checks).
+    let parents = tree_parents
+        .map(|t| {
+            t.cast::<PyArray1<i64>>()
+                .map(|a| a.readonly())
+                .map_err(|_| type_error("tree_parents", "a 1-D int64 array", t))
+        })
+        .transpose()?;
+    let parents_slice = parents
+        .as_ref()
+        .map(|p| {
+            p.as_slice()
+                .map_err(|_| PyValueError::new_err("tree_parents: expected a contiguous array"))
+        })
+        .transpose()?;
     let rewards = f2("token_level_rewards", token_level_rewards)?;
     let mask = m2("response_mask", response_mask)?;
     let (index_obj, values_obj) = (index, values);
@@ -634,6 +650,7 @@ fn estimate<'py>(
             ("step_rewards", step_rewards),
             ("turn_values", turn_values),
             ("anchor_obs", anchor_obs),
+            ("tree_parents", tree_parents),
         ],
     )?;
     let mut adv = o2("out_advantages", out_advantages)?;
@@ -656,6 +673,7 @@ fn estimate<'py>(
         step_rewards: step.as_ref().map(F1::view),
         turn_values: tv.as_ref().map(F1::view),
         anchor_obs: anchor_strs.as_deref(),
+        tree_parents: parents_slice,
     };
     let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
     py.detach(|| threads::run(|| adapter::estimate(&est, &req, a, r)))?;
@@ -732,7 +750,7 @@ fn estimate_turns<'py>(
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
 /// `beacon`, `beacon_official` and the turn-level `step_reinforce`,
-/// `mt_grpo`, `turn_gae`).
+/// `mt_grpo`, `turn_gae`, `tree_grpo`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {
     adapter::names().to_vec()

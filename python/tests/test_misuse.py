@@ -37,7 +37,10 @@ EXTRA_KW = dict(
 
 
 def kwargs_for(name):
-    return dict(EXTRA_KW, **(STEP_KW if name in beacon_rl.STEP_ESTIMATORS else {}))
+    kw = dict(EXTRA_KW, **(STEP_KW if name in beacon_rl.STEP_ESTIMATORS else {}))
+    if name == "tree_grpo":
+        kw["tree_parents"] = np.array([-1, 0, -1, 2])
+    return kw
 
 
 # --- masks: numpy's bool is a byte, not guaranteed 0 or 1 ----------------------------------

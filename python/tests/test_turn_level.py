@@ -263,3 +263,70 @@ def test_registered_step_reinforce_reads_verl_agents_trajectory_column():
     np.testing.assert_allclose(adv.numpy(), [[1.45, 1.45, 0], [1.0, 0, 0]], rtol=1e-6)
     adv, _ = f(rewards, mask, index=uid, config=cfg)
     np.testing.assert_allclose(adv.numpy(), [[0.5, 0.5, 0], [1.0, 0, 0]], rtol=1e-6)
+
+
+# --- tree_grpo: Tree-GRPO's prompt and tree groups -------------------------------------------
+
+# One prompt, two trees: rows 0 and 1 (row 1 branched off row 0), row 2 alone. R = 1, 0, 1.
+TREE_REWARDS = np.array([[0, 1.0], [0, 0], [1.0, 0]])
+TREE_MASK = np.array([[1, 1], [1, 1], [1, 0]])
+TREE_UIDS = np.array(["q", "q", "q"], dtype=object)
+
+
+def tree_want():
+    """The authors' `tree` by hand: z over the prompt plus z over the tree; a lone rollout's
+    z is R / float32(1 + 1e-6)."""
+    sp, st, eps = np.sqrt(1 / 3), np.sqrt(0.5), 1e-6
+    lone = 1 / float(np.float32(1) + np.float32(eps))
+    a = [(1 / 3) / (sp + eps) + 0.5 / (st + eps), -(2 / 3) / (sp + eps) - 0.5 / (st + eps), (1 / 3) / (sp + eps) + lone]
+    return np.array([[a[0], a[0]], [a[1], a[1]], [a[2], 0]])
+
+
+def test_tree_grpo_hand_computed():
+    adv, ret = beacon_rl.estimate("tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, tree_parents=np.array([-1, 0, -1]))
+    np.testing.assert_allclose(adv, tree_want(), rtol=1e-12)
+    assert ret is adv
+    # The intra-tree variant alone: ±½/(√½ + ε) and the lone rollout's R.
+    adv, _ = beacon_rl.estimate(
+        "tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, tree_parents=[-1, 0, -1], config={"variant": "intra"}
+    )
+    np.testing.assert_allclose(adv[:, 0], [0.5 / (np.sqrt(0.5) + 1e-6), -0.5 / (np.sqrt(0.5) + 1e-6), 1 / float(np.float32(1 + 1e-6))])
+
+
+@pytest.mark.parametrize(
+    "parents, match",
+    [
+        ([-1, 3, -1], "names no row"),
+        ([-1, -2, -1], "names no row"),
+        ([1, 0, -1], "cycle"),
+        ([-1, 1, -1], "itself"),
+        ([-1, 0], "tree_parents"),
+    ],
+)
+def test_tree_grpo_refuses_bad_trees(parents, match):
+    with pytest.raises(ValueError, match=match):
+        beacon_rl.estimate("tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, tree_parents=np.array(parents))
+
+
+def test_tree_parents_must_be_integers_and_for_tree_grpo():
+    with pytest.raises(TypeError, match="tree_parents"):
+        beacon_rl.estimate("tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, tree_parents=np.array([-1.0, 0.0, -1.0]))
+    with pytest.raises(ValueError, match="tree_parents: read only by tree_grpo"):
+        beacon_rl.estimate("mt_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, tree_parents=np.array([-1, 0, -1]))
+    with pytest.raises(ValueError, match="missing input: tree_parents|tree_parents"):
+        beacon_rl.estimate("tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS)
+
+
+def test_registered_tree_grpo_reads_tree_parents_or_the_authors_tree_uid():
+    torch, AlgoConfig, ca, run = _verl()
+    f = ca.get_adv_estimator_fn("tree_grpo")
+    assert f.__module__ == "beacon_rl.verl"
+    rewards, mask = torch.tensor(TREE_REWARDS, dtype=torch.float32), torch.tensor(TREE_MASK)
+    cfg = AlgoConfig(adv_estimator="tree_grpo")
+    want = tree_want()
+    for ntb in ({"tree_parents": np.array([-1, 0, -1])}, {"tree_uid": np.array(["t0", "t0", "t1"], dtype=object)}):
+        adv, _ = f(rewards, mask, index=TREE_UIDS, config=cfg, non_tensor_batch=ntb)
+        np.testing.assert_allclose(adv.numpy(), want, rtol=1e-6)
+    # A stock trainer passes no non_tensor_batch to it: a clear error, not a silent GRPO.
+    with pytest.raises(ValueError, match="no 'tree_parents' or 'tree_uid' column"):
+        run("tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, cfg)

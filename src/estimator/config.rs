@@ -214,6 +214,9 @@ registry! {
         /// `turn_gae`: GAE over one critic value per turn ([`TurnGae`](turn_gae::TurnGae)).
         /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
         TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
+        /// `tree_grpo`: Tree-GRPO's prompt and tree groups ([`TreeGrpo`](TreeGrpo)).
+        /// Omitted fields take [`TreeGrpoConfig::authors`](TreeGrpoConfig::authors).
+        TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::authors()) => "tree_grpo";
     }
 }
 
@@ -303,6 +306,7 @@ impl EstimatorConfig {
             Self::StepReinforce(c) => c.validate(),
             Self::MtGrpo(c) => c.validate(),
             Self::TurnGae(c) => c.validate(),
+            Self::TreeGrpo(c) => c.validate(),
         }
     }
 
@@ -339,6 +343,7 @@ impl EstimatorConfig {
             Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
             Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
             Self::TurnGae(c) => Box::new(turn_gae::TurnGae::new(*c)?),
+            Self::TreeGrpo(c) => Box::new(TreeGrpo::new(*c)?),
         })
     }
 }
@@ -423,6 +428,7 @@ mod tests {
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
+        assert_eq!(EstimatorConfig::NAMES.len(), 21);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         for name in EstimatorConfig::NAMES {

@@ -62,6 +62,12 @@ pub struct EstimatorInput<'a> {
     /// One critic value per row, the value of the state before the row's turn (`turn_gae` on
     /// step rows); see [`with_turn_values`](Self::with_turn_values).
     pub turn_values: Option<&'a [f64]>,
+    /// One parent row per row, −1 for a tree's first rollout (`tree_grpo`); see
+    /// [`with_tree_parents`](Self::with_tree_parents).
+    pub tree_parents: Option<&'a [i64]>,
+    /// One mean token entropy per row, the policy's uncertainty at the row's step (`empg`);
+    /// see [`with_step_entropy`](Self::with_step_entropy).
+    pub step_entropy: Option<&'a [f64]>,
 }
 
 impl<'a> EstimatorInput<'a> {
@@ -90,6 +96,8 @@ impl<'a> EstimatorInput<'a> {
             anchor_ids: None,
             row_scores: None,
             turn_values: None,
+            tree_parents: None,
+            step_entropy: None,
         }
     }
 
@@ -338,6 +346,39 @@ impl<'a> EstimatorInput<'a> {
     #[must_use]
     pub fn with_turn_values(mut self, turn_values: &'a [f64]) -> Self {
         self.turn_values = Some(turn_values);
+        self
+    }
+
+    /// Sets the rollout tree of `tree_grpo`: `tree_parents[r]` is the row whose rollout row
+    /// r's rollout branched from (shares a prefix with), or −1 when row r's rollout is the
+    /// first of its tree. The rollouts that lead to the same first rollout form one tree.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0])?;
+    /// let input = EstimatorInput::new(&batch).with_tree_parents(&[-1, 0]);
+    /// assert_eq!(input.tree_parents, Some(&[-1, 0][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_tree_parents(mut self, tree_parents: &'a [i64]) -> Self {
+        self.tree_parents = Some(tree_parents);
+        self
+    }
+
+    /// Sets the step entropies of `empg`: `step_entropy[r]` is the mean token entropy of
+    /// row r's generated tokens (the row's step), under the policy that sampled them.
+    ///
+    /// ```
+    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// # let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0])?;
+    /// let input = EstimatorInput::new(&batch).with_step_entropy(&[0.4, 1.2]);
+    /// assert_eq!(input.step_entropy, Some(&[0.4, 1.2][..]));
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_step_entropy(mut self, step_entropy: &'a [f64]) -> Self {
+        self.step_entropy = Some(step_entropy);
         self
     }
 

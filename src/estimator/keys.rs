@@ -25,6 +25,7 @@ use super::mt_grpo::{MtGrpoConfig, TurnBaseline};
 use super::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 use super::reinforce::ReinforcePlusPlusConfig;
 use super::step_reinforce::{Grouping, NormScope, StepReinforceConfig};
+use super::tree_grpo::{TreeGrpoConfig, TreeGrpoVariant};
 use super::turn_gae::TurnGaeConfig;
 use super::{Ablation, BeaconAblationConfig};
 use crate::error::{Error, Result};
@@ -359,6 +360,7 @@ unit_enum! {
     Grouping { Batch => "batch", Group => "group" };
     NormScope { Batch => "batch", Group => "group" };
     TurnBaseline { PerIndex => "per_index", RewardToGo => "reward_to_go" };
+    TreeGrpoVariant { Sum => "sum", Intra => "intra", Nested => "nested" };
 }
 
 /// A variant's name and its fields (none for a bare name).
@@ -518,6 +520,7 @@ keyed! {
     };
     MtGrpoConfig { turn_advantage_coef, std_eps, turn_baseline };
     TurnGaeConfig { discount, lam, whiten };
+    TreeGrpoConfig { std_eps, singleton, variant };
 }
 
 /// The key names of `C`, in table order.

@@ -39,6 +39,8 @@
 //! | `step_reinforce` | [`StepReinforce`] | [`StepReinforceConfig`] |
 //! | `mt_grpo` | [`MtGrpo`] | [`MtGrpoConfig`] |
 //! | `turn_gae` | [`TurnGae`] | [`TurnGaeConfig`] |
+//! | `tree_grpo` | [`TreeGrpo`] | [`TreeGrpoConfig`] |
+//! | (`empg`, not registered by name) | [`Empg`] | [`EmpgConfig`] |
 //!
 //! # One way to call an estimator
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -191,6 +193,7 @@ use crate::error::{Error, Result};
 use crate::tensor::FloatViewMut;
 
 mod beacon;
+mod empg;
 mod gae;
 mod gigpo;
 mod gpg;
@@ -202,6 +205,7 @@ mod reinforce;
 mod remax;
 mod rloo;
 mod step_reinforce;
+mod tree_grpo;
 mod turn_gae;
 mod turns;
 mod whiten;
@@ -224,6 +228,7 @@ pub use gae::{Gae, GaeConfig};
 pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 pub use gpg::{Gpg, GpgConfig};
 pub use grpo::{Gdpo, Grpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoStatistics, GrpoVectorized};
+pub use empg::{Empg, EmpgConfig};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 #[cfg(test)]
@@ -244,6 +249,7 @@ pub use remax::Remax;
 pub use rloo::{Rloo, RlooVectorized};
 pub use step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
 pub use turn_gae::{TurnGae, TurnGaeConfig};
+pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};
 

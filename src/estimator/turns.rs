@@ -49,6 +49,13 @@ pub(crate) struct TurnWorkspace {
     pub(crate) n: Vec<usize>,
     pub(crate) s1: Vec<f64>,
     pub(crate) s2: Vec<f64>,
+    /// `tree_grpo`: each trajectory's tree, parent trajectory, each row's trajectory, and the
+    /// prompt and tree statistics.
+    pub(crate) tree: Vec<usize>,
+    pub(crate) parent: Vec<usize>,
+    pub(crate) row_traj: Vec<usize>,
+    pub(crate) group_stats: Vec<crate::stats::GroupStats>,
+    pub(crate) tree_stats: Vec<crate::stats::GroupStats>,
 }
 
 impl TurnWorkspace {

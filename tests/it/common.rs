@@ -15,7 +15,7 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
 /// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
 /// ablation (`beacon:ablation=...`), the outcome estimators on step rows and the turn-level
 /// estimators, in the order of `EstimatorConfig::NAMES`.
-pub const STEP_ESTIMATORS: [&str; 10] = [
+pub const STEP_ESTIMATORS: [&str; 11] = [
     "grpo",
     "grpo_vectorized",
     "rloo",
@@ -26,6 +26,7 @@ pub const STEP_ESTIMATORS: [&str; 10] = [
     "step_reinforce",
     "mt_grpo",
     "turn_gae",
+    "tree_grpo",
 ];
 
 /// The parity tolerance (see the module docs).
@@ -91,6 +92,7 @@ impl EveryColumn {
             .with_milestones(&[false; 4])
             .with_step_rewards(&[0.0; 4])
             .with_anchor_obs(&["s"; 4])
+            .with_tree_parents(&[-1, 0, -1, 2])
     }
 }
 

@@ -36,6 +36,7 @@ mod parity_beacon_official;
 mod parity_gigpo;
 mod parity_mt_grpo;
 mod parity_step_reinforce;
+mod parity_tree_grpo;
 mod parity_verl;
 mod properties_baselines;
 mod properties_beacon;

@@ -1,7 +1,7 @@
 //! Property tests of the turn-level estimators: the two layouts agree, the equations' own
 //! invariants hold, and tokens outside turns stay 0.
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grouping, MtGrpo, MtGrpoConfig, NormScope, StepReinforce, StepReinforceConfig, TurnBaseline, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grouping, MtGrpo, MtGrpoConfig, NormScope, StepReinforce, StepReinforceConfig, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, TurnBaseline, Workspace};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use proptest::prelude::*;
@@ -209,6 +209,97 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A forest over the trajectories of `ep`: trajectory j's parent is −1 or an earlier
+/// trajectory of its group, chosen by `picks[j]`.
+fn forest(ep: &Episodes, picks: &[u32]) -> Vec<i64> {
+    (0..ep.trajs.len())
+        .map(|j| {
+            let earlier: Vec<usize> = (0..j).filter(|&i| ep.trajs[i].0 == ep.trajs[j].0).collect();
+            match picks[j] as usize % (earlier.len() + 1) {
+                0 => -1,
+                p => earlier[p - 1] as i64,
+            }
+        })
+        .collect()
+}
+
+fn root(parents: &[i64], mut j: usize) -> usize {
+    while parents[j] >= 0 {
+        j = parents[j] as usize;
+    }
+    j
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// tree_grpo: step rows (each row naming a row of its parent trajectory) and multi-turn
+    /// rows agree; the output depends on the trees only through their membership (every
+    /// rollout re-parented onto its tree's first gives the same numbers); the intra-tree
+    /// terms of a tree of ≥ 2 rollouts sum to 0, so with `intra` each such tree sums to 0 and
+    /// with `sum` each prompt of ≥ 2 rollouts sums to its lone trees' R / f32(1 + ε).
+    #[test]
+    fn tree_grpo_layouts_agree_and_groups_centre(
+        ep in episodes(),
+        picks in prop::collection::vec(any::<u32>(), 8),
+        variant in prop_oneof![Just(TreeGrpoVariant::Sum), Just(TreeGrpoVariant::Intra), Just(TreeGrpoVariant::Nested)],
+    ) {
+        let est = TreeGrpo::new(TreeGrpoConfig::authors().with_variant(variant)).unwrap();
+        let parents = forest(&ep, &picks);
+        let (batch, rewards, mask, starts) = ep.multi_turn();
+        let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+        let mt = est.estimate(&input.with_tree_parents(&parents)).unwrap().advantages;
+        let flat: Vec<i64> = (0..parents.len())
+            .map(|j| if parents[j] < 0 { -1 } else { root(&parents, j) as i64 })
+            .collect();
+        let mt_flat = est.estimate(&input.with_tree_parents(&flat)).unwrap().advantages;
+        prop_assert_eq!(&mt, &mt_flat);
+        let s = ep.step_rows();
+        let first_row = |j: usize| s.at.iter().position(|&(jj, _)| jj == j).unwrap() as i64;
+        // Each row names the last row of its parent trajectory's rows it can find: any row
+        // of the parent trajectory will do.
+        let step_parents: Vec<i64> = s.at.iter()
+            .map(|&(j, _)| if parents[j] < 0 { -1 } else { first_row(parents[j] as usize) })
+            .collect();
+        let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards).with_tree_parents(&step_parents);
+        let mut adv = vec![f64::NAN; s.rewards.len()];
+        est.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
+        for (r, &(j, k)) in s.at.iter().enumerate() {
+            let v = mt[[j, starts[j][k]]];
+            prop_assert!((v - adv[r]).abs() <= 1e-12 * v.abs().max(1.0), "{} vs {}", v, adv[r]);
+        }
+        for ((j, t), &m) in mask.indexed_iter() {
+            if !m {
+                prop_assert_eq!(mt[[j, t]], 0.0);
+            }
+        }
+        let a = |j: usize| mt[[j, starts[j][0]]];
+        let r = |j: usize| ep.trajs[j].1.iter().map(|x| x.0).sum::<f64>();
+        let n = ep.trajs.len();
+        let lone = f64::from(1.0f32 + 1e-6f32);
+        match variant {
+            TreeGrpoVariant::Intra => for t in 0..n {
+                let members: Vec<usize> = (0..n).filter(|&j| root(&parents, j) == t).collect();
+                if members.len() > 1 {
+                    let sum: f64 = members.iter().map(|&j| a(j)).sum();
+                    prop_assert!(sum.abs() < 1e-9, "tree {}: {}", t, sum);
+                }
+            },
+            TreeGrpoVariant::Sum => for g in 0..3u32 {
+                let members: Vec<usize> = (0..n).filter(|&j| ep.trajs[j].0 == g).collect();
+                if members.len() > 1 {
+                    let sum: f64 = members.iter().map(|&j| a(j)).sum();
+                    let lone_sum: f64 = members.iter()
+                        .filter(|&&j| (0..n).filter(|&i| root(&parents, i) == root(&parents, j)).count() == 1)
+                        .map(|&j| r(j) / lone).sum();
+                    prop_assert!((sum - lone_sum).abs() < 1e-9 * lone_sum.abs().max(1.0), "group {}: {} vs {}", g, sum, lone_sum);
+                }
+            },
+            _ => {}
         }
     }
 }

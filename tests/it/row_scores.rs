@@ -371,8 +371,9 @@ proptest! {
     fn row_scores_equal_to_r_change_no_bit((uid, traj, rewards, flags, step, anchors) in step_batch()) {
         let batch = RolloutBatch::from_row_keys(&uid, &traj, &rewards).unwrap();
         let zeros = RolloutBatch::from_row_keys(&uid, &traj, &vec![0.0; rewards.len()]).unwrap();
+        let parents = vec![-1i64; flags.len()];
         let columns = |b| {
-            EstimatorInput::new(b).with_milestones(&flags).with_step_rewards(&step).with_turn_values(&step).with_anchor_ids(&anchors)
+            EstimatorInput::new(b).with_milestones(&flags).with_step_rewards(&step).with_turn_values(&step).with_anchor_ids(&anchors).with_tree_parents(&parents)
         };
         for est in step_estimators() {
             let plain = steps(&*est, &columns(&batch)).unwrap();

@@ -19,7 +19,8 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
         .with_milestones(&[true, false, false, true])
         .with_step_rewards(&[0.0; 4])
         .with_turn_values(&[0.0; 4])
-        .with_anchor_ids(&[1, 2, 1, 3]);
+        .with_anchor_ids(&[1, 2, 1, 3])
+        .with_tree_parents(&[-1, 0, -1, 2]);
     let mut ws = Workspace::new();
     let mut step_level = Vec::new();
     for name in EstimatorConfig::NAMES {
@@ -88,6 +89,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
         .with_step_rewards(&[0.0; 4])
         .with_turn_values(&[0.0; 4])
         .with_anchor_ids(&[1, 2, 1, 3])
+        .with_tree_parents(&[-1, 0, -1, 2])
         .with_row_scores(&row_scores)
         .with_token_level_rewards(&agree);
 
@@ -141,7 +143,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
         let beacon = name.starts_with("beacon");
         let own = beacon || name == "gigpo";
         // The turn-level estimators' own column is `step_rewards` alone.
-        let turn_level = ["step_reinforce", "mt_grpo", "turn_gae"].contains(&name);
+        let turn_level = ["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"].contains(&name);
         match fault {
             0 => Some(Error::OutputShape {
                 what: "step advantages",
