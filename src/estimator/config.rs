@@ -560,7 +560,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("beacon, beacon_official") && text.ends_with("turn_gae"),
+            text.contains("beacon, beacon_official") && text.ends_with("tree_grpo"),
             "{text}"
         );
         assert!(matches!(
