@@ -162,7 +162,7 @@ impl Default for EmpgConfig {
     }
 }
 
-/// The `empg` estimator (see the [module docs](self)).
+/// The `empg` estimator.
 ///
 /// ```
 /// use beacon_rl::estimator::{AdvantageEstimator, Empg, EmpgConfig, EstimatorInput, Workspace};

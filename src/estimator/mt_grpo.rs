@@ -1,56 +1,4 @@
 //! `mt_grpo`: multi-turn GRPO with turn-level advantages (Zeng et al., arXiv 2505.11821).
-//!
-//! The authors' trainer (SiliangZeng/Multi-Turn-RL-Agent,
-//! `verifiers/trainers/mt_grpo_env_trainer.py`: `_assign_advantages`, with
-//! `GRPOEnvTrainer._compute_normalized_advantages`) scores each rollout with a turn reward
-//! r^T (the tool-calling turn) and an outcome reward r^O, normalises each over the rollouts of
-//! a prompt, and credits the first turn with both and the rest with the outcome only.
-//!
-//! The crate reads turns as every turn-level estimator does ([`turns`](super::turns)): in
-//! trajectory τ with turns 1 … K, the last turn's reward is the outcome O_τ and each earlier
-//! turn's reward r_{τ,k} is that turn's reward. Over the trajectories of a group (verl's uid),
-//! with σ unbiased and ε = [`std_eps`](MtGrpoConfig::std_eps) (the authors' 1e-4):
-//!
-//! ```text
-//! Â(x)_τ   = (x_τ − mean_g x) / (std_g x + ε)
-//! A^O_τ    = Â(O)_τ
-//! A^T_τ,k  = Â(r_{·,k})_τ        per turn index k < K; a trajectory without an intermediate
-//!                                turn k counts r = 0 there (the authors score every rollout)
-//! A^C_τ    = Â(C)_τ,  C_τ = Σ_k r_{τ,k} + O_τ              (the authors' combined reward)
-//!
-//! K_τ = 1:          A = A^C_τ on the turn
-//! K_τ ≥ 2, k < K:   A = A^O_τ + c · A^T_τ,k      c = turn_advantage_coef (default 1)
-//!          k = K:   A = A^O_τ
-//! ```
-//!
-//! # The unbiased option
-//! Normalising per turn index makes each turn's baseline depend on which trajectories of the
-//! group still had that turn, i.e. on when each trajectory chose to stop. When the policy
-//! controls its episode length that baseline is action-dependent and the gradient is biased
-//! (the discussion of verl issue #7244; `docs/turn-level.md` shows a constructed case).
-//! [`TurnBaseline::RewardToGo`] instead credits turn k with its reward-to-go minus a
-//! baseline that depends only on having reached turn k:
-//!
-//! ```text
-//! G_τ,k = Σ_{k' ≥ k} r_{τ,k'}         (the outcome included)
-//! A_τ,k = G_τ,k − mean of G_{σ,k} over the other trajectories σ of the group that reached
-//!         turn k                       (0 when there is none; no σ scaling)
-//! ```
-//!
-//! The leave-one-out mean keeps each trajectory's own return out of its baseline, so the
-//! estimate is unbiased for any stopping policy.
-//!
-//! # Peer behaviour reproduced, and differences
-//! - The authors' rewards are float32; the crate computes in float64 (parity within 1e-5).
-//! - The authors split a completion at its first tool result: one turn reward per rollout. The
-//!   crate gives every intermediate turn its own A^T (per index); for K ≤ 2, the authors'
-//!   setting, the two agree, which the parity vectors check.
-//! - The authors write advantages on every token of the completion, environment tokens and
-//!   padding included (their loss masks them); the crate writes 0 outside the turns.
-//! - A group of one trajectory: the authors' σ is NaN and so are their advantages; the
-//!   crate gives 0 (each statistic of a one-trajectory group is undefined).
-//! - A trajectory with no turn (its rows have no generated token) counts with O = C = 0 in
-//!   its group's statistics, as a rollout scored 0.
 
 use super::turns::TurnWorkspace;
 use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
@@ -139,6 +87,60 @@ crate::setters::with_setters! {
     with_turn_baseline(turn_baseline: TurnBaseline) = TurnBaseline::RewardToGo;
 }
 
+/// `mt_grpo`: multi-turn GRPO with turn-level advantages (Zeng et al., arXiv 2505.11821).
+///
+/// The authors' trainer (SiliangZeng/Multi-Turn-RL-Agent,
+/// `verifiers/trainers/mt_grpo_env_trainer.py`: `_assign_advantages`, with
+/// `GRPOEnvTrainer._compute_normalized_advantages`) scores each rollout with a turn reward
+/// r^T (the tool-calling turn) and an outcome reward r^O, normalises each over the rollouts of
+/// a prompt, and credits the first turn with both and the rest with the outcome only.
+///
+/// The crate reads turns as every turn-level estimator does (the turn layouts of the guide's turn-level chapter): in
+/// trajectory τ with turns 1 … K, the last turn's reward is the outcome O_τ and each earlier
+/// turn's reward r_{τ,k} is that turn's reward. Over the trajectories of a group (verl's uid),
+/// with σ unbiased and ε = [`std_eps`](MtGrpoConfig::std_eps) (the authors' 1e-4):
+///
+/// ```text
+/// Â(x)_τ   = (x_τ − mean_g x) / (std_g x + ε)
+/// A^O_τ    = Â(O)_τ
+/// A^T_τ,k  = Â(r_{·,k})_τ        per turn index k < K; a trajectory without an intermediate
+///                                turn k counts r = 0 there (the authors score every rollout)
+/// A^C_τ    = Â(C)_τ,  C_τ = Σ_k r_{τ,k} + O_τ              (the authors' combined reward)
+///
+/// K_τ = 1:          A = A^C_τ on the turn
+/// K_τ ≥ 2, k < K:   A = A^O_τ + c · A^T_τ,k      c = turn_advantage_coef (default 1)
+///          k = K:   A = A^O_τ
+/// ```
+///
+/// # The unbiased option
+/// Normalising per turn index makes each turn's baseline depend on which trajectories of the
+/// group still had that turn, i.e. on when each trajectory chose to stop. When the policy
+/// controls its episode length that baseline is action-dependent and the gradient is biased
+/// (the discussion of verl issue #7244; `docs/turn-level.md` shows a constructed case).
+/// [`TurnBaseline::RewardToGo`] instead credits turn k with its reward-to-go minus a
+/// baseline that depends only on having reached turn k:
+///
+/// ```text
+/// G_τ,k = Σ_{k' ≥ k} r_{τ,k'}         (the outcome included)
+/// A_τ,k = G_τ,k − mean of G_{σ,k} over the other trajectories σ of the group that reached
+///         turn k                       (0 when there is none; no σ scaling)
+/// ```
+///
+/// The leave-one-out mean keeps each trajectory's own return out of its baseline, so the
+/// estimate is unbiased for any stopping policy.
+///
+/// # Peer behaviour reproduced, and differences
+/// - The authors' rewards are float32; the crate computes in float64 (parity within 1e-5).
+/// - The authors split a completion at its first tool result: one turn reward per rollout. The
+///   crate gives every intermediate turn its own A^T (per index); for K ≤ 2, the authors'
+///   setting, the two agree, which the parity vectors check.
+/// - The authors write advantages on every token of the completion, environment tokens and
+///   padding included (their loss masks them); the crate writes 0 outside the turns.
+/// - A group of one trajectory: the authors' σ is NaN and so are their advantages; the
+///   crate gives 0 (each statistic of a one-trajectory group is undefined).
+/// - A trajectory with no turn (its rows have no generated token) counts with O = C = 0 in
+///   its group's statistics, as a rollout scored 0.
+///
 /// MT-GRPO (see the module docs (`src/estimator/mt_grpo.rs`)). Reads `step_rewards` (step rows) or
 /// `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
 ///

@@ -1,50 +1,4 @@
 //! `step_reinforce`: discounted per-turn returns, normalised over turns, as ROLL runs them.
-//!
-//! ROLL's agentic pipeline (alibaba/ROLL, `roll/pipeline/agentic/utils.py`) with
-//! `adv_estimator: step_reinforce` keeps one row per turn and computes, in order
-//! (`compute_discounted_returns`, `compute_response_level_rewards` → `agentic_reward_norm`,
-//! `compute_token_reward`, `agentic_compute_advantage`):
-//!
-//! ```text
-//! G_k   = r_k + γ_s · G_{k+1}                      per trajectory, G past the last turn = 0
-//! v_k   = (G_k − μ) / (σ + 1e-6)   if σ is used, the scope holds > 1 turn and |σ| > 1e-6
-//!       = 0                        if σ is used otherwise
-//!       = G_k − μ                  if σ is not used          (μ = 0 when the mean is not)
-//! v_k   = clamp(v_k, ±reward_clip)                         (when set)
-//! A_t   = v_k on every generated token t of turn k, 0 elsewhere
-//! A     = masked_whiten(A) · mask                          (when whiten_advantages)
-//! A     = clamp(A, ±advantage_clip)                        (when set)
-//! ```
-//!
-//! r_k is the turn's reward (ROLL's `step_scores`), γ_s = [`step_discount`](StepReinforceConfig::step_discount)
-//! (ROLL's `step_reward_gamma`). μ and σ (unbiased) are taken over the turns of the
-//! normalisation scope: the whole batch or each group ([`NormScope`]); the mean and the
-//! standard deviation each choose theirs ([`norm_mean`](StepReinforceConfig::norm_mean),
-//! [`norm_std`](StepReinforceConfig::norm_std)), and the turns are split into
-//! [`grouping`](StepReinforceConfig::grouping) sets first (ROLL's `reward_normalization`). The
-//! whitening is one mean and variance over all generated tokens,
-//! μ = Σ x / (n + 1e-8), σ² = Σ (x − μ)² / (n + 1e-8) · n / (n − 1), x' = (x − μ) / √(σ² + 1e-8).
-//!
-//! Turns come from step rows or from verl's multi-turn rows ([`turns`](super::turns)); on
-//! step rows ([`estimate_steps_into`](super::AdvantageEstimator::estimate_steps_into)) each
-//! row gets its v_k (clipped), with `step_rewards` required.
-//!
-//! # Peer behaviour reproduced
-//! - ROLL computes in float32; the crate in float64 (the parity vectors differ by float32
-//!   rounding only, `tests/it/parity_step_reinforce.rs`).
-//! - A scope of one turn, or with |σ| ≤ 1e-6, normalises to 0 when σ is used (ROLL's guard),
-//!   also when σ is the batch's and the group has one turn.
-//! - With fewer than 2 generated tokens in the batch ROLL skips the whitening (with a
-//!   warning) instead of failing; so does the crate.
-//!
-//! # What is not reproduced
-//! ROLL places v_k on the turn's last token and runs `compute_reinforce_return` with its
-//! token-level `gamma` (default 1, which every ROLL `step_reinforce` example keeps): with
-//! γ = 1 every generated token of the turn gets v_k, which is what the crate writes. A token
-//! γ ≠ 1, `whiten_rewards` and ROLL's KL penalty in the token rewards are not offered; ROLL's
-//! `returns` (read only by a critic, which `step_reinforce` has none of) are not produced:
-//! the returns equal the advantages. ROLL groups by any column (`tags`, ...); the crate by
-//! the batch's groups or the whole batch.
 
 use super::turns::{TurnWorkspace, Turns};
 use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
@@ -173,6 +127,54 @@ crate::setters::with_setters! {
     with_advantage_clip(advantage_clip: Option<f64>) = Some(0.2);
 }
 
+/// `step_reinforce`: discounted per-turn returns, normalised over turns, as ROLL runs them.
+///
+/// ROLL's agentic pipeline (alibaba/ROLL, `roll/pipeline/agentic/utils.py`) with
+/// `adv_estimator: step_reinforce` keeps one row per turn and computes, in order
+/// (`compute_discounted_returns`, `compute_response_level_rewards` → `agentic_reward_norm`,
+/// `compute_token_reward`, `agentic_compute_advantage`):
+///
+/// ```text
+/// G_k   = r_k + γ_s · G_{k+1}                      per trajectory, G past the last turn = 0
+/// v_k   = (G_k − μ) / (σ + 1e-6)   if σ is used, the scope holds > 1 turn and |σ| > 1e-6
+///       = 0                        if σ is used otherwise
+///       = G_k − μ                  if σ is not used          (μ = 0 when the mean is not)
+/// v_k   = clamp(v_k, ±reward_clip)                         (when set)
+/// A_t   = v_k on every generated token t of turn k, 0 elsewhere
+/// A     = masked_whiten(A) · mask                          (when whiten_advantages)
+/// A     = clamp(A, ±advantage_clip)                        (when set)
+/// ```
+///
+/// r_k is the turn's reward (ROLL's `step_scores`), γ_s = [`step_discount`](StepReinforceConfig::step_discount)
+/// (ROLL's `step_reward_gamma`). μ and σ (unbiased) are taken over the turns of the
+/// normalisation scope: the whole batch or each group ([`NormScope`]); the mean and the
+/// standard deviation each choose theirs ([`norm_mean`](StepReinforceConfig::norm_mean),
+/// [`norm_std`](StepReinforceConfig::norm_std)), and the turns are split into
+/// [`grouping`](StepReinforceConfig::grouping) sets first (ROLL's `reward_normalization`). The
+/// whitening is one mean and variance over all generated tokens,
+/// μ = Σ x / (n + 1e-8), σ² = Σ (x − μ)² / (n + 1e-8) · n / (n − 1), x' = (x − μ) / √(σ² + 1e-8).
+///
+/// Turns come from step rows or from verl's multi-turn rows; on
+/// step rows ([`estimate_steps_into`](super::AdvantageEstimator::estimate_steps_into)) each
+/// row gets its v_k (clipped), with `step_rewards` required.
+///
+/// # Peer behaviour reproduced
+/// - ROLL computes in float32; the crate in float64 (the parity vectors differ by float32
+///   rounding only, `tests/it/parity_step_reinforce.rs`).
+/// - A scope of one turn, or with |σ| ≤ 1e-6, normalises to 0 when σ is used (ROLL's guard),
+///   also when σ is the batch's and the group has one turn.
+/// - With fewer than 2 generated tokens in the batch ROLL skips the whitening (with a
+///   warning) instead of failing; so does the crate.
+///
+/// # What is not reproduced
+/// ROLL places v_k on the turn's last token and runs `compute_reinforce_return` with its
+/// token-level `gamma` (default 1, which every ROLL `step_reinforce` example keeps): with
+/// γ = 1 every generated token of the turn gets v_k, which is what the crate writes. A token
+/// γ ≠ 1, `whiten_rewards` and ROLL's KL penalty in the token rewards are not offered; ROLL's
+/// `returns` (read only by a critic, which `step_reinforce` has none of) are not produced:
+/// the returns equal the advantages. ROLL groups by any column (`tags`, ...); the crate by
+/// the batch's groups or the whole batch.
+///
 /// ROLL's `step_reinforce` (see the module docs (`src/estimator/step_reinforce.rs`)). Reads `step_rewards` (step rows)
 /// or `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
 ///

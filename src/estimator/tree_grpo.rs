@@ -1,52 +1,5 @@
 //! `tree_grpo`: group-relative advantages over trees of rollouts that share prefixes
 //! (Tree-GRPO, Ji et al., arXiv 2509.21240).
-//!
-//! Tree-GRPO samples, for each prompt, M trees: a first rollout per tree, then new rollouts
-//! that branch off a turn of an earlier one (sharing its prefix). Every complete rollout (a
-//! leaf) is one trajectory of the batch, scored by its terminal reward R. The authors' trainer
-//! (AMAP-ML/Tree-GRPO, `verl/trainer/ppo/ray_trainer_ts.py`, `compute_advantage`) normalises R
-//! over two groups, the prompt's rollouts (all trees: *inter-tree*) and the tree's rollouts
-//! (*intra-tree*), with σ unbiased and ε = [`std_eps`](TreeGrpoConfig::std_eps) (their 1e-6):
-//!
-//! ```text
-//! z_S(x)  = (x − mean_S x) / (std_S x + ε)        S a set of rollouts with |S| ≥ 2
-//!         = x / (1 + ε)                           |S| = 1 (the authors' μ = 0, σ = 1;
-//!                                                 SingletonRule::Zero gives 0)
-//! sum     (the authors' `tree`, default):   A_τ = z_prompt(R)_τ + z_tree(R)_τ
-//! intra   (`tree_inner`):                  A_τ = z_tree(R)_τ
-//! nested  (`tree_2norm`):                  A_τ = z_tree(z_prompt(R))_τ
-//! ```
-//!
-//! Every generated token of τ gets A_τ, every other token 0; the returns equal the
-//! advantages, as the authors'.
-//!
-//! # Batch layout
-//! The prompt group is the batch's group (verl's `uid`). The trees come from one column,
-//! `tree_parents` ([`EstimatorInput::with_tree_parents`]), one entry per row:
-//! `tree_parents[r]` is a row of the rollout that row r's rollout branched from, or −1 when
-//! row r's rollout is the first of its tree. Following parents from any rollout must end at a
-//! first rollout; the rollouts that end at the same one form a tree (the authors'
-//! `tree_uid`), so the branches of a tree are siblings in one intra-tree group. On verl's
-//! multi-turn rows a row is a rollout; on step rows a rollout's rows must all name the same
-//! parent rollout. R is the sum of the rollout's turn rewards ([`turns`](super::turns)):
-//! every token reward of its rows (the authors' score sums the row's `token_level_rewards`),
-//! or its `step_rewards`. Refused with [`Error::InvalidTree`]: an entry below −1 or past the
-//! last row, a parent in the rollout itself, a parent in another group (a tree lies within
-//! one prompt), rows of one rollout naming different parent rollouts, and a cycle (parents
-//! that never reach a first rollout).
-//!
-//! # Peer behaviour reproduced, and differences
-//! - The authors compute in float32; the crate in float64 (parity within float32 rounding,
-//!   `tests/data/tree_grpo.json`).
-//! - A group of one rollout divides by float32(1 + ε) (their σ is a float32 `tensor(1.0)`),
-//!   the `SingletonRule::PassThrough` default; a tree of one rollout is common (a tree whose
-//!   branches were all pruned), and then its intra-tree term is R itself.
-//! - The authors' score is the sum of the row's nonzero token rewards, masked tokens
-//!   included; the crate's turn reading counts the same rewards.
-//! - The authors' `tree_per_token` variant (token-level statistics) is not offered; their
-//!   `tree_diff` rewards (TreeRL's) are a reward mode, not an estimator.
-//! - The authors derive `tree_uid` from their search; the crate derives it from
-//!   `tree_parents` and checks it.
 
 use super::turns::TurnWorkspace;
 use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
@@ -127,7 +80,7 @@ impl Default for TreeGrpoConfig {
 }
 
 crate::setters::with_setters! {
-    TreeGrpoConfig, "use beacon_rl::estimator::*;\nuse beacon_rl::SingletonRule;", TreeGrpoConfig::authors();
+    TreeGrpoConfig, "use beacon_rl::estimator::*;", TreeGrpoConfig::authors();
     /// Sets ε added to σ (default 1e-6; > 0).
     with_std_eps(std_eps: f64) = 1e-4;
     /// Sets what a group of one rollout gives (default pass-through).
@@ -136,6 +89,56 @@ crate::setters::with_setters! {
     with_variant(variant: TreeGrpoVariant) = TreeGrpoVariant::Nested;
 }
 
+/// `tree_grpo`: group-relative advantages over trees of rollouts that share prefixes
+/// (Tree-GRPO, Ji et al., arXiv 2509.21240).
+///
+/// Tree-GRPO samples, for each prompt, M trees: a first rollout per tree, then new rollouts
+/// that branch off a turn of an earlier one (sharing its prefix). Every complete rollout (a
+/// leaf) is one trajectory of the batch, scored by its terminal reward R. The authors' trainer
+/// (AMAP-ML/Tree-GRPO, `verl/trainer/ppo/ray_trainer_ts.py`, `compute_advantage`) normalises R
+/// over two groups, the prompt's rollouts (all trees: *inter-tree*) and the tree's rollouts
+/// (*intra-tree*), with σ unbiased and ε = [`std_eps`](TreeGrpoConfig::std_eps) (their 1e-6):
+///
+/// ```text
+/// z_S(x)  = (x − mean_S x) / (std_S x + ε)        S a set of rollouts with |S| ≥ 2
+///         = x / (1 + ε)                           |S| = 1 (the authors' μ = 0, σ = 1;
+///                                                 SingletonRule::Zero gives 0)
+/// sum     (the authors' `tree`, default):   A_τ = z_prompt(R)_τ + z_tree(R)_τ
+/// intra   (`tree_inner`):                  A_τ = z_tree(R)_τ
+/// nested  (`tree_2norm`):                  A_τ = z_tree(z_prompt(R))_τ
+/// ```
+///
+/// Every generated token of τ gets A_τ, every other token 0; the returns equal the
+/// advantages, as the authors'.
+///
+/// # Batch layout
+/// The prompt group is the batch's group (verl's `uid`). The trees come from one column,
+/// `tree_parents` ([`EstimatorInput::with_tree_parents`]), one entry per row:
+/// `tree_parents[r]` is a row of the rollout that row r's rollout branched from, or −1 when
+/// row r's rollout is the first of its tree. Following parents from any rollout must end at a
+/// first rollout; the rollouts that end at the same one form a tree (the authors'
+/// `tree_uid`), so the branches of a tree are siblings in one intra-tree group. On verl's
+/// multi-turn rows a row is a rollout; on step rows a rollout's rows must all name the same
+/// parent rollout. R is the sum of the rollout's turn rewards:
+/// every token reward of its rows (the authors' score sums the row's `token_level_rewards`),
+/// or its `step_rewards`. Refused with [`Error::InvalidTree`]: an entry below −1 or past the
+/// last row, a parent in the rollout itself, a parent in another group (a tree lies within
+/// one prompt), rows of one rollout naming different parent rollouts, and a cycle (parents
+/// that never reach a first rollout).
+///
+/// # Peer behaviour reproduced, and differences
+/// - The authors compute in float32; the crate in float64 (parity within float32 rounding,
+///   `tests/data/tree_grpo.json`).
+/// - A group of one rollout divides by float32(1 + ε) (their σ is a float32 `tensor(1.0)`),
+///   the `SingletonRule::PassThrough` default; a tree of one rollout is common (a tree whose
+///   branches were all pruned), and then its intra-tree term is R itself.
+/// - The authors' score is the sum of the row's nonzero token rewards, masked tokens
+///   included; the crate's turn reading counts the same rewards.
+/// - The authors' `tree_per_token` variant (token-level statistics) is not offered; their
+///   `tree_diff` rewards (TreeRL's) are a reward mode, not an estimator.
+/// - The authors derive `tree_uid` from their search; the crate derives it from
+///   `tree_parents` and checks it.
+///
 /// Tree-GRPO (Ji et al., arXiv 2509.21240), as the authors' trainer computes it
 /// (AMAP-ML/Tree-GRPO, `verl/trainer/ppo/ray_trainer_ts.py`, `compute_advantage`).
 ///

@@ -1,36 +1,5 @@
 //! `turn_gae`: generalized advantage estimation over one critic value per turn, broadcast to
 //! the turn's tokens.
-//!
-//! Token-level GAE (`gae`) runs its recursion over every token, so the discount and the
-//! trace decay act per token and a long turn is discounted more than a short one. Here the
-//! recursion runs over turns: in trajectory τ with turns 1 … K, turn rewards r_k
-//! ([`turns`](super::turns)) and values V_k,
-//!
-//! ```text
-//! δ_k = r_k + γ · V_{k+1} − V_k          V_{K+1} = 0 (the episode ends)
-//! A_k = δ_k + γ · λ · A_{k+1}            A_{K+1} = 0
-//! R_k = A_k + V_k                        (the critic's target)
-//! ```
-//!
-//! γ = [`discount`](TurnGaeConfig::discount), λ = [`lam`](TurnGaeConfig::lam) (verl's
-//! `gamma`, `lam`, default 1 each). A_k is written on every generated token of turn k, R_k
-//! as the returns; other tokens get 0. With [`whiten`](TurnGaeConfig::whiten) the
-//! advantages are whitened over the batch's generated tokens (each turn counted once per
-//! token, ε = 1e-8 as verl's `masked_whiten`), the returns are not.
-//!
-//! V_k is `turn_values[r]` on step rows when given, else `values` (rows × L) at the turn's
-//! first generated token (a step row without one: its first column), the critic's value of
-//! the state in which the turn begins.
-//!
-//! No peer implements turn-level GAE; the tests are hand-computed, and one special case is
-//! exact: with one token per turn (and the whole row generated), token-level GAE over a row
-//! of turns is this recursion, so `turn_gae` with whitening equals the crate's `gae` (which
-//! matches verl's `compute_gae_advantage_return`) there (`tests/it/turn_gae.rs`). The
-//! whitening is float64 throughout (verl's computes the token count and Bessel factor in
-//! float32: within 1e-6 relative).
-//!
-//! On step rows ([`estimate_steps_into`](super::AdvantageEstimator::estimate_steps_into))
-//! each row gets A_k; whitening needs the tokens, so it is refused there.
 
 use super::turns::TurnWorkspace;
 use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
@@ -104,6 +73,40 @@ crate::setters::with_setters! {
     with_whiten(whiten: bool) = true;
 }
 
+/// `turn_gae`: generalized advantage estimation over one critic value per turn, broadcast to
+/// the turn's tokens.
+///
+/// Token-level GAE (`gae`) runs its recursion over every token, so the discount and the
+/// trace decay act per token and a long turn is discounted more than a short one. Here the
+/// recursion runs over turns: in trajectory τ with turns 1 … K, turn rewards r_k
+/// and values V_k,
+///
+/// ```text
+/// δ_k = r_k + γ · V_{k+1} − V_k          V_{K+1} = 0 (the episode ends)
+/// A_k = δ_k + γ · λ · A_{k+1}            A_{K+1} = 0
+/// R_k = A_k + V_k                        (the critic's target)
+/// ```
+///
+/// γ = [`discount`](TurnGaeConfig::discount), λ = [`lam`](TurnGaeConfig::lam) (verl's
+/// `gamma`, `lam`, default 1 each). A_k is written on every generated token of turn k, R_k
+/// as the returns; other tokens get 0. With [`whiten`](TurnGaeConfig::whiten) the
+/// advantages are whitened over the batch's generated tokens (each turn counted once per
+/// token, ε = 1e-8 as verl's `masked_whiten`), the returns are not.
+///
+/// V_k is `turn_values[r]` on step rows when given, else `values` (rows × L) at the turn's
+/// first generated token (a step row without one: its first column), the critic's value of
+/// the state in which the turn begins.
+///
+/// No peer implements turn-level GAE; the tests are hand-computed, and one special case is
+/// exact: with one token per turn (and the whole row generated), token-level GAE over a row
+/// of turns is this recursion, so `turn_gae` with whitening equals the crate's `gae` (which
+/// matches verl's `compute_gae_advantage_return`) there (`tests/it/turn_gae.rs`). The
+/// whitening is float64 throughout (verl's computes the token count and Bessel factor in
+/// float32: within 1e-6 relative).
+///
+/// On step rows ([`estimate_steps_into`](super::AdvantageEstimator::estimate_steps_into))
+/// each row gets A_k; whitening needs the tokens, so it is refused there.
+///
 /// Turn-level GAE (see the module docs (`src/estimator/turn_gae.rs`)). Reads the turn rewards (`step_rewards` or
 /// `token_level_rewards`), the values (`turn_values` or `values`) and, on the token path,
 /// `response_mask`. Has returns.
