@@ -20,7 +20,7 @@ FLAGS = np.array([False, True, False, True, False, False] * 2)
 
 def run(name, **kw):
     adv, _ = beacon_rl.estimate(
-        name, REWARDS, MASK, INDEX, traj_index=TRAJ, episode_rewards=R, milestones=FLAGS, **kw
+        name, REWARDS, MASK, INDEX, traj_index=TRAJ, terminal_rewards=R, milestones=FLAGS, **kw
     )
     return np.asarray(adv)
 
