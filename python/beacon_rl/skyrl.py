@@ -272,7 +272,7 @@ def compute_advantages(
     ``pad_size`` rows are SkyRL's padding: zeros, in no group. Results have ``rewards``' type,
     dtype and device. Raises ``ValueError`` naming SkyRL's tensor for bad shapes or values.
     """
-    if name not in STEP_NAMES and not name.startswith(("beacon:", "beacon_official:")):
+    if name.partition(":")[0] not in STEP_NAMES:
         raise ValueError(f"compute_advantages: {name!r} is not a step estimator ({', '.join(STEP_NAMES)})")
     derived: Dict[str, Any] = {}
     if name == "gigpo" and gamma is not None:
@@ -425,7 +425,7 @@ class BeaconAdvantages:
         cfg = self.cfg  # type: ignore[attr-defined]
         algorithm = cfg.trainer.algorithm
         name = algorithm.advantage_estimator
-        if name not in STEP_NAMES and not str(name).startswith(("beacon:", "beacon_official:")):
+        if str(name).partition(":")[0] not in STEP_NAMES:
             return super().compute_advantages_and_returns(data)  # type: ignore[misc]
         step_wise = bool(_get(cfg.generator, "step_wise_trajectories", False))
         if "loss_mask" not in data.keys():

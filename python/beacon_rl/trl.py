@@ -58,7 +58,7 @@ except ImportError as e:  # pragma: no cover - the module is TRL's
 
 
 def _is_step(name: str) -> bool:
-    return name in STEP_ESTIMATORS or name.startswith(("beacon:", "beacon_official:"))
+    return name.partition(":")[0] in STEP_ESTIMATORS
 
 
 def _needs_milestones(name: str) -> bool:

@@ -178,8 +178,8 @@ _CONTEXT = ("non_tensor_batch", "batch")
 
 
 def _is_step(name: str) -> bool:
-    """Step-level estimators, including the crate's ablation names (``beacon:<variant>``)."""
-    return name in _STEP or name.startswith(("beacon:", "beacon_official:"))
+    """Step-level estimators, with or without keys (``beacon:ablation=...``)."""
+    return name.partition(":")[0] in _STEP
 
 
 def _needs_milestones(name: str) -> bool:
