@@ -13,7 +13,9 @@ use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::milestone::{detect_milestones, DiscoveryConfig, frequency_baseline, MilestoneDiscovery, TextPatterns, Transition};
+use beacon_rl::milestone::{
+    detect_milestones, frequency_baseline, DiscoveryConfig, MilestoneDiscovery, TextPatterns, Transition,
+};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use splitmix64::SplitMix64;

@@ -10,7 +10,10 @@
 
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, GigpoOutput, NormMode, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, EstimatorConfig, EstimatorInput,
+    Gigpo, GigpoConfig, GigpoOutput, NormMode, Workspace,
+};
 use beacon_rl::tensor::{broadcast_into, MaskView};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;

@@ -34,7 +34,7 @@ mod protocol;
 
 use std::collections::{BTreeMap, HashSet};
 
-use beacon_rl::milestone::{DiscoveryConfig, frequency_baseline, MilestoneAgreement, MilestoneDiscovery};
+use beacon_rl::milestone::{frequency_baseline, DiscoveryConfig, MilestoneAgreement, MilestoneDiscovery};
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Result, RolloutBatch};
 

@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use beacon_rl::milestone::{DiscoveryConfig, frequency_baseline, MilestoneDiscovery, Transition};
+use beacon_rl::milestone::{frequency_baseline, DiscoveryConfig, MilestoneDiscovery, Transition};
 use beacon_rl::{Error, RolloutBatch};
 
 use super::bytes::Bytes;

@@ -9,7 +9,11 @@
 //! mask is `bool`, `u8` or `i64`; an integer mask holding an entry other than 0 and 1 is never
 //! `Ok`.
 
-use beacon_rl::estimator::{AdvantageEstimator, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, GaeConfig, GigpoConfig, GpgConfig, GrpoConfig, GrpoNorm, GrpoStatistics, NormMode, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SingletonRule, StepGrouping, Workspace, ZeroTail};
+use beacon_rl::estimator::{
+    AdvantageEstimator, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, GaeConfig, GigpoConfig,
+    GpgConfig, GrpoConfig, GrpoNorm, GrpoStatistics, NormMode, OptimalTokenBaselineConfig,
+    ReinforcePlusPlusConfig, SingletonRule, StepGrouping, Workspace, ZeroTail,
+};
 use beacon_rl::tensor::MaskView;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2, ShapeBuilder};

@@ -19,7 +19,9 @@
 //! large) writes the same bits as under the matrix; `tensor::row_sums_into` of fuzzed `f32` and
 //! `f64` matrices (small shapes) equals each row's left-to-right `Iterator::sum` (or both NaN).
 
-use beacon_rl::tensor::{broadcast_into, FloatViewMut, MaskView, prefix_lengths_into, row_sums_into, spans_into, TokenSpan};
+use beacon_rl::tensor::{
+    broadcast_into, prefix_lengths_into, row_sums_into, spans_into, FloatViewMut, MaskView, TokenSpan,
+};
 use beacon_rl::Error;
 use ndarray::{Array2, ShapeBuilder};
 

@@ -48,11 +48,11 @@ use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::Beacon;
 use beacon_rl::estimator::Gigpo;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
-use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::milestone::MilestoneDetector;
 use beacon_rl::milestone::TextPatterns;
 use beacon_rl::milestone::WalkthroughMap;
+use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::record::{
     open_jsonl, read_trajectories, RecordBatch, RecordGroup, TrajectoryGroups, TrajectoryRecord,
     DEFAULT_MAX_LINE_BYTES,

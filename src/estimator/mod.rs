@@ -218,17 +218,17 @@ mod keys;
 mod output;
 mod workspace;
 
+pub use crate::stats::{NormMode, SingletonRule};
 #[cfg(test)]
 pub(crate) use ablation::SplitMix64;
 pub use ablation::{Ablation, BeaconAblationConfig};
 pub use beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, SegmentBaseline};
-pub use crate::stats::{NormMode, SingletonRule};
 pub use config::EstimatorConfig;
+pub use empg::{Empg, EmpgConfig};
 pub use gae::{Gae, GaeConfig};
 pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 pub use gpg::{Gpg, GpgConfig};
 pub use grpo::{Gdpo, Grpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoStatistics, GrpoVectorized};
-pub use empg::{Empg, EmpgConfig};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 #[cfg(test)]
@@ -248,8 +248,8 @@ pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusP
 pub use remax::Remax;
 pub use rloo::{Rloo, RlooVectorized};
 pub use step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
-pub use turn_gae::{TurnGae, TurnGaeConfig};
 pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
+pub use turn_gae::{TurnGae, TurnGaeConfig};
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};
 

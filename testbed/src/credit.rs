@@ -1,4 +1,7 @@
-use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconConfig, EstimatorConfig, EstimatorInput, GigpoConfig, GrpoConfig, SegmentBaseline, Workspace};
+use beacon_rl::estimator::{
+    Ablation, AdvantageEstimator, BeaconConfig, EstimatorConfig, EstimatorInput, GigpoConfig, GrpoConfig,
+    SegmentBaseline, Workspace,
+};
 use beacon_rl::ndarray::{Array2, ArrayView2};
 use beacon_rl::{Error, Result, RolloutBatch};
 

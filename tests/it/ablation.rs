@@ -1,7 +1,9 @@
 //! The Table 3 ablations: configs, flag transforms (determinism, row-order independence,
 //! p = 0 / p = 1, counts) against an independent transcription, names and errors.
 
-use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput};
+use beacon_rl::estimator::{
+    Ablation, AdvantageEstimator, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput,
+};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 

@@ -1,7 +1,10 @@
 //! The paper's Table 3 rows as estimators: built from `EstimatorConfig`, called through the
 //! trait, a fresh random pattern per call, reproducible from the seed.
 
-use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput, Workspace};
+use beacon_rl::estimator::{
+    Ablation, AdvantageEstimator, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput,
+    Workspace,
+};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 

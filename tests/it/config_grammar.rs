@@ -2,7 +2,12 @@
 //! `FromStr ∘ Display` and serde's write-then-read are the identity, and the string and serde
 //! forms read to the same configuration.
 
-use beacon_rl::estimator::{Ablation, BeaconAblationConfig, BeaconConfig, BeaconFlavour, EstimatorConfig, GaeConfig, GigpoConfig, GpgConfig, Grouping, GrpoConfig, GrpoNorm, GrpoStatistics, MtGrpoConfig, NormMode, NormScope, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, SingletonRule, StepGrouping, StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail};
+use beacon_rl::estimator::{
+    Ablation, BeaconAblationConfig, BeaconConfig, BeaconFlavour, EstimatorConfig, GaeConfig, GigpoConfig,
+    GpgConfig, Grouping, GrpoConfig, GrpoNorm, GrpoStatistics, MtGrpoConfig, NormMode, NormScope,
+    OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, SingletonRule, StepGrouping,
+    StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail,
+};
 use proptest::prelude::*;
 
 /// Any f64 but NaN (which equals nothing): infinities, subnormals and −0 included.

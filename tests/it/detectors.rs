@@ -5,7 +5,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use beacon_rl::milestone::{AllOf, AnyOf, detect_milestones, DetectorPreset, EnvFlag, MilestoneDetector, NewSubgoals, Not, ScoreIncrease, TextPatterns, TextPatternsBuilder, Transition, WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget};
+use beacon_rl::milestone::{
+    detect_milestones, AllOf, AnyOf, DetectorPreset, EnvFlag, MilestoneDetector, NewSubgoals, Not,
+    ScoreIncrease, TextPatterns, TextPatternsBuilder, Transition, WebShopAction, WebShopGoal, WebShopItem,
+    WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
+};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 use regex::Regex;

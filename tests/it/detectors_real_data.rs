@@ -3,7 +3,10 @@
 //! `milestone` flag is "the score went up", computed by the recorder from the environment's
 //! scores; each detector is checked against it on every step.
 
-use beacon_rl::milestone::{detect_milestones, DetectorPreset, MilestoneDetector, NewSubgoals, ScoreIncrease, TextPatterns, Transition};
+use beacon_rl::milestone::{
+    detect_milestones, DetectorPreset, MilestoneDetector, NewSubgoals, ScoreIncrease, TextPatterns,
+    Transition,
+};
 use beacon_rl::RolloutBatch;
 use serde_json::Value;
 

@@ -2,10 +2,10 @@
 //! (`Diagnostics::compare_estimators` and its per-row advantage): a hand-computed GRPO case, the
 //! first-masked-token rule, errors that name the estimator, and the bundled trajectories.
 
-use beacon_rl::estimator::{AdvantageEstimator, Advantages, Beacon, BeaconConfig, EstimatorInput, Workspace};
-use beacon_rl::tensor::FloatViewMut;
 use crate::diagnostics::compare;
 use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+use beacon_rl::estimator::{AdvantageEstimator, Advantages, Beacon, BeaconConfig, EstimatorInput, Workspace};
+use beacon_rl::tensor::FloatViewMut;
 use beacon_rl::{Error, Result, RolloutBatch};
 use ndarray::Array2;
 

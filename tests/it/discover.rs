@@ -2,7 +2,9 @@
 //! agreement with the environments' own milestones on the bundled recorded sample.
 #![cfg(feature = "serde")]
 
-use beacon_rl::milestone::{DiscoveryConfig, frequency_baseline, MilestoneAgreement, MilestoneDiscovery, Transition};
+use beacon_rl::milestone::{
+    frequency_baseline, DiscoveryConfig, MilestoneAgreement, MilestoneDiscovery, Transition,
+};
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;

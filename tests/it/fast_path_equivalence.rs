@@ -10,7 +10,10 @@
 //! `masked_whiten` sums follow the order release 0.2 documents (eight partial sums per row,
 //! see `masked_sum`), written naively here.
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, Workspace, ZeroTail};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm,
+    OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, Workspace, ZeroTail,
+};
 use beacon_rl::tensor::{FloatView, MaskView};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::{Array2, ArrayView2};

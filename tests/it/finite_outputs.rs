@@ -10,8 +10,11 @@
 //! score in one column, so the step paths' consistency checks pass unless `row_scores` differ
 //! within a trajectory), and errs in the others: the property is about the `Ok`s.
 
-use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconFlavour, EstimatorConfig, EstimatorInput, GrpoNorm, GrpoStatistics, NormMode, StepGrouping, Workspace, ZeroTail};
-use beacon_rl::{RolloutBatch};
+use beacon_rl::estimator::{
+    Ablation, AdvantageEstimator, BeaconFlavour, EstimatorConfig, EstimatorInput, GrpoNorm, GrpoStatistics,
+    NormMode, StepGrouping, Workspace, ZeroTail,
+};
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use proptest::prelude::*;
 

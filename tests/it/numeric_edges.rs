@@ -10,10 +10,13 @@
 //! is: the exact answer every overflow case below must give.
 
 use crate::common;
-use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo, GrpoConfig, GrpoVectorized, NormMode, Workspace};
-use beacon_rl::{Error, RolloutBatch};
 use crate::diagnostics::credit_concentration;
 use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
+use beacon_rl::estimator::{
+    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo,
+    GrpoConfig, GrpoVectorized, NormMode, Workspace,
+};
+use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 
 const HALF_SQRT2: f64 = std::f64::consts::FRAC_1_SQRT_2;

@@ -4,8 +4,8 @@
 //! release's float64 run, at step and token level.
 
 use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour, NormMode};
-use beacon_rl::{RolloutBatch};
 use beacon_rl::tensor::broadcast;
+use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use serde_json::Value;
 

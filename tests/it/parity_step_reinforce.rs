@@ -11,7 +11,9 @@
 //!   by an observation token, each turn's reward on its last token) against ROLL's
 //!   advantages of the corresponding step rows.
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grouping, NormScope, StepReinforce, StepReinforceConfig, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorInput, Grouping, NormScope, StepReinforce, StepReinforceConfig, Workspace,
+};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use serde_json::Value;

@@ -9,7 +9,10 @@
 //! among them) against the same expected values.
 //! Run with `--nocapture` to see the number of cases and the max relative error per family.
 
-use beacon_rl::estimator::{EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, ZeroTail};
+use beacon_rl::estimator::{
+    EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig,
+    ReinforcePlusPlusConfig, ZeroTail,
+};
 use beacon_rl::tensor::FloatView;
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;

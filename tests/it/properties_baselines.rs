@@ -1,6 +1,10 @@
 //! Property tests of verl's baseline estimators.
 
-use beacon_rl::estimator::{AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Gae, GaeConfig, Grpo, GrpoConfig, GrpoPassk, OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig, Remax, Rloo, RlooVectorized, TirOptimalTokenBaseline};
+use beacon_rl::estimator::{
+    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Gae, GaeConfig, Grpo, GrpoConfig,
+    GrpoPassk, OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig,
+    Remax, Rloo, RlooVectorized, TirOptimalTokenBaseline,
+};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
 use proptest::prelude::*;

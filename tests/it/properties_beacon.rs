@@ -1,7 +1,7 @@
 //! DESIGN §3 properties of the BEACON estimator, checked with proptest.
 
 use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconFlavour, NormMode};
-use beacon_rl::{RolloutBatch};
+use beacon_rl::RolloutBatch;
 use proptest::prelude::*;
 
 /// One group: per trajectory (terminal reward, milestone flags).

@@ -1,7 +1,10 @@
 //! Property tests of the turn-level estimators: the two layouts agree, the equations' own
 //! invariants hold, and tokens outside turns stay 0.
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Grouping, MtGrpo, MtGrpoConfig, NormScope, StepReinforce, StepReinforceConfig, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, TurnBaseline, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorInput, Grouping, MtGrpo, MtGrpoConfig, NormScope, StepReinforce,
+    StepReinforceConfig, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, TurnBaseline, Workspace,
+};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use proptest::prelude::*;

@@ -4,7 +4,9 @@
 //! error, the validation errors, and two properties: row scores equal to R(τ) change no bit,
 //! and every step estimator reads the row scores rather than the batch's R(τ).
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, Grpo, GrpoConfig, GrpoStatistics, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, Grpo, GrpoConfig, GrpoStatistics, Workspace,
+};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::array;
 use proptest::prelude::*;

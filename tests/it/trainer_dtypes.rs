@@ -6,7 +6,9 @@
 //! rounded once. Also: the step-row API against the token path it replaces.
 
 use crate::common::SplitMix64;
-use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, EstimatorInput, Gigpo, GigpoConfig, Workspace,
+};
 use beacon_rl::tensor::{broadcast, MaskView};
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;

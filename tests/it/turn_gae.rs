@@ -7,7 +7,9 @@
 //! (verl's whitening takes the token count and Bessel factor in float32, `turn_gae` in
 //! float64), returns within 1e-12.
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gae, GaeConfig, TurnGae, TurnGaeConfig, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorInput, Gae, GaeConfig, TurnGae, TurnGaeConfig, Workspace,
+};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use proptest::prelude::*;

@@ -5,7 +5,9 @@
 //! continuing rollouts minus over the stopping ones, estimate that gradient (up to the
 //! factor p(1 − p) of the score function).
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpo, MtGrpoConfig, TurnBaseline, Workspace};
+use beacon_rl::estimator::{
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpo, MtGrpoConfig, TurnBaseline, Workspace,
+};
 use beacon_rl::RolloutBatch;
 
 /// Step rows of one group (trajectories of turn rewards), and the first-turn advantage of
