@@ -303,9 +303,9 @@ impl<'a> EstimatorInput<'a> {
     /// `token_level_rewards` sum) checks that the two agree; there too `grpo`'s
     /// trajectory statistics then take each trajectory's first row.
     ///
-    /// Checked with the other columns: one finite value per row ([`Error::LengthMismatch`],
-    /// [`Error::NonFinite`]); when `token_level_rewards` are given too, each row's sum must
-    /// equal its entry ([`Error::RowScoreMismatch`], to a relative 1e-6) instead of its
+    /// Checked with the other columns: one finite value per row ([`Error::LengthMismatch`](crate::Error::LengthMismatch),
+    /// [`Error::NonFinite`](crate::Error::NonFinite)); when `token_level_rewards` are given too, each row's sum must
+    /// equal its entry ([`Error::RowScoreMismatch`](crate::Error::RowScoreMismatch), to a relative 1e-6) instead of its
     /// trajectory's R(τ).
     ///
     /// ```
