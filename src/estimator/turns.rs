@@ -210,21 +210,7 @@ impl Turns {
     fn read_runs(&mut self, mask: &MaskView<'_>, rewards: Option<&FloatView<'_>>) -> Result<()> {
         let (rows, cols) = mask.dim();
         if let (MaskView::Lengths { lengths, .. }, None) = (mask, rewards) {
-            // Step rows under per-row lengths: one run per row, no column buffer (a claimed L
-            // is not data in memory).
-            for (r, &n) in lengths.iter().enumerate() {
-                self.tokens[r] = n;
-                if n > 0 {
-                    self.first[r] = 0;
-                    self.spans.push(Span {
-                        row: r,
-                        start: 0,
-                        end: n,
-                        turn: r,
-                    });
-                }
-            }
-            self.row_turns.extend(0..=rows);
+            self.read_lengths(lengths);
             return Ok(());
         }
         self.mbuf.resize(cols, 0);
@@ -236,22 +222,7 @@ impl Turns {
             self.row_turns.push(self.reward.len());
             let first = self.reward.len();
             // The row's rewards in place when contiguous, else widened into `rbuf`.
-            let src = rewards.map(|rw| match rw {
-                FloatView::F32(m) => match m.row(r).to_slice() {
-                    Some(s) => RowRef::F32(s),
-                    None => {
-                        float_row(rw, r, &mut self.rbuf);
-                        RowRef::F64(&self.rbuf)
-                    }
-                },
-                FloatView::F64(m) => match m.row(r).to_slice() {
-                    Some(s) => RowRef::F64(s),
-                    None => {
-                        float_row(rw, r, &mut self.rbuf);
-                        RowRef::F64(&self.rbuf)
-                    }
-                },
-            });
+            let src = rewards.map(|rw| RowRef::of(rw, r, &mut self.rbuf));
             // `owned`: where the tokens the next turn owns begin.
             let (mut t, mut owned) = (0, 0);
             loop {
@@ -294,6 +265,24 @@ impl Turns {
             self.row_turns.extend(0..=rows);
         }
         Ok(())
+    }
+
+    /// Step rows under per-row lengths: one run per row, no column buffer (a claimed L is
+    /// not data in memory).
+    fn read_lengths(&mut self, lengths: &[usize]) {
+        for (r, &n) in lengths.iter().enumerate() {
+            self.tokens[r] = n;
+            if n > 0 {
+                self.first[r] = 0;
+                self.spans.push(Span {
+                    row: r,
+                    start: 0,
+                    end: n,
+                    turn: r,
+                });
+            }
+        }
+        self.row_turns.extend(0..=lengths.len());
     }
 
     /// The end of row `r` in the multi-turn layout: the tail's rewards `acc` go to the row's
@@ -421,7 +410,27 @@ enum RowRef<'b> {
     F64(&'b [f64]),
 }
 
-impl RowRef<'_> {
+impl<'b> RowRef<'b> {
+    /// Row `r` of `rewards`: in place when contiguous, else widened into `buf`.
+    fn of(rewards: &'b FloatView<'_>, r: usize, buf: &'b mut [f64]) -> Self {
+        match rewards {
+            FloatView::F32(m) => match m.row(r).to_slice() {
+                Some(s) => RowRef::F32(s),
+                None => {
+                    float_row(rewards, r, buf);
+                    RowRef::F64(buf)
+                }
+            },
+            FloatView::F64(m) => match m.row(r).to_slice() {
+                Some(s) => RowRef::F64(s),
+                None => {
+                    float_row(rewards, r, buf);
+                    RowRef::F64(buf)
+                }
+            },
+        }
+    }
+
     /// Σ over tokens `a..b`, widened to `f64` ([`lane_sum`]).
     fn sum(&self, a: usize, b: usize) -> f64 {
         match self {

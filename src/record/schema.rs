@@ -110,7 +110,7 @@ pub(crate) fn all_names(schema: &'static [Field]) -> impl Iterator<Item = &'stat
 }
 
 /// The first field of `value` that does not match `schema`, as (path, message).
-pub fn locate(value: &Value, schema: &[Field], prefix: &str) -> Option<(Option<String>, String)> {
+pub(super) fn locate(value: &Value, schema: &[Field], prefix: &str) -> Option<(Option<String>, String)> {
     let Some(obj) = value.as_object() else {
         let path = prefix.strip_suffix('.').map(str::to_string);
         return Some((path, format!("expected a JSON object, found {}", describe(value))));
