@@ -48,14 +48,13 @@ use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::Beacon;
 use beacon_rl::estimator::Gigpo;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig};
-use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::milestone::MilestoneDetector;
 use beacon_rl::milestone::TextPatterns;
 use beacon_rl::milestone::WalkthroughMap;
+use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
 use beacon_rl::record::{
     open_jsonl, read_trajectories, RecordBatch, RecordGroup, TrajectoryGroups, TrajectoryRecord,
-    DEFAULT_MAX_LINE_BYTES,
 };
 use beacon_rl::Escaped;
 use clap::{Parser, ValueEnum};
@@ -130,7 +129,7 @@ struct Args {
     diagnostics: bool,
 
     /// Longest input line accepted, in bytes; a longer line is an error.
-    #[arg(long, default_value_t = DEFAULT_MAX_LINE_BYTES)]
+    #[arg(long, default_value_t = beacon_rl::record::JsonlReader::<(), ()>::DEFAULT_MAX_LINE_BYTES)]
     max_line_bytes: usize,
 }
 
