@@ -64,8 +64,8 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
-use crate::estimator::{Beacon, BeaconConfig, BeaconOutput};
 use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use crate::estimator::{Beacon, BeaconConfig, BeaconOutput};
 use crate::milestone::check_flags;
 use crate::tensor::FloatViewMut;
 

@@ -18,10 +18,10 @@
 use std::hash::Hash;
 
 use crate::batch::RolloutBatch;
-use crate::milestone::difflib::Matcher;
 use crate::error::{check_finite, check_len, Result};
 use crate::estimator::{group_rows, StepScores};
 use crate::hash::KeyHasher;
+use crate::milestone::difflib::Matcher;
 use crate::stats::{group_means, group_spreads, GroupStats, NormMode};
 
 use super::anchors::{cluster_similar, intern_group};
