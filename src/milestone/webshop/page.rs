@@ -2,13 +2,6 @@
 //! observation into segments (see the parent module's table of what the pages look like).
 
 /// One action in WebShop's grammar.
-///
-/// ```
-/// use beacon_rl::milestone::WebShopAction;
-/// assert_eq!(WebShopAction::parse("search[bright citrus deodorant]"), WebShopAction::Search("bright citrus deodorant"));
-/// assert_eq!(WebShopAction::parse("click[B078GWRC1J]"), WebShopAction::Click("B078GWRC1J"));
-/// assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum WebShopAction<'a> {
     /// `search[keywords]`: the keywords as written.
@@ -26,15 +19,6 @@ impl<'a> WebShopAction<'a> {
     /// ignored. The name is then compared with `search` / `click` ignoring ASCII case and
     /// surrounding whitespace (WebShop wants them exact; an action it rejects leaves the page
     /// unchanged, which the phase machine sees). Never panics.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WebShopAction;
-    /// // Same as WebShop: the greedy name swallows an earlier bracket.
-    /// assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
-    /// assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
-    /// assert_eq!(WebShopAction::parse("Click[Buy Now] now"), WebShopAction::Click("Buy Now"));
-    /// assert_eq!(WebShopAction::parse("search[x]\nclick[y]"), WebShopAction::Search("x"));
-    /// ```
     pub(crate) fn parse(action: &'a str) -> Self {
         let line = match action.split('\n').next() {
             Some(line) => line,
@@ -64,14 +48,6 @@ impl<'a> WebShopAction<'a> {
 }
 
 /// The kind of WebShop page an observation shows.
-///
-/// ```
-/// use beacon_rl::milestone::WebShopPage;
-/// let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
-/// assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
-/// assert_eq!(WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"), WebShopPage::Done);
-/// assert_eq!(WebShopPage::classify("Nothing to see"), WebShopPage::Unknown);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
@@ -93,14 +69,6 @@ pub(crate) enum WebShopPage {
 impl WebShopPage {
     /// Classifies an observation (see the module docs for the cues). The done page wins over
     /// everything, then results, item, item detail, search.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WebShopPage;
-    /// let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
-    /// assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
-    /// assert_eq!(WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."), WebShopPage::ItemDetail);
-    /// assert_eq!(WebShopPage::classify("WebShop [SEP] Instruction: [SEP] i need a tee [SEP] Search"), WebShopPage::Search);
-    /// ```
     pub(crate) fn classify(observation: &str) -> Self {
         let (mut done, mut results, mut buy, mut prev, mut search) = (false, false, false, false, false);
         for seg in segments(observation) {
@@ -220,6 +188,47 @@ mod tests {
     use regex::Regex;
 
     use super::{WebShopAction, WebShopPage};
+
+    #[test]
+    fn documented_examples() {
+        assert_eq!(
+            WebShopAction::parse("search[bright citrus deodorant]"),
+            WebShopAction::Search("bright citrus deodorant")
+        );
+        assert_eq!(
+            WebShopAction::parse("click[B078GWRC1J]"),
+            WebShopAction::Click("B078GWRC1J")
+        );
+        assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
+        // Same as WebShop: the greedy name swallows an earlier bracket.
+        assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
+        assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
+        assert_eq!(
+            WebShopAction::parse("Click[Buy Now] now"),
+            WebShopAction::Click("Buy Now")
+        );
+        assert_eq!(
+            WebShopAction::parse("search[x]\nclick[y]"),
+            WebShopAction::Search("x")
+        );
+        let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
+        assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
+        assert_eq!(
+            WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"),
+            WebShopPage::Done
+        );
+        assert_eq!(WebShopPage::classify("Nothing to see"), WebShopPage::Unknown);
+        let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
+        assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
+        assert_eq!(
+            WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."),
+            WebShopPage::ItemDetail
+        );
+        assert_eq!(
+            WebShopPage::classify("WebShop [SEP] Instruction: [SEP] i need a tee [SEP] Search"),
+            WebShopPage::Search
+        );
+    }
 
     const PREFIX: &str =
         "WebShop [SEP] Instruction: [SEP] i would like a 3 ounce bottle of bright citrus deodorant [SEP] ";
