@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use beacon_rl::record::{read_groups, JsonlRecord, TrajectoryRecord};
+use beacon_rl::record::{read_trajectories, JsonlRecord, TrajectoryGroups, TrajectoryRecord};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 /// One trajectory line of about `bytes` bytes whose steps carry 70 `NaN` rewards, spread
@@ -75,7 +75,7 @@ fn read(c: &mut Criterion) {
     group.bench_function("groups_16x8x30_steps", |b| {
         b.iter(|| {
             let mut steps = 0;
-            for g in read_groups(black_box(text.as_bytes())) {
+            for g in TrajectoryGroups::new([read_trajectories(black_box(text.as_bytes()))]) {
                 steps += g.unwrap().records.iter().map(|r| r.steps.len()).sum::<usize>();
             }
             steps

@@ -75,7 +75,7 @@
 //!   [`estimator::Gae`], ...).
 //! - [`milestone`]: the detector trait Φ(s, a, s′), [`detect_milestones`](milestone::detect_milestones),
 //!   the two basic detectors, and the detector families
-//!   (text patterns, walkthroughs, WebShop phases, combinators, presets, [`MilestoneDiscovery`](milestone::MilestoneDiscovery), ...).
+//!   (text patterns, walkthroughs, WebShop phases, combinators, presets, discovery ([`milestone::MilestoneDiscovery`]), ...).
 //! - `record` (feature `serde`): recorded trajectories as JSON Lines.
 //! - [`tensor`]: the views of caller arrays in trainer dtypes (`f32`/`f64` values,
 //!   `bool`/`u8`/`i64` masks, response lengths) that the estimators read and write (arrays and

@@ -12,7 +12,7 @@
 use beacon_rl::estimator::EstimatorConfig;
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::record::{
-    read_groups, read_row_dump, read_trajectories, write_jsonl, JsonlReader, RecordBatch, TrajectoryGroups,
+    read_row_dump, read_trajectories, write_jsonl, JsonlReader, RecordBatch, TrajectoryGroups,
     TrajectoryRecord,
 };
 
@@ -63,8 +63,12 @@ pub fn run(data: &[u8]) {
         }
     }
 
-    check_groups(read_groups(data), &records, errors);
-    check_groups(read_groups(data).allow_interleaved(), &records, errors);
+    check_groups(TrajectoryGroups::new([read_trajectories(data)]), &records, errors);
+    check_groups(
+        TrajectoryGroups::new([read_trajectories(data)]).allow_interleaved(),
+        &records,
+        errors,
+    );
     let limited = JsonlReader::<_, TrajectoryRecord>::new(data).with_max_line_bytes(64);
     limited.for_each(|r| drop(r.map_err(|e| e.to_string())));
 

@@ -104,6 +104,6 @@ mod report;
 pub use config::DiagnosticsConfig;
 pub use prepared::Diagnostics;
 pub use report::{
-    CarReport, CcrReport, Comparison, DiagnosticsReport, EgrReport, NamedReport, SampleCategory, SampleSplit,
+    CarReport, CcrReport, Comparison, DiagnosticsReport, EgrReport, SampleCategory, SampleSplit,
     UtilisationReport, ZarReport,
 };

@@ -15,7 +15,6 @@ use super::report::CarReport;
 use super::report::Comparison;
 use super::report::DiagnosticsReport;
 use super::report::EgrReport;
-use super::report::NamedReport;
 use super::report::SampleCategory;
 use super::report::SampleSplit;
 use super::report::UtilisationReport;
@@ -248,8 +247,8 @@ impl<'a> Diagnostics<'a> {
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let diag = Diagnostics::new(&batch, &[0, 0], &[0, 0], &[false, false], DiagnosticsConfig::default())?;
     /// let table = diag.compare(&[("grpo", &[0.7, -0.7][..]), ("flat", &[0.5, 0.5][..])])?;
-    /// assert_eq!(table.entries[0].report.car.value, Some(1.0));
-    /// assert_eq!(table.entries[1].report.car.value, Some(0.0));
+    /// assert_eq!(table.entries[0].1.car.value, Some(1.0));
+    /// assert_eq!(table.entries[1].1.car.value, Some(0.0));
     /// println!("{table}");
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -262,10 +261,10 @@ impl<'a> Diagnostics<'a> {
             .iter()
             .map(|(name, adv)| {
                 let name = name.as_ref();
-                Ok(NamedReport {
-                    name: name.to_owned(),
-                    report: self.report(adv.as_ref()).map_err(|e| named(name, e))?,
-                })
+                Ok((
+                    name.to_owned(),
+                    self.report(adv.as_ref()).map_err(|e| named(name, e))?,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(self.comparison(entries))
@@ -327,7 +326,7 @@ impl<'a> Diagnostics<'a> {
     /// // verl's GRPO scores the group's 4 rows [1, 1, 0, 0]: μ = 0.5, σ = √(1/3) (unbiased),
     /// // A = ±0.5/σ = ±0.866 on the success's / the failure's rows: "go" at "s" is pushed
     /// // both ways.
-    /// let grpo_report = &table.entries[0].report;
+    /// let grpo_report = &table.entries[0].1;
     /// assert_eq!(grpo_report.car.value, Some(1.0));
     /// assert!((grpo_report.ccr.milestone_mean.unwrap() - 0.866).abs() < 1e-3);
     /// println!("{table}");
@@ -361,10 +360,7 @@ impl<'a> Diagnostics<'a> {
                     .and_then(|out| row_advantages(out.advantages.view(), input.response_mask))
                     .and_then(|adv| self.report(&adv))
                     .map_err(|e| named(name, e))?;
-                Ok(NamedReport {
-                    name: name.to_owned(),
-                    report,
-                })
+                Ok((name.to_owned(), report))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(self.comparison(entries))
@@ -384,7 +380,7 @@ impl<'a> Diagnostics<'a> {
         }
     }
 
-    fn comparison(&self, entries: Vec<NamedReport>) -> Comparison {
+    fn comparison(&self, entries: Vec<(String, DiagnosticsReport)>) -> Comparison {
         Comparison {
             distinct_pairs: self.distinct_pairs,
             shared_pairs: self.shared_pairs(),

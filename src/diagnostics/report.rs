@@ -275,23 +275,6 @@ pub struct SampleSplit {
     pub trajectories: usize,
 }
 
-/// One row of a [`Comparison`].
-///
-/// ```
-/// use beacon_rl::diagnostics::{DiagnosticsReport, NamedReport};
-/// let row = NamedReport::default(); // rows come from `Diagnostics::compare`
-/// assert_eq!((row.name.as_str(), row.report), ("", DiagnosticsReport::default()));
-/// ```
-#[derive(Debug, Clone, Default, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub struct NamedReport {
-    /// The estimator's display name.
-    pub name: String,
-    /// Its diagnostics.
-    pub report: DiagnosticsReport,
-}
-
 /// Diagnostics of several estimators on the same batch. `Display` prints a plain-text table.
 ///
 /// ```
@@ -319,8 +302,8 @@ pub struct Comparison {
     pub zero_threshold: f64,
     /// The batch's sample split (the same for every estimator).
     pub samples: SampleSplit,
-    /// One report per estimator, in the order given.
-    pub entries: Vec<NamedReport>,
+    /// One `(estimator name, report)` per estimator, in the order given.
+    pub entries: Vec<(String, DiagnosticsReport)>,
 }
 
 /// One table line: the first cell left-aligned, the others right-aligned, two spaces apart.
@@ -342,10 +325,9 @@ impl fmt::Display for Comparison {
         let rows: Vec<[String; 6]> = self
             .entries
             .iter()
-            .map(|e| {
-                let r = &e.report;
+            .map(|(name, r)| {
                 [
-                    e.name.clone(),
+                    name.clone(),
                     with_counts(r.car.value, r.car.contradictory_pairs, r.car.shared_pairs),
                     opt(r.egr.value),
                     with_counts(Some(r.zar.value), r.zar.zero_steps, r.zar.steps),

@@ -179,7 +179,7 @@ registry! {
         Gdpo(GrpoConfig = GrpoConfig::verl()) => "gdpo";
         /// `rloo`: leave-one-out baseline ([`Rloo`]).
         Rloo => "rloo";
-        /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0) ([`RlooVectorized`]).
+        /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0).
         RlooVectorized => "rloo_vectorized";
         /// `opo`: length-weighted group baseline ([`Opo`]).
         Opo => "opo";
@@ -189,7 +189,7 @@ registry! {
         /// ([`ReinforcePlusPlus`]).
         ReinforcePlusPlus(ReinforcePlusPlusConfig = ReinforcePlusPlusConfig::verl()) => "reinforce_plus_plus";
         /// `reinforce_plus_plus_baseline`: group mean baseline, batch-whitened
-        /// ([`ReinforcePlusPlusBaseline`]).
+        /// (verl's `compute_reinforce_plus_plus_baseline_outcome_advantage`).
         ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline";
         /// `remax`: reward-to-go minus a per-row (greedy) baseline ([`Remax`]).
         Remax => "remax";

@@ -21,10 +21,10 @@
 //! | `adv_estimator` | type | config |
 //! |---|---|---|
 //! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`], [`GrpoVectorized`], [`GrpoPassk`], [`Gdpo`] | [`GrpoConfig`] |
-//! | `rloo`, `rloo_vectorized` | [`Rloo`], [`RlooVectorized`] | |
+//! | `rloo`, `rloo_vectorized` | [`Rloo`]; `rloo_vectorized` by [`EstimatorConfig::build`] | |
 //! | `opo` | [`Opo`] | |
 //! | `gpg` | [`Gpg`] | [`GpgConfig`] |
-//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`], [`ReinforcePlusPlusBaseline`] | [`ReinforcePlusPlusConfig`] |
+//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`]; `reinforce_plus_plus_baseline` by [`EstimatorConfig::build`] | [`ReinforcePlusPlusConfig`] |
 //! | `remax` | [`Remax`] | |
 //! | `gae` | [`Gae`] | [`GaeConfig`] |
 //! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`OptimalTokenBaselineConfig`] |
@@ -244,9 +244,9 @@ pub use optimal_baseline::{
     OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline, ZeroTail,
 };
 pub use output::Advantages;
-pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusPlusConfig};
+pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
 pub use remax::Remax;
-pub use rloo::{Rloo, RlooVectorized};
+pub use rloo::Rloo;
 pub use step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
 pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
 pub use turn_gae::{TurnGae, TurnGaeConfig};

@@ -14,7 +14,7 @@
 //! trailing padding gets 0 because the scan starts at 0. The whitening is one mean/variance
 //! over all masked tokens of the batch ([batch whitening](super#batch-whitening)).
 //!
-//! # `reinforce_plus_plus_baseline` ([`ReinforcePlusPlusBaseline`], verl `compute_reinforce_plus_plus_baseline_outcome_advantage`)
+//! # `reinforce_plus_plus_baseline` (`EstimatorConfig::ReinforcePlusPlusBaseline`, verl `compute_reinforce_plus_plus_baseline_outcome_advantage`)
 //! ```text
 //! s_i = Σ_t r_{i,t} (all L positions)     a_i = s_i − μ_g   (singleton: μ = 0)
 //! A = masked_whiten(a_i broadcast · mask) · mask,   returns = A
@@ -238,14 +238,14 @@ fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);
 /// `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::ReinforcePlusPlusBaseline;
+/// use beacon_rl::estimator::EstimatorConfig;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
 /// let rewards = [[0.0, 1.0], [0.0, 0.0]];
 /// let mask = [[true, true], [true, true]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = ReinforcePlusPlusBaseline.estimate(&input)?;
+/// let out = EstimatorConfig::ReinforcePlusPlusBaseline.build()?.estimate(&input)?;
 /// // ±0.5 on 4 tokens: mean 0, unbiased variance 1/3 -> ±0.5·√3.
 /// assert!((out.advantages[[0, 0]] - 0.5 * 3f64.sqrt()).abs() < 1e-6);
 /// # Ok::<(), beacon_rl::Error>(())

@@ -12,7 +12,7 @@
 //!
 //! - `rloo` ([`Rloo`], verl `compute_rloo_outcome_advantage`): computed as
 //!   `s·n/(n−1) − μ·n/(n−1)`; a **singleton keeps its raw score** (A = s).
-//! - `rloo_vectorized` ([`RlooVectorized`], verl `compute_rloo_vectorized_outcome_advantage`):
+//! - `rloo_vectorized` (`EstimatorConfig::RlooVectorized`, verl `compute_rloo_vectorized_outcome_advantage`):
 //!   computed as `(n·s − Σ_g s) / max(n − 1, 1) · [n > 1]`; a **singleton gets 0**.
 //!
 //! # Peer behaviour reproduced
@@ -46,14 +46,14 @@ pub struct Rloo;
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::RlooVectorized;
+/// use beacon_rl::estimator::EstimatorConfig;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
 /// let rewards = [[1.0], [0.0], [0.7]];
 /// let mask = [[true], [true], [true]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = RlooVectorized.estimate(&input)?;
+/// let out = EstimatorConfig::RlooVectorized.build()?.estimate(&input)?;
 /// assert_eq!(out.advantages.column(0).to_vec(), vec![1.0, -1.0, 0.0]); // singleton gets 0
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```

@@ -35,9 +35,7 @@ pub use preset::DetectorPreset;
 pub use subgoal::NewSubgoals;
 pub use text::{TextPatterns, TextPatternsBuilder};
 pub use walkthrough::{ExpertWalkthrough, WalkthroughMap};
-pub use webshop::{
-    WebShopAction, WebShopGoal, WebShopItem, WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
-};
+pub use webshop::{WebShopGoal, WebShopItem, WebShopPhase, WebShopPhases, WebShopTarget};
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Result};

@@ -52,7 +52,7 @@ use std::sync::Arc;
 mod page;
 
 use page::{is_listed_asin, item_title_price, norm_eq, normalized, segments};
-pub use page::{WebShopAction, WebShopPage};
+use page::{WebShopAction, WebShopPage};
 
 use super::{MilestoneDetector, Transition};
 use crate::error::{Error, Result};

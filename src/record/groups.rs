@@ -11,12 +11,12 @@ use crate::error::{Error, Result};
 /// One group's trajectory records, read from contiguous lines, with where each came from.
 ///
 /// ```
-/// use beacon_rl::record::read_groups;
+/// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
 /// let line = |g: &str, t: &str| format!(
 ///     r#"{{"group_id": "{g}", "traj_id": "{t}", "terminal_reward": 1, "steps": [{{"action": "a", "observation": "o", "reward": 0, "done": true}}]}}"#
 /// );
 /// let text = [line("g1", "a"), line("g1", "b"), line("g2", "c")].join("\n");
-/// let group = read_groups(text.as_bytes()).next().unwrap()?;
+/// let group = TrajectoryGroups::new([read_trajectories(text.as_bytes())]).next().unwrap()?;
 /// assert_eq!((group.group_id(), group.records.len(), group.lines[1]), ("g1", 2, 2));
 /// assert_eq!(group.batch()?.batch().num_trajectories(), 2);
 /// # Ok::<(), beacon_rl::Error>(())
@@ -115,20 +115,6 @@ pub struct TrajectoryGroups<R> {
 /// At most this many recycled records are kept (a few groups' worth).
 const MAX_SPARE: usize = 1024;
 
-/// Groups of one trajectory JSON Lines input (see [`TrajectoryGroups`]).
-///
-/// ```
-/// use beacon_rl::record::read_groups;
-/// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
-/// let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
-/// let sizes = read_groups(file).map(|g| g.map(|g| g.records.len())).collect::<Result<Vec<_>, _>>()?;
-/// assert_eq!(sizes, [8, 8, 8, 8]);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn read_groups<R: BufRead>(reader: R) -> TrajectoryGroups<R> {
-    TrajectoryGroups::new([JsonlReader::new(reader)])
-}
-
 impl<R: BufRead> TrajectoryGroups<R> {
     /// Reads the given inputs in order (name them with
     /// [`JsonlReader::with_source`] so that errors say which file; set their line limit with
@@ -160,12 +146,12 @@ impl<R: BufRead> TrajectoryGroups<R> {
     /// contiguous (see the type's docs); `traj_id`s must still be unique.
     ///
     /// ```
-    /// use beacon_rl::record::read_groups;
+    /// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
     /// let line = |g: &str, t: &str| format!(
     ///     r#"{{"group_id": "{g}", "traj_id": "{t}", "terminal_reward": 1, "steps": [{{"action": "a", "observation": "o", "reward": 0, "done": true}}]}}"#
     /// );
     /// let text = [line("g1", "a"), line("g2", "b"), line("g1", "c")].join("\n");
-    /// let runs = read_groups(text.as_bytes()).allow_interleaved().collect::<Result<Vec<_>, _>>()?;
+    /// let runs = TrajectoryGroups::new([read_trajectories(text.as_bytes())]).allow_interleaved().collect::<Result<Vec<_>, _>>()?;
     /// let ids: Vec<&str> = runs.iter().map(|g| g.group_id()).collect();
     /// assert_eq!(ids, ["g1", "g2", "g1"]);
     /// # Ok::<(), beacon_rl::Error>(())
@@ -178,8 +164,8 @@ impl<R: BufRead> TrajectoryGroups<R> {
     /// The inputs' names, by input index ([`RecordGroup::sources`]).
     ///
     /// ```
-    /// use beacon_rl::record::read_groups;
-    /// assert_eq!(read_groups(&b""[..]).sources(), [None]);
+    /// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
+    /// assert_eq!(TrajectoryGroups::new([read_trajectories(&b""[..])]).sources(), [None]);
     /// ```
     pub fn sources(&self) -> &[Option<String>] {
         &self.sources
@@ -190,12 +176,12 @@ impl<R: BufRead> TrajectoryGroups<R> {
     /// done with allocates almost nothing per line. Optional; at most 1,024 records are kept.
     ///
     /// ```
-    /// use beacon_rl::record::read_groups;
+    /// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
     /// let line = |g: &str, t: &str| format!(
     ///     r#"{{"group_id": "{g}", "traj_id": "{t}", "terminal_reward": 1, "steps": [{{"action": "a", "observation": "o", "reward": 0, "done": true}}]}}"#
     /// );
     /// let text = [line("g1", "a"), line("g2", "b")].join("\n");
-    /// let mut groups = read_groups(text.as_bytes());
+    /// let mut groups = TrajectoryGroups::new([read_trajectories(text.as_bytes())]);
     /// let first = groups.next().unwrap()?;
     /// groups.recycle(first);
     /// assert_eq!(groups.next().unwrap()?.records[0].traj_id, "b");

@@ -12,16 +12,11 @@ use super::sealed::Sealed;
 use super::{record_error, JsonlRecord, RowRecord, TrajectoryRecord, Value};
 use crate::error::{Error, Result};
 
-/// The default maximum line length of a [`JsonlReader`]: 64 MiB. A trajectory of 1,000 steps
-/// with 10 kB observations is 10 MB; a longer line is more likely a stream without line
-/// breaks (`/dev/zero`, a binary file) than a record, and is refused before it fills memory.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
-
 /// A streaming JSON Lines reader: yields one parsed and validated record per non-blank line.
 ///
 /// Reads line by line through one reused buffer, so memory stays constant in the file size
 /// (it grows to the longest line only, and a line longer than the limit,
-/// [`DEFAULT_MAX_LINE_BYTES`] unless set with
+/// [`DEFAULT_MAX_LINE_BYTES`](Self::DEFAULT_MAX_LINE_BYTES) unless set with
 /// [`with_max_line_bytes`](JsonlReader::with_max_line_bytes), is an [`Error::LineTooLong`]
 /// that ends the iteration). Blank lines (spaces, tabs, `\r` only) are skipped but counted,
 /// `\r\n` endings and a UTF-8 byte-order mark on the first line are accepted.
@@ -53,6 +48,14 @@ pub struct JsonlReader<R, T> {
     record: PhantomData<fn() -> T>,
 }
 
+impl<R, T> JsonlReader<R, T> {
+    /// The default maximum line length: 64 MiB. A trajectory of 1,000 steps with 10 kB
+    /// observations is 10 MB; a longer line is more likely a stream without line breaks
+    /// (`/dev/zero`, a binary file) than a record, and is refused before it fills memory. The
+    /// value does not depend on the type parameters: `JsonlReader::<(), ()>::DEFAULT_MAX_LINE_BYTES`.
+    pub const DEFAULT_MAX_LINE_BYTES: usize = 64 << 20;
+}
+
 impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     /// Wraps a buffered reader (a `BufReader<File>`, `&[u8]`, `stdin().lock()`).
     ///
@@ -67,14 +70,14 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
             buf: Vec::new(),
             line: 0,
             finished: false,
-            max_line: DEFAULT_MAX_LINE_BYTES,
+            max_line: Self::DEFAULT_MAX_LINE_BYTES,
             source: None,
             record: PhantomData,
         }
     }
 
     /// Sets the maximum line length in bytes (line break not counted; default
-    /// [`DEFAULT_MAX_LINE_BYTES`]). A longer line is an [`Error::LineTooLong`] and ends the
+    /// [`DEFAULT_MAX_LINE_BYTES`](Self::DEFAULT_MAX_LINE_BYTES)). A longer line is an [`Error::LineTooLong`] and ends the
     /// iteration: at most `max + 1` bytes of it are read.
     ///
     /// ```

@@ -47,7 +47,7 @@
 //! # Reading, writing, errors
 //!
 //! [`read_trajectories`] streams records from any `BufRead` in constant memory (one line
-//! buffer, at most [`DEFAULT_MAX_LINE_BYTES`] = 64 MiB unless set with
+//! buffer, at most [`JsonlReader::DEFAULT_MAX_LINE_BYTES`] = 64 MiB unless set with
 //! [`JsonlReader::with_max_line_bytes`]; a longer line is an [`Error::LineTooLong`]),
 //! skipping blank lines; [`open_jsonl`] opens a path or stdin (`-`);
 //! [`write_jsonl`] writes one record a line. Every malformed record is an
@@ -60,7 +60,7 @@
 //!
 //! # Group by group
 //!
-//! [`read_groups`] / [`TrajectoryGroups`] (several inputs in order) yield one [`RecordGroup`]
+//! [`TrajectoryGroups`] (several inputs in order) yield one [`RecordGroup`]
 //! at a time, so a program holds one group, not the file. The rule that makes this possible:
 //! **a group's trajectories are on contiguous lines**; a group that reappears after another
 //! group is an [`Error::GroupNotContiguous`] naming the input and line. `traj_id`s are checked
@@ -117,10 +117,8 @@ mod schema;
 
 pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;
-pub use groups::{read_groups, RecordGroup, TrajectoryGroups};
-pub use jsonl::{
-    create_jsonl, open_jsonl, read_trajectories, write_jsonl, JsonlReader, DEFAULT_MAX_LINE_BYTES,
-};
+pub use groups::{RecordGroup, TrajectoryGroups};
+pub use jsonl::{create_jsonl, open_jsonl, read_trajectories, write_jsonl, JsonlReader};
 pub use rows::{group_rows, read_row_dump, RowRecord};
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///

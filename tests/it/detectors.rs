@@ -3,16 +3,15 @@
 //! and no-panic properties on arbitrary Unicode.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use beacon_rl::milestone::{
     detect_milestones, AllOf, AnyOf, DetectorPreset, EnvFlag, MilestoneDetector, NewSubgoals, Not,
-    ScoreIncrease, TextPatterns, TextPatternsBuilder, Transition, WebShopAction, WebShopGoal, WebShopItem,
-    WebShopPage, WebShopPhase, WebShopPhases, WebShopTarget,
+    ScoreIncrease, TextPatterns, TextPatternsBuilder, Transition, WebShopGoal, WebShopItem, WebShopPhase,
+    WebShopPhases, WebShopTarget,
 };
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
-use regex::Regex;
 
 /// What presets build and combinators hold.
 type BoxedDetector = Box<dyn MilestoneDetector + Send>;
@@ -508,31 +507,6 @@ fn webshop_observation_formats_give_the_same_flags() {
 }
 
 #[test]
-fn webshop_pages_are_classified() {
-    let p = pages();
-    assert_eq!(WebShopPage::classify(&p.search), WebShopPage::Search);
-    assert_eq!(WebShopPage::classify(&p.results), WebShopPage::Results);
-    assert_eq!(WebShopPage::classify(&p.goal_item), WebShopPage::Item);
-    assert_eq!(WebShopPage::classify(&p.description), WebShopPage::ItemDetail);
-    assert_eq!(WebShopPage::classify(&p.done), WebShopPage::Done);
-    assert_eq!(
-        WebShopPage::classify(&text_rich_format(&p.results)),
-        WebShopPage::Results
-    );
-    assert_eq!(
-        WebShopPage::classify(&verl_agent_format(&p.goal_item)),
-        WebShopPage::Item
-    );
-    // The HTML template's results header.
-    assert_eq!(
-        WebShopPage::classify("Back to Search [SEP] Page 2 (11-20) of 50 total results [SEP] < Prev"),
-        WebShopPage::Results
-    );
-    assert_eq!(WebShopPage::classify(""), WebShopPage::Unknown);
-    assert_eq!(WebShopPage::classify("Nothing happens."), WebShopPage::Unknown);
-}
-
-#[test]
 fn webshop_unknown_pages_keep_the_context() {
     let p = pages();
     let mut d = WebShopPhases::new(goal()).unwrap();
@@ -882,26 +856,6 @@ fn all_detectors() -> Vec<BoxedDetector> {
     v
 }
 
-/// Python's `re.match(r'(.+)\[(.+)\]', action)`: Rust's regex has the same leftmost-first,
-/// greedy semantics for this pattern, and `.` excludes only `\n` in both.
-fn reference_parse(action: &str) -> WebShopAction<'_> {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    let re = RE.get_or_init(|| Regex::new(r"^(.+)\[(.+)\]").unwrap());
-    match re.captures(action) {
-        None => WebShopAction::Other,
-        Some(c) => {
-            let (name, arg) = (c.get(1).unwrap().as_str().trim(), c.get(2).unwrap().as_str());
-            if name.eq_ignore_ascii_case("search") {
-                WebShopAction::Search(arg)
-            } else if name.eq_ignore_ascii_case("click") {
-                WebShopAction::Click(arg)
-            } else {
-                WebShopAction::Other
-            }
-        }
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -928,16 +882,6 @@ proptest! {
                 let _ = d.detect(&t);
             }
         });
-    }
-
-    #[test]
-    fn webshop_action_parse_agrees_with_the_environment_regex(action in tricky_text()) {
-        prop_assert_eq!(WebShopAction::parse(&action), reference_parse(&action));
-    }
-
-    #[test]
-    fn webshop_page_classification_never_panics(obs in tricky_text()) {
-        let _ = WebShopPage::classify(&obs);
     }
 
     #[test]

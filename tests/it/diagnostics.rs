@@ -431,9 +431,9 @@ fn comparison_keeps_order_and_prints_a_table() {
     )
     .unwrap();
     assert_eq!(cmp.entries.len(), 2);
-    assert_eq!(cmp.entries[0].name, "hand");
-    assert_eq!(cmp.entries[1].report.car.value, Some(0.0));
-    assert_eq!(cmp.entries[1].report.egr.value, Some(1.0));
+    assert_eq!(cmp.entries[0].0, "hand");
+    assert_eq!(cmp.entries[1].1.car.value, Some(0.0));
+    assert_eq!(cmp.entries[1].1.egr.value, Some(1.0));
     assert_eq!(cmp.distinct_pairs, 5);
     assert_eq!(cmp.samples.partial_success, 2);
 
@@ -480,7 +480,7 @@ fn a_comparison_without_estimators_still_counts_the_shared_pairs() {
         "{empty}"
     );
     let one = d.compare(&[("hand", c.adv)]).unwrap();
-    assert_eq!(one.shared_pairs, one.entries[0].report.car.shared_pairs);
+    assert_eq!(one.shared_pairs, one.entries[0].1.car.shared_pairs);
 }
 
 #[test]

@@ -84,8 +84,8 @@ fn grpo_through_the_trait_gives_the_hand_computed_diagnostics() {
     let grpo = build("grpo");
     let cmp = diag.compare_estimators(&[("GRPO", &*grpo)], &input).unwrap();
     assert_eq!(cmp.entries.len(), 1);
-    assert_eq!(cmp.entries[0].name, "GRPO");
-    let r = &cmp.entries[0].report;
+    assert_eq!(cmp.entries[0].0, "GRPO");
+    let r = &cmp.entries[0].1;
     let (w, l) = grpo_by_hand();
 
     // CAR: (s0, go) is taken in W (+) and L (−, twice): contradictory. (u0, go) is taken in X
@@ -148,7 +148,7 @@ fn the_row_advantage_is_the_first_masked_token() {
     let a = diag.compare_estimators(&[("grpo", &*grpo)], &one).unwrap();
     let b = diag.compare_estimators(&[("grpo", &*grpo)], &two).unwrap();
     assert_eq!(a, b);
-    assert_eq!(b.entries[0].report.zar.zero_steps, 2);
+    assert_eq!(b.entries[0].1.zar.zero_steps, 2);
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn an_input_without_response_tokens_is_measured_not_refused() {
         .with_response_mask(&mask);
     let grpo = build("grpo");
     let cmp = diag.compare_estimators(&[("grpo", &*grpo)], &input).unwrap();
-    let r = &cmp.entries[0].report;
+    let r = &cmp.entries[0].1;
     assert_eq!((r.zar.zero_steps, r.zar.steps), (7, 7));
     assert_eq!(r.utilisation.effective, 0);
     assert_eq!((r.car.contradictory_pairs, r.car.shared_pairs), (0, 2));
@@ -428,8 +428,8 @@ mod bundled {
         // data/README.md: every group mixes successes and failures, so each group's row
         // scores have std > 0 and every row gets (R − μ)/σ ≠ 0.
         let cmp = run(&records(false));
-        let grpo = &cmp.entries[0].report;
-        assert_eq!(cmp.entries[0].name, "grpo");
+        let grpo = &cmp.entries[0].1;
+        assert_eq!(cmp.entries[0].0, "grpo");
         assert_eq!((grpo.zar.zero_steps, grpo.zar.steps), (0, 437));
         assert_eq!(grpo.utilisation.effective, 32);
         assert_eq!(cmp.samples.trajectories, 32);
@@ -442,7 +442,7 @@ mod bundled {
         let recs = records(true);
         assert_eq!(recs.len(), 18); // 32 minus the 14 successes
         let cmp = run(&recs);
-        let grpo = &cmp.entries[0].report;
+        let grpo = &cmp.entries[0].1;
         assert_eq!(grpo.zar.value, 1.0);
         assert_eq!(grpo.utilisation.effective, 0);
         assert_eq!(grpo.car.contradictory_pairs, 0);

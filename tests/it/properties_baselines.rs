@@ -3,7 +3,7 @@
 use beacon_rl::estimator::{
     AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Gae, GaeConfig, Grpo, GrpoConfig,
     GrpoPassk, OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig,
-    Remax, Rloo, RlooVectorized, TirOptimalTokenBaseline,
+    Remax, Rloo, TirOptimalTokenBaseline,
 };
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
@@ -232,7 +232,7 @@ proptest! {
             Box::new(Grpo::new(GrpoConfig::verl()).unwrap()),
             Box::new(Grpo::new(GrpoConfig::dr_grpo()).unwrap()),
             Box::new(Rloo),
-            Box::new(RlooVectorized),
+            EstimatorConfig::RlooVectorized.build().unwrap(),
         ];
         for est in ests {
             let a = case.run(est.as_ref()).unwrap();
@@ -248,7 +248,7 @@ proptest! {
     #[test]
     fn rloo_variants_agree_without_singletons(case in case_strategy(2, false)) {
         let a = case.run(&Rloo).unwrap();
-        let b = case.run(&RlooVectorized).unwrap();
+        let b = case.run(&*EstimatorConfig::RlooVectorized.build().unwrap()).unwrap();
         for (x, y) in a.advantages.iter().zip(b.advantages.iter()) {
             prop_assert!(close(*x, *y, 1e-12), "{x} vs {y}");
         }

@@ -4,8 +4,8 @@
 
 use beacon_rl::milestone::{EnvFlag, ScoreIncrease};
 use beacon_rl::record::{
-    group_rows, read_groups, read_row_dump, read_trajectories, write_jsonl, Extra, JsonlReader, JsonlRecord,
-    RecordBatch, RowRecord, StepRecord, TrajectoryGroups, TrajectoryRecord,
+    group_rows, read_row_dump, read_trajectories, write_jsonl, Extra, JsonlReader, JsonlRecord, RecordBatch,
+    RowRecord, StepRecord, TrajectoryGroups, TrajectoryRecord,
 };
 use beacon_rl::Error;
 use proptest::prelude::*;
@@ -803,7 +803,7 @@ fn errors_name_the_file_and_its_line() {
 // reappears after it was closed, naming where.
 #[test]
 fn groups_stream_one_at_a_time_and_must_be_contiguous() {
-    let groups = read_groups(SAMPLE.as_bytes())
+    let groups = TrajectoryGroups::new([read_trajectories(SAMPLE.as_bytes())])
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let all = read_all(SAMPLE);
@@ -832,7 +832,7 @@ fn groups_stream_one_at_a_time_and_must_be_contiguous() {
         line_of("g1", "c"),
     ]
     .join("\n");
-    let mut groups = read_groups(text.as_bytes());
+    let mut groups = TrajectoryGroups::new([read_trajectories(text.as_bytes())]);
     assert_eq!(groups.next().unwrap().unwrap().group_id(), "g1");
     // g2 is complete when g1 comes back: it is yielded, then the error.
     assert_eq!(groups.next().unwrap().unwrap().group_id(), "g2");
@@ -849,7 +849,7 @@ fn groups_stream_one_at_a_time_and_must_be_contiguous() {
     );
     assert!(groups.next().is_none());
     // Without the rule, runs come as they are.
-    let runs = read_groups(text.as_bytes())
+    let runs = TrajectoryGroups::new([read_trajectories(text.as_bytes())])
         .allow_interleaved()
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
@@ -871,7 +871,10 @@ fn ids_in_error_messages_cannot_drive_the_terminal() {
         line_of("g3", json),
     ]
     .join("\n");
-    let e = read_groups(text.as_bytes()).nth(2).unwrap().unwrap_err();
+    let e = TrajectoryGroups::new([read_trajectories(text.as_bytes())])
+        .nth(2)
+        .unwrap()
+        .unwrap_err();
     assert!(matches!(&e, Error::GroupNotContiguous { group_id, .. } if group_id == id));
     let shown = e.to_string();
     assert!(
@@ -942,14 +945,14 @@ fn fast_reader_equals_serde_on_the_sample() {
 /// other trajectories) equal groups read fresh.
 #[test]
 fn recycled_groups_equal_fresh_ones() {
-    let fresh: Vec<_> = read_groups(SAMPLE.as_bytes())
+    let fresh: Vec<_> = TrajectoryGroups::new([read_trajectories(SAMPLE.as_bytes())])
         .collect::<Result<Vec<_>, _>>()
         .expect("valid sample");
     // Largest trajectories first, so recycled records are read into with leftovers.
     let mut text: Vec<&str> = SAMPLE.lines().collect();
     text.reverse();
     let reversed = text.join("\n");
-    let mut groups = read_groups(reversed.as_bytes());
+    let mut groups = TrajectoryGroups::new([read_trajectories(reversed.as_bytes())]);
     let mut recycled = Vec::new();
     while let Some(group) = groups.next() {
         let group = group.expect("valid sample");

@@ -1,6 +1,5 @@
 //! The command line: the options and the output formats.
 
-use beacon_rl::record::DEFAULT_MAX_LINE_BYTES;
 use clap::{Parser, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -62,7 +61,7 @@ pub(crate) struct Args {
     pub(crate) diagnostics: bool,
 
     /// Longest input line accepted, in bytes; a longer line is an error.
-    #[arg(long, default_value_t = DEFAULT_MAX_LINE_BYTES)]
+    #[arg(long, default_value_t = beacon_rl::record::JsonlReader::<(), ()>::DEFAULT_MAX_LINE_BYTES)]
     pub(crate) max_line_bytes: usize,
 }
 

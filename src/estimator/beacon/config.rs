@@ -58,6 +58,7 @@ pub enum SegmentBaseline {
 
 impl SegmentBaseline {
     /// True for the paper's [`Completed`](Self::Completed) (the default, which serde omits).
+    #[cfg(feature = "serde")]
     pub(crate) fn is_completed(&self) -> bool {
         *self == Self::Completed
     }

@@ -2,15 +2,8 @@
 //! observation into segments (see the parent module's table of what the pages look like).
 
 /// One action in WebShop's grammar.
-///
-/// ```
-/// use beacon_rl::milestone::WebShopAction;
-/// assert_eq!(WebShopAction::parse("search[bright citrus deodorant]"), WebShopAction::Search("bright citrus deodorant"));
-/// assert_eq!(WebShopAction::parse("click[B078GWRC1J]"), WebShopAction::Click("B078GWRC1J"));
-/// assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WebShopAction<'a> {
+pub(crate) enum WebShopAction<'a> {
     /// `search[keywords]`: the keywords as written.
     Search(&'a str),
     /// `click[value]`: the clicked value as written (an ASIN, an option, `Buy Now`, …).
@@ -26,16 +19,7 @@ impl<'a> WebShopAction<'a> {
     /// ignored. The name is then compared with `search` / `click` ignoring ASCII case and
     /// surrounding whitespace (WebShop wants them exact; an action it rejects leaves the page
     /// unchanged, which the phase machine sees). Never panics.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WebShopAction;
-    /// // Same as WebShop: the greedy name swallows an earlier bracket.
-    /// assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
-    /// assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
-    /// assert_eq!(WebShopAction::parse("Click[Buy Now] now"), WebShopAction::Click("Buy Now"));
-    /// assert_eq!(WebShopAction::parse("search[x]\nclick[y]"), WebShopAction::Search("x"));
-    /// ```
-    pub fn parse(action: &'a str) -> Self {
+    pub(crate) fn parse(action: &'a str) -> Self {
         let line = match action.split('\n').next() {
             Some(line) => line,
             None => return Self::Other,
@@ -64,18 +48,10 @@ impl<'a> WebShopAction<'a> {
 }
 
 /// The kind of WebShop page an observation shows.
-///
-/// ```
-/// use beacon_rl::milestone::WebShopPage;
-/// let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
-/// assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
-/// assert_eq!(WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"), WebShopPage::Done);
-/// assert_eq!(WebShopPage::classify("Nothing to see"), WebShopPage::Unknown);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum WebShopPage {
+pub(crate) enum WebShopPage {
     /// The start page with the search box.
     Search,
     /// A page of search results.
@@ -93,15 +69,7 @@ pub enum WebShopPage {
 impl WebShopPage {
     /// Classifies an observation (see the module docs for the cues). The done page wins over
     /// everything, then results, item, item detail, search.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WebShopPage;
-    /// let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
-    /// assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
-    /// assert_eq!(WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."), WebShopPage::ItemDetail);
-    /// assert_eq!(WebShopPage::classify("WebShop [SEP] Instruction: [SEP] i need a tee [SEP] Search"), WebShopPage::Search);
-    /// ```
-    pub fn classify(observation: &str) -> Self {
+    pub(crate) fn classify(observation: &str) -> Self {
         let (mut done, mut results, mut buy, mut prev, mut search) = (false, false, false, false, false);
         for seg in segments(observation) {
             if seg.starts_with("Thank you for shopping with us") {
@@ -210,4 +178,161 @@ pub(super) fn normalized(s: &str) -> impl Iterator<Item = char> + '_ {
 /// Case- and whitespace-insensitive equality, without allocating.
 pub(super) fn norm_eq(a: &str, b: &str) -> bool {
     normalized(a).eq(normalized(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use proptest::prelude::*;
+    use regex::Regex;
+
+    use super::{WebShopAction, WebShopPage};
+
+    #[test]
+    fn documented_examples() {
+        assert_eq!(
+            WebShopAction::parse("search[bright citrus deodorant]"),
+            WebShopAction::Search("bright citrus deodorant")
+        );
+        assert_eq!(
+            WebShopAction::parse("click[B078GWRC1J]"),
+            WebShopAction::Click("B078GWRC1J")
+        );
+        assert_eq!(WebShopAction::parse("buy it"), WebShopAction::Other);
+        // Same as WebShop: the greedy name swallows an earlier bracket.
+        assert_eq!(WebShopAction::parse("click[a[b]]"), WebShopAction::Other);
+        assert_eq!(WebShopAction::parse("click[]"), WebShopAction::Other);
+        assert_eq!(
+            WebShopAction::parse("Click[Buy Now] now"),
+            WebShopAction::Click("Buy Now")
+        );
+        assert_eq!(
+            WebShopAction::parse("search[x]\nclick[y]"),
+            WebShopAction::Search("x")
+        );
+        let results = "'Back to Search' [SEP] 'Page 1 (Total results: 50)' [SEP] 'Next >' [SEP] 'B078GWRC1J' [SEP] 'Bright Citrus Deodorant' [SEP] '$10.99'";
+        assert_eq!(WebShopPage::classify(results), WebShopPage::Results);
+        assert_eq!(
+            WebShopPage::classify("Thank you for shopping with us! [SEP] Your code:"),
+            WebShopPage::Done
+        );
+        assert_eq!(WebShopPage::classify("Nothing to see"), WebShopPage::Unknown);
+        let item = "Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] Soft Tee [SEP] Price: $9.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now";
+        assert_eq!(WebShopPage::classify(item), WebShopPage::Item);
+        assert_eq!(
+            WebShopPage::classify("Back to Search [SEP] < Prev [SEP] A soft tee."),
+            WebShopPage::ItemDetail
+        );
+        assert_eq!(
+            WebShopPage::classify("WebShop [SEP] Instruction: [SEP] i need a tee [SEP] Search"),
+            WebShopPage::Search
+        );
+    }
+
+    const PREFIX: &str =
+        "WebShop [SEP] Instruction: [SEP] i would like a 3 ounce bottle of bright citrus deodorant [SEP] ";
+    const TITLE: &str = "Bright Citrus Deodorant by Earth Mama | Natural and Safe for Sensitive Skin";
+
+    #[test]
+    fn pages_are_classified() {
+        let item = format!(
+            "{PREFIX}Back to Search [SEP] < Prev [SEP] scent [SEP] bright citrus [SEP] size [SEP] 3 ounce (pack of 1) [SEP] {TITLE} [SEP] Price: $10.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now"
+        );
+        let results = format!(
+            "{PREFIX}Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B078GWRC1J [SEP] {TITLE} [SEP] $10.99"
+        );
+        let detail =
+            format!("{PREFIX}Back to Search [SEP] < Prev [SEP] Earth Mama's deodorant is free of aluminum.");
+        let done = "Thank you for shopping with us! [SEP] Your code: [SEP] None [SEP] Purchased [SEP] asin [SEP] B078GWRC1J [SEP] Your score (min 0.0, max 1.0) [SEP] 1.0";
+        assert_eq!(
+            WebShopPage::classify(&format!("{PREFIX}Search")),
+            WebShopPage::Search
+        );
+        assert_eq!(WebShopPage::classify(&results), WebShopPage::Results);
+        assert_eq!(WebShopPage::classify(&item), WebShopPage::Item);
+        assert_eq!(WebShopPage::classify(&detail), WebShopPage::ItemDetail);
+        assert_eq!(WebShopPage::classify(done), WebShopPage::Done);
+        // verl-agent's format: the prefix stripped, segments in single quotes.
+        let quoted = |obs: &str| {
+            let body = obs.strip_prefix(PREFIX).unwrap_or(obs);
+            body.split(" [SEP] ")
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(" [SEP] ")
+        };
+        assert_eq!(WebShopPage::classify(&quoted(&item)), WebShopPage::Item);
+        // `text_rich` mode: clickables in `[button] … [button_]`, one string a line.
+        let rich = results
+            .strip_prefix(PREFIX)
+            .unwrap()
+            .replace("Back to Search", "[button] Back to Search [button_]")
+            .replace("Next >", "[button] Next > [button_]")
+            .replace(" [SEP] ", "\n");
+        assert_eq!(WebShopPage::classify(&rich), WebShopPage::Results);
+        // The HTML template's results header.
+        assert_eq!(
+            WebShopPage::classify("Back to Search [SEP] Page 2 (11-20) of 50 total results [SEP] < Prev"),
+            WebShopPage::Results
+        );
+        assert_eq!(WebShopPage::classify(""), WebShopPage::Unknown);
+        assert_eq!(WebShopPage::classify("Nothing happens."), WebShopPage::Unknown);
+    }
+
+    /// Python's `re.match(r'(.+)\[(.+)\]', action)`: Rust's regex has the same leftmost-first,
+    /// greedy semantics for this pattern, and `.` excludes only `\n` in both.
+    fn reference_parse(action: &str) -> WebShopAction<'_> {
+        static RE: OnceLock<Regex> = OnceLock::new();
+        let re = RE.get_or_init(|| Regex::new(r"^(.+)\[(.+)\]").unwrap());
+        match re.captures(action) {
+            None => WebShopAction::Other,
+            Some(c) => {
+                let (name, arg) = (c.get(1).unwrap().as_str().trim(), c.get(2).unwrap().as_str());
+                if name.eq_ignore_ascii_case("search") {
+                    WebShopAction::Search(arg)
+                } else if name.eq_ignore_ascii_case("click") {
+                    WebShopAction::Click(arg)
+                } else {
+                    WebShopAction::Other
+                }
+            }
+        }
+    }
+
+    fn tricky_text() -> impl Strategy<Value = String> {
+        let atom = prop_oneof![
+            Just("[".to_owned()),
+            Just("]".to_owned()),
+            Just("[SEP]".to_owned()),
+            Just(" [SEP] ".to_owned()),
+            Just("\n".to_owned()),
+            Just("'".to_owned()),
+            Just("search".to_owned()),
+            Just("click".to_owned()),
+            Just("Buy Now".to_owned()),
+            Just("< Prev".to_owned()),
+            Just("Page 1 (Total results: 50)".to_owned()),
+            Just("B078GWRC1J".to_owned()),
+            Just("Thank you for shopping with us!".to_owned()),
+            Just("[button] ".to_owned()),
+            Just(" [button_]".to_owned()),
+            any::<String>(),
+            any::<char>().prop_map(String::from),
+        ];
+        prop::collection::vec(atom, 0..16).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn action_parse_agrees_with_the_environment_regex(action in tricky_text()) {
+            prop_assert_eq!(WebShopAction::parse(&action), reference_parse(&action));
+        }
+
+        #[test]
+        fn page_classification_never_panics(obs in tricky_text()) {
+            let _ = WebShopPage::classify(&obs);
+        }
+    }
 }
