@@ -11,7 +11,9 @@ use super::optimal_baseline::{OptimalTokenBaseline, OptimalTokenBaselineConfig, 
 use super::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePlusPlusConfig};
 use super::remax::Remax;
 use super::rloo::{Rloo, RlooVectorized};
-use super::*;
+use super::tree_grpo::{TreeGrpo, TreeGrpoConfig};
+use super::{ablation, beacon, gigpo, mt_grpo, step_reinforce, turn_gae};
+use super::{Ablation, AdvantageEstimator, BeaconAblationConfig};
 use std::fmt;
 use std::str::FromStr;
 
