@@ -267,6 +267,15 @@ impl AdvantageEstimator for Empg {
         workspace: &mut Workspace,
     ) -> Result<()> {
         let mask = input.response_mask.ok_or(Error::MissingInput("response_mask"))?;
+        // The step buffer is sized by the batch's step count, which a batch may claim without
+        // holding it: the entropy column (real memory) must match it first.
+        let entropy = input.step_entropy.ok_or(Error::MissingInput("step_entropy"))?;
+        check_len("step_entropy", input.batch.num_steps(), entropy.len())?;
+        let dim = input.output_dim();
+        advantages.check_dim("advantages", dim)?;
+        if let Some(r) = &returns {
+            r.check_dim("returns", dim)?;
+        }
         let mut values = std::mem::take(&mut workspace.empg);
         values.clear();
         values.resize(input.batch.num_steps(), 0.0);

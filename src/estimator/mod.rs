@@ -40,7 +40,7 @@
 //! | `mt_grpo` | [`MtGrpo`] | [`MtGrpoConfig`] |
 //! | `turn_gae` | [`TurnGae`] | [`TurnGaeConfig`] |
 //! | `tree_grpo` | [`TreeGrpo`] | [`TreeGrpoConfig`] |
-//! | (`empg`, not registered by name) | [`Empg`] | [`EmpgConfig`] |
+//! | `empg` | [`Empg`] | [`EmpgConfig`] |
 //!
 //! # One way to call an estimator
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
