@@ -63,7 +63,7 @@
 
 use super::grpo::{Grpo, GrpoConfig};
 use super::kernel::check_steps_out;
-use super::{AdvantageEstimator, EstimatorInput, Workspace};
+use super::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use crate::error::{check_len, Error, Range, Result};
 use crate::tensor::FloatViewMut;
 
@@ -203,13 +203,19 @@ impl Empg {
     /// The step values into `out` (one per row): GRPO's A, then the modulation in place.
     fn steps(&self, input: &EstimatorInput<'_>, out: &mut [f64], ws: &mut Workspace) -> Result<()> {
         check_steps_out(input, out)?;
-        let entropy = input.step_entropy.ok_or(Error::MissingInput("step_entropy"))?;
-        check_len("step_entropy", input.batch.num_steps(), entropy.len())?;
+        let entropy = entropy_column(input)?;
         self.grpo.estimate_steps_into(input, out, ws)?;
         check_entropy(entropy)?;
         modulate(&self.config, input.batch, entropy, out);
         crate::error::check_finite("advantages", out)
     }
+}
+
+/// The `step_entropy` column, present and one entry per step row.
+fn entropy_column<'a>(input: &EstimatorInput<'a>) -> Result<&'a [f64]> {
+    let entropy = input.step_entropy.ok_or(Error::MissingInput("step_entropy"))?;
+    check_len("step_entropy", input.batch.num_steps(), entropy.len())?;
+    Ok(entropy)
 }
 
 /// Entries finite and ≥ 0, the first offender named.
@@ -269,8 +275,7 @@ impl AdvantageEstimator for Empg {
         let mask = input.response_mask.ok_or(Error::MissingInput("response_mask"))?;
         // The step buffer is sized by the batch's step count, which a batch may claim without
         // holding it: the entropy column (real memory) must match it first.
-        let entropy = input.step_entropy.ok_or(Error::MissingInput("step_entropy"))?;
-        check_len("step_entropy", input.batch.num_steps(), entropy.len())?;
+        entropy_column(input)?;
         let dim = input.output_dim();
         advantages.check_dim("advantages", dim)?;
         if let Some(r) = &returns {
@@ -289,6 +294,18 @@ impl AdvantageEstimator for Empg {
         });
         workspace.empg = values;
         done
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        // The columns are checked before anything is allocated (the trait's default sizes
+        // its outputs first).
+        let mask = input.response_mask.ok_or(Error::MissingInput("response_mask"))?;
+        let mut values = vec![0.0; entropy_column(input)?.len()];
+        self.steps(input, &mut values, &mut Workspace::new())?;
+        Ok(Advantages {
+            advantages: crate::tensor::broadcast(&values, mask)?,
+            returns: None,
+        })
     }
 
     fn estimate_steps_into(

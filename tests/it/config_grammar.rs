@@ -135,8 +135,16 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         |((k, k_f, zeta), (eps, mean_only, traj))| {
             let mut c = EmpgConfig::authors();
             (c.k, c.k_f, c.zeta, c.grpo.std_eps) = (k, k_f, zeta, eps);
-            c.grpo.norm = if mean_only { GrpoNorm::MeanOnly } else { GrpoNorm::MeanStd };
-            c.grpo.statistics = if traj { GrpoStatistics::Trajectories } else { GrpoStatistics::Rows };
+            c.grpo.norm = if mean_only {
+                GrpoNorm::MeanOnly
+            } else {
+                GrpoNorm::MeanStd
+            };
+            c.grpo.statistics = if traj {
+                GrpoStatistics::Trajectories
+            } else {
+                GrpoStatistics::Rows
+            };
             EstimatorConfig::Empg(c)
         },
     );
