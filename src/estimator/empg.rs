@@ -59,10 +59,12 @@
 //! ([`Error::LengthMismatch`]), a non-finite entry ([`Error::NonFinite`]) and a negative
 //! one ([`Error::NegativeEntropy`]: a Shannon entropy is ≥ 0, so a negative value is another
 //! column, e.g. log-probabilities). On the token path ([`estimate_into`](AdvantageEstimator::estimate_into))
-//! each row's value is written on its generated tokens (`response_mask`), 0 elsewhere.
+//! each row's value is written on its generated tokens (`response_mask`), 0 elsewhere;
+//! without a mask, in one column (rows × 1), as BEACON and GiGPO do. Returns equal the
+//! advantages.
 
 use super::grpo::{Grpo, GrpoConfig};
-use super::kernel::check_steps_out;
+use super::kernel::{check_steps_out, estimate_via_steps, estimate_via_steps_fresh};
 use super::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use crate::error::{check_len, Error, Range, Result};
 use crate::tensor::FloatViewMut;
@@ -272,40 +274,27 @@ impl AdvantageEstimator for Empg {
         returns: Option<FloatViewMut<'_>>,
         workspace: &mut Workspace,
     ) -> Result<()> {
-        let mask = input.response_mask.ok_or(Error::MissingInput("response_mask"))?;
         // The step buffer is sized by the batch's step count, which a batch may claim without
-        // holding it: the entropy column (real memory) must match it first.
-        entropy_column(input)?;
-        let dim = input.output_dim();
-        advantages.check_dim("advantages", dim)?;
-        if let Some(r) = &returns {
-            r.check_dim("returns", dim)?;
-        }
-        let mut values = std::mem::take(&mut workspace.empg);
-        values.clear();
-        values.resize(input.batch.num_steps(), 0.0);
-        let done = self.steps(input, &mut values, workspace).and_then(|()| {
-            crate::tensor::broadcast_into(&values, mask, advantages)?;
-            match returns {
-                // The returns equal the advantages, as GRPO's.
-                Some(r) => crate::tensor::broadcast_into(&values, mask, r),
-                None => Ok(()),
-            }
-        });
-        workspace.empg = values;
-        done
+        // holding it: the entropy column (real memory) must match it first. The values go on
+        // each row's generated tokens (one column without a mask); returns equal them.
+        estimate_via_steps(
+            input,
+            advantages,
+            returns,
+            workspace,
+            || entropy_column(input).map(drop),
+            |out, ws| self.steps(input, out, ws),
+        )
     }
 
     fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        // The columns are checked before anything is allocated (the trait's default sizes
-        // its outputs first).
-        let mask = input.response_mask.ok_or(Error::MissingInput("response_mask"))?;
-        let mut values = vec![0.0; entropy_column(input)?.len()];
-        self.steps(input, &mut values, &mut Workspace::new())?;
-        Ok(Advantages {
-            advantages: crate::tensor::broadcast(&values, mask)?,
-            returns: None,
-        })
+        // Every input check before the output is allocated (the trait's default sizes its
+        // outputs first).
+        estimate_via_steps_fresh(
+            input,
+            || entropy_column(input).map(drop),
+            |out, ws| self.steps(input, out, ws),
+        )
     }
 
     fn estimate_steps_into(
@@ -451,15 +440,23 @@ mod tests {
         assert_eq!(out.advantages.row(1).to_vec(), vec![steps[1], 0.0, 0.0]);
         assert_eq!(out.advantages.row(2).to_vec(), vec![0.0; 3]);
         assert_eq!(out.advantages.row(3).to_vec(), vec![steps[3]; 3]);
+        // Without a mask: one column, each row's value; a wider buffer is refused.
         let no_mask = EstimatorInput::new(&b).with_step_entropy(&h);
+        let est = Empg::new(EmpgConfig::authors()).unwrap();
+        let mut col = ndarray::Array2::<f64>::zeros((4, 1));
+        est.estimate_into(&no_mask, (&mut col).into(), None, &mut Workspace::new())
+            .unwrap();
+        assert_eq!(col.column(0).to_vec(), steps);
         let mut adv = ndarray::Array2::<f64>::zeros((4, 3));
-        let err = Empg::new(EmpgConfig::authors()).unwrap().estimate_into(
-            &no_mask,
-            (&mut adv).into(),
-            None,
-            &mut Workspace::new(),
+        let err = est.estimate_into(&no_mask, (&mut adv).into(), None, &mut Workspace::new());
+        assert_eq!(
+            err,
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (4, 1),
+                actual: (4, 3)
+            })
         );
-        assert_eq!(err, Err(Error::MissingInput("response_mask")));
     }
 
     /// A batch of `lens.len()` trajectories in one or two groups, with rewards and entropies.
