@@ -164,7 +164,8 @@ impl Default for EmpgConfig {
     }
 }
 
-/// The `empg` estimator (see the [module docs](self)).
+/// The `empg` estimator (see the module docs (`src/estimator/empg.rs`): the equations, and
+/// what the paper leaves open).
 ///
 /// ```
 /// use beacon_rl::estimator::{AdvantageEstimator, Empg, EmpgConfig, EstimatorInput, Workspace};
