@@ -53,8 +53,10 @@ fn zero_allocations_after_the_first_call() {
     let parents: Vec<i64> = (0..rows)
         .map(|r| if trajs[r] % 10 == 0 { -1 } else { (r % 4) as i64 })
         .collect();
+    let entropy: Vec<f64> = (0..rows).map(|r| (r % 5) as f64 * 0.3).collect();
     let f64_input = EstimatorInput::new(&batch)
         .with_tree_parents(&parents)
+        .with_step_entropy(&entropy)
         .with_reward_baselines(&baselines)
         .with_milestones(&milestones)
         .with_step_rewards(&step_rewards)
@@ -90,7 +92,15 @@ fn zero_allocations_after_the_first_call() {
         // none.
         let (mut f64_input, mut f32_input) = (f64_input, f32_input);
         if name.starts_with("beacon")
-            || ["gigpo", "step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"].contains(name)
+            || [
+                "gigpo",
+                "step_reinforce",
+                "mt_grpo",
+                "turn_gae",
+                "tree_grpo",
+                "empg",
+            ]
+            .contains(name)
         {
             f64_input.token_level_rewards = None;
             f32_input.token_level_rewards = None;

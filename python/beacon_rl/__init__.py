@@ -52,7 +52,7 @@ Array = Any  # numpy.ndarray or torch.Tensor (torch is optional)
 def names() -> list[str]:
     """Every estimator name the crate knows: verl's ``adv_estimator`` strings plus
     ``beacon``, ``beacon_official``, ``gigpo`` and the turn-level ``step_reinforce``,
-    ``mt_grpo``, ``turn_gae`` and ``tree_grpo``. A name may carry keys,
+    ``mt_grpo``, ``turn_gae``, ``tree_grpo`` and ``empg``. A name may carry keys,
     ``"beacon:segment_decay=0.9"`` (the crate's grammar, see :func:`estimate`)."""
     return list(_native.names())
 
@@ -379,6 +379,7 @@ def estimate(
     config: Optional[Mapping[str, Any]] = None,
     out: Optional[Sequence[Array]] = None,
     tree_parents: Optional[Array] = None,
+    step_entropy: Optional[Array] = None,
 ) -> Tuple[Array, Array]:
     """Advantages and returns of estimator ``name``: one of ``names()``, or a name with keys,
     ``"beacon:segment_decay=0.9,ablation=milestone_dropout(p=0.3),seed=7"`` (the crate's
@@ -426,6 +427,11 @@ def estimate(
       non-integer or non-1-D array is a ``TypeError``; a wrong length, an entry naming no
       row, a parent in another group, a cycle, or ``tree_parents`` for another estimator is
       a ``ValueError``.
+    - ``step_entropy`` (one float32/float64 value per row: the policy's mean token entropy
+      at the row's step) for ``empg``, which modulates GRPO's advantage (over
+      ``terminal_rewards`` or the rows' scores) step by step with it. A non-1-D array is a
+      ``TypeError``; a wrong length, NaN/inf, a negative entry, or ``step_entropy`` for
+      another estimator is a ``ValueError``.
     - ``config``: parameters in the crate's serde field names (e.g. ``{"norm": "mean_only"}``
       for grpo, ``{"segment_weight": 0.5}`` for beacon); omitted ones take verl's defaults.
     - ``out``: a pair ``(advantages, returns)`` of float32/float64 numpy arrays or CPU tensors
@@ -458,6 +464,7 @@ def estimate(
     scores = caller.numpy(row_scores, "row_scores")
     step = caller.numpy(step_rewards, "step_rewards")
     tvals = caller.numpy(turn_values, "turn_values")
+    entropy = caller.numpy(step_entropy, "step_entropy")
     vals = caller.numpy(values, "values")
     if index is None:
         raise TypeError("index: required (one group key per row)")
@@ -471,7 +478,7 @@ def estimate(
         anchors = anchors.astype(object)
     parents = _tree_parents(caller.numpy(tree_parents, "tree_parents"))
     shape = _native.output_shape(index=idx, token_level_rewards=rewards, response_mask=mask)
-    dtype = _float_dtype(rewards, episode, scores, step, vals, tvals)
+    dtype = _float_dtype(rewards, episode, scores, step, vals, tvals, entropy)
     config_json = _config_json(config)
     adv, ret, adv_view, ret_view = _outputs(caller, out, shape, dtype, _has_returns(name, config_json))
     if shape[0] == 0 and all(a is None or a.shape[0] == 0 for a in (rewards, mask, idx)):
@@ -499,6 +506,7 @@ def estimate(
         turn_values=tvals,
         anchor_obs=anchors,
         tree_parents=parents,
+        step_entropy=entropy,
     )
     return _finish_pair(caller, adv, ret)
 

@@ -27,6 +27,7 @@ def estimate(
     turn_values: Optional[npt.NDArray[np.floating]] = None,
     anchor_obs: Optional[npt.NDArray[np.object_]] = None,
     tree_parents: Optional[npt.NDArray[np.int64]] = None,
+    step_entropy: Optional[npt.NDArray[np.floating]] = None,
 ) -> None:
     """Computes advantages and returns of estimator ``name`` into the two output arrays
     (float32 or float64, allocated by the caller; ``out_returns`` may be ``None`` when

@@ -60,6 +60,7 @@ struct Columns {
     baselines: Vec<f64>,
     step: Vec<f64>,
     turn_values: Vec<f64>,
+    entropy: Vec<f64>,
     flags: Vec<bool>,
 }
 
@@ -300,6 +301,7 @@ pub struct Request<'a> {
     pub milestones: Option<Mask1<'a>>,
     pub step_rewards: Option<Floats1<'a>>,
     pub turn_values: Option<Floats1<'a>>,
+    pub step_entropy: Option<Floats1<'a>>,
     pub anchor_obs: Option<&'a [&'a str]>,
     pub tree_parents: Option<&'a [i64]>,
 }
@@ -469,6 +471,7 @@ fn check_shapes(req: &Request<'_>) -> Res<()> {
         ("milestones", req.milestones.as_ref().map(Mask1::len)),
         ("step_rewards", req.step_rewards.as_ref().map(Floats1::len)),
         ("turn_values", req.turn_values.as_ref().map(Floats1::len)),
+        ("step_entropy", req.step_entropy.as_ref().map(Floats1::len)),
         ("anchor_obs", req.anchor_obs.map(<[&str]>::len)),
         ("tree_parents", req.tree_parents.map(<[i64]>::len)),
     ];
@@ -503,6 +506,13 @@ fn check_request(est: &Estimator, req: &Request<'_>, has_ret: bool) -> Res<Reads
         // Only turn_gae reads per-turn critic values: any other estimator would ignore them.
         return Err(Failure(format!(
             "turn_values: read only by turn_gae, not by {}",
+            est.name()
+        )));
+    }
+    if req.step_entropy.is_some() && est.name() != "empg" {
+        // Only empg reads the policy's step entropies: any other estimator would ignore them.
+        return Err(Failure(format!(
+            "step_entropy: read only by empg, not by {}",
             est.name()
         )));
     }
@@ -612,6 +622,7 @@ pub fn estimate(
             .transpose()?;
         let step_rewards = req.step_rewards.as_ref().map(|s| s.as_f64(&mut cols.step));
         let turn_values = req.turn_values.as_ref().map(|v| v.as_f64(&mut cols.turn_values));
+        let step_entropy = req.step_entropy.as_ref().map(|v| v.as_f64(&mut cols.entropy));
         // Built here: MaskView is invariant in its lifetime, which must be the batch borrow's.
         let mask = req.response_mask.as_ref().map(MaskView::reborrow);
         let batch = rebuild(
@@ -628,6 +639,7 @@ pub fn estimate(
             milestones,
             step_rewards,
             turn_values,
+            step_entropy,
         };
         let input = input_of(batch, req, mask, tokens_read, rows);
         run_into(est, &input, adv, ret, ws)
@@ -642,6 +654,7 @@ struct RowColumns<'b> {
     milestones: Option<&'b [bool]>,
     step_rewards: Option<&'b [f64]>,
     turn_values: Option<&'b [f64]>,
+    step_entropy: Option<&'b [f64]>,
 }
 
 /// The crate's input: the batch and every column the caller passed. `tokens_read`: whether
@@ -687,6 +700,9 @@ fn input_of<'b>(
     }
     if let Some(v) = rows.turn_values {
         input = input.with_turn_values(v);
+    }
+    if let Some(h) = rows.step_entropy {
+        input = input.with_step_entropy(h);
     }
     if let Some(p) = req.tree_parents {
         input = input.with_tree_parents(p);

@@ -570,7 +570,7 @@ fn anchor_texts<'a>(anchors: &'a [Bound<'_, PyString>]) -> PyResult<Vec<&'a str>
     response_mask=None, index, traj_index=None, terminal_rewards=None, row_scores=None,
     values=None, old_log_probs=None, sum_pi_squared=None, rollout_is_weights=None,
     reward_baselines=None, milestones=None, step_rewards=None, turn_values=None,
-    anchor_obs=None, tree_parents=None
+    anchor_obs=None, tree_parents=None, step_entropy=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn estimate<'py>(
@@ -595,6 +595,7 @@ fn estimate<'py>(
     turn_values: Option<&Bound<'py, PyAny>>,
     anchor_obs: Option<&Bound<'py, PyAny>>,
     tree_parents: Option<&Bound<'py, PyAny>>,
+    step_entropy: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     let est = Estimator::new(name, config_json)?;
     // The Python layer hands over a contiguous int64 array (it converts and checks).
@@ -627,6 +628,7 @@ fn estimate<'py>(
     let flags = m1("milestones", milestones)?;
     let step = f1("step_rewards", step_rewards)?;
     let tv = f1("turn_values", turn_values)?;
+    let entropy = f1("step_entropy", step_entropy)?;
     let anchor_objs = anchor_obs.map(anchors).transpose()?;
     let anchor_strs: Option<Vec<&str>> = anchor_objs.as_deref().map(anchor_texts).transpose()?;
     check_disjoint(
@@ -651,6 +653,7 @@ fn estimate<'py>(
             ("turn_values", turn_values),
             ("anchor_obs", anchor_obs),
             ("tree_parents", tree_parents),
+            ("step_entropy", step_entropy),
         ],
     )?;
     let mut adv = o2("out_advantages", out_advantages)?;
@@ -674,6 +677,7 @@ fn estimate<'py>(
         turn_values: tv.as_ref().map(F1::view),
         anchor_obs: anchor_strs.as_deref(),
         tree_parents: parents_slice,
+        step_entropy: entropy.as_ref().map(F1::view),
     };
     let (a, r) = (adv.view(), ret.as_mut().map(O2::view));
     py.detach(|| threads::run(|| adapter::estimate(&est, &req, a, r)))?;
@@ -750,7 +754,7 @@ fn estimate_turns<'py>(
 
 /// Every estimator name the crate knows (verl's `adv_estimator` strings plus `gigpo`,
 /// `beacon`, `beacon_official` and the turn-level `step_reinforce`,
-/// `mt_grpo`, `turn_gae`, `tree_grpo`).
+/// `mt_grpo`, `turn_gae`, `tree_grpo`, `empg`).
 #[pyfunction]
 fn names() -> Vec<&'static str> {
     adapter::names().to_vec()

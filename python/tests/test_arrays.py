@@ -168,6 +168,8 @@ def test_every_name_runs():
         if name == "tree_grpo":
             # Two trees per group of four rows (rows 0-3, 4-7).
             args["tree_parents"] = np.array([-1, 0, 1, -1, -1, 4, 4, -1])
+        if name == "empg":
+            args["step_entropy"] = rng.random(size=rows)
         adv, ret = beacon_rl.estimate(name, **args)
         assert adv.shape == (rows, width), name
         assert np.isfinite(adv).all() and np.isfinite(ret).all(), name

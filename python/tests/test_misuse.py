@@ -40,6 +40,8 @@ def kwargs_for(name):
     kw = dict(EXTRA_KW, **(STEP_KW if name in beacon_rl.STEP_ESTIMATORS else {}))
     if name == "tree_grpo":
         kw["tree_parents"] = np.array([-1, 0, -1, 2])
+    if name == "empg":
+        kw["step_entropy"] = np.array([0.5, 1.0, 1.5, 2.0])
     return kw
 
 

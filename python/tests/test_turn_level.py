@@ -1,4 +1,4 @@
-"""The turn-level estimators (``step_reinforce``, ``mt_grpo``, ``turn_gae``) through the
+"""The turn-level estimators (``step_reinforce``, ``mt_grpo``, ``turn_gae``, ``tree_grpo``, ``empg``) through the
 package: hand-computed multi-turn rows, the ``turn_values`` argument and the verl registration.
 
 On verl's multi-turn rows a turn is a run of ``response_mask == 1`` and owns the tokens after
@@ -330,3 +330,65 @@ def test_registered_tree_grpo_reads_tree_parents_or_the_authors_tree_uid():
     # A stock trainer passes no non_tensor_batch to it: a clear error, not a silent GRPO.
     with pytest.raises(ValueError, match="no 'tree_parents' or 'tree_uid' column"):
         run("tree_grpo", TREE_REWARDS, TREE_MASK, TREE_UIDS, cfg)
+
+
+# --- empg: entropy-modulated policy gradients ------------------------------------------------
+
+# Trajectories a (rows 0, 1; terminal reward 1) and b (rows 2, 3; reward 0) of one task.
+EMPG_UIDS = np.array(["t"] * 4, dtype=object)
+EMPG_TRAJ = np.array(["a", "a", "b", "b"], dtype=object)
+EMPG_R = np.array([1.0, 1.0, 0.0, 0.0])
+EMPG_H = np.array([1.0, 3.0, 2.0, 1.0])
+# From the paper's Eqs. 10-12 by hand (the crate's unit test writes the steps out): GRPO's
+# A = ±0.5 / (√(1/3) + 1e-6); H̃ = 0, 1, 0.5, 0; g = exp(-H̃) / mean(exp(-H̃)); with k_f = 2 the
+# bonus ζ·exp(-2 H̃) of the next step (none for a last step); minus the batch mean.
+EMPG_WANT = np.array([1.2192682, 0.4695463, -0.5652836, -1.1235309])
+
+
+def test_empg_hand_computed_on_step_rows_and_tokens():
+    adv, ret = beacon_rl.estimate(
+        "empg:k_f=2", index=EMPG_UIDS, traj_index=EMPG_TRAJ, terminal_rewards=EMPG_R, step_entropy=EMPG_H
+    )
+    np.testing.assert_allclose(adv[:, 0], EMPG_WANT, rtol=0, atol=1e-6)
+    assert ret is adv
+    # The same through config=, and on token rows: each row's value on its generated tokens.
+    mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 0]], dtype=np.int64)
+    adv, _ = beacon_rl.estimate(
+        "empg",
+        None,
+        mask,
+        EMPG_UIDS,
+        traj_index=EMPG_TRAJ,
+        terminal_rewards=EMPG_R,
+        step_entropy=EMPG_H.astype(np.float32),
+        config={"k_f": 2},
+    )
+    np.testing.assert_allclose(adv, mask * EMPG_WANT[:, None], rtol=0, atol=1e-6)
+
+
+def test_empg_needs_its_step_entropy_and_no_other_estimator_takes_it():
+    kw = dict(index=EMPG_UIDS, traj_index=EMPG_TRAJ, terminal_rewards=EMPG_R)
+    with pytest.raises(ValueError, match="step_entropy"):
+        beacon_rl.estimate("empg", **kw)
+    with pytest.raises(ValueError, match="step_entropy"):
+        beacon_rl.estimate("empg", step_entropy=EMPG_H[:3], **kw)
+    with pytest.raises(ValueError, match="step_entropy"):
+        beacon_rl.estimate("empg", step_entropy=np.array([1.0, -0.5, 0.0, 1.0]), **kw)
+    with pytest.raises(ValueError, match="step_entropy"):
+        beacon_rl.estimate("empg", step_entropy=np.array([1.0, np.nan, 0.0, 1.0]), **kw)
+    with pytest.raises(TypeError, match="step_entropy"):
+        beacon_rl.estimate("empg", step_entropy=EMPG_H.reshape(2, 2), **kw)
+    for name in ("grpo", "mt_grpo", "beacon_official"):
+        with pytest.raises(ValueError, match="step_entropy: read only by empg"):
+            beacon_rl.estimate(name, step_entropy=EMPG_H, **kw)
+    with pytest.raises(ValueError, match="no key gamma"):
+        beacon_rl.estimate("empg:gamma=1", step_entropy=EMPG_H, **kw)
+
+
+def test_empg_is_not_registered_with_verl():
+    # A stock verl 0.9.1 trainer drops the entropies before it computes the advantage.
+    _, _, ca, _ = _verl()
+    import beacon_rl.verl as bv
+
+    assert "empg" not in ca.ADV_ESTIMATOR_REGISTRY
+    assert "empg" not in bv.registered_names()

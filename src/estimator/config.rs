@@ -2,6 +2,7 @@
 //! lists, (de)serialises, validates and builds every estimator, in one grammar (see
 //! [`EstimatorConfig`]'s docs; the key tables are in `keys.rs`).
 
+use super::empg::{Empg, EmpgConfig};
 use super::gae::{Gae, GaeConfig};
 use super::gpg::{Gpg, GpgConfig};
 use super::grpo::{Gdpo, Grpo, GrpoConfig, GrpoPassk, GrpoVectorized};
@@ -219,6 +220,9 @@ registry! {
         /// `tree_grpo`: Tree-GRPO's prompt and tree groups ([`TreeGrpo`](TreeGrpo)).
         /// Omitted fields take [`TreeGrpoConfig::authors`](TreeGrpoConfig::authors).
         TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::authors()) => "tree_grpo";
+        /// `empg`: entropy-modulated policy gradients over step rows ([`Empg`](Empg)).
+        /// Omitted fields take [`EmpgConfig::authors`](EmpgConfig::authors).
+        Empg(EmpgConfig = EmpgConfig::authors()) => "empg";
     }
 }
 
@@ -309,6 +313,7 @@ impl EstimatorConfig {
             Self::MtGrpo(c) => c.validate(),
             Self::TurnGae(c) => c.validate(),
             Self::TreeGrpo(c) => c.validate(),
+            Self::Empg(c) => c.validate(),
         }
     }
 
@@ -346,6 +351,7 @@ impl EstimatorConfig {
             Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),
             Self::TurnGae(c) => Box::new(turn_gae::TurnGae::new(*c)?),
             Self::TreeGrpo(c) => Box::new(TreeGrpo::new(*c)?),
+            Self::Empg(c) => Box::new(Empg::new(*c)?),
         })
     }
 }
@@ -430,7 +436,7 @@ mod tests {
             &EstimatorConfig::NAMES[..EstimatorConfig::VERL_NAMES.len()],
             EstimatorConfig::VERL_NAMES
         );
-        assert_eq!(EstimatorConfig::NAMES.len(), 21);
+        assert_eq!(EstimatorConfig::NAMES.len(), 22);
         let unique: std::collections::BTreeSet<_> = EstimatorConfig::NAMES.iter().collect();
         assert_eq!(unique.len(), EstimatorConfig::NAMES.len());
         for name in EstimatorConfig::NAMES {
@@ -449,6 +455,32 @@ mod tests {
         for gone in ["beacon_ablation", "beacon_completion"] {
             assert!(!EstimatorConfig::NAMES.contains(&gone));
         }
+    }
+
+    #[test]
+    fn empg_takes_its_keys_and_grpos() {
+        let c = parse("empg:k=2");
+        assert_eq!(c, EstimatorConfig::Empg(EmpgConfig::authors().with_k(2.0)));
+        assert_eq!(c.to_string(), "empg:k=2.0");
+        assert_eq!(parse(&c.to_string()), c);
+        assert_eq!(c.build().unwrap().name(), "empg");
+        let text = "empg:k=0.5,k_f=2.0,zeta=0.05,std_eps=0.001,norm=mean_only,statistics=trajectories";
+        let c = parse(text);
+        let EstimatorConfig::Empg(e) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!((e.k, e.k_f, e.zeta, e.grpo.std_eps), (0.5, 2.0, 0.05, 0.001));
+        assert_eq!(e.grpo.norm, crate::estimator::GrpoNorm::MeanOnly);
+        assert_eq!(c.to_string(), text);
+        let err = "empg:gamma=1".parse::<EstimatorConfig>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "estimator empg has no key gamma; its keys: k, k_f, zeta, std_eps, norm, statistics"
+        );
+        assert!(matches!(
+            parse("empg:zeta=-1").build().err(),
+            Some(Error::InvalidConfig { name: "zeta", .. })
+        ));
     }
 
     #[test]
@@ -562,7 +594,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("beacon, beacon_official") && text.ends_with("tree_grpo"),
+            text.contains("beacon, beacon_official") && text.ends_with("tree_grpo, empg"),
             "{text}"
         );
         assert!(matches!(

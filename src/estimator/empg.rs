@@ -1,69 +1,8 @@
 //! `empg`: Entropy-Modulated Policy Gradients (Wang et al., arXiv 2509.09265).
-//!
-//! EMPG re-weights an outcome advantage step by step with the policy's uncertainty at each
-//! step. H_{i,t} is step t of trajectory i's mean token entropy (the caller's
-//! `step_entropy` column, one value per step row, [`EstimatorInput::with_step_entropy`]);
-//! A(i) is the trajectory's outcome advantage; over the N steps of the batch:
-//!
-//! ```text
-//! H̃_{i,t}  = (H_{i,t} − min H) / (max H − min H + ε)                  (Eq. 12, batch min/max)
-//! g(H_{i,t}) = exp(−k·H̃_{i,t}) / ( (1/N) Σ_{j,t'} exp(−k·H̃_{j,t'}) + ε )  (Eq. 10)
-//! f(H_{i,t}) = exp(−k_f·H̃_{i,t})                                       (Eq. 11)
-//! A_mod(i,t) = g(H_{i,t})·A(i) + ζ·f(H_{i,t+1})                       (modulated advantage)
-//! A_out(i,t) = A_mod(i,t) − (1/N) Σ_{j,t'} A_mod(j,t')                 (final zero-mean step)
-//! ```
-//!
-//! with ε = 1e-8. Sources: the paper's Eqs. 10–12 and the authors' pseudocode
-//! `compute_empg_advantage` on the project page (<https://empgseed-seed.github.io>) give
-//! H̃, g and f with these constants and the defaults k = k_f = 1, ζ = 0.1; the combining
-//! equation A_mod = g·A + ζ·f(H_{t+1}) and the final batch-level zero-mean normalisation are
-//! the paper's algorithm (restated as Eqs. S21–S23 in the appendix of the ARLArena paper,
-//! which re-implements EMPG with ζ = 0.05). The later passes of the pseudocode (the bonus,
-//! the final mean) were read in the copy of `compute_empg_advantage` that the ARLArena code
-//! carries; its first lines match the project page's.
-//!
-//! # What the paper leaves open, and what the crate chose
-//! - **The outcome advantage A(i).** The paper applies EMPG on top of GRPO or DAPO. The crate
-//!   uses its own `grpo` on step rows ([`Grpo`], configured by [`EmpgConfig::grpo`], verl's
-//!   defaults: group mean and unbiased σ + 1e-6 over the group's rows), the outcome
-//!   advantage of the verl-based trainer the authors built on.
-//! - **The last step's bonus.** f(H_{i,t+1}) does not exist for a trajectory's last step; the
-//!   authors' pseudocode adds the bonus only "if there is a next step" of the same
-//!   trajectory, so the last step gets ζ·0. The crate does the same.
-//! - **Scope of min, max and the mean of g.** The batch's steps (Eq. 12 says batch-level;
-//!   the pseudocode takes them over every step of the batch), not a group's.
-//! - **The final normalisation.** The paper says "zero-mean normalisation" of the modulated
-//!   advantages over the batch; the pseudocode subtracts the mean over steps (one value per
-//!   step) and divides by nothing. The crate does that: the output's mean over the batch's
-//!   steps is 0, its scale is not changed.
-//! - **Equal entropies.** When every step has the same entropy, H̃ = 0 everywhere, g = 1/(1 +
-//!   ε) and f = 1 (the ε guards make this defined).
-//! - **Parameters.** The paper asks k, k_f > 0 and ζ ≥ 0; the crate accepts k = 0 and
-//!   k_f = 0 too (then g or f is constant), so that k = 0, ζ = 0 reduces EMPG to the outcome
-//!   advantage (minus its batch mean, which GRPO's row statistics make 0) divided by 1 + ε.
-//!
-//! # Differences from the authors' pseudocode
-//! - The pseudocode as published scales the whole batch's advantage tensor by each step's g
-//!   in turn (`batch.batch['advantages'] *= g_H[i]`), which the paper's equation does not
-//!   say; the crate scales each step by its own g, as the equation does.
-//! - The pseudocode subtracts the mean from every position of the advantage tensor, masked
-//!   ones included; the crate writes the step's value on its generated tokens and 0 elsewhere
-//!   (the masked positions do not enter the loss).
-//! - The authors compute in float32; the crate in float64. No code of the authors is public,
-//!   so there are no parity vectors: the tests are derived by hand from the equations.
-//!
-//! # Input
-//! Step rows (one row per step, [`RolloutBatch`](crate::RolloutBatch) built from `uid` and
-//! `traj_uid`); steps are ordered within a trajectory by the batch's step order. Refused:
-//! a missing `step_entropy` ([`Error::MissingInput`]), one of the wrong length
-//! ([`Error::LengthMismatch`]), a non-finite entry ([`Error::NonFinite`]) and a negative
-//! one ([`Error::NegativeEntropy`]: a Shannon entropy is ≥ 0, so a negative value is another
-//! column, e.g. log-probabilities). On the token path ([`estimate_into`](AdvantageEstimator::estimate_into))
-//! each row's value is written on its generated tokens (`response_mask`), 0 elsewhere.
 
 use super::grpo::{Grpo, GrpoConfig};
-use super::kernel::check_steps_out;
-use super::{AdvantageEstimator, EstimatorInput, Workspace};
+use super::kernel::{check_steps_out, estimate_via_steps, estimate_via_steps_fresh};
+use super::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
 use crate::error::{check_len, Error, Range, Result};
 use crate::tensor::FloatViewMut;
 
@@ -162,6 +101,71 @@ impl Default for EmpgConfig {
     }
 }
 
+/// `empg`: Entropy-Modulated Policy Gradients (Wang et al., arXiv 2509.09265).
+///
+/// EMPG re-weights an outcome advantage step by step with the policy's uncertainty at each
+/// step. H_{i,t} is step t of trajectory i's mean token entropy (the caller's
+/// `step_entropy` column, one value per step row, [`EstimatorInput::with_step_entropy`]);
+/// A(i) is the trajectory's outcome advantage; over the N steps of the batch:
+///
+/// ```text
+/// H̃_{i,t}  = (H_{i,t} − min H) / (max H − min H + ε)                  (Eq. 12, batch min/max)
+/// g(H_{i,t}) = exp(−k·H̃_{i,t}) / ( (1/N) Σ_{j,t'} exp(−k·H̃_{j,t'}) + ε )  (Eq. 10)
+/// f(H_{i,t}) = exp(−k_f·H̃_{i,t})                                       (Eq. 11)
+/// A_mod(i,t) = g(H_{i,t})·A(i) + ζ·f(H_{i,t+1})                       (modulated advantage)
+/// A_out(i,t) = A_mod(i,t) − (1/N) Σ_{j,t'} A_mod(j,t')                 (final zero-mean step)
+/// ```
+///
+/// with ε = 1e-8. Sources: the paper's Eqs. 10–12 and the authors' pseudocode
+/// `compute_empg_advantage` on the project page (<https://empgseed-seed.github.io>) give
+/// H̃, g and f with these constants and the defaults k = k_f = 1, ζ = 0.1; the combining
+/// equation A_mod = g·A + ζ·f(H_{t+1}) and the final batch-level zero-mean normalisation are
+/// the paper's algorithm (restated as Eqs. S21–S23 in the appendix of the ARLArena paper,
+/// which re-implements EMPG with ζ = 0.05). The later passes of the pseudocode (the bonus,
+/// the final mean) were read in the copy of `compute_empg_advantage` that the ARLArena code
+/// carries; its first lines match the project page's.
+///
+/// # What the paper leaves open, and what the crate chose
+/// - **The outcome advantage A(i).** The paper applies EMPG on top of GRPO or DAPO. The crate
+///   uses its own `grpo` on step rows ([`Grpo`], configured by [`EmpgConfig::grpo`], verl's
+///   defaults: group mean and unbiased σ + 1e-6 over the group's rows), the outcome
+///   advantage of the verl-based trainer the authors built on.
+/// - **The last step's bonus.** f(H_{i,t+1}) does not exist for a trajectory's last step; the
+///   authors' pseudocode adds the bonus only "if there is a next step" of the same
+///   trajectory, so the last step gets ζ·0. The crate does the same.
+/// - **Scope of min, max and the mean of g.** The batch's steps (Eq. 12 says batch-level;
+///   the pseudocode takes them over every step of the batch), not a group's.
+/// - **The final normalisation.** The paper says "zero-mean normalisation" of the modulated
+///   advantages over the batch; the pseudocode subtracts the mean over steps (one value per
+///   step) and divides by nothing. The crate does that: the output's mean over the batch's
+///   steps is 0, its scale is not changed.
+/// - **Equal entropies.** When every step has the same entropy, H̃ = 0 everywhere, g = 1/(1 +
+///   ε) and f = 1 (the ε guards make this defined).
+/// - **Parameters.** The paper asks k, k_f > 0 and ζ ≥ 0; the crate accepts k = 0 and
+///   k_f = 0 too (then g or f is constant), so that k = 0, ζ = 0 reduces EMPG to the outcome
+///   advantage (minus its batch mean, which GRPO's row statistics make 0) divided by 1 + ε.
+///
+/// # Differences from the authors' pseudocode
+/// - The pseudocode as published scales the whole batch's advantage tensor by each step's g
+///   in turn (`batch.batch['advantages'] *= g_H[i]`), which the paper's equation does not
+///   say; the crate scales each step by its own g, as the equation does.
+/// - The pseudocode subtracts the mean from every position of the advantage tensor, masked
+///   ones included; the crate writes the step's value on its generated tokens and 0 elsewhere
+///   (the masked positions do not enter the loss).
+/// - The authors compute in float32; the crate in float64. No code of the authors is public,
+///   so there are no parity vectors: the tests are derived by hand from the equations.
+///
+/// # Input
+/// Step rows (one row per step, [`RolloutBatch`](crate::RolloutBatch) built from `uid` and
+/// `traj_uid`); steps are ordered within a trajectory by the batch's step order. Refused:
+/// a missing `step_entropy` ([`Error::MissingInput`]), one of the wrong length
+/// ([`Error::LengthMismatch`]), a non-finite entry ([`Error::NonFinite`]) and a negative
+/// one ([`Error::NegativeEntropy`]: a Shannon entropy is ≥ 0, so a negative value is another
+/// column, e.g. log-probabilities). On the token path ([`estimate_into`](AdvantageEstimator::estimate_into))
+/// each row's value is written on its generated tokens (`response_mask`), 0 elsewhere;
+/// without a mask, in one column (rows × 1), as BEACON and GiGPO do. Returns equal the
+/// advantages.
+///
 /// The `empg` estimator.
 ///
 /// ```
@@ -203,13 +207,19 @@ impl Empg {
     /// The step values into `out` (one per row): GRPO's A, then the modulation in place.
     fn steps(&self, input: &EstimatorInput<'_>, out: &mut [f64], ws: &mut Workspace) -> Result<()> {
         check_steps_out(input, out)?;
-        let entropy = input.step_entropy.ok_or(Error::MissingInput("step_entropy"))?;
-        check_len("step_entropy", input.batch.num_steps(), entropy.len())?;
+        let entropy = entropy_column(input)?;
         self.grpo.estimate_steps_into(input, out, ws)?;
         check_entropy(entropy)?;
         modulate(&self.config, input.batch, entropy, out);
         crate::error::check_finite("advantages", out)
     }
+}
+
+/// The `step_entropy` column, present and one entry per step row.
+fn entropy_column<'a>(input: &EstimatorInput<'a>) -> Result<&'a [f64]> {
+    let entropy = input.step_entropy.ok_or(Error::MissingInput("step_entropy"))?;
+    check_len("step_entropy", input.batch.num_steps(), entropy.len())?;
+    Ok(entropy)
 }
 
 /// Entries finite and ≥ 0, the first offender named.
@@ -266,20 +276,27 @@ impl AdvantageEstimator for Empg {
         returns: Option<FloatViewMut<'_>>,
         workspace: &mut Workspace,
     ) -> Result<()> {
-        let mask = input.response_mask.ok_or(Error::MissingInput("response_mask"))?;
-        let mut values = std::mem::take(&mut workspace.empg);
-        values.clear();
-        values.resize(input.batch.num_steps(), 0.0);
-        let done = self.steps(input, &mut values, workspace).and_then(|()| {
-            crate::tensor::broadcast_into(&values, mask, advantages)?;
-            match returns {
-                // The returns equal the advantages, as GRPO's.
-                Some(r) => crate::tensor::broadcast_into(&values, mask, r),
-                None => Ok(()),
-            }
-        });
-        workspace.empg = values;
-        done
+        // The step buffer is sized by the batch's step count, which a batch may claim without
+        // holding it: the entropy column (real memory) must match it first. The values go on
+        // each row's generated tokens (one column without a mask); returns equal them.
+        estimate_via_steps(
+            input,
+            advantages,
+            returns,
+            workspace,
+            || entropy_column(input).map(drop),
+            |out, ws| self.steps(input, out, ws),
+        )
+    }
+
+    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
+        // Every input check before the output is allocated (the trait's default sizes its
+        // outputs first).
+        estimate_via_steps_fresh(
+            input,
+            || entropy_column(input).map(drop),
+            |out, ws| self.steps(input, out, ws),
+        )
     }
 
     fn estimate_steps_into(
@@ -425,15 +442,23 @@ mod tests {
         assert_eq!(out.advantages.row(1).to_vec(), vec![steps[1], 0.0, 0.0]);
         assert_eq!(out.advantages.row(2).to_vec(), vec![0.0; 3]);
         assert_eq!(out.advantages.row(3).to_vec(), vec![steps[3]; 3]);
+        // Without a mask: one column, each row's value; a wider buffer is refused.
         let no_mask = EstimatorInput::new(&b).with_step_entropy(&h);
+        let est = Empg::new(EmpgConfig::authors()).unwrap();
+        let mut col = ndarray::Array2::<f64>::zeros((4, 1));
+        est.estimate_into(&no_mask, (&mut col).into(), None, &mut Workspace::new())
+            .unwrap();
+        assert_eq!(col.column(0).to_vec(), steps);
         let mut adv = ndarray::Array2::<f64>::zeros((4, 3));
-        let err = Empg::new(EmpgConfig::authors()).unwrap().estimate_into(
-            &no_mask,
-            (&mut adv).into(),
-            None,
-            &mut Workspace::new(),
+        let err = est.estimate_into(&no_mask, (&mut adv).into(), None, &mut Workspace::new());
+        assert_eq!(
+            err,
+            Err(Error::OutputShape {
+                what: "advantages",
+                expected: (4, 1),
+                actual: (4, 3)
+            })
         );
-        assert_eq!(err, Err(Error::MissingInput("response_mask")));
     }
 
     /// A batch of `lens.len()` trajectories in one or two groups, with rewards and entropies.

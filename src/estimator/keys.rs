@@ -17,6 +17,7 @@
 use std::fmt;
 
 use super::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline};
+use super::empg::EmpgConfig;
 use super::gae::GaeConfig;
 use super::gigpo::{GigpoConfig, StepGrouping};
 use super::gpg::GpgConfig;
@@ -521,6 +522,9 @@ keyed! {
     MtGrpoConfig { turn_advantage_coef, std_eps, turn_baseline };
     TurnGaeConfig { discount, lam, whiten };
     TreeGrpoConfig { std_eps, singleton, variant };
+    EmpgConfig {
+        k, k_f, zeta, std_eps = grpo.std_eps, norm = grpo.norm, statistics = grpo.statistics,
+    };
 }
 
 /// The key names of `C`, in table order.

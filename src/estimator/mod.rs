@@ -40,7 +40,7 @@
 //! | `mt_grpo` | [`MtGrpo`] | [`MtGrpoConfig`] |
 //! | `turn_gae` | [`TurnGae`] | [`TurnGaeConfig`] |
 //! | `tree_grpo` | [`TreeGrpo`] | [`TreeGrpoConfig`] |
-//! | (`empg`, not registered by name) | [`Empg`] | [`EmpgConfig`] |
+//! | `empg` | [`Empg`] | [`EmpgConfig`] |
 //!
 //! # One way to call an estimator
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -410,8 +410,9 @@ pub trait AdvantageEstimator: Send + Sync {
     /// the `ablation` key of `beacon`), GiGPO, and the outcome estimators `grpo`, `grpo_vectorized`, `rloo`,
     /// `rloo_vectorized` on step rows (each row's score is the batch's terminal reward of its
     /// trajectory, grouped by uid over rows, as verl-agent runs them on step rows); and the
-    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`: one turn per row, its
-    /// reward from `step_rewards`).
+    /// turn-level estimators (`step_reinforce`, `mt_grpo`, `turn_gae`, `tree_grpo`: one turn per
+    /// row, its reward from `step_rewards`), and `empg` (GRPO's row advantages modulated by
+    /// `step_entropy`).
     ///
     /// Every one of them but the turn-level ones (which read their turn rewards, and check
     /// the rest as the others do) reads the episode reward from the batch, or each row's own

@@ -101,8 +101,8 @@ crate::setters::with_setters! {
 /// exact: with one token per turn (and the whole row generated), token-level GAE over a row
 /// of turns is this recursion, so `turn_gae` with whitening equals the crate's `gae` (which
 /// matches verl's `compute_gae_advantage_return`) there (`tests/it/turn_gae.rs`). The
-/// whitening is float64 throughout (verl's computes the token count and Bessel factor in
-/// float32: within 1e-6 relative).
+/// whitening takes the token count `n + 1e-8` and the Bessel factor `n / (n − 1)` in float32,
+/// as verl does (and the crate's `gae`); the sums are float64.
 ///
 /// On step rows ([`estimate_steps_into`](super::AdvantageEstimator::estimate_steps_into))
 /// each row gets A_k; whitening needs the tokens, so it is refused there.
@@ -239,20 +239,25 @@ impl TurnGae {
 /// verl's `masked_whiten` of a token matrix whose generated tokens hold per-turn values:
 /// μ = Σ x / (n + 1e-8), σ² = Σ (x − μ)² / (n + 1e-8) · n / (n − 1), x' = (x − μ)/√(σ² + 1e-8),
 /// each turn counted once per token. Fewer than 2 tokens: unchanged.
+///
+/// `n + 1e-8` and `n / (n − 1)` are float32, as in verl (its mask is an int64 tensor) and in
+/// the crate's token whitening: a float64 `n + 1e-8` shifts μ by |μ|·1e-8/n, which the scale
+/// 1/√(σ² + 1e-8) (up to 1e4) turns into a visible error when the advantages nearly agree.
 fn whiten_turns(tokens: &[usize], values: &mut [f64]) {
     let n: usize = tokens.iter().sum();
     if n < 2 {
         return;
     }
-    let nf = n as f64;
+    let denom = f64::from(n as f32 + 1e-8f32);
+    let bessel = f64::from(n as f32 / (n - 1) as f32);
     let sum: f64 = values.iter().zip(tokens).map(|(v, &m)| v * m as f64).sum();
-    let mean = sum / (nf + 1e-8);
+    let mean = sum / denom;
     let ss: f64 = values
         .iter()
         .zip(tokens)
         .map(|(v, &m)| (v - mean) * (v - mean) * m as f64)
         .sum();
-    let var = ss / (nf + 1e-8) * nf / (nf - 1.0);
+    let var = ss / denom * bessel;
     let scale = 1.0 / (var + 1e-8).sqrt();
     values.iter_mut().for_each(|v| *v = (*v - mean) * scale);
 }

@@ -32,8 +32,6 @@ pub struct Workspace {
     pub(crate) gigpo: gigpo::GigpoScratch,
     pub(crate) gigpo_out: gigpo::GigpoOutput,
     pub(crate) turns: turns::TurnWorkspace,
-    /// `empg`'s step values on the token path.
-    pub(crate) empg: Vec<f64>,
 }
 
 impl Workspace {

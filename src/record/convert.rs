@@ -298,9 +298,9 @@ impl<'a> RecordBatch<'a> {
     /// let rb = RecordBatch::new(&records)?;
     /// let cols = rb.columns();
     /// let flags = vec![false; rb.num_rows()];
-    /// // Every estimator but those needing a critic, a greedy baseline, log-probabilities or
-    /// // a rollout tree.
-    /// let needs_more = ["gae", "turn_gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline", "tree_grpo"];
+    /// // Every estimator but those needing a critic, a greedy baseline, log-probabilities,
+    /// // a rollout tree or step entropies.
+    /// let needs_more = ["gae", "turn_gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline", "tree_grpo", "empg"];
     /// for name in EstimatorConfig::NAMES.iter().filter(|n| !needs_more.contains(n)) {
     ///     let est = name.parse::<EstimatorConfig>()?.build()?;
     ///     let out = est.estimate(&cols.input(rb.batch(), &flags))?;

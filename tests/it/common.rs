@@ -15,7 +15,7 @@ pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
 /// The documented step-level estimators (`estimate_steps_into`'s docs): BEACON, GiGPO, the
 /// ablation (`beacon:ablation=...`), the outcome estimators on step rows and the turn-level
 /// estimators, in the order of `EstimatorConfig::NAMES`.
-pub const STEP_ESTIMATORS: [&str; 11] = [
+pub const STEP_ESTIMATORS: [&str; 12] = [
     "grpo",
     "grpo_vectorized",
     "rloo",
@@ -27,6 +27,7 @@ pub const STEP_ESTIMATORS: [&str; 11] = [
     "mt_grpo",
     "turn_gae",
     "tree_grpo",
+    "empg",
 ];
 
 /// The parity tolerance (see the module docs).
@@ -93,6 +94,7 @@ impl EveryColumn {
             .with_step_rewards(&[0.0; 4])
             .with_anchor_obs(&["s"; 4])
             .with_tree_parents(&[-1, 0, -1, 2])
+            .with_step_entropy(&[0.5, 1.0, 1.5, 2.0])
     }
 }
 

@@ -3,10 +3,10 @@
 //! forms read to the same configuration.
 
 use beacon_rl::estimator::{
-    Ablation, BeaconAblationConfig, BeaconConfig, BeaconFlavour, EstimatorConfig, GaeConfig, GigpoConfig,
-    GpgConfig, Grouping, GrpoConfig, GrpoNorm, GrpoStatistics, MtGrpoConfig, NormMode, NormScope,
-    OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, SingletonRule, StepGrouping,
-    StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail,
+    Ablation, BeaconAblationConfig, BeaconConfig, BeaconFlavour, EmpgConfig, EstimatorConfig, GaeConfig,
+    GigpoConfig, GpgConfig, Grouping, GrpoConfig, GrpoNorm, GrpoStatistics, MtGrpoConfig, NormMode,
+    NormScope, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, SingletonRule,
+    StepGrouping, StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail,
 };
 use proptest::prelude::*;
 
@@ -136,6 +136,23 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
             EstimatorConfig::TurnGae(c)
         }
     });
+    let empg = ((num(), num(), num()), (num(), any::<bool>(), any::<bool>())).prop_map(
+        |((k, k_f, zeta), (eps, mean_only, traj))| {
+            let mut c = EmpgConfig::authors();
+            (c.k, c.k_f, c.zeta, c.grpo.std_eps) = (k, k_f, zeta, eps);
+            c.grpo.norm = if mean_only {
+                GrpoNorm::MeanOnly
+            } else {
+                GrpoNorm::MeanStd
+            };
+            c.grpo.statistics = if traj {
+                GrpoStatistics::Trajectories
+            } else {
+                GrpoStatistics::Rows
+            };
+            EstimatorConfig::Empg(c)
+        },
+    );
     let outcome = (num(), num(), any::<bool>(), 0..4).prop_map(|(a, b, flag, k)| match k {
         0 => {
             let mut c = GaeConfig::verl();
@@ -178,6 +195,7 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         ablated,
         step_reinforce,
         turn_level,
+        empg,
         outcome,
         bare,
     ]

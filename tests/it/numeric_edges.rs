@@ -272,6 +272,8 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
             "turn_gae" => Error::MissingInput("values"),
             // tree_grpo needs its tree column before it reads anything.
             "tree_grpo" => Error::MissingInput("tree_parents"),
+            // empg needs its entropy column before it reads anything.
+            "empg" => Error::MissingInput("step_entropy"),
             "gigpo" | "step_reinforce" | "mt_grpo" => Error::LengthMismatch {
                 what: "step_rewards",
                 expected: RolloutBatch::MAX_STEPS,

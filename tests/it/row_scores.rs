@@ -375,7 +375,7 @@ proptest! {
         let zeros = RolloutBatch::from_row_keys(&uid, &traj, &vec![0.0; rewards.len()]).unwrap();
         let parents = vec![-1i64; flags.len()];
         let columns = |b| {
-            EstimatorInput::new(b).with_milestones(&flags).with_step_rewards(&step).with_turn_values(&step).with_anchor_ids(&anchors).with_tree_parents(&parents)
+            EstimatorInput::new(b).with_milestones(&flags).with_step_rewards(&step).with_turn_values(&step).with_anchor_ids(&anchors).with_tree_parents(&parents).with_step_entropy(&step)
         };
         for est in step_estimators() {
             let plain = steps(&*est, &columns(&batch)).unwrap();

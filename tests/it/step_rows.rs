@@ -20,7 +20,8 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
         .with_step_rewards(&[0.0; 4])
         .with_turn_values(&[0.0; 4])
         .with_anchor_ids(&[1, 2, 1, 3])
-        .with_tree_parents(&[-1, 0, -1, 2]);
+        .with_tree_parents(&[-1, 0, -1, 2])
+        .with_step_entropy(&[0.5, 1.0, 1.5, 2.0]);
     let mut ws = Workspace::new();
     let mut step_level = Vec::new();
     for name in EstimatorConfig::NAMES {
@@ -82,6 +83,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
     // Row 3's tokens sum to 0.5; its trajectory's R(τ) is 0.
     let disagree = array![[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.25, 0.25]];
     let nan_step = [0.0, f64::NAN, 0.0, 0.0];
+    let entropy = [0.5, 1.0, 1.5, 2.0];
     // Row scores equal to R(τ), so the base input is valid for every estimator.
     let (row_scores, nan_scores) = ([1.0, 0.0, 1.0, 0.0], [1.0, f64::NAN, 1.0, 0.0]);
     let base = EstimatorInput::new(&batch)
@@ -90,6 +92,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
         .with_turn_values(&[0.0; 4])
         .with_anchor_ids(&[1, 2, 1, 3])
         .with_tree_parents(&[-1, 0, -1, 2])
+        .with_step_entropy(&entropy)
         .with_row_scores(&row_scores)
         .with_token_level_rewards(&agree);
 
@@ -102,6 +105,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
             Box::new(|i, _| {
                 i.milestones = None;
                 i.step_rewards = None;
+                i.step_entropy = None;
             }),
         ),
         (
@@ -109,6 +113,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
             Box::new(|i, _| {
                 i.milestones = i.milestones.map(|m| &m[..3]);
                 i.anchor_ids = i.anchor_ids.map(|a| &a[..3]);
+                i.step_entropy = i.step_entropy.map(|e| &e[..3]);
             }),
         ),
         (
@@ -135,7 +140,10 @@ fn step_path_checks_shapes_before_values_in_one_order() {
         ),
         (
             "own values",
-            Box::new(|i, _| i.step_rewards = i.step_rewards.map(|_| &nan_step[..])),
+            Box::new(|i, _| {
+                i.step_rewards = i.step_rewards.map(|_| &nan_step[..]);
+                i.step_entropy = i.step_entropy.map(|e| &nan_step[..e.len()]);
+            }),
         ),
     ];
     // The error each fault gives alone, for estimator `name` (None: it does not read that).
@@ -151,6 +159,13 @@ fn step_path_checks_shapes_before_values_in_one_order() {
                 actual: (3, 1),
             }),
             1 if beacon => Some(Error::MissingInput("milestones")),
+            // `empg`'s own column is `step_entropy`; its values are checked after GRPO's.
+            1 if name == "empg" => Some(Error::MissingInput("step_entropy")),
+            2 if name == "empg" => Some(Error::LengthMismatch {
+                what: "step_entropy",
+                expected: 4,
+                actual: 3,
+            }),
             1 if own || turn_level => Some(Error::MissingInput("step_rewards")),
             2 if own => Some(Error::LengthMismatch {
                 what: if beacon { "milestone flags" } else { "anchors" },
@@ -179,6 +194,11 @@ fn step_path_checks_shapes_before_values_in_one_order() {
             }),
             7 if name == "gigpo" || turn_level => Some(Error::NonFinite {
                 what: "step_rewards",
+                index: 1,
+                value: f64::NAN,
+            }),
+            7 if name == "empg" => Some(Error::NonFinite {
+                what: "step_entropy",
                 index: 1,
                 value: f64::NAN,
             }),
