@@ -138,8 +138,7 @@ registry! {
     /// keys that differ from its defaults, so it parses back to the same config. Serde writes
     /// `{"adv_estimator": name, key: value, ...}` with every key and reads the same keys as the
     /// string form. An unknown name or key is an error listing the valid ones; a value that does
-    /// not parse names its key. Ranges are checked by [`build`](Self::build) (or
-    /// [`validate`](Self::validate)).
+    /// not parse names its key. Ranges are checked by [`build`](Self::build).
     ///
     /// BEACON's flavour lives in its config: `beacon` is the paper preset and `beacon_official`
     /// the release's, and a config prints under the name of its flavour. The paper's Table 3
@@ -173,12 +172,13 @@ registry! {
         /// `grpo`: group-normalized outcome reward ([`Grpo`]).
         Grpo(GrpoConfig = GrpoConfig::verl()) => "grpo";
         /// `grpo_vectorized`: verl's vectorized GRPO with float32 group statistics
-        /// ([`GrpoVectorized`]).
+        /// (verl's `compute_grpo_vectorized_outcome_advantage`).
         GrpoVectorized(GrpoConfig = GrpoConfig::verl()) => "grpo_vectorized";
         /// `grpo_passk`: only the best response of a group gets r_max − r_second
-        /// ([`GrpoPassk`]).
+        /// (verl's `compute_grpo_passk_outcome_advantage`).
         GrpoPassk(GrpoConfig = GrpoConfig::verl()) => "grpo_passk";
-        /// `gdpo`: GRPO then batch whitening (single reward) ([`Gdpo`]).
+        /// `gdpo`: GRPO then batch whitening (single reward; verl's
+        /// `compute_gdpo_outcome_advantage`).
         Gdpo(GrpoConfig = GrpoConfig::verl()) => "gdpo";
         /// `rloo`: leave-one-out baseline ([`Rloo`]).
         Rloo => "rloo";
@@ -200,7 +200,7 @@ registry! {
         /// ([`OptimalTokenBaseline`]).
         OptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "optimal_token_baseline";
         /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
-        /// ([`TirOptimalTokenBaseline`]).
+        /// (verl's `compute_multi_turn_optimal_token_baseline_advantage`).
         TirOptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "tir_optimal_token_baseline";
     }
     crate_only {
@@ -286,46 +286,17 @@ impl EstimatorConfig {
         })
     }
 
-    /// Checks the parameters without building.
+    /// Validates the parameters and builds the estimator: the one place a configuration is
+    /// checked (each estimator's `new` validates, and this calls it).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first parameter out of range.
     ///
     /// ```
     /// use beacon_rl::estimator::EstimatorConfig;
-    /// assert!("gpg:f_norm=0".parse::<EstimatorConfig>()?.validate().is_err());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            Self::Gae(c) => c.validate(),
-            Self::Grpo(c) | Self::GrpoVectorized(c) | Self::GrpoPassk(c) | Self::Gdpo(c) => c.validate(),
-            Self::Gpg(c) => c.validate(),
-            Self::ReinforcePlusPlus(c) => c.validate(),
-            Self::OptimalTokenBaseline(c) | Self::TirOptimalTokenBaseline(c) => c.validate(),
-            Self::Gigpo(c) => c.validate(),
-            Self::Beacon(c) => c.validate(),
-            Self::BeaconAblation(c) => c.validate(),
-            Self::Rloo | Self::RlooVectorized | Self::Opo | Self::ReinforcePlusPlusBaseline | Self::Remax => {
-                Ok(())
-            }
-            Self::StepReinforce(c) => c.validate(),
-            Self::MtGrpo(c) => c.validate(),
-            Self::TurnGae(c) => c.validate(),
-            Self::TreeGrpo(c) => c.validate(),
-            Self::Empg(c) => c.validate(),
-        }
-    }
-
-    /// Validates the parameters and builds the estimator.
-    ///
-    /// # Errors
-    /// As [`validate`](Self::validate).
-    ///
-    /// ```
-    /// use beacon_rl::estimator::EstimatorConfig;
     /// let est = "rloo".parse::<EstimatorConfig>()?.build()?;
     /// assert_eq!(est.name(), "rloo");
+    /// assert!("gpg:f_norm=0".parse::<EstimatorConfig>()?.build().is_err());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn build(&self) -> Result<Box<dyn AdvantageEstimator>> {

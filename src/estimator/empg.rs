@@ -12,10 +12,10 @@ const EPS: f64 = 1e-8;
 /// Parameters of `empg`, with the defaults of the authors' pseudocode ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{EmpgConfig};
+/// use beacon_rl::estimator::{Empg, EmpgConfig};
 /// let c = EmpgConfig::authors().with_zeta(0.05);
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_k(-1.0).validate().is_err());
+/// assert!(Empg::new(c).is_ok());
+/// assert!(Empg::new(c.with_k(-1.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -54,44 +54,11 @@ impl EmpgConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] unless k, k_f and ζ are finite and ≥ 0 and the GRPO
     /// parameters are valid.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::EmpgConfig;
-    /// assert!(EmpgConfig::authors().with_zeta(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::NON_NEGATIVE.check("k", self.k)?;
         Range::NON_NEGATIVE.check("k_f", self.k_f)?;
         Range::NON_NEGATIVE.check("zeta", self.zeta)?;
         self.grpo.validate()
-    }
-
-    /// Sets k.
-    #[must_use]
-    pub const fn with_k(mut self, k: f64) -> Self {
-        self.k = k;
-        self
-    }
-
-    /// Sets k_f.
-    #[must_use]
-    pub const fn with_k_f(mut self, k_f: f64) -> Self {
-        self.k_f = k_f;
-        self
-    }
-
-    /// Sets ζ.
-    #[must_use]
-    pub const fn with_zeta(mut self, zeta: f64) -> Self {
-        self.zeta = zeta;
-        self
-    }
-
-    /// Sets the GRPO of the outcome advantage.
-    #[must_use]
-    pub const fn with_grpo(mut self, grpo: GrpoConfig) -> Self {
-        self.grpo = grpo;
-        self
     }
 }
 
@@ -99,6 +66,18 @@ impl Default for EmpgConfig {
     fn default() -> Self {
         Self::authors()
     }
+}
+
+crate::setters::with_setters! {
+    EmpgConfig, "use beacon_rl::estimator::{EmpgConfig, GrpoConfig};", EmpgConfig::authors();
+    /// Sets k of the self-calibrating scaling (default 1; finite, ≥ 0).
+    with_k(k: f64) = 0.5;
+    /// Sets k_f of the future clarity bonus (default 1; finite, ≥ 0).
+    with_k_f(k_f: f64) = 2.0;
+    /// Sets ζ, the weight of the future clarity bonus (default 0.1; finite, ≥ 0).
+    with_zeta(zeta: f64) = 0.05;
+    /// Sets the GRPO of the outcome advantage (default [`GrpoConfig::verl`]).
+    with_grpo(grpo: GrpoConfig) = GrpoConfig::dr_grpo();
 }
 
 /// `empg`: Entropy-Modulated Policy Gradients (Wang et al., arXiv 2509.09265).
@@ -197,11 +176,6 @@ impl Empg {
             config,
             grpo: Grpo::new(config.grpo)?,
         })
-    }
-
-    /// The parameters.
-    pub fn config(&self) -> &EmpgConfig {
-        &self.config
     }
 
     /// The step values into `out` (one per row): GRPO's A, then the modulation in place.

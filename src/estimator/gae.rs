@@ -129,17 +129,6 @@ impl Gae {
         config.validate()?;
         Ok(Self { config })
     }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{Gae, GaeConfig};
-    /// assert_eq!(Gae::new(GaeConfig::verl())?.config().gae_lambda, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &GaeConfig {
-        &self.config
-    }
 }
 
 /// The validated `token_level_rewards`, `response_mask` and `values`.

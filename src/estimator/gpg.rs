@@ -107,17 +107,6 @@ impl Gpg {
         config.validate()?;
         Ok(Self { config })
     }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
-    /// assert_eq!(Gpg::new(GpgConfig::verl())?.config().f_norm, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &GpgConfig {
-        &self.config
-    }
 }
 
 /// α = B / max(m, 1) as verl's `bsz / m.clamp(min=1)` computes it: torch's reflected division

@@ -20,14 +20,14 @@
 //!
 //! | `adv_estimator` | type | config |
 //! |---|---|---|
-//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`], [`GrpoVectorized`], [`GrpoPassk`], [`Gdpo`] | [`GrpoConfig`] |
+//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`]; the others by [`EstimatorConfig::build`] | [`GrpoConfig`] |
 //! | `rloo`, `rloo_vectorized` | [`Rloo`]; `rloo_vectorized` by [`EstimatorConfig::build`] | |
 //! | `opo` | [`Opo`] | |
 //! | `gpg` | [`Gpg`] | [`GpgConfig`] |
 //! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`]; `reinforce_plus_plus_baseline` by [`EstimatorConfig::build`] | [`ReinforcePlusPlusConfig`] |
 //! | `remax` | [`Remax`] | |
 //! | `gae` | [`Gae`] | [`GaeConfig`] |
-//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`OptimalTokenBaselineConfig`] |
+//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`]; `tir_optimal_token_baseline` by [`EstimatorConfig::build`] | [`OptimalTokenBaselineConfig`] |
 //! | `beacon`, `beacon_official` | [`Beacon`] | [`BeaconConfig`] |
 //! | `gigpo` | [`Gigpo`] | [`GigpoConfig`] |
 //!
@@ -99,18 +99,18 @@
 //! let uids = ["p0", "p0", "p1", "p1"];
 //! let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]];
 //! let mask = [[true, true, true], [true, true, false], [true, true, true], [true, false, false]];
-//! let scores = [1.0, 0.0, 1.0, 1.0];
-//! let batch = RolloutBatch::from_group_keys(&uids, &scores)?;
+//! let terminal_rewards = [1.0, 0.0, 1.0, 1.0];
+//! let batch = RolloutBatch::from_group_keys(&uids, &terminal_rewards)?;
 //!
 //! let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
 //! let input = EstimatorInput::new(&batch)
 //!     .with_token_level_rewards(&rewards)
 //!     .with_response_mask(&mask);
 //! let out = grpo.estimate(&input)?;
-//! // Group p0: scores 1 and 0, mean 0.5, unbiased std 0.7071: (1 - 0.5) / (0.7071 + 1e-6).
+//! // Group p0: row scores (reward sums) 1 and 0, mean 0.5, unbiased std 0.7071: (1 - 0.5) / (0.7071 + 1e-6).
 //! assert!((out.advantages[[0, 0]] - 0.7071058).abs() < 1e-6);
 //! assert_eq!(out.advantages[[1, 2]], 0.0); // masked token
-//! // Group p1: equal scores, zero advantage.
+//! // Group p1: equal row scores, zero advantage.
 //! assert_eq!(out.advantages[[2, 0]], 0.0);
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
@@ -228,7 +228,7 @@ pub use empg::{Empg, EmpgConfig};
 pub use gae::{Gae, GaeConfig};
 pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
 pub use gpg::{Gpg, GpgConfig};
-pub use grpo::{Gdpo, Grpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoStatistics, GrpoVectorized};
+pub use grpo::{Grpo, GrpoConfig, GrpoNorm, GrpoStatistics};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 #[cfg(test)]
@@ -240,9 +240,7 @@ pub(crate) use kernel::{
 };
 pub use mt_grpo::{MtGrpo, MtGrpoConfig, TurnBaseline};
 pub use opo::Opo;
-pub use optimal_baseline::{
-    OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline, ZeroTail,
-};
+pub use optimal_baseline::{OptimalTokenBaseline, OptimalTokenBaselineConfig, ZeroTail};
 pub use output::Advantages;
 pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
 pub use remax::Remax;
@@ -415,7 +413,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// `step_entropy`).
     ///
     /// Every one of them but the turn-level ones (which read their turn rewards, and check
-    /// the rest as the others do) reads the episode reward from the batch, or each row's own
+    /// the rest as the others do) reads the terminal reward from the batch, or each row's own
     /// score from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
     /// [`with_row_scores`](EstimatorInput::with_row_scores)); when `token_level_rewards` are
     /// given too, each row's sum must equal the row's score

@@ -21,10 +21,10 @@ pub enum TurnBaseline {
 /// Parameters of `mt_grpo`, with the authors' defaults ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{MtGrpoConfig, TurnBaseline};
+/// use beacon_rl::estimator::{MtGrpo, MtGrpoConfig, TurnBaseline};
 /// let c = MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo);
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_std_eps(0.0).validate().is_err());
+/// assert!(MtGrpo::new(c).is_ok());
+/// assert!(MtGrpo::new(c.with_std_eps(0.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -60,12 +60,7 @@ impl MtGrpoConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] unless `turn_advantage_coef` is finite and ≥ 0 and `std_eps`
     /// finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::MtGrpoConfig;
-    /// assert!(MtGrpoConfig::authors().with_turn_advantage_coef(-1.0).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::NON_NEGATIVE.check("turn_advantage_coef", self.turn_advantage_coef)?;
         Range::POSITIVE.check("std_eps", self.std_eps)
     }
@@ -182,17 +177,6 @@ impl MtGrpo {
     pub fn new(config: MtGrpoConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
-    /// assert_eq!(MtGrpo::new(MtGrpoConfig::authors())?.config().std_eps, 1e-4);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &MtGrpoConfig {
-        &self.config
     }
 
     /// Every turn's advantage into `ws.values`.

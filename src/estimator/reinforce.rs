@@ -122,17 +122,6 @@ impl ReinforcePlusPlus {
         config.validate()?;
         Ok(Self { config })
     }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-    /// assert_eq!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl())?.config().discount, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &ReinforcePlusPlusConfig {
-        &self.config
-    }
 }
 
 impl ReinforcePlusPlus {
@@ -251,7 +240,7 @@ fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ReinforcePlusPlusBaseline;
+pub(crate) struct ReinforcePlusPlusBaseline;
 
 impl ReinforcePlusPlusBaseline {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {

@@ -58,7 +58,7 @@ pub struct Rloo;
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RlooVectorized;
+pub(crate) struct RlooVectorized;
 
 /// Into `out` (one entry per row, every entry written).
 fn rloo_scalars(batch: &RolloutBatch, scores: &[f64], out: &mut [f64]) {

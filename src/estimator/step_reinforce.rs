@@ -32,12 +32,12 @@ pub enum Grouping {
 /// Parameters of `step_reinforce`, with ROLL's defaults ([`roll`](Self::roll)).
 ///
 /// ```
-/// use beacon_rl::estimator::{Grouping, NormScope, StepReinforceConfig};
+/// use beacon_rl::estimator::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
 /// let c = StepReinforceConfig::roll()
 ///     .with_grouping(Grouping::Group)
 ///     .with_norm_mean(Some(NormScope::Group));
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_step_discount(1.5).validate().is_err());
+/// assert!(StepReinforce::new(c).is_ok());
+/// assert!(StepReinforce::new(c.with_step_discount(1.5)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -86,12 +86,7 @@ impl StepReinforceConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] unless `step_discount` is in [0, 1] and each clip, when set,
     /// is finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::StepReinforceConfig;
-    /// assert!(StepReinforceConfig::roll().with_reward_clip(Some(0.0)).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("step_discount", self.step_discount)?;
         if let Some(c) = self.reward_clip {
             Range::POSITIVE.check("reward_clip", c)?;
@@ -210,17 +205,6 @@ impl StepReinforce {
     pub fn new(config: StepReinforceConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
-    /// assert_eq!(StepReinforce::new(StepReinforceConfig::roll())?.config().step_discount, 0.95);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &StepReinforceConfig {
-        &self.config
     }
 
     /// Reads the turns of the token path and computes every turn's final value.

@@ -26,10 +26,10 @@ pub enum TreeGrpoVariant {
 /// Parameters of `tree_grpo`, with the authors' defaults ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{TreeGrpoConfig, TreeGrpoVariant};
+/// use beacon_rl::estimator::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
 /// let c = TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra);
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_std_eps(-1.0).validate().is_err());
+/// assert!(TreeGrpo::new(c).is_ok());
+/// assert!(TreeGrpo::new(c.with_std_eps(-1.0)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -63,12 +63,7 @@ impl TreeGrpoConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] unless `std_eps` is finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::TreeGrpoConfig;
-    /// assert!(TreeGrpoConfig::authors().with_std_eps(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("std_eps", self.std_eps)
     }
 }
@@ -201,17 +196,6 @@ impl TreeGrpo {
     pub fn new(config: TreeGrpoConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{TreeGrpo, TreeGrpoConfig};
-    /// assert_eq!(TreeGrpo::new(TreeGrpoConfig::authors())?.config().std_eps, 1e-6);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &TreeGrpoConfig {
-        &self.config
     }
 
     /// Every turn's advantage into `ws.values`, after the trees were read into `ws.tree`.

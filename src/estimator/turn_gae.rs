@@ -9,9 +9,9 @@ use crate::tensor::FloatViewMut;
 /// Parameters of `turn_gae`.
 ///
 /// ```
-/// use beacon_rl::estimator::TurnGaeConfig;
+/// use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
 /// assert_eq!(TurnGaeConfig::verl().discount, 1.0);
-/// assert!(TurnGaeConfig::verl().with_lam(1.5).validate().is_err());
+/// assert!(TurnGae::new(TurnGaeConfig::verl().with_lam(1.5)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -46,12 +46,7 @@ impl TurnGaeConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] unless `discount` and `lam` are in [0, 1].
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::TurnGaeConfig;
-    /// assert!(TurnGaeConfig::verl().with_discount(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("discount", self.discount)?;
         Range::UNIT.check("lam", self.lam)
     }
@@ -143,17 +138,6 @@ impl TurnGae {
     pub fn new(config: TurnGaeConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
-    /// assert_eq!(TurnGae::new(TurnGaeConfig::verl())?.config().lam, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &TurnGaeConfig {
-        &self.config
     }
 
     /// The recursion over every trajectory: advantages into `ws.values`, returns into `ws.b`;

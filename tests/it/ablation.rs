@@ -2,7 +2,7 @@
 //! p = 0 / p = 1, counts) against an independent transcription, names and errors.
 
 use beacon_rl::estimator::{
-    Ablation, AdvantageEstimator, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput,
+    Ablation, AdvantageEstimator, Beacon, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput,
 };
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
@@ -24,7 +24,7 @@ fn configs_override_exactly_one_parameter() {
     // The official preset keeps its own R_ms under every variant.
     for a in Ablation::paper_table3() {
         assert_eq!(a.config(BeaconConfig::official()).milestone_reward, 10.0);
-        assert!(a.config(base).validate().is_ok());
+        assert!(Beacon::new(a.config(base)).is_ok());
     }
 }
 

@@ -13,8 +13,8 @@ use crate::common;
 use crate::diagnostics::credit_concentration;
 use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::{
-    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo,
-    GrpoConfig, GrpoVectorized, NormMode, Workspace,
+    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, Gigpo,
+    GigpoConfig, Grpo, GrpoConfig, NormMode, Workspace,
 };
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
@@ -497,7 +497,7 @@ fn w1_grpo_and_gdpo_overflowing_variance_give_the_exact_answer() {
     // mean 0, var = (1/2 + 1/2)/(2 + 1e-8)·f32(2/1) ≈ 1, so the output is ±1/√2 to 1e-8.
     for est in [
         &Grpo::new(GrpoConfig::verl()).unwrap() as &dyn AdvantageEstimator,
-        &Gdpo::new(GrpoConfig::verl()).unwrap(),
+        &*EstimatorConfig::Gdpo(GrpoConfig::verl()).build().unwrap(),
     ] {
         let a = estimate(est, &[0, 0], &[1e155, -1e155]);
         assert!((a[0] - HALF_SQRT2).abs() < 1e-7, "{}: {a:?}", est.name());
@@ -523,7 +523,9 @@ fn w2_grpo_vectorized_overflowing_f32_variance_gives_the_exact_answer() {
     // ±1e30 in float32: 1e60 overflows f32 (max 3.4e38). Exact: ±1/√2 (σ in f32 is
     // 1.4142135e30, so A = 1e30/1.4142135e30 agrees with 1/√2 to f32 precision).
     let a = estimate(
-        &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+        &*EstimatorConfig::GrpoVectorized(GrpoConfig::verl())
+            .build()
+            .unwrap(),
         &[0, 0],
         &[1e30, -1e30],
     );

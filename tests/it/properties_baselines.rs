@@ -2,8 +2,8 @@
 
 use beacon_rl::estimator::{
     AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Gae, GaeConfig, Grpo, GrpoConfig,
-    GrpoPassk, OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig,
-    Remax, Rloo, TirOptimalTokenBaseline,
+    OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig, Remax,
+    Rloo,
 };
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
@@ -257,7 +257,7 @@ proptest! {
     /// passk: at most one nonzero row per group, and it holds the group's maximum score.
     #[test]
     fn passk_rewards_only_the_best_row(case in case_strategy(2, true)) {
-        let out = case.run(&GrpoPassk::new(GrpoConfig::verl()).unwrap()).unwrap();
+        let out = case.run(&*EstimatorConfig::GrpoPassk(GrpoConfig::verl()).build().unwrap()).unwrap();
         let s = scalars(&case, &out);
         let scores: Vec<f64> = case.rewards.rows().into_iter().map(|r| r.sum()).collect();
         for g in 0..5u32 {
@@ -313,7 +313,7 @@ proptest! {
     fn tir_equals_otb_without_gaps(case in case_strategy(1, true)) {
         let cfg = OptimalTokenBaselineConfig::verl();
         let a = case.run(&OptimalTokenBaseline::new(cfg).unwrap()).unwrap();
-        let b = case.run(&TirOptimalTokenBaseline::new(cfg).unwrap()).unwrap();
+        let b = case.run(&*EstimatorConfig::TirOptimalTokenBaseline(cfg).build().unwrap()).unwrap();
         for (x, y) in a.advantages.iter().zip(b.advantages.iter()) {
             prop_assert!(close(*x, *y, 1e-12), "{x} vs {y}");
         }

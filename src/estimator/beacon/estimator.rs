@@ -77,21 +77,9 @@ impl Beacon {
         Ok(Self { config })
     }
 
-    /// The validated configuration.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
-    /// let b = Beacon::new(BeaconConfig::paper())?;
-    /// assert_eq!(b.config().segment_weight, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &BeaconConfig {
-        &self.config
-    }
-
     /// Computes per-row advantages and their parts. `milestones[r]` flags caller row `r`.
     ///
-    /// The trajectory term reads each trajectory's episode reward R(τ) from the batch. Rows
+    /// The trajectory term reads each trajectory's terminal reward R(τ) from the batch. Rows
     /// that carry scores of their own (verl-agent's invalid-action penalty) go through the
     /// trait instead: [`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into)
     /// with [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores),
