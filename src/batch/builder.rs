@@ -37,7 +37,7 @@ use crate::hash::KeyHasher;
 /// let mut builder = BatchBuilder::new();
 /// let mut batch = builder.from_row_keys(&[7u64, 7], &[1u64, 2], &[1.0, 0.0])?;
 /// for iteration in 0..3u64 {
-///     // New rollouts each iteration: integer uid / traj_uid columns, episode rewards.
+///     // New rollouts each iteration: integer uid / traj_uid columns, terminal rewards.
 ///     let uid = [iteration, iteration, iteration, iteration];
 ///     let traj = [10, 10, 11, 11];
 ///     let reward = [1.0, 1.0, 0.0, 0.0];
