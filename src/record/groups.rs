@@ -51,7 +51,7 @@ impl RecordGroup {
     /// let mut rec = TrajectoryRecord::new("g", "a", 1.0);
     /// rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
     /// let group = RecordGroup { records: vec![rec], lines: vec![1], sources: vec![0] };
-    /// assert_eq!(group.batch()?.num_rows(), 1);
+    /// assert_eq!(group.batch()?.batch().num_steps(), 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn batch(&self) -> Result<RecordBatch<'_>> {
