@@ -26,8 +26,8 @@
 //! // Task "t" was tried twice: "a" succeeded in 3 steps, "b" failed after 2.
 //! let uid = ["t", "t", "t", "t", "t"];
 //! let traj = ["a", "b", "a", "b", "a"]; // rows of the two trajectories interleave
-//! let episode_reward = [1.0, 0.0, 1.0, 0.0, 1.0];
-//! let batch = RolloutBatch::from_row_keys(&uid, &traj, &episode_reward)?;
+//! let terminal_reward = [1.0, 0.0, 1.0, 0.0, 1.0];
+//! let batch = RolloutBatch::from_row_keys(&uid, &traj, &terminal_reward)?;
 //!
 //! // The environment's score after each row (before the first step it was 0).
 //! let score_after = [10.0, 10.0, 10.0, 10.0, 30.0];

@@ -314,7 +314,7 @@ impl<'a> Diagnostics<'a> {
     /// let milestones = [true, false, true, false];
     /// let diag = Diagnostics::new(&batch, &state, &action, &milestones, DiagnosticsConfig::default())?;
     ///
-    /// let rewards = [[1.0], [1.0], [0.0], [0.0]]; // episode reward on every step row
+    /// let rewards = [[1.0], [1.0], [0.0], [0.0]]; // terminal reward on every step row
     /// let mask = [[true]; 4];
     /// let input = EstimatorInput::new(&batch)
     ///     .with_token_level_rewards(&rewards)
