@@ -99,9 +99,7 @@ fn check_groups<R: std::io::BufRead>(
             "a group mixes group_ids"
         );
         assert_eq!(group.lines.len(), group.records.len());
-        group
-            .batch()
-            .expect("a group from the reader lays out as a batch");
+        RecordBatch::new(&group.records).expect("a group from the reader lays out as a batch");
         flat.extend(group.records);
     }
     if !failed && errors == 0 {

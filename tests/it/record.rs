@@ -816,7 +816,7 @@ fn groups_stream_one_at_a_time_and_must_be_contiguous() {
     let whole = RecordBatch::new(&all).unwrap();
     let mut row = 0;
     for g in &groups {
-        let rb = g.batch().unwrap();
+        let rb = RecordBatch::new(&g.records).unwrap();
         assert_eq!(rb.batch().num_groups(), 1);
         for r in 0..rb.batch().num_steps() {
             assert_eq!(rb.transition(r), whole.transition(row));
