@@ -70,9 +70,10 @@
 //! - [`estimator`]: the one interface ([`AdvantageEstimator`](estimator::AdvantageEstimator),
 //!   [`EstimatorConfig`](estimator::EstimatorConfig), [`EstimatorInput`](estimator::EstimatorInput),
 //!   [`Advantages`](estimator::Advantages), [`Workspace`](estimator::Workspace)) and every
-//!   estimator with its config, flat: BEACON ([`estimator::Beacon`]), GiGPO
-//!   ([`estimator::Gigpo`]), the verl baselines ([`estimator::Grpo`], [`estimator::Rloo`],
-//!   [`estimator::Gae`], ...).
+//!   estimator's config, flat: BEACON ([`estimator::BeaconConfig`], with the type
+//!   [`estimator::Beacon`] for its parts), GiGPO ([`estimator::GigpoConfig`],
+//!   [`estimator::Gigpo`]), the verl baselines ([`estimator::GrpoConfig`],
+//!   [`estimator::GaeConfig`], ...), all built by name through `EstimatorConfig`.
 //! - [`milestone`]: the detector trait Φ(s, a, s′), [`detect_milestones`](milestone::detect_milestones),
 //!   the two basic detectors, and the detector families
 //!   (text patterns, walkthroughs, WebShop phases, combinators, presets, discovery ([`milestone::MilestoneDiscovery`]), ...).

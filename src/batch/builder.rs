@@ -182,7 +182,7 @@ impl BatchBuilder {
     /// assert!(!batch.rows_in_step_order());
     /// // verl's layout, a prompt's rows adjacent: group offsets at the runs, rows in order.
     /// builder.rebuild_from_group_keys(&mut batch, &["p", "p", "q", "r", "r"], &[1.0, 0.0, 1.0, 0.5, 0.0])?;
-    /// assert_eq!(batch.group_offsets(), &[0, 2, 3, 5]);
+    /// assert_eq!((batch.group_trajectories(0), batch.group_trajectories(2)), (0..2, 3..5));
     /// assert_eq!(batch.step_rows(), &[0, 1, 2, 3, 4]);
     /// assert!(batch.rows_in_step_order());
     /// # Ok::<(), beacon_rl::Error>(())

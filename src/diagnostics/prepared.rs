@@ -304,8 +304,7 @@ impl<'a> Diagnostics<'a> {
     ///
     /// ```
     /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, EstimatorInput};
     /// use beacon_rl::{Error, RolloutBatch};
     ///
     /// // One task, a success "w" and a failure "l" that both open with "go" in state "s".

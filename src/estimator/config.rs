@@ -75,8 +75,7 @@ macro_rules! registry {
             /// writes before the keys. BEACON's follows the flavour.
             ///
             /// ```
-            /// use beacon_rl::estimator::BeaconConfig;
-            /// use beacon_rl::estimator::EstimatorConfig;
+            /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig};
             /// assert_eq!(EstimatorConfig::Beacon(BeaconConfig::official()).name(), "beacon_official");
             /// ```
             pub fn name(&self) -> &'static str {
@@ -145,9 +144,7 @@ registry! {
     /// ablations are the keys `ablation` and `seed` of `beacon`.
     ///
     /// ```
-    /// use beacon_rl::estimator::BeaconConfig;
-    /// use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
-    /// use beacon_rl::estimator::EstimatorConfig;
+    /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig, GrpoConfig, GrpoNorm};
     ///
     /// let c: EstimatorConfig = "beacon:segment_decay=0.9".parse()?;
     /// assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9)));
@@ -167,9 +164,11 @@ registry! {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     verl {
-        /// `gae`: generalized advantage estimation with a critic ([`Gae`]).
+        /// `gae`: generalized advantage estimation with a critic; reads `token_level_rewards`,
+        /// `response_mask` and `values`, writes returns.
         Gae(GaeConfig = GaeConfig::verl()) => "gae";
-        /// `grpo`: group-normalized outcome reward ([`Grpo`]).
+        /// `grpo`: group-normalized outcome reward; reads `token_level_rewards` and
+        /// `response_mask` (or step rows, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into)).
         Grpo(GrpoConfig = GrpoConfig::verl()) => "grpo";
         /// `grpo_vectorized`: verl's vectorized GRPO with float32 group statistics
         /// (verl's `compute_grpo_vectorized_outcome_advantage`).
@@ -180,24 +179,27 @@ registry! {
         /// `gdpo`: GRPO then batch whitening (single reward; verl's
         /// `compute_gdpo_outcome_advantage`).
         Gdpo(GrpoConfig = GrpoConfig::verl()) => "gdpo";
-        /// `rloo`: leave-one-out baseline ([`Rloo`]).
+        /// `rloo`: leave-one-out baseline; reads `token_level_rewards` and `response_mask`.
         Rloo => "rloo";
         /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0).
         RlooVectorized => "rloo_vectorized";
-        /// `opo`: length-weighted group baseline ([`Opo`]).
+        /// `opo`: length-weighted group baseline; reads `token_level_rewards` and `response_mask`.
         Opo => "opo";
-        /// `gpg`: group mean baseline scaled by the batch's nonzero-score ratio ([`Gpg`]).
+        /// `gpg`: group mean baseline scaled by the batch's share of nonzero row scores; reads
+        /// `token_level_rewards` and `response_mask`.
         Gpg(GpgConfig = GpgConfig::verl()) => "gpg";
-        /// `reinforce_plus_plus`: discounted token returns, batch-whitened
-        /// ([`ReinforcePlusPlus`]).
+        /// `reinforce_plus_plus`: discounted token returns, batch-whitened; reads
+        /// `token_level_rewards` and `response_mask`, writes returns.
         ReinforcePlusPlus(ReinforcePlusPlusConfig = ReinforcePlusPlusConfig::verl()) => "reinforce_plus_plus";
         /// `reinforce_plus_plus_baseline`: group mean baseline, batch-whitened
         /// (verl's `compute_reinforce_plus_plus_baseline_outcome_advantage`).
         ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline";
-        /// `remax`: reward-to-go minus a per-row (greedy) baseline ([`Remax`]).
+        /// `remax`: reward-to-go minus a per-row (greedy) baseline; reads `token_level_rewards`,
+        /// `response_mask` and `reward_baselines`, writes returns.
         Remax => "remax";
-        /// `optimal_token_baseline`: per-position variance-weighted group baseline
-        /// ([`OptimalTokenBaseline`]).
+        /// `optimal_token_baseline`: per-position variance-weighted group baseline; reads
+        /// `token_level_rewards`, `response_mask`, `old_log_probs`, `sum_pi_squared` (and
+        /// optionally `rollout_is_weights`), writes returns.
         OptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "optimal_token_baseline";
         /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
         /// (verl's `compute_multi_turn_optimal_token_baseline_advantage`).
@@ -208,19 +210,19 @@ registry! {
         /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
         Gigpo(gigpo::GigpoConfig = gigpo::GigpoConfig::verl_agent()) => "gigpo";
         /// `step_reinforce`: discounted per-turn returns normalised over turns, as ROLL runs
-        /// them ([`StepReinforce`](step_reinforce::StepReinforce)). Omitted fields take
+        /// them; reads `step_rewards` (one turn per row). Omitted fields take
         /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
         StepReinforce(step_reinforce::StepReinforceConfig = step_reinforce::StepReinforceConfig::roll()) => "step_reinforce";
-        /// `mt_grpo`: multi-turn GRPO with turn-level advantages ([`MtGrpo`](mt_grpo::MtGrpo)).
+        /// `mt_grpo`: multi-turn GRPO with turn-level advantages; reads `step_rewards`.
         /// Omitted fields take [`MtGrpoConfig::authors`](mt_grpo::MtGrpoConfig::authors).
         MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::authors()) => "mt_grpo";
-        /// `turn_gae`: GAE over one critic value per turn ([`TurnGae`](turn_gae::TurnGae)).
+        /// `turn_gae`: GAE over one critic value per turn; reads `step_rewards` and `turn_values`.
         /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
         TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
-        /// `tree_grpo`: Tree-GRPO's prompt and tree groups ([`TreeGrpo`](TreeGrpo)).
+        /// `tree_grpo`: Tree-GRPO's prompt and tree groups; reads `step_rewards` and `tree_parents`.
         /// Omitted fields take [`TreeGrpoConfig::authors`](TreeGrpoConfig::authors).
         TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::authors()) => "tree_grpo";
-        /// `empg`: entropy-modulated policy gradients over step rows ([`Empg`](Empg)).
+        /// `empg`: entropy-modulated policy gradients over step rows; reads `step_entropy`.
         /// Omitted fields take [`EmpgConfig::authors`](EmpgConfig::authors).
         Empg(EmpgConfig = EmpgConfig::authors()) => "empg";
     }

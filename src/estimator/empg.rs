@@ -12,10 +12,10 @@ const EPS: f64 = 1e-8;
 /// Parameters of `empg`, with the defaults of the authors' pseudocode ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{Empg, EmpgConfig};
+/// use beacon_rl::estimator::{EmpgConfig, EstimatorConfig};
 /// let c = EmpgConfig::authors().with_zeta(0.05);
-/// assert!(Empg::new(c).is_ok());
-/// assert!(Empg::new(c.with_k(-1.0)).is_err());
+/// assert!(EstimatorConfig::Empg(c).build().is_ok());
+/// assert!(EstimatorConfig::Empg(c.with_k(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -148,19 +148,19 @@ crate::setters::with_setters! {
 /// The `empg` estimator.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, Empg, EmpgConfig, EstimatorInput, Workspace};
+/// use beacon_rl::estimator::{AdvantageEstimator, EmpgConfig, EstimatorConfig, EstimatorInput, Workspace};
 /// use beacon_rl::RolloutBatch;
 /// // One task, trajectories a (2 steps, reward 1) and b (2 steps, reward 0).
 /// let batch = RolloutBatch::from_row_keys(&["t"; 4], &["a", "a", "b", "b"], &[1.0, 1.0, 0.0, 0.0])?;
 /// let input = EstimatorInput::new(&batch).with_step_entropy(&[1.0, 3.0, 2.0, 1.0]);
 /// let mut adv = [0.0; 4];
-/// Empg::new(EmpgConfig::authors())?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+/// EstimatorConfig::Empg(EmpgConfig::authors()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
 /// assert!(adv.iter().sum::<f64>().abs() < 1e-12); // zero mean over the steps
 /// assert!(adv[0] > adv[1]); // the confident step of the success gets more credit
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
-pub struct Empg {
+pub(crate) struct Empg {
     config: EmpgConfig,
     grpo: Grpo,
 }
@@ -170,7 +170,7 @@ impl Empg {
     ///
     /// # Errors
     /// As [`EmpgConfig::validate`].
-    pub fn new(config: EmpgConfig) -> Result<Self> {
+    pub(crate) fn new(config: EmpgConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self {
             config,

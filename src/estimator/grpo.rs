@@ -140,11 +140,11 @@ pub enum GrpoStatistics {
 /// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`.
 ///
 /// ```
-/// use beacon_rl::estimator::{Grpo, GrpoConfig, GrpoNorm};
+/// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig, GrpoNorm};
 /// let c = GrpoConfig::verl();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
 /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
-/// assert!(Grpo::new(c.with_std_eps(-1.0)).is_err());
+/// assert!(EstimatorConfig::Grpo(c.with_std_eps(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -232,19 +232,17 @@ crate::setters::with_setters! {
 
 /// verl's `grpo` (see the module docs (`src/estimator/grpo.rs`)).
 ///
-/// Needs `token_level_rewards` and `response_mask`. `grpo_vectorized`, `grpo_passk` and
-/// `gdpo` take the same [`GrpoConfig`] and are built by name through [`EstimatorConfig`]
-/// (`"grpo_passk".parse::<EstimatorConfig>()?.build()?`).
+/// Needs `token_level_rewards` and `response_mask`. Built through [`EstimatorConfig`], as
+/// every estimator is; `grpo_vectorized`, `grpo_passk` and `gdpo` take the same [`GrpoConfig`].
 ///
 /// ```
-/// use beacon_rl::estimator::{Grpo, GrpoConfig};
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&["a", "a", "b"], &[1.0, 0.0, 1.0])?;
 /// let rewards = [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]];
 /// let mask = [[true, true], [true, true], [true, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = Grpo::new(GrpoConfig::verl())?.estimate(&input)?;
+/// let out = EstimatorConfig::Grpo(GrpoConfig::verl()).build()?.estimate(&input)?;
 /// // Group "a": mean 0.5, std √0.5; group "b" is a singleton: 1 / f32(1 + 1e-6).
 /// assert!((out.advantages[[0, 0]] - 0.5 / (0.5f64.sqrt() + 1e-6)).abs() < 1e-12);
 /// assert!((out.advantages[[2, 0]] - 1.0 / 1.000_000_953_674_316_4).abs() < 1e-12);
@@ -254,7 +252,7 @@ crate::setters::with_setters! {
 ///
 /// [`EstimatorConfig`]: crate::estimator::EstimatorConfig
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Grpo {
+pub(crate) struct Grpo {
     config: GrpoConfig,
 }
 
@@ -265,18 +263,18 @@ impl Grpo {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// use beacon_rl::estimator::{Grpo, GrpoConfig};
-    /// assert!(Grpo::new(GrpoConfig::verl()).is_ok());
-    /// assert!(Grpo::new(GrpoConfig::verl().with_std_eps(0.0)).is_err());
+    /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig};
+    /// assert!(EstimatorConfig::Grpo(GrpoConfig::verl()).build().is_ok());
+    /// assert!(EstimatorConfig::Grpo(GrpoConfig::verl().with_std_eps(0.0)).build().is_err());
     /// ```
-    pub fn new(config: GrpoConfig) -> Result<Self> {
+    pub(crate) fn new(config: GrpoConfig) -> Result<Self> {
         config.validate_for("Grpo")?;
         Ok(Self { config })
     }
 }
 
-/// The variants share [`Grpo`]'s parameters and are reached by name through `EstimatorConfig`
-/// only: a type each would add a name to the API and no capability.
+/// The variants share [`Grpo`]'s parameters and shape; like it, each is built through
+/// `EstimatorConfig`.
 macro_rules! grpo_variant {
     ($(#[$doc:meta])* $ty:ident) => {
         $(#[$doc])*
@@ -304,8 +302,7 @@ grpo_variant!(
     /// Needs `token_level_rewards` and `response_mask`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
     /// let rewards = [[1.0], [0.0], [0.5]];
@@ -327,8 +324,7 @@ grpo_variant!(
     /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
     ///
     /// ```
-    /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
     /// let rewards = [[0.2], [1.0], [0.6]];
@@ -348,8 +344,7 @@ grpo_variant!(
     /// Needs `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
     ///
     /// ```
-    /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
     /// let rewards = [[1.0, 0.0], [0.0, 0.0]];

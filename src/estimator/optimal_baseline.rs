@@ -62,10 +62,10 @@ pub enum ZeroTail {
 /// Parameters of `optimal_token_baseline` and `tir_optimal_token_baseline`.
 ///
 /// ```
-/// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig, ZeroTail};
+/// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig, ZeroTail};
 /// let c = OptimalTokenBaselineConfig::verl();
 /// assert_eq!((c.zero_tail, c.denominator_eps), (ZeroTail::ZeroBaseline, 1e-8));
-/// assert!(OptimalTokenBaseline::new(c.with_denominator_eps(0.0)).is_err());
+/// assert!(EstimatorConfig::OptimalTokenBaseline(c.with_denominator_eps(0.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -121,7 +121,7 @@ crate::setters::with_setters! {
 /// `rollout_is_weights` is optional.
 ///
 /// ```
-/// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
@@ -134,17 +134,17 @@ crate::setters::with_setters! {
 ///     .with_response_mask(&mask)
 ///     .with_old_log_probs(&log_probs)
 ///     .with_sum_pi_squared(&sum_pi_sq);
-/// let out = OptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl())?.estimate(&input)?;
+/// let out = EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build()?.estimate(&input)?;
 /// // Equal weights: B_t = mean return = 0.5 (up to ε), so A = ±0.5.
 /// assert!((out.advantages[[0, 0]] - 0.5).abs() < 1e-7);
 /// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 ///
-/// `tir_optimal_token_baseline` takes the same [`OptimalTokenBaselineConfig`] and is built by
-/// name through [`EstimatorConfig`](crate::estimator::EstimatorConfig).
+/// Built through [`EstimatorConfig`](crate::estimator::EstimatorConfig), as every estimator is;
+/// `tir_optimal_token_baseline` takes the same [`OptimalTokenBaselineConfig`].
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OptimalTokenBaseline {
+pub(crate) struct OptimalTokenBaseline {
     config: OptimalTokenBaselineConfig,
 }
 
@@ -155,10 +155,10 @@ impl OptimalTokenBaseline {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig};
-    /// assert!(OptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl()).is_ok());
+    /// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig};
+    /// assert!(EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build().is_ok());
     /// ```
-    pub fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
+    pub(crate) fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
     }
@@ -190,8 +190,7 @@ impl OptimalTokenBaseline {
 /// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
-/// (Reached by name through `EstimatorConfig` only: it shares [`OptimalTokenBaseline`]'s
-/// parameters.)
+/// (Built through `EstimatorConfig`; it shares [`OptimalTokenBaseline`]'s parameters.)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct TirOptimalTokenBaseline {
     config: OptimalTokenBaselineConfig,

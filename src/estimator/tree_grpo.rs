@@ -7,7 +7,7 @@ use crate::error::{check_len, Error, Range, Result};
 use crate::stats::{group_means, group_spreads, GroupStats, SingletonRule};
 use crate::tensor::FloatViewMut;
 
-/// Which of the authors' tree estimators (see [`TreeGrpo`]).
+/// Which of the authors' tree estimators `tree_grpo` computes (see [`TreeGrpoConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
@@ -26,10 +26,10 @@ pub enum TreeGrpoVariant {
 /// Parameters of `tree_grpo`, with the authors' defaults ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
+/// use beacon_rl::estimator::{EstimatorConfig, TreeGrpoConfig, TreeGrpoVariant};
 /// let c = TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra);
-/// assert!(TreeGrpo::new(c).is_ok());
-/// assert!(TreeGrpo::new(c.with_std_eps(-1.0)).is_err());
+/// assert!(EstimatorConfig::TreeGrpo(c).build().is_ok());
+/// assert!(EstimatorConfig::TreeGrpo(c.with_std_eps(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -157,7 +157,7 @@ crate::setters::with_setters! {
 /// is [`Error::InvalidTree`]. The guide's turn-level chapter lists the authors' quirks.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, TreeGrpo, TreeGrpoConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, TreeGrpoConfig};
 /// use beacon_rl::RolloutBatch;
 ///
 /// // One prompt, two trees: rows 0 and 1 (row 1 branched off row 0), and row 2 alone.
@@ -168,7 +168,7 @@ crate::setters::with_setters! {
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_tree_parents(&[-1, 0, -1]);
-/// let out = TreeGrpo::new(TreeGrpoConfig::authors())?.estimate(&input)?;
+/// let out = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors()).build()?.estimate(&input)?;
 /// // R = 1, 0, 1: prompt μ = 2/3, σ = √(1/3); tree {0, 1}: μ = ½, σ = √½; tree {2} alone.
 /// let (sp, st, eps) = ((1.0f64 / 3.0).sqrt(), 0.5f64.sqrt(), 1e-6);
 /// let a0 = (1.0 / 3.0) / (sp + eps) + 0.5 / (st + eps);
@@ -179,7 +179,7 @@ crate::setters::with_setters! {
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TreeGrpo {
+pub(crate) struct TreeGrpo {
     config: TreeGrpoConfig,
 }
 
@@ -190,10 +190,10 @@ impl TreeGrpo {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{TreeGrpo, TreeGrpoConfig};
-    /// assert!(TreeGrpo::new(TreeGrpoConfig::authors().with_std_eps(0.0)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, TreeGrpoConfig};
+    /// assert!(EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_std_eps(0.0)).build().is_err());
     /// ```
-    pub fn new(config: TreeGrpoConfig) -> Result<Self> {
+    pub(crate) fn new(config: TreeGrpoConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
     }

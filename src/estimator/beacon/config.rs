@@ -13,8 +13,7 @@ use crate::stats::{NormMode, SingletonRule};
 /// Which computation the estimator follows.
 ///
 /// ```
-/// use beacon_rl::estimator::BeaconFlavour;
-/// use beacon_rl::estimator::NormMode;
+/// use beacon_rl::estimator::{BeaconFlavour, NormMode};
 /// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
 /// ```
@@ -136,8 +135,7 @@ impl BeaconConfig {
     /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
-    /// use beacon_rl::estimator::NormMode;
+    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, NormMode};
     /// let c = BeaconConfig::official();
     /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
     /// assert_eq!(c.milestone_reward, 10.0);

@@ -146,8 +146,7 @@ impl Gigpo {
     /// As [`Gigpo::compute`]. On error `out` holds unspecified values.
     ///
     /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
-    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     ///
     /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
@@ -239,8 +238,7 @@ impl Gigpo {
     /// As [`Gigpo::compute_by_key`].
     ///
     /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
-    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     ///
     /// let batch = RolloutBatch::from_row_keys(&[0, 0], &[0, 1], &[1.0, 0.0])?;
@@ -390,8 +388,7 @@ impl AdvantageEstimator for Gigpo {
     /// as in verl-agent.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gigpo, GigpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
     /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
