@@ -42,7 +42,7 @@ impl FloatView<'_> {
     }
 
     /// The value at (row, t) widened to `f64`, `None` out of range.
-    pub(crate) fn get(&self, row: usize, t: usize) -> Option<f64> {
+    pub fn get(&self, row: usize, t: usize) -> Option<f64> {
         match self {
             Self::F32(v) => v.get((row, t)).map(|x| f64::from(*x)),
             Self::F64(v) => v.get((row, t)).copied(),
