@@ -21,7 +21,8 @@
 //! clamped mean gives exactly 0).
 //!
 //! Each variant yields the [`BeaconConfig`] to use ([`Ablation::config`]) and the milestone
-//! flags to use ([`Ablation::milestones`]); [`Ablation::compute`] does both and runs BEACON.
+//! flags to use ([`Ablation::milestones`]); [`Beacon::compute`] of the two gives the row's
+//! parts (example below).
 //!
 //! Every row is also an estimator, built and called like any other: the `ablation` and `seed`
 //! keys of `beacon` (`beacon:ablation=milestone_dropout(p=0.5),seed=7`, or
