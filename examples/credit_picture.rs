@@ -157,9 +157,9 @@ fn build_picture(
 
     let grpo = "grpo".parse::<EstimatorConfig>()?.build()?.estimate(&input)?;
     let gigpo = Gigpo::new(GigpoConfig::verl_agent())?.estimate(&input)?;
-    let beacon = Beacon::new(BeaconConfig::paper())?;
-    let segment_weight = beacon.config().segment_weight;
-    let beacon = beacon.compute(rb.batch(), &flags)?;
+    let config = BeaconConfig::paper();
+    let segment_weight = config.segment_weight;
+    let beacon = Beacon::new(config)?.compute(rb.batch(), &flags)?;
 
     // Rows are record-major in file order: record i owns rows first[i]..first[i + 1].
     let mut first = Vec::with_capacity(records.len() + 1);

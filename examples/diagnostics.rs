@@ -34,7 +34,7 @@ use std::error::Error as StdError;
 use std::process::ExitCode;
 
 use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
-use beacon_rl::estimator::{Ablation, AdvantageEstimator, BeaconConfig, EstimatorConfig};
+use beacon_rl::estimator::{Ablation, AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig};
 use beacon_rl::milestone::DetectorPreset;
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 
@@ -173,7 +173,8 @@ fn run() -> Result<(), Box<dyn StdError>> {
     let ablations: Option<Comparison> = if args.ablations {
         let mut rows = Vec::new();
         for a in Ablation::paper_table3() {
-            let out = a.compute(BeaconConfig::paper(), batch, &flags, args.seed)?;
+            let beacon = Beacon::new(a.config(BeaconConfig::paper()))?;
+            let out = beacon.compute(batch, &a.milestones(batch, &flags, args.seed)?)?;
             rows.push((a.label(), out.advantages));
         }
         Some(diag.compare(&rows)?)

@@ -86,7 +86,7 @@ pub enum Error {
         row: usize,
     },
 
-    /// Rows of one trajectory carry different terminal rewards, or different scores where each
+    /// Rows of one trajectory carry different terminal rewards, or different row scores where each
     /// trajectory is counted once (the paper flavour of BEACON given
     /// [`row_scores`](crate::estimator::EstimatorInput::with_row_scores), `grpo`'s trajectory
     /// statistics on token sums without them).
@@ -229,7 +229,7 @@ pub enum Error {
 
     /// A recorded trajectory or row (JSON Lines, see the `record` module) is malformed: invalid
     /// JSON, a missing or mistyped field, a non-finite number, or records that contradict each
-    /// other (a repeated trajectory key, episode rewards that differ within a trajectory).
+    /// other (a repeated trajectory key, terminal rewards that differ within a trajectory).
     #[error("record at line {line}{}{}: {}", file_suffix(.file), field_suffix(.field), Escaped(.message))]
     Record {
         /// The input (file path, `-` for stdin) when the reader was given its name
@@ -379,7 +379,7 @@ pub enum Error {
         estimator: &'static str,
     },
 
-    /// The episode reward has two sources that disagree: the batch's terminal reward R(τ) of
+    /// The terminal reward has two sources that disagree: the batch's terminal reward R(τ) of
     /// row `row`'s trajectory and the row's own score (the sum of its `token_level_rewards`),
     /// both given to an estimator that reads R(τ). `row` is the first such row in caller order.
     /// See [`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores).

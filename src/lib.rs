@@ -26,8 +26,8 @@
 //! // Task "t" was tried twice: "a" succeeded in 3 steps, "b" failed after 2.
 //! let uid = ["t", "t", "t", "t", "t"];
 //! let traj = ["a", "b", "a", "b", "a"]; // rows of the two trajectories interleave
-//! let episode_reward = [1.0, 0.0, 1.0, 0.0, 1.0];
-//! let batch = RolloutBatch::from_row_keys(&uid, &traj, &episode_reward)?;
+//! let terminal_reward = [1.0, 0.0, 1.0, 0.0, 1.0];
+//! let batch = RolloutBatch::from_row_keys(&uid, &traj, &terminal_reward)?;
 //!
 //! // The environment's score after each row (before the first step it was 0).
 //! let score_after = [10.0, 10.0, 10.0, 10.0, 30.0];
@@ -70,9 +70,10 @@
 //! - [`estimator`]: the one interface ([`AdvantageEstimator`](estimator::AdvantageEstimator),
 //!   [`EstimatorConfig`](estimator::EstimatorConfig), [`EstimatorInput`](estimator::EstimatorInput),
 //!   [`Advantages`](estimator::Advantages), [`Workspace`](estimator::Workspace)) and every
-//!   estimator with its config, flat: BEACON ([`estimator::Beacon`]), GiGPO
-//!   ([`estimator::Gigpo`]), the verl baselines ([`estimator::Grpo`], [`estimator::Rloo`],
-//!   [`estimator::Gae`], ...).
+//!   estimator's config, flat: BEACON ([`estimator::BeaconConfig`], with the type
+//!   [`estimator::Beacon`] for its parts), GiGPO ([`estimator::GigpoConfig`],
+//!   [`estimator::Gigpo`]), the verl baselines ([`estimator::GrpoConfig`],
+//!   [`estimator::GaeConfig`], ...), all built by name through `EstimatorConfig`.
 //! - [`milestone`]: the detector trait Φ(s, a, s′), [`detect_milestones`](milestone::detect_milestones),
 //!   the two basic detectors, and the detector families
 //!   (text patterns, walkthroughs, WebShop phases, combinators, presets, discovery ([`milestone::MilestoneDiscovery`]), ...).

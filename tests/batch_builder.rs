@@ -58,8 +58,8 @@ fn rebuilds_equal_fresh_builds_and_the_reference() {
             .unwrap();
         assert_eq!(batch, RolloutBatch::from_row_keys(&uid, &traj, &reward).unwrap());
         let (offsets, traj_offsets, steps, rewards) = reference(&uid, &traj, &reward);
-        assert_eq!(batch.group_offsets(), &offsets[..]);
-        assert_eq!(batch.trajectory_offsets(), &traj_offsets[..]);
+        assert_eq!(&group_offsets(&batch)[..], &offsets[..]);
+        assert_eq!(&trajectory_offsets(&batch)[..], &traj_offsets[..]);
         assert_eq!(batch.step_rows(), &steps[..]);
         assert_eq!(batch.terminal_rewards(), &rewards[..]);
         // Rows of each trajectory in row order, trajectories as the reference orders them.
@@ -256,6 +256,28 @@ fn group_reference<G: Hash + Eq>(g: &[G], r: &[f64]) -> (Vec<usize>, Vec<usize>,
 }
 
 /// True when no key's rows are split into two runs (each group one contiguous block).
+/// The batch's group offsets into trajectories (`num_groups + 1` entries), read through
+/// its public per-group ranges.
+fn group_offsets(b: &RolloutBatch) -> Vec<usize> {
+    let n = b.num_groups();
+    let end = if n == 0 {
+        0
+    } else {
+        b.group_trajectories(n - 1).end
+    };
+    (0..n)
+        .map(|g| b.group_trajectories(g).start)
+        .chain([end])
+        .collect()
+}
+
+/// The batch's trajectory offsets into steps (`num_trajectories + 1` entries).
+fn trajectory_offsets(b: &RolloutBatch) -> Vec<usize> {
+    let n = b.num_trajectories();
+    let end = if n == 0 { 0 } else { b.trajectory_steps(n - 1).end };
+    (0..n).map(|j| b.trajectory_steps(j).start).chain([end]).collect()
+}
+
 fn contiguous<G: Eq>(g: &[G]) -> bool {
     let starts: Vec<&G> = (0..g.len())
         .filter(|&row| row == 0 || g[row] != g[row - 1])
@@ -303,8 +325,8 @@ proptest! {
         let row_ids: Vec<usize> = (0..rows).collect();
         prop_assert_eq!(&fresh, &RolloutBatch::from_row_keys(&keys, &row_ids, &rewards).unwrap());
         let (offsets, steps, terminal) = group_reference(&keys, &rewards);
-        prop_assert_eq!(fresh.group_offsets(), &offsets[..]);
-        prop_assert_eq!(fresh.trajectory_offsets(), &row_ids.iter().copied().chain([rows]).collect::<Vec<_>>()[..]);
+        prop_assert_eq!(&group_offsets(&fresh)[..], &offsets[..]);
+        prop_assert_eq!(&trajectory_offsets(&fresh)[..], &row_ids.iter().copied().chain([rows]).collect::<Vec<_>>()[..]);
         prop_assert_eq!(fresh.step_rows(), &steps[..]);
         prop_assert_eq!(fresh.terminal_rewards(), &terminal[..]);
         prop_assert_eq!(fresh.rows_in_step_order(), contiguous(&keys));
@@ -436,8 +458,8 @@ proptest! {
             let identity = steps.iter().enumerate().all(|(s, &row)| s == row);
             prop_assert!(k != 0 || identity);
             let fresh = RolloutBatch::from_row_keys(&g, &t, &r).unwrap();
-            prop_assert_eq!(fresh.group_offsets(), &offsets[..]);
-            prop_assert_eq!(fresh.trajectory_offsets(), &traj_offsets[..]);
+            prop_assert_eq!(&group_offsets(&fresh)[..], &offsets[..]);
+            prop_assert_eq!(&trajectory_offsets(&fresh)[..], &traj_offsets[..]);
             prop_assert_eq!(fresh.step_rows(), &steps[..]);
             prop_assert_eq!(fresh.terminal_rewards(), &rewards[..]);
             prop_assert_eq!(fresh.rows_in_step_order(), identity);

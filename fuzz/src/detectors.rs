@@ -9,7 +9,9 @@
 //! 2. Every detector preset (and `WalkthroughMap::from_json_str`) on arbitrary text: no panic,
 //!    and the same flags after `reset` as on a fresh detector.
 
-use beacon_rl::milestone::{DetectorPreset, ExpertWalkthrough, MilestoneDetector, Transition, WebShopTarget};
+use beacon_rl::milestone::{
+    DetectorPreset, ExpertWalkthrough, MilestoneDetector, Transition, WebShopPhases, WebShopTarget,
+};
 
 use super::bytes::Bytes;
 use super::difflib_py;
@@ -84,10 +86,12 @@ fn presets(u: &mut Bytes<'_>) {
     drop(beacon_rl::milestone::WalkthroughMap::from_json_str(&u.text(64)));
 
     // Presets built from the task's input, on every run.
-    let mut detectors = Vec::new();
-    detectors.extend(DetectorPreset::build_walkthrough(expert, threshold).ok());
+    let mut detectors: Vec<Box<dyn MilestoneDetector + Send>> = Vec::new();
+    if let Ok(d) = ExpertWalkthrough::with_threshold(expert, threshold) {
+        detectors.push(Box::new(d));
+    }
     if let Ok(goal) = WebShopTarget::new(asin.as_str(), options) {
-        detectors.push(DetectorPreset::build_webshop(goal).expect("a valid goal builds"));
+        detectors.push(Box::new(WebShopPhases::new(goal).expect("a valid goal builds")));
     }
     for detector in &mut detectors {
         check_reset(detector, &trajectories);

@@ -43,7 +43,6 @@ pub fn run(data: &[u8]) {
 
     if let Ok(rb) = RecordBatch::new(&records) {
         let steps: usize = records.iter().map(|r| r.steps.len()).sum();
-        assert_eq!(rb.num_rows(), steps);
         assert_eq!(rb.batch().num_steps(), steps);
         let mut milestones = vec![false; steps];
         for preset in DetectorPreset::ALL.iter().filter(|p| !p.needs_task_input()) {
@@ -100,9 +99,7 @@ fn check_groups<R: std::io::BufRead>(
             "a group mixes group_ids"
         );
         assert_eq!(group.lines.len(), group.records.len());
-        group
-            .batch()
-            .expect("a group from the reader lays out as a batch");
+        RecordBatch::new(&group.records).expect("a group from the reader lays out as a batch");
         flat.extend(group.records);
     }
     if !failed && errors == 0 {

@@ -37,7 +37,7 @@ use crate::hash::KeyHasher;
 /// let mut builder = BatchBuilder::new();
 /// let mut batch = builder.from_row_keys(&[7u64, 7], &[1u64, 2], &[1.0, 0.0])?;
 /// for iteration in 0..3u64 {
-///     // New rollouts each iteration: integer uid / traj_uid columns, episode rewards.
+///     // New rollouts each iteration: integer uid / traj_uid columns, terminal rewards.
 ///     let uid = [iteration, iteration, iteration, iteration];
 ///     let traj = [10, 10, 11, 11];
 ///     let reward = [1.0, 1.0, 0.0, 0.0];
@@ -182,7 +182,7 @@ impl BatchBuilder {
     /// assert!(!batch.rows_in_step_order());
     /// // verl's layout, a prompt's rows adjacent: group offsets at the runs, rows in order.
     /// builder.rebuild_from_group_keys(&mut batch, &["p", "p", "q", "r", "r"], &[1.0, 0.0, 1.0, 0.5, 0.0])?;
-    /// assert_eq!(batch.group_offsets(), &[0, 2, 3, 5]);
+    /// assert_eq!((batch.group_trajectories(0), batch.group_trajectories(2)), (0..2, 3..5));
     /// assert_eq!(batch.step_rows(), &[0, 1, 2, 3, 4]);
     /// assert!(batch.rows_in_step_order());
     /// # Ok::<(), beacon_rl::Error>(())

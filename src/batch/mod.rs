@@ -346,26 +346,12 @@ impl RolloutBatch {
     }
 
     /// Group offsets (length `num_groups() + 1`) into trajectories.
-    ///
-    /// ```
-    /// # use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_blocks(2, &[1, 1, 1, 1], vec![0.0; 4])?;
-    /// assert_eq!(b.group_offsets(), &[0, 2, 4]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn group_offsets(&self) -> &[usize] {
+    pub(crate) fn group_offsets(&self) -> &[usize] {
         &self.group_offsets
     }
 
     /// Trajectory offsets (length `num_trajectories() + 1`) into internal steps.
-    ///
-    /// ```
-    /// # use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_blocks(2, &[1, 3], vec![0.0; 2])?;
-    /// assert_eq!(b.trajectory_offsets(), &[0, 1, 4]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn trajectory_offsets(&self) -> &[usize] {
+    pub(crate) fn trajectory_offsets(&self) -> &[usize] {
         &self.traj_offsets
     }
 
@@ -615,7 +601,7 @@ mod tests {
     }
 
     #[test]
-    fn infinite_token_scores_disagree_with_finite_episode_rewards() {
+    fn infinite_token_scores_disagree_with_finite_terminal_rewards() {
         // |±inf − 1| ≤ 1e-6·max(inf, 1, 1) = inf held before: an infinite score "agreed".
         let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0]).unwrap();
         for bad in [f64::INFINITY, f64::NEG_INFINITY] {

@@ -304,8 +304,7 @@ impl<'a> Diagnostics<'a> {
     ///
     /// ```
     /// use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, EstimatorInput};
     /// use beacon_rl::{Error, RolloutBatch};
     ///
     /// // One task, a success "w" and a failure "l" that both open with "go" in state "s".
@@ -314,7 +313,7 @@ impl<'a> Diagnostics<'a> {
     /// let milestones = [true, false, true, false];
     /// let diag = Diagnostics::new(&batch, &state, &action, &milestones, DiagnosticsConfig::default())?;
     ///
-    /// let rewards = [[1.0], [1.0], [0.0], [0.0]]; // episode reward on every step row
+    /// let rewards = [[1.0], [1.0], [0.0], [0.0]]; // terminal reward on every step row
     /// let mask = [[true]; 4];
     /// let input = EstimatorInput::new(&batch)
     ///     .with_token_level_rewards(&rewards)

@@ -21,7 +21,8 @@
 //! clamped mean gives exactly 0).
 //!
 //! Each variant yields the [`BeaconConfig`] to use ([`Ablation::config`]) and the milestone
-//! flags to use ([`Ablation::milestones`]); [`Ablation::compute`] does both and runs BEACON.
+//! flags to use ([`Ablation::milestones`]); [`Beacon::compute`] of the two gives the row's
+//! parts (example below).
 //!
 //! Every row is also an estimator, built and called like any other: the `ablation` and `seed`
 //! keys of `beacon` (`beacon:ablation=milestone_dropout(p=0.5),seed=7`, or
@@ -43,17 +44,18 @@
 //!   (Floyd's algorithm) and ignores the detected milestones.
 //!
 //! ```
-//! use beacon_rl::estimator::BeaconConfig;
-//! use beacon_rl::estimator::Ablation;
+//! use beacon_rl::estimator::{Ablation, Beacon, BeaconConfig};
 //! use beacon_rl::RolloutBatch;
 //!
 //! let batch = RolloutBatch::from_blocks(2, &[4, 4], vec![1.0, 0.0])?;
 //! let flags = [true, false, true, false, false, true, false, false];
+//! // A row's parts: BEACON of the row's config on the row's milestones.
 //! for ablation in Ablation::paper_table3() {
-//!     let out = ablation.compute(BeaconConfig::paper(), &batch, &flags, 7)?;
+//!     let beacon = Beacon::new(ablation.config(BeaconConfig::paper()))?;
+//!     let out = beacon.compute(&batch, &ablation.milestones(&batch, &flags, 7)?)?;
 //!     println!("{:<28} {:?}", ablation.label(), out.advantages);
 //! }
-//! let grpo = Ablation::NoSegmentAdvantage.compute(BeaconConfig::paper(), &batch, &flags, 7)?;
+//! let grpo = Beacon::new(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))?.compute(&batch, &flags)?;
 //! assert_eq!(grpo.advantages, grpo.trajectory_advantages);
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
@@ -65,7 +67,7 @@ use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Range, Result};
 use crate::estimator::{AdvantageEstimator, Advantages, EstimatorInput, Workspace};
-use crate::estimator::{Beacon, BeaconConfig, BeaconOutput};
+use crate::estimator::{Beacon, BeaconConfig};
 use crate::milestone::check_flags;
 use crate::tensor::FloatViewMut;
 
@@ -245,8 +247,7 @@ impl Ablation {
     /// weight overridden; the partition variants keep `base`).
     ///
     /// ```
-    /// use beacon_rl::estimator::Ablation;
-    /// use beacon_rl::estimator::BeaconConfig;
+    /// use beacon_rl::estimator::{Ablation, BeaconConfig};
     /// let c = Ablation::NoTemporalDecay.config(BeaconConfig::paper());
     /// assert_eq!(c.segment_decay, 0.0);
     /// assert_eq!(Ablation::Full.config(BeaconConfig::official()), BeaconConfig::official());
@@ -349,34 +350,6 @@ impl Ablation {
         }
         Ok(())
     }
-
-    /// Runs BEACON under this ablation: [`config`](Self::config) of `base`, then
-    /// [`milestones`](Self::milestones) of `flags` with `seed`.
-    ///
-    /// # Errors
-    /// [`BeaconConfig::validate`]'s, [`milestones`](Self::milestones)' and
-    /// [`Beacon::compute`]'s errors.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::Ablation;
-    /// use beacon_rl::estimator::BeaconConfig;
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0])?;
-    /// let out = Ablation::NoTrajectoryAdvantage.compute(BeaconConfig::paper(), &batch, &[true, false, true, false], 0)?;
-    /// assert_eq!(out.advantages, out.segment_advantages);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn compute(
-        &self,
-        base: BeaconConfig,
-        batch: &RolloutBatch,
-        flags: &[bool],
-        seed: u64,
-    ) -> Result<BeaconOutput> {
-        let beacon = Beacon::new(self.config(base))?;
-        let flags = self.milestones(batch, flags, seed)?;
-        beacon.compute(batch, &flags)
-    }
 }
 
 /// A Table 3 row as an estimator: the payload of
@@ -392,8 +365,7 @@ impl Ablation {
 /// estimators built from the same config produce the same sequence.
 ///
 /// ```
-/// use beacon_rl::estimator::BeaconConfig;
-/// use beacon_rl::estimator::{Ablation, BeaconAblationConfig, EstimatorConfig, EstimatorInput};
+/// use beacon_rl::estimator::{Ablation, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///
 /// let mut row = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.5 });

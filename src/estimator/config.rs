@@ -75,8 +75,7 @@ macro_rules! registry {
             /// writes before the keys. BEACON's follows the flavour.
             ///
             /// ```
-            /// use beacon_rl::estimator::BeaconConfig;
-            /// use beacon_rl::estimator::EstimatorConfig;
+            /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig};
             /// assert_eq!(EstimatorConfig::Beacon(BeaconConfig::official()).name(), "beacon_official");
             /// ```
             pub fn name(&self) -> &'static str {
@@ -138,17 +137,14 @@ registry! {
     /// keys that differ from its defaults, so it parses back to the same config. Serde writes
     /// `{"adv_estimator": name, key: value, ...}` with every key and reads the same keys as the
     /// string form. An unknown name or key is an error listing the valid ones; a value that does
-    /// not parse names its key. Ranges are checked by [`build`](Self::build) (or
-    /// [`validate`](Self::validate)).
+    /// not parse names its key. Ranges are checked by [`build`](Self::build).
     ///
     /// BEACON's flavour lives in its config: `beacon` is the paper preset and `beacon_official`
     /// the release's, and a config prints under the name of its flavour. The paper's Table 3
     /// ablations are the keys `ablation` and `seed` of `beacon`.
     ///
     /// ```
-    /// use beacon_rl::estimator::BeaconConfig;
-    /// use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
-    /// use beacon_rl::estimator::EstimatorConfig;
+    /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig, GrpoConfig, GrpoNorm};
     ///
     /// let c: EstimatorConfig = "beacon:segment_decay=0.9".parse()?;
     /// assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9)));
@@ -168,39 +164,45 @@ registry! {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     verl {
-        /// `gae`: generalized advantage estimation with a critic ([`Gae`]).
+        /// `gae`: generalized advantage estimation with a critic; reads `token_level_rewards`,
+        /// `response_mask` and `values`, writes returns.
         Gae(GaeConfig = GaeConfig::verl()) => "gae";
-        /// `grpo`: group-normalized outcome reward ([`Grpo`]).
+        /// `grpo`: group-normalized outcome reward; reads `token_level_rewards` and
+        /// `response_mask` (or step rows, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into)).
         Grpo(GrpoConfig = GrpoConfig::verl()) => "grpo";
         /// `grpo_vectorized`: verl's vectorized GRPO with float32 group statistics
-        /// ([`GrpoVectorized`]).
+        /// (verl's `compute_grpo_vectorized_outcome_advantage`).
         GrpoVectorized(GrpoConfig = GrpoConfig::verl()) => "grpo_vectorized";
         /// `grpo_passk`: only the best response of a group gets r_max − r_second
-        /// ([`GrpoPassk`]).
+        /// (verl's `compute_grpo_passk_outcome_advantage`).
         GrpoPassk(GrpoConfig = GrpoConfig::verl()) => "grpo_passk";
-        /// `gdpo`: GRPO then batch whitening (single reward) ([`Gdpo`]).
+        /// `gdpo`: GRPO then batch whitening (single reward; verl's
+        /// `compute_gdpo_outcome_advantage`).
         Gdpo(GrpoConfig = GrpoConfig::verl()) => "gdpo";
-        /// `rloo`: leave-one-out baseline ([`Rloo`]).
+        /// `rloo`: leave-one-out baseline; reads `token_level_rewards` and `response_mask`.
         Rloo => "rloo";
         /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0).
         RlooVectorized => "rloo_vectorized";
-        /// `opo`: length-weighted group baseline ([`Opo`]).
+        /// `opo`: length-weighted group baseline; reads `token_level_rewards` and `response_mask`.
         Opo => "opo";
-        /// `gpg`: group mean baseline scaled by the batch's nonzero-score ratio ([`Gpg`]).
+        /// `gpg`: group mean baseline scaled by the batch's share of nonzero row scores; reads
+        /// `token_level_rewards` and `response_mask`.
         Gpg(GpgConfig = GpgConfig::verl()) => "gpg";
-        /// `reinforce_plus_plus`: discounted token returns, batch-whitened
-        /// ([`ReinforcePlusPlus`]).
+        /// `reinforce_plus_plus`: discounted token returns, batch-whitened; reads
+        /// `token_level_rewards` and `response_mask`, writes returns.
         ReinforcePlusPlus(ReinforcePlusPlusConfig = ReinforcePlusPlusConfig::verl()) => "reinforce_plus_plus";
         /// `reinforce_plus_plus_baseline`: group mean baseline, batch-whitened
         /// (verl's `compute_reinforce_plus_plus_baseline_outcome_advantage`).
         ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline";
-        /// `remax`: reward-to-go minus a per-row (greedy) baseline ([`Remax`]).
+        /// `remax`: reward-to-go minus a per-row (greedy) baseline; reads `token_level_rewards`,
+        /// `response_mask` and `reward_baselines`, writes returns.
         Remax => "remax";
-        /// `optimal_token_baseline`: per-position variance-weighted group baseline
-        /// ([`OptimalTokenBaseline`]).
+        /// `optimal_token_baseline`: per-position variance-weighted group baseline; reads
+        /// `token_level_rewards`, `response_mask`, `old_log_probs`, `sum_pi_squared` (and
+        /// optionally `rollout_is_weights`), writes returns.
         OptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "optimal_token_baseline";
         /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
-        /// ([`TirOptimalTokenBaseline`]).
+        /// (verl's `compute_multi_turn_optimal_token_baseline_advantage`).
         TirOptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "tir_optimal_token_baseline";
     }
     crate_only {
@@ -208,19 +210,19 @@ registry! {
         /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
         Gigpo(gigpo::GigpoConfig = gigpo::GigpoConfig::verl_agent()) => "gigpo";
         /// `step_reinforce`: discounted per-turn returns normalised over turns, as ROLL runs
-        /// them ([`StepReinforce`](step_reinforce::StepReinforce)). Omitted fields take
+        /// them; reads `step_rewards` (one turn per row). Omitted fields take
         /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
         StepReinforce(step_reinforce::StepReinforceConfig = step_reinforce::StepReinforceConfig::roll()) => "step_reinforce";
-        /// `mt_grpo`: multi-turn GRPO with turn-level advantages ([`MtGrpo`](mt_grpo::MtGrpo)).
+        /// `mt_grpo`: multi-turn GRPO with turn-level advantages; reads `step_rewards`.
         /// Omitted fields take [`MtGrpoConfig::authors`](mt_grpo::MtGrpoConfig::authors).
         MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::authors()) => "mt_grpo";
-        /// `turn_gae`: GAE over one critic value per turn ([`TurnGae`](turn_gae::TurnGae)).
+        /// `turn_gae`: GAE over one critic value per turn; reads `step_rewards` and `turn_values`.
         /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
         TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
-        /// `tree_grpo`: Tree-GRPO's prompt and tree groups ([`TreeGrpo`](TreeGrpo)).
+        /// `tree_grpo`: Tree-GRPO's prompt and tree groups; reads `step_rewards` and `tree_parents`.
         /// Omitted fields take [`TreeGrpoConfig::authors`](TreeGrpoConfig::authors).
         TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::authors()) => "tree_grpo";
-        /// `empg`: entropy-modulated policy gradients over step rows ([`Empg`](Empg)).
+        /// `empg`: entropy-modulated policy gradients over step rows; reads `step_entropy`.
         /// Omitted fields take [`EmpgConfig::authors`](EmpgConfig::authors).
         Empg(EmpgConfig = EmpgConfig::authors()) => "empg";
     }
@@ -286,46 +288,17 @@ impl EstimatorConfig {
         })
     }
 
-    /// Checks the parameters without building.
+    /// Validates the parameters and builds the estimator: the one place a configuration is
+    /// checked (each estimator's `new` validates, and this calls it).
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first parameter out of range.
     ///
     /// ```
     /// use beacon_rl::estimator::EstimatorConfig;
-    /// assert!("gpg:f_norm=0".parse::<EstimatorConfig>()?.validate().is_err());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            Self::Gae(c) => c.validate(),
-            Self::Grpo(c) | Self::GrpoVectorized(c) | Self::GrpoPassk(c) | Self::Gdpo(c) => c.validate(),
-            Self::Gpg(c) => c.validate(),
-            Self::ReinforcePlusPlus(c) => c.validate(),
-            Self::OptimalTokenBaseline(c) | Self::TirOptimalTokenBaseline(c) => c.validate(),
-            Self::Gigpo(c) => c.validate(),
-            Self::Beacon(c) => c.validate(),
-            Self::BeaconAblation(c) => c.validate(),
-            Self::Rloo | Self::RlooVectorized | Self::Opo | Self::ReinforcePlusPlusBaseline | Self::Remax => {
-                Ok(())
-            }
-            Self::StepReinforce(c) => c.validate(),
-            Self::MtGrpo(c) => c.validate(),
-            Self::TurnGae(c) => c.validate(),
-            Self::TreeGrpo(c) => c.validate(),
-            Self::Empg(c) => c.validate(),
-        }
-    }
-
-    /// Validates the parameters and builds the estimator.
-    ///
-    /// # Errors
-    /// As [`validate`](Self::validate).
-    ///
-    /// ```
-    /// use beacon_rl::estimator::EstimatorConfig;
     /// let est = "rloo".parse::<EstimatorConfig>()?.build()?;
     /// assert_eq!(est.name(), "rloo");
+    /// assert!("gpg:f_norm=0".parse::<EstimatorConfig>()?.build().is_err());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn build(&self) -> Result<Box<dyn AdvantageEstimator>> {

@@ -12,10 +12,10 @@ const EPS: f64 = 1e-8;
 /// Parameters of `empg`, with the defaults of the authors' pseudocode ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{EmpgConfig};
+/// use beacon_rl::estimator::{EmpgConfig, EstimatorConfig};
 /// let c = EmpgConfig::authors().with_zeta(0.05);
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_k(-1.0).validate().is_err());
+/// assert!(EstimatorConfig::Empg(c).build().is_ok());
+/// assert!(EstimatorConfig::Empg(c.with_k(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -54,44 +54,11 @@ impl EmpgConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] unless k, k_f and ζ are finite and ≥ 0 and the GRPO
     /// parameters are valid.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::EmpgConfig;
-    /// assert!(EmpgConfig::authors().with_zeta(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::NON_NEGATIVE.check("k", self.k)?;
         Range::NON_NEGATIVE.check("k_f", self.k_f)?;
         Range::NON_NEGATIVE.check("zeta", self.zeta)?;
         self.grpo.validate()
-    }
-
-    /// Sets k.
-    #[must_use]
-    pub const fn with_k(mut self, k: f64) -> Self {
-        self.k = k;
-        self
-    }
-
-    /// Sets k_f.
-    #[must_use]
-    pub const fn with_k_f(mut self, k_f: f64) -> Self {
-        self.k_f = k_f;
-        self
-    }
-
-    /// Sets ζ.
-    #[must_use]
-    pub const fn with_zeta(mut self, zeta: f64) -> Self {
-        self.zeta = zeta;
-        self
-    }
-
-    /// Sets the GRPO of the outcome advantage.
-    #[must_use]
-    pub const fn with_grpo(mut self, grpo: GrpoConfig) -> Self {
-        self.grpo = grpo;
-        self
     }
 }
 
@@ -99,6 +66,18 @@ impl Default for EmpgConfig {
     fn default() -> Self {
         Self::authors()
     }
+}
+
+crate::setters::with_setters! {
+    EmpgConfig, "use beacon_rl::estimator::{EmpgConfig, GrpoConfig};", EmpgConfig::authors();
+    /// Sets k of the self-calibrating scaling (default 1; finite, ≥ 0).
+    with_k(k: f64) = 0.5;
+    /// Sets k_f of the future clarity bonus (default 1; finite, ≥ 0).
+    with_k_f(k_f: f64) = 2.0;
+    /// Sets ζ, the weight of the future clarity bonus (default 0.1; finite, ≥ 0).
+    with_zeta(zeta: f64) = 0.05;
+    /// Sets the GRPO of the outcome advantage (default [`GrpoConfig::verl`]).
+    with_grpo(grpo: GrpoConfig) = GrpoConfig::dr_grpo();
 }
 
 /// `empg`: Entropy-Modulated Policy Gradients (Wang et al., arXiv 2509.09265).
@@ -169,19 +148,19 @@ impl Default for EmpgConfig {
 /// The `empg` estimator.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, Empg, EmpgConfig, EstimatorInput, Workspace};
+/// use beacon_rl::estimator::{AdvantageEstimator, EmpgConfig, EstimatorConfig, EstimatorInput, Workspace};
 /// use beacon_rl::RolloutBatch;
 /// // One task, trajectories a (2 steps, reward 1) and b (2 steps, reward 0).
 /// let batch = RolloutBatch::from_row_keys(&["t"; 4], &["a", "a", "b", "b"], &[1.0, 1.0, 0.0, 0.0])?;
 /// let input = EstimatorInput::new(&batch).with_step_entropy(&[1.0, 3.0, 2.0, 1.0]);
 /// let mut adv = [0.0; 4];
-/// Empg::new(EmpgConfig::authors())?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+/// EstimatorConfig::Empg(EmpgConfig::authors()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
 /// assert!(adv.iter().sum::<f64>().abs() < 1e-12); // zero mean over the steps
 /// assert!(adv[0] > adv[1]); // the confident step of the success gets more credit
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
-pub struct Empg {
+pub(crate) struct Empg {
     config: EmpgConfig,
     grpo: Grpo,
 }
@@ -191,17 +170,12 @@ impl Empg {
     ///
     /// # Errors
     /// As [`EmpgConfig::validate`].
-    pub fn new(config: EmpgConfig) -> Result<Self> {
+    pub(crate) fn new(config: EmpgConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self {
             config,
             grpo: Grpo::new(config.grpo)?,
         })
-    }
-
-    /// The parameters.
-    pub fn config(&self) -> &EmpgConfig {
-        &self.config
     }
 
     /// The step values into `out` (one per row): GRPO's A, then the modulation in place.

@@ -36,10 +36,10 @@ use crate::tensor::{FloatView, MaskView};
 /// Parameters of `gae`.
 ///
 /// ```
-/// use beacon_rl::estimator::{Gae, GaeConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, GaeConfig};
 /// let c = GaeConfig::verl();
 /// assert_eq!((c.discount, c.gae_lambda), (1.0, 1.0));
-/// assert!(Gae::new(c.with_gae_lambda(2.0)).is_err());
+/// assert!(EstimatorConfig::Gae(c.with_gae_lambda(2.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -94,7 +94,7 @@ crate::setters::with_setters! {
 /// and `values` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::{Gae, GaeConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, GaeConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
@@ -105,13 +105,13 @@ crate::setters::with_setters! {
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_values(&values);
-/// let out = Gae::new(GaeConfig::verl().with_discount(1.0).with_gae_lambda(1.0))?.estimate(&input)?;
+/// let out = EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.0).with_gae_lambda(1.0)).build()?.estimate(&input)?;
 /// // t=1: δ = 1 − 0.5 = 0.5; t=0: δ = 0 + 0.5 − 0.5 = 0, Â = 0.5. Padding t=2: Â = 0.
 /// assert_eq!(out.returns().row(0).to_vec(), vec![1.0, 1.0, 0.3]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Gae {
+pub(crate) struct Gae {
     config: GaeConfig,
 }
 
@@ -122,23 +122,12 @@ impl Gae {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{Gae, GaeConfig};
-    /// assert!(Gae::new(GaeConfig::verl().with_discount(1.01).with_gae_lambda(1.0)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, GaeConfig};
+    /// assert!(EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.01).with_gae_lambda(1.0)).build().is_err());
     /// ```
-    pub fn new(config: GaeConfig) -> Result<Self> {
+    pub(crate) fn new(config: GaeConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{Gae, GaeConfig};
-    /// assert_eq!(Gae::new(GaeConfig::verl())?.config().gae_lambda, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &GaeConfig {
-        &self.config
     }
 }
 

@@ -27,9 +27,9 @@ use crate::error::{Range, Result};
 /// Parameters of `gpg`.
 ///
 /// ```
-/// use beacon_rl::estimator::{Gpg, GpgConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
 /// assert_eq!(GpgConfig::verl().f_norm, 1.0);
-/// assert!(Gpg::new(GpgConfig::verl().with_f_norm(-1.0)).is_err());
+/// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -76,20 +76,20 @@ crate::setters::with_setters! {
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::{Gpg, GpgConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0, 0], &[0.0; 4])?;
 /// let rewards = [[1.0], [0.0], [0.0], [0.0]];
 /// let mask = [[true]; 4];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = Gpg::new(GpgConfig::verl())?.estimate(&input)?;
+/// let out = EstimatorConfig::Gpg(GpgConfig::verl()).build()?.estimate(&input)?;
 /// // α = 4 rows / 1 nonzero score = 4; mean 0.25: A = 4 · 0.75 = 3 and 4 · (−0.25) = −1.
 /// assert_eq!(out.advantages.column(0).to_vec(), vec![3.0, -1.0, -1.0, -1.0]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Gpg {
+pub(crate) struct Gpg {
     config: GpgConfig,
 }
 
@@ -100,23 +100,12 @@ impl Gpg {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
-    /// assert!(Gpg::new(GpgConfig::verl().with_f_norm(f64::NAN)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
+    /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(f64::NAN)).build().is_err());
     /// ```
-    pub fn new(config: GpgConfig) -> Result<Self> {
+    pub(crate) fn new(config: GpgConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{Gpg, GpgConfig};
-    /// assert_eq!(Gpg::new(GpgConfig::verl())?.config().f_norm, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &GpgConfig {
-        &self.config
     }
 }
 

@@ -25,14 +25,14 @@
 //! normalised with its own score s_r. ε is added to σ; a group holding one trajectory uses
 //! μ = 0, σ = 1 (divided by `float32(1 + ε)` under `MeanStd`, as `grpo`'s singletons).
 //! verl-agent leaves rows of one trajectory free to carry different scores (its invalid-action
-//! penalty makes them differ). Here they must agree (the episode reward, repeated on every
+//! penalty makes them differ). Here they must agree (the terminal reward, repeated on every
 //! step row), else [`Error::InconsistentTerminalReward`] names the first disagreeing row in
 //! caller order, unless the caller declares per-row scores with
 //! [`EstimatorInput::with_row_scores`]: then, as in verl-agent, each trajectory's first row
 //! (caller order) enters the statistics and every row is normalised with its own score.
 //! Supported by `grpo` and `gdpo`.
 //!
-//! # `grpo_vectorized` ([`GrpoVectorized`], verl `compute_grpo_vectorized_outcome_advantage`)
+//! # `grpo_vectorized` (`EstimatorConfig::GrpoVectorized`, verl `compute_grpo_vectorized_outcome_advantage`)
 //! Same equation, but the group statistics come from `verl.utils.group_mean_std`: scores cast
 //! to float32, μ = Σs / n and σ² = Σ(s − μ)² / (n − 1) accumulated in float32 in row order,
 //! σ = √σ² with **no floor** (verl 0.9.1 calls `group_mean_std(scores, g, eps=0.0)`; verl 0.8
@@ -40,12 +40,12 @@
 //! vectors match this two-pass variance to the last bit; older verl releases used the one-pass
 //! (Σs² − (Σs)²/n) / (n − 1), which differs by ~3e-7 relative on some groups.)
 //!
-//! # `grpo_passk` ([`GrpoPassk`], verl `compute_grpo_passk_outcome_advantage`)
+//! # `grpo_passk` (`EstimatorConfig::GrpoPassk`, verl `compute_grpo_passk_outcome_advantage`)
 //! Only the best row of each group gets a nonzero advantage: A_max = r_max − r_second_max,
 //! divided by (σ_g + ε) under `MeanStd`; every other row gets 0. verl raises for a group of
 //! fewer than two rows: we return [`Error::Undefined`].
 //!
-//! # `gdpo` ([`Gdpo`], verl `compute_gdpo_outcome_advantage`, single reward)
+//! # `gdpo` (`EstimatorConfig::Gdpo`, verl `compute_gdpo_outcome_advantage`, single reward)
 //! With one reward component (verl's `config=None` fallback) GDPO is the `grpo` advantage
 //! broadcast under the mask, then [batch-whitened](super#batch-whitening) and re-masked.
 //! Multi-component GDPO (`gdpo_reward_keys`) is not implemented.
@@ -140,11 +140,11 @@ pub enum GrpoStatistics {
 /// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`.
 ///
 /// ```
-/// use beacon_rl::estimator::{Grpo, GrpoConfig, GrpoNorm};
+/// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig, GrpoNorm};
 /// let c = GrpoConfig::verl();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
 /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
-/// assert!(Grpo::new(c.with_std_eps(-1.0)).is_err());
+/// assert!(EstimatorConfig::Grpo(c.with_std_eps(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -230,75 +230,85 @@ crate::setters::with_setters! {
     with_statistics(statistics: GrpoStatistics) = GrpoStatistics::Trajectories;
 }
 
-macro_rules! grpo_family_type {
+/// verl's `grpo` (see the module docs (`src/estimator/grpo.rs`)).
+///
+/// Needs `token_level_rewards` and `response_mask`. Built through [`EstimatorConfig`], as
+/// every estimator is; `grpo_vectorized`, `grpo_passk` and `gdpo` take the same [`GrpoConfig`].
+///
+/// ```
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&["a", "a", "b"], &[1.0, 0.0, 1.0])?;
+/// let rewards = [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]];
+/// let mask = [[true, true], [true, true], [true, false]];
+/// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
+/// let out = EstimatorConfig::Grpo(GrpoConfig::verl()).build()?.estimate(&input)?;
+/// // Group "a": mean 0.5, std √0.5; group "b" is a singleton: 1 / f32(1 + 1e-6).
+/// assert!((out.advantages[[0, 0]] - 0.5 / (0.5f64.sqrt() + 1e-6)).abs() < 1e-12);
+/// assert!((out.advantages[[2, 0]] - 1.0 / 1.000_000_953_674_316_4).abs() < 1e-12);
+/// assert_eq!(out.advantages[[2, 1]], 0.0);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+///
+/// [`EstimatorConfig`]: crate::estimator::EstimatorConfig
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Grpo {
+    config: GrpoConfig,
+}
+
+impl Grpo {
+    /// Validates the parameters and builds the estimator.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when `config` is out of range.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig};
+    /// assert!(EstimatorConfig::Grpo(GrpoConfig::verl()).build().is_ok());
+    /// assert!(EstimatorConfig::Grpo(GrpoConfig::verl().with_std_eps(0.0)).build().is_err());
+    /// ```
+    pub(crate) fn new(config: GrpoConfig) -> Result<Self> {
+        config.validate_for("Grpo")?;
+        Ok(Self { config })
+    }
+}
+
+/// The variants share [`Grpo`]'s parameters and shape; like it, each is built through
+/// `EstimatorConfig`.
+macro_rules! grpo_variant {
     ($(#[$doc:meta])* $ty:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq)]
-        pub struct $ty {
+        pub(crate) struct $ty {
             config: GrpoConfig,
         }
 
         impl $ty {
-            /// Validates the parameters and builds the estimator.
-            ///
-            /// # Errors
-            /// [`Error::InvalidConfig`] when `config` is out of range, or asks for
-            /// [`GrpoStatistics::Trajectories`] from `grpo_vectorized` or `grpo_passk`.
-            ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::verl())?;\nassert_eq!(est.config(), &GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
-            pub fn new(config: GrpoConfig) -> Result<Self> {
+            /// Validates the parameters ([`Error::InvalidConfig`] when out of range, or when
+            /// asking for [`GrpoStatistics::Trajectories`] from `grpo_vectorized` or
+            /// `grpo_passk`) and builds the estimator.
+            pub(crate) fn new(config: GrpoConfig) -> Result<Self> {
                 config.validate_for(stringify!($ty))?;
                 Ok(Self { config })
-            }
-
-            /// The estimator's parameters.
-            ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", GrpoConfig};\nlet est = ", stringify!($ty), "::new(GrpoConfig::default())?;\nassert_eq!(*est.config(), GrpoConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
-            pub fn config(&self) -> &GrpoConfig {
-                &self.config
             }
         }
     };
 }
 
-grpo_family_type!(
-    /// verl's `grpo` (see the module docs (`src/estimator/grpo.rs`)).
-    ///
-    /// Needs `token_level_rewards` and `response_mask`.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Grpo, GrpoConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_group_keys(&["a", "a", "b"], &[1.0, 0.0, 1.0])?;
-    /// let rewards = [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]];
-    /// let mask = [[true, true], [true, true], [true, false]];
-    /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = Grpo::new(GrpoConfig::verl())?.estimate(&input)?;
-    /// // Group "a": mean 0.5, std √0.5; group "b" is a singleton: 1 / f32(1 + 1e-6).
-    /// assert!((out.advantages[[0, 0]] - 0.5 / (0.5f64.sqrt() + 1e-6)).abs() < 1e-12);
-    /// assert!((out.advantages[[2, 0]] - 1.0 / 1.000_000_953_674_316_4).abs() < 1e-12);
-    /// assert_eq!(out.advantages[[2, 1]], 0.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    Grpo
-);
-
-grpo_family_type!(
+grpo_variant!(
     /// verl's `grpo_vectorized`: GRPO with float32 group statistics (see the
     /// module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{GrpoConfig, GrpoVectorized};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
     /// let rewards = [[1.0], [0.0], [0.5]];
     /// let mask = [[true], [true], [true]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = GrpoVectorized::new(GrpoConfig::verl())?.estimate(&input)?;
+    /// let out = EstimatorConfig::GrpoVectorized(GrpoConfig::verl()).build()?.estimate(&input)?;
     /// // Singletons use std 1 and add ε in float32, like `grpo`.
     /// assert!((out.advantages[[2, 0]] - 0.5 / 1.000_000_953_674_316_4).abs() < 1e-12);
     /// assert!((out.advantages[[0, 0]] + out.advantages[[1, 0]]).abs() < 1e-6);
@@ -307,42 +317,40 @@ grpo_family_type!(
     GrpoVectorized
 );
 
-grpo_family_type!(
+grpo_variant!(
     /// verl's `grpo_passk`: only the best row of each group gets r_max − r_second_max (see the
     /// module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
     ///
     /// ```
-    /// use beacon_rl::estimator::{GrpoConfig, GrpoPassk};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
     /// let rewards = [[0.2], [1.0], [0.6]];
     /// let mask = [[true], [true], [true]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = GrpoPassk::new(GrpoConfig::dr_grpo())?.estimate(&input)?;
+    /// let out = EstimatorConfig::GrpoPassk(GrpoConfig::dr_grpo()).build()?.estimate(&input)?;
     /// assert_eq!(out.advantages.column(0).to_vec(), vec![0.0, 1.0 - 0.6, 0.0]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     GrpoPassk
 );
 
-grpo_family_type!(
+grpo_variant!(
     /// verl's `gdpo` with a single reward: GRPO, then batch whitening under the mask (see the
     /// module docs (`src/estimator/grpo.rs`)).
     ///
     /// Needs `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
     ///
     /// ```
-    /// use beacon_rl::estimator::{Gdpo, GrpoConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
     /// let rewards = [[1.0, 0.0], [0.0, 0.0]];
     /// let mask = [[true, true], [true, false]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = Gdpo::new(GrpoConfig::verl())?.estimate(&input)?;
+    /// let out = EstimatorConfig::Gdpo(GrpoConfig::verl()).build()?.estimate(&input)?;
     /// // Masked tokens are whitened to mean 0 over the batch; padding stays 0.
     /// let total: f64 = out.advantages.iter().sum();
     /// assert!(total.abs() < 1e-9);

@@ -6,41 +6,41 @@
 //! and writes advantages (and, for GAE, turn-level GAE, REINFORCE++, ReMax and OTB, returns) as `f32` or `f64`
 //! rows × L token matrices. [`EstimatorConfig`] names each estimator by verl's `adv_estimator`
 //! string, holds its parameters with verl's defaults, and [`builds`](EstimatorConfig::build) a
-//! validated, boxed estimator.
+//! validated, boxed estimator: the one way to construct an estimator, shared by the string
+//! grammar, serde, the command line and the Python package. [`Beacon`] and [`Gigpo`] also
+//! have types of their own, for their parts API (below).
 //!
 //! This module holds that interface ([`AdvantageEstimator`], [`EstimatorConfig`],
-//! [`EstimatorInput`], [`Advantages`], [`Workspace`]) and every estimator with its
-//! configuration, flat: one path each ([`Beacon`], [`GigpoConfig`], [`GrpoConfig`], ...,
-//! table below). Each type's page states its verl name; the equations are in its
-//! `src/estimator/` file's module docs.
+//! [`EstimatorInput`], [`Advantages`], [`Workspace`]) and every estimator's configuration,
+//! flat: one path each ([`BeaconConfig`], [`GigpoConfig`], [`GrpoConfig`], ..., table below).
+//! Each [`EstimatorConfig`] variant states what its estimator computes and reads; the
+//! equations are in its `src/estimator/` file's module docs.
 //!
 //! The baselines reproduce verl 0.9.1 (`verl/trainer/ppo/core_algos.py`) to 1e-5 relative on
 //! the peer's float64 run; each documents its equation, the verl function and every
 //! "peer behaviour reproduced" (numerical quirks of the peer that we copy on purpose):
 //!
-//! | `adv_estimator` | type | config |
-//! |---|---|---|
-//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`Grpo`], [`GrpoVectorized`], [`GrpoPassk`], [`Gdpo`] | [`GrpoConfig`] |
-//! | `rloo`, `rloo_vectorized` | [`Rloo`]; `rloo_vectorized` by [`EstimatorConfig::build`] | |
-//! | `opo` | [`Opo`] | |
-//! | `gpg` | [`Gpg`] | [`GpgConfig`] |
-//! | `reinforce_plus_plus`, `reinforce_plus_plus_baseline` | [`ReinforcePlusPlus`]; `reinforce_plus_plus_baseline` by [`EstimatorConfig::build`] | [`ReinforcePlusPlusConfig`] |
-//! | `remax` | [`Remax`] | |
-//! | `gae` | [`Gae`] | [`GaeConfig`] |
-//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaseline`], [`TirOptimalTokenBaseline`] | [`OptimalTokenBaselineConfig`] |
-//! | `beacon`, `beacon_official` | [`Beacon`] | [`BeaconConfig`] |
-//! | `gigpo` | [`Gigpo`] | [`GigpoConfig`] |
+//! | `adv_estimator` | config |
+//! |---|---|
+//! | `grpo`, `grpo_vectorized`, `grpo_passk`, `gdpo` | [`GrpoConfig`] |
+//! | `rloo`, `rloo_vectorized`, `opo`, `reinforce_plus_plus_baseline`, `remax` | none |
+//! | `gpg` | [`GpgConfig`] |
+//! | `reinforce_plus_plus` | [`ReinforcePlusPlusConfig`] |
+//! | `gae` | [`GaeConfig`] |
+//! | `optimal_token_baseline`, `tir_optimal_token_baseline` | [`OptimalTokenBaselineConfig`] |
+//! | `beacon`, `beacon_official` | [`BeaconConfig`] (type [`Beacon`]) |
+//! | `gigpo` | [`GigpoConfig`] (type [`Gigpo`]) |
 //!
 //! Turn-level estimators (one value per turn of a multi-turn episode, on step rows or on
 //! verl's multi-turn rows, see `docs/turn-level.md`):
 //!
-//! | name | type | config |
-//! |---|---|---|
-//! | `step_reinforce` | [`StepReinforce`] | [`StepReinforceConfig`] |
-//! | `mt_grpo` | [`MtGrpo`] | [`MtGrpoConfig`] |
-//! | `turn_gae` | [`TurnGae`] | [`TurnGaeConfig`] |
-//! | `tree_grpo` | [`TreeGrpo`] | [`TreeGrpoConfig`] |
-//! | `empg` | [`Empg`] | [`EmpgConfig`] |
+//! | name | config |
+//! |---|---|
+//! | `step_reinforce` | [`StepReinforceConfig`] |
+//! | `mt_grpo` | [`MtGrpoConfig`] |
+//! | `turn_gae` | [`TurnGaeConfig`] |
+//! | `tree_grpo` | [`TreeGrpoConfig`] |
+//! | `empg` | [`EmpgConfig`] |
 //!
 //! # One way to call an estimator
 //! Every estimator is called the same way, through [`AdvantageEstimator`]:
@@ -99,18 +99,18 @@
 //! let uids = ["p0", "p0", "p1", "p1"];
 //! let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]];
 //! let mask = [[true, true, true], [true, true, false], [true, true, true], [true, false, false]];
-//! let scores = [1.0, 0.0, 1.0, 1.0];
-//! let batch = RolloutBatch::from_group_keys(&uids, &scores)?;
+//! let terminal_rewards = [1.0, 0.0, 1.0, 1.0];
+//! let batch = RolloutBatch::from_group_keys(&uids, &terminal_rewards)?;
 //!
 //! let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
 //! let input = EstimatorInput::new(&batch)
 //!     .with_token_level_rewards(&rewards)
 //!     .with_response_mask(&mask);
 //! let out = grpo.estimate(&input)?;
-//! // Group p0: scores 1 and 0, mean 0.5, unbiased std 0.7071: (1 - 0.5) / (0.7071 + 1e-6).
+//! // Group p0: row scores (reward sums) 1 and 0, mean 0.5, unbiased std 0.7071: (1 - 0.5) / (0.7071 + 1e-6).
 //! assert!((out.advantages[[0, 0]] - 0.7071058).abs() < 1e-6);
 //! assert_eq!(out.advantages[[1, 2]], 0.0); // masked token
-//! // Group p1: equal scores, zero advantage.
+//! // Group p1: equal row scores, zero advantage.
 //! assert_eq!(out.advantages[[2, 0]], 0.0);
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
@@ -224,11 +224,11 @@ pub(crate) use ablation::SplitMix64;
 pub use ablation::{Ablation, BeaconAblationConfig};
 pub use beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, SegmentBaseline};
 pub use config::EstimatorConfig;
-pub use empg::{Empg, EmpgConfig};
-pub use gae::{Gae, GaeConfig};
+pub use empg::EmpgConfig;
+pub use gae::GaeConfig;
 pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
-pub use gpg::{Gpg, GpgConfig};
-pub use grpo::{Gdpo, Grpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoStatistics, GrpoVectorized};
+pub use gpg::GpgConfig;
+pub use grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 #[cfg(test)]
@@ -238,18 +238,13 @@ pub(crate) use kernel::{
     estimate_via_steps_fresh, fill_estimator, float_row, group_rows, mask_row, masked_counts,
     row_groups_into, row_sums_to, select, Out, Prefetch, Tokens, LANES,
 };
-pub use mt_grpo::{MtGrpo, MtGrpoConfig, TurnBaseline};
-pub use opo::Opo;
-pub use optimal_baseline::{
-    OptimalTokenBaseline, OptimalTokenBaselineConfig, TirOptimalTokenBaseline, ZeroTail,
-};
+pub use mt_grpo::{MtGrpoConfig, TurnBaseline};
+pub use optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 pub use output::Advantages;
-pub use reinforce::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-pub use remax::Remax;
-pub use rloo::Rloo;
-pub use step_reinforce::{Grouping, NormScope, StepReinforce, StepReinforceConfig};
-pub use tree_grpo::{TreeGrpo, TreeGrpoConfig, TreeGrpoVariant};
-pub use turn_gae::{TurnGae, TurnGaeConfig};
+pub use reinforce::ReinforcePlusPlusConfig;
+pub use step_reinforce::{Grouping, NormScope, StepReinforceConfig};
+pub use tree_grpo::{TreeGrpoConfig, TreeGrpoVariant};
+pub use turn_gae::TurnGaeConfig;
 pub use workspace::Workspace;
 pub(crate) use workspace::{InputBufs, Scratch, Stage};
 
@@ -277,7 +272,7 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 /// pass `None` for them and use the advantages.
 ///
 /// ```
-/// use beacon_rl::estimator::Rloo;
+/// use beacon_rl::estimator::EstimatorConfig;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///
@@ -285,7 +280,7 @@ pub(crate) use workspace::{InputBufs, Scratch, Stage};
 /// let rewards = [[1.0], [0.0], [0.5]];
 /// let mask = [[true], [true], [true]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let est: &dyn AdvantageEstimator = &Rloo;
+/// let est: Box<dyn AdvantageEstimator> = EstimatorConfig::Rloo.build()?;
 /// assert_eq!(est.name(), "rloo");
 /// let out = est.estimate(&input)?;
 /// // Row 0: 1.0 minus the mean of the others (0.0 + 0.5) / 2 = 0.75.
@@ -415,7 +410,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// `step_entropy`).
     ///
     /// Every one of them but the turn-level ones (which read their turn rewards, and check
-    /// the rest as the others do) reads the episode reward from the batch, or each row's own
+    /// the rest as the others do) reads the terminal reward from the batch, or each row's own
     /// score from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
     /// [`with_row_scores`](EstimatorInput::with_row_scores)); when `token_level_rewards` are
     /// given too, each row's sum must equal the row's score

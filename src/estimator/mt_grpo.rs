@@ -21,10 +21,10 @@ pub enum TurnBaseline {
 /// Parameters of `mt_grpo`, with the authors' defaults ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{MtGrpoConfig, TurnBaseline};
+/// use beacon_rl::estimator::{EstimatorConfig, MtGrpoConfig, TurnBaseline};
 /// let c = MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo);
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_std_eps(0.0).validate().is_err());
+/// assert!(EstimatorConfig::MtGrpo(c).build().is_ok());
+/// assert!(EstimatorConfig::MtGrpo(c.with_std_eps(0.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -60,12 +60,7 @@ impl MtGrpoConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] unless `turn_advantage_coef` is finite and ≥ 0 and `std_eps`
     /// finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::MtGrpoConfig;
-    /// assert!(MtGrpoConfig::authors().with_turn_advantage_coef(-1.0).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::NON_NEGATIVE.check("turn_advantage_coef", self.turn_advantage_coef)?;
         Range::POSITIVE.check("std_eps", self.std_eps)
     }
@@ -145,8 +140,7 @@ crate::setters::with_setters! {
 /// `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
 ///
 /// ```
-/// use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpoConfig};
 /// use beacon_rl::RolloutBatch;
 ///
 /// // Two dialogues of one prompt: a tool turn (reward 1 on its last token), an observation,
@@ -155,7 +149,7 @@ crate::setters::with_setters! {
 /// let rewards = [[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]];
 /// let mask = [[true, true, false, true], [true, true, false, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = MtGrpo::new(MtGrpoConfig::authors())?.estimate(&input)?;
+/// let out = EstimatorConfig::MtGrpo(MtGrpoConfig::authors()).build()?.estimate(&input)?;
 /// // O = 1, 0 and r^T = 1, 0 (the second has no tool turn): μ = ½, σ = √½, so
 /// // A^O = A^T = ±½/(√½ + ε); C = 2, 0: A^C = ±1/(√2 + ε).
 /// let a = 0.5 / (0.5f64.sqrt() + 1e-4);
@@ -165,7 +159,7 @@ crate::setters::with_setters! {
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MtGrpo {
+pub(crate) struct MtGrpo {
     config: MtGrpoConfig,
 }
 
@@ -176,23 +170,12 @@ impl MtGrpo {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
-    /// assert!(MtGrpo::new(MtGrpoConfig::authors().with_std_eps(f64::NAN)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, MtGrpoConfig};
+    /// assert!(EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_std_eps(f64::NAN)).build().is_err());
     /// ```
-    pub fn new(config: MtGrpoConfig) -> Result<Self> {
+    pub(crate) fn new(config: MtGrpoConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{MtGrpo, MtGrpoConfig};
-    /// assert_eq!(MtGrpo::new(MtGrpoConfig::authors())?.config().std_eps, 1e-4);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &MtGrpoConfig {
-        &self.config
     }
 
     /// Every turn's advantage into `ws.values`.

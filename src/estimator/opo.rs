@@ -1,4 +1,4 @@
-//! OPO (on-policy RL with optimal baseline): `opo` ([`Opo`], verl
+//! OPO (on-policy RL with optimal baseline): `opo` (`EstimatorConfig::Opo`, verl
 //! `compute_opo_outcome_advantage`).
 //!
 //! Each row's score s_i is the sum of its `token_level_rewards` over all L positions and its
@@ -22,21 +22,21 @@ use crate::error::{Error, Result};
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::Opo;
+/// use beacon_rl::estimator::EstimatorConfig;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
 /// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
 /// let mask = [[true, true, true], [true, false, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = Opo.estimate(&input)?;
+/// let out = EstimatorConfig::Opo.build()?.estimate(&input)?;
 /// // b = (3 · 1 + 1 · 0) / (3 + 1) = 0.75.
 /// assert_eq!(out.advantages.row(0).to_vec(), vec![0.25, 0.25, 0.25]);
 /// assert_eq!(out.advantages.row(1).to_vec(), vec![-0.75, 0.0, 0.0]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Opo;
+pub(crate) struct Opo;
 
 impl Opo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {

@@ -17,7 +17,7 @@
 //! - `optimal_token_baseline` ([`OptimalTokenBaseline`], verl
 //!   `compute_optimal_token_baseline_advantage`): positions t are **columns** of the padded
 //!   matrix.
-//! - `tir_optimal_token_baseline` ([`TirOptimalTokenBaseline`], verl
+//! - `tir_optimal_token_baseline` (`EstimatorConfig::TirOptimalTokenBaseline`, verl
 //!   `compute_multi_turn_optimal_token_baseline_advantage`): positions are the k-th
 //!   **generated token** of each row (mask-0 tokens are squeezed out before the group
 //!   statistics and the result is scattered back), so multi-turn rows with observation spans
@@ -62,10 +62,10 @@ pub enum ZeroTail {
 /// Parameters of `optimal_token_baseline` and `tir_optimal_token_baseline`.
 ///
 /// ```
-/// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig, ZeroTail};
+/// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig, ZeroTail};
 /// let c = OptimalTokenBaselineConfig::verl();
 /// assert_eq!((c.zero_tail, c.denominator_eps), (ZeroTail::ZeroBaseline, 1e-8));
-/// assert!(OptimalTokenBaseline::new(c.with_denominator_eps(0.0)).is_err());
+/// assert!(EstimatorConfig::OptimalTokenBaseline(c.with_denominator_eps(0.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -116,94 +116,94 @@ crate::setters::with_setters! {
     with_denominator_eps(denominator_eps: f64) = 1e-6;
 }
 
-macro_rules! otb_type {
-    ($(#[$doc:meta])* $ty:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq)]
-        pub struct $ty {
-            config: OptimalTokenBaselineConfig,
-        }
-
-        impl $ty {
-            /// Validates the parameters and builds the estimator.
-            ///
-            /// # Errors
-            /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of
-            /// range.
-            ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::verl())?;\nassert_eq!(est.config(), &OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
-            pub fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
-                config.validate()?;
-                Ok(Self { config })
-            }
-
-            /// The estimator's parameters.
-            ///
-            #[doc = concat!("```\nuse beacon_rl::estimator::{", stringify!($ty), ", OptimalTokenBaselineConfig};\nlet est = ", stringify!($ty), "::new(OptimalTokenBaselineConfig::default())?;\nassert_eq!(*est.config(), OptimalTokenBaselineConfig::verl());\n# Ok::<(), beacon_rl::Error>(())\n```")]
-            pub fn config(&self) -> &OptimalTokenBaselineConfig {
-                &self.config
-            }
-        }
-    };
+/// verl's `optimal_token_baseline` (see the module docs (`src/estimator/optimal_baseline.rs`)). Needs
+/// `token_level_rewards`, `response_mask`, `old_log_probs` and `sum_pi_squared`;
+/// `rollout_is_weights` is optional.
+///
+/// ```
+/// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
+/// let rewards = [[0.0, 1.0], [0.0, 0.0]];
+/// let mask = [[true, true], [true, true]];
+/// let log_probs = [[0.5f64.ln(); 2]; 2]; // π = 0.5
+/// let sum_pi_sq = [[0.5; 2]; 2]; // w = 1 − 1 + 0.5 = 0.5 everywhere
+/// let input = EstimatorInput::new(&batch)
+///     .with_token_level_rewards(&rewards)
+///     .with_response_mask(&mask)
+///     .with_old_log_probs(&log_probs)
+///     .with_sum_pi_squared(&sum_pi_sq);
+/// let out = EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build()?.estimate(&input)?;
+/// // Equal weights: B_t = mean return = 0.5 (up to ε), so A = ±0.5.
+/// assert!((out.advantages[[0, 0]] - 0.5).abs() < 1e-7);
+/// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+///
+/// Built through [`EstimatorConfig`](crate::estimator::EstimatorConfig), as every estimator is;
+/// `tir_optimal_token_baseline` takes the same [`OptimalTokenBaselineConfig`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct OptimalTokenBaseline {
+    config: OptimalTokenBaselineConfig,
 }
 
-otb_type!(
-    /// verl's `optimal_token_baseline` (see the module docs (`src/estimator/optimal_baseline.rs`)). Needs
-    /// `token_level_rewards`, `response_mask`, `old_log_probs` and `sum_pi_squared`;
-    /// `rollout_is_weights` is optional.
+impl OptimalTokenBaseline {
+    /// Validates the parameters and builds the estimator.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// use beacon_rl::estimator::{OptimalTokenBaseline, OptimalTokenBaselineConfig};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
-    /// let rewards = [[0.0, 1.0], [0.0, 0.0]];
-    /// let mask = [[true, true], [true, true]];
-    /// let log_probs = [[0.5f64.ln(); 2]; 2]; // π = 0.5
-    /// let sum_pi_sq = [[0.5; 2]; 2]; // w = 1 − 1 + 0.5 = 0.5 everywhere
-    /// let input = EstimatorInput::new(&batch)
-    ///     .with_token_level_rewards(&rewards)
-    ///     .with_response_mask(&mask)
-    ///     .with_old_log_probs(&log_probs)
-    ///     .with_sum_pi_squared(&sum_pi_sq);
-    /// let out = OptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl())?.estimate(&input)?;
-    /// // Equal weights: B_t = mean return = 0.5 (up to ε), so A = ±0.5.
-    /// assert!((out.advantages[[0, 0]] - 0.5).abs() < 1e-7);
-    /// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
-    /// # Ok::<(), beacon_rl::Error>(())
+    /// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig};
+    /// assert!(EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build().is_ok());
     /// ```
-    OptimalTokenBaseline
-);
+    pub(crate) fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+}
 
-otb_type!(
-    /// verl's `tir_optimal_token_baseline` (see the module docs (`src/estimator/optimal_baseline.rs`)). Needs
-    /// `token_level_rewards`, `response_mask`, `old_log_probs` and `sum_pi_squared`;
-    /// `rollout_is_weights` is optional.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{OptimalTokenBaselineConfig, TirOptimalTokenBaseline};
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
-    /// // Row 0 has an observation token at column 1; both rows generate 2 tokens.
-    /// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
-    /// let mask = [[true, false, true], [true, true, false]];
-    /// let log_probs = [[0.5f64.ln(); 3]; 2];
-    /// let sum_pi_sq = [[0.5; 3]; 2];
-    /// let input = EstimatorInput::new(&batch)
-    ///     .with_token_level_rewards(&rewards)
-    ///     .with_response_mask(&mask)
-    ///     .with_old_log_probs(&log_probs)
-    ///     .with_sum_pi_squared(&sum_pi_sq);
-    /// let out = TirOptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl())?.estimate(&input)?;
-    /// // Generated tokens line up by their index k: B_k = 0.5, A = ±0.5; observation stays 0.
-    /// assert!((out.advantages[[0, 2]] - 0.5).abs() < 1e-7);
-    /// assert_eq!(out.advantages[[0, 1]], 0.0);
-    /// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    TirOptimalTokenBaseline
-);
+/// verl's `tir_optimal_token_baseline` (see the module docs (`src/estimator/optimal_baseline.rs`)). Needs
+/// `token_level_rewards`, `response_mask`, `old_log_probs` and `sum_pi_squared`;
+/// `rollout_is_weights` is optional.
+///
+/// ```
+/// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::RolloutBatch;
+/// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
+/// // Row 0 has an observation token at column 1; both rows generate 2 tokens.
+/// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
+/// let mask = [[true, false, true], [true, true, false]];
+/// let log_probs = [[0.5f64.ln(); 3]; 2];
+/// let sum_pi_sq = [[0.5; 3]; 2];
+/// let input = EstimatorInput::new(&batch)
+///     .with_token_level_rewards(&rewards)
+///     .with_response_mask(&mask)
+///     .with_old_log_probs(&log_probs)
+///     .with_sum_pi_squared(&sum_pi_sq);
+/// let out = EstimatorConfig::TirOptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build()?.estimate(&input)?;
+/// // Generated tokens line up by their index k: B_k = 0.5, A = ±0.5; observation stays 0.
+/// assert!((out.advantages[[0, 2]] - 0.5).abs() < 1e-7);
+/// assert_eq!(out.advantages[[0, 1]], 0.0);
+/// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+/// (Built through `EstimatorConfig`; it shares [`OptimalTokenBaseline`]'s parameters.)
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct TirOptimalTokenBaseline {
+    config: OptimalTokenBaselineConfig,
+}
+
+impl TirOptimalTokenBaseline {
+    /// Validates the parameters ([`Error::InvalidConfig`](crate::Error::InvalidConfig) when out
+    /// of range) and builds the estimator.
+    pub(crate) fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+}
 
 /// Shared per-token inputs: returns G (the `returns` output), W, and row lengths.
 /// The validated inputs of both OTB estimators.

@@ -13,19 +13,17 @@ use super::AdvantageEstimator;
 /// returns the advantages twice, and [`returns`](Self::returns) gives the advantages.
 ///
 /// ```
-/// use beacon_rl::estimator::Remax;
-/// use beacon_rl::estimator::Rloo;
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
 /// let input = EstimatorInput::new(&batch)
 ///     .with_token_level_rewards(&[[0.0, 1.0]])
 ///     .with_response_mask(&[[true, true]])
 ///     .with_reward_baselines(&[0.25]);
-/// let out = Remax.estimate(&input)?;
+/// let out = EstimatorConfig::Remax.build()?.estimate(&input)?;
 /// assert_eq!(out.returns().row(0).to_vec(), vec![1.0, 1.0]); // reward-to-go
 /// assert_eq!(out.advantages.row(0).to_vec(), vec![0.75, 0.75]); // minus the greedy baseline
-/// let rloo = Rloo.estimate(&input)?;
+/// let rloo = EstimatorConfig::Rloo.build()?.estimate(&input)?;
 /// assert!(rloo.returns.is_none());
 /// assert_eq!(rloo.returns(), &rloo.advantages);
 /// # Ok::<(), beacon_rl::Error>(())

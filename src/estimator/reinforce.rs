@@ -39,9 +39,9 @@ use crate::tensor::{FloatView, MaskView};
 /// Parameters of `reinforce_plus_plus`.
 ///
 /// ```
-/// use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
 /// assert_eq!(ReinforcePlusPlusConfig::verl().discount, 1.0);
-/// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(1.1)).is_err());
+/// assert!(EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(1.1)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -88,15 +88,14 @@ crate::setters::with_setters! {
 /// and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, ReinforcePlusPlusConfig};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 1], &[0.0; 2])?;
 /// // Row 0: action, observation, action with reward 1 at the end; row 1: no reward.
 /// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
 /// let mask = [[true, false, true], [true, true, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(0.5))?;
+/// let est = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(0.5)).build()?;
 /// let out = est.estimate(&input)?;
 /// // The return crosses the observation token without decaying there: 0.5 · 1.
 /// assert_eq!(out.returns().row(0).to_vec(), vec![0.5, 0.0, 1.0]);
@@ -104,7 +103,7 @@ crate::setters::with_setters! {
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ReinforcePlusPlus {
+pub(crate) struct ReinforcePlusPlus {
     config: ReinforcePlusPlusConfig,
 }
 
@@ -115,23 +114,12 @@ impl ReinforcePlusPlus {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-    /// assert!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(-0.1)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
+    /// assert!(EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(-0.1)).build().is_err());
     /// ```
-    pub fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
+    pub(crate) fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{ReinforcePlusPlus, ReinforcePlusPlusConfig};
-    /// assert_eq!(ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl())?.config().discount, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &ReinforcePlusPlusConfig {
-        &self.config
     }
 }
 
@@ -238,8 +226,7 @@ fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);
 /// `token_level_rewards` and `response_mask` (≥ 2 masked tokens in the batch).
 ///
 /// ```
-/// use beacon_rl::estimator::EstimatorConfig;
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2])?;
 /// let rewards = [[0.0, 1.0], [0.0, 0.0]];
@@ -251,7 +238,7 @@ fill_estimator!(ReinforcePlusPlus, "reinforce_plus_plus", returns = true);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ReinforcePlusPlusBaseline;
+pub(crate) struct ReinforcePlusPlusBaseline;
 
 impl ReinforcePlusPlusBaseline {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {

@@ -1,4 +1,4 @@
-//! ReMax: `remax` ([`Remax`], verl `compute_remax_outcome_advantage`).
+//! ReMax: `remax` (`EstimatorConfig::Remax`, verl `compute_remax_outcome_advantage`).
 //!
 //! Undiscounted reward-to-go of the masked rewards minus a per-row baseline b_i (the reward of
 //! the greedy response, supplied by the caller):
@@ -24,7 +24,7 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// `response_mask` and `reward_baselines` (one per row).
 ///
 /// ```
-/// use beacon_rl::estimator::Remax;
+/// use beacon_rl::estimator::EstimatorConfig;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0], &[0.0])?;
@@ -34,13 +34,13 @@ use crate::error::{check_finite, check_len, Error, Result};
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_reward_baselines(&[1.0]);
-/// let out = Remax.estimate(&input)?;
+/// let out = EstimatorConfig::Remax.build()?.estimate(&input)?;
 /// assert_eq!(out.returns().row(0).to_vec(), vec![1.5, 1.0, 1.0]);
 /// assert_eq!(out.advantages.row(0).to_vec(), vec![0.5, 1.0, 0.0]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Remax;
+pub(crate) struct Remax;
 
 /// The validated `token_level_rewards`, `response_mask` and `reward_baselines`.
 type RemaxInputs<'a> = (Tokens<'a, f64>, Tokens<'a, bool>, &'a [f64]);

@@ -10,7 +10,7 @@
 //! The scalar is broadcast to the row's tokens and multiplied by the response mask;
 //! returns = advantages.
 //!
-//! - `rloo` ([`Rloo`], verl `compute_rloo_outcome_advantage`): computed as
+//! - `rloo` (`EstimatorConfig::Rloo`, verl `compute_rloo_outcome_advantage`): computed as
 //!   `s·n/(n−1) − μ·n/(n−1)`; a **singleton keeps its raw score** (A = s).
 //! - `rloo_vectorized` (`EstimatorConfig::RlooVectorized`, verl `compute_rloo_vectorized_outcome_advantage`):
 //!   computed as `(n·s − Σ_g s) / max(n − 1, 1) · [n > 1]`; a **singleton gets 0**.
@@ -28,19 +28,19 @@ use crate::error::Result;
 /// `response_mask`.
 ///
 /// ```
-/// use beacon_rl::estimator::Rloo;
+/// use beacon_rl::estimator::EstimatorConfig;
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3])?;
 /// let rewards = [[1.0], [0.0], [0.7]];
 /// let mask = [[true], [true], [true]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = Rloo.estimate(&input)?;
+/// let out = EstimatorConfig::Rloo.build()?.estimate(&input)?;
 /// assert_eq!(out.advantages.column(0).to_vec(), vec![1.0, -1.0, 0.7]); // singleton keeps 0.7
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Rloo;
+pub(crate) struct Rloo;
 
 /// verl's `rloo_vectorized` (see the module docs (`src/estimator/rloo.rs`)). Needs `token_level_rewards` and
 /// `response_mask`.
@@ -58,7 +58,7 @@ pub struct Rloo;
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RlooVectorized;
+pub(crate) struct RlooVectorized;
 
 /// Into `out` (one entry per row, every entry written).
 fn rloo_scalars(batch: &RolloutBatch, scores: &[f64], out: &mut [f64]) {

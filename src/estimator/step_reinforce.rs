@@ -32,12 +32,12 @@ pub enum Grouping {
 /// Parameters of `step_reinforce`, with ROLL's defaults ([`roll`](Self::roll)).
 ///
 /// ```
-/// use beacon_rl::estimator::{Grouping, NormScope, StepReinforceConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, Grouping, NormScope, StepReinforceConfig};
 /// let c = StepReinforceConfig::roll()
 ///     .with_grouping(Grouping::Group)
 ///     .with_norm_mean(Some(NormScope::Group));
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_step_discount(1.5).validate().is_err());
+/// assert!(EstimatorConfig::StepReinforce(c).build().is_ok());
+/// assert!(EstimatorConfig::StepReinforce(c.with_step_discount(1.5)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -86,12 +86,7 @@ impl StepReinforceConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] unless `step_discount` is in [0, 1] and each clip, when set,
     /// is finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::StepReinforceConfig;
-    /// assert!(StepReinforceConfig::roll().with_reward_clip(Some(0.0)).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("step_discount", self.step_discount)?;
         if let Some(c) = self.reward_clip {
             Range::POSITIVE.check("reward_clip", c)?;
@@ -179,13 +174,13 @@ crate::setters::with_setters! {
 /// or `token_level_rewards` (multi-turn rows), and `response_mask` on the token path.
 ///
 /// ```
-/// use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, StepReinforceConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
 /// use beacon_rl::RolloutBatch;
 ///
 /// // One trajectory of two turns (rows), turn rewards 0 and 1, γ_s = 0.5: returns 0.5, 1.
 /// let batch = RolloutBatch::from_row_keys(&["t", "t"], &["a", "a"], &[1.0, 1.0])?;
-/// let est = StepReinforce::new(StepReinforceConfig::roll().with_step_discount(0.5))?;
+/// let est = EstimatorConfig::StepReinforce(StepReinforceConfig::roll().with_step_discount(0.5)).build()?;
 /// let mut adv = [0.0; 2];
 /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 1.0]);
 /// est.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
@@ -193,7 +188,7 @@ crate::setters::with_setters! {
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepReinforce {
+pub(crate) struct StepReinforce {
     config: StepReinforceConfig,
 }
 
@@ -204,23 +199,12 @@ impl StepReinforce {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
-    /// assert!(StepReinforce::new(StepReinforceConfig::roll().with_step_discount(-1.0)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, StepReinforceConfig};
+    /// assert!(EstimatorConfig::StepReinforce(StepReinforceConfig::roll().with_step_discount(-1.0)).build().is_err());
     /// ```
-    pub fn new(config: StepReinforceConfig) -> Result<Self> {
+    pub(crate) fn new(config: StepReinforceConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{StepReinforce, StepReinforceConfig};
-    /// assert_eq!(StepReinforce::new(StepReinforceConfig::roll())?.config().step_discount, 0.95);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &StepReinforceConfig {
-        &self.config
     }
 
     /// Reads the turns of the token path and computes every turn's final value.

@@ -7,7 +7,7 @@ use crate::error::{check_len, Error, Range, Result};
 use crate::stats::{group_means, group_spreads, GroupStats, SingletonRule};
 use crate::tensor::FloatViewMut;
 
-/// Which of the authors' tree estimators (see [`TreeGrpo`]).
+/// Which of the authors' tree estimators `tree_grpo` computes (see [`TreeGrpoConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
@@ -26,10 +26,10 @@ pub enum TreeGrpoVariant {
 /// Parameters of `tree_grpo`, with the authors' defaults ([`authors`](Self::authors)).
 ///
 /// ```
-/// use beacon_rl::estimator::{TreeGrpoConfig, TreeGrpoVariant};
+/// use beacon_rl::estimator::{EstimatorConfig, TreeGrpoConfig, TreeGrpoVariant};
 /// let c = TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra);
-/// assert!(c.validate().is_ok());
-/// assert!(c.with_std_eps(-1.0).validate().is_err());
+/// assert!(EstimatorConfig::TreeGrpo(c).build().is_ok());
+/// assert!(EstimatorConfig::TreeGrpo(c.with_std_eps(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -63,12 +63,7 @@ impl TreeGrpoConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] unless `std_eps` is finite and > 0.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::TreeGrpoConfig;
-    /// assert!(TreeGrpoConfig::authors().with_std_eps(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("std_eps", self.std_eps)
     }
 }
@@ -162,7 +157,7 @@ crate::setters::with_setters! {
 /// is [`Error::InvalidTree`]. The guide's turn-level chapter lists the authors' quirks.
 ///
 /// ```
-/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, TreeGrpo, TreeGrpoConfig};
+/// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, TreeGrpoConfig};
 /// use beacon_rl::RolloutBatch;
 ///
 /// // One prompt, two trees: rows 0 and 1 (row 1 branched off row 0), and row 2 alone.
@@ -173,7 +168,7 @@ crate::setters::with_setters! {
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_tree_parents(&[-1, 0, -1]);
-/// let out = TreeGrpo::new(TreeGrpoConfig::authors())?.estimate(&input)?;
+/// let out = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors()).build()?.estimate(&input)?;
 /// // R = 1, 0, 1: prompt μ = 2/3, σ = √(1/3); tree {0, 1}: μ = ½, σ = √½; tree {2} alone.
 /// let (sp, st, eps) = ((1.0f64 / 3.0).sqrt(), 0.5f64.sqrt(), 1e-6);
 /// let a0 = (1.0 / 3.0) / (sp + eps) + 0.5 / (st + eps);
@@ -184,7 +179,7 @@ crate::setters::with_setters! {
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TreeGrpo {
+pub(crate) struct TreeGrpo {
     config: TreeGrpoConfig,
 }
 
@@ -195,23 +190,12 @@ impl TreeGrpo {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{TreeGrpo, TreeGrpoConfig};
-    /// assert!(TreeGrpo::new(TreeGrpoConfig::authors().with_std_eps(0.0)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, TreeGrpoConfig};
+    /// assert!(EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_std_eps(0.0)).build().is_err());
     /// ```
-    pub fn new(config: TreeGrpoConfig) -> Result<Self> {
+    pub(crate) fn new(config: TreeGrpoConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{TreeGrpo, TreeGrpoConfig};
-    /// assert_eq!(TreeGrpo::new(TreeGrpoConfig::authors())?.config().std_eps, 1e-6);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &TreeGrpoConfig {
-        &self.config
     }
 
     /// Every turn's advantage into `ws.values`, after the trees were read into `ws.tree`.

@@ -9,9 +9,9 @@ use crate::tensor::FloatViewMut;
 /// Parameters of `turn_gae`.
 ///
 /// ```
-/// use beacon_rl::estimator::TurnGaeConfig;
+/// use beacon_rl::estimator::{EstimatorConfig, TurnGaeConfig};
 /// assert_eq!(TurnGaeConfig::verl().discount, 1.0);
-/// assert!(TurnGaeConfig::verl().with_lam(1.5).validate().is_err());
+/// assert!(EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_lam(1.5)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -46,12 +46,7 @@ impl TurnGaeConfig {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] unless `discount` and `lam` are in [0, 1].
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::TurnGaeConfig;
-    /// assert!(TurnGaeConfig::verl().with_discount(f64::NAN).validate().is_err());
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::UNIT.check("discount", self.discount)?;
         Range::UNIT.check("lam", self.lam)
     }
@@ -112,7 +107,7 @@ crate::setters::with_setters! {
 /// `response_mask`. Has returns.
 ///
 /// ```
-/// use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
+/// use beacon_rl::estimator::{EstimatorConfig, TurnGaeConfig};
 /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
 /// use beacon_rl::RolloutBatch;
 ///
@@ -121,12 +116,12 @@ crate::setters::with_setters! {
 /// let batch = RolloutBatch::from_row_keys(&["t", "t"], &["a", "a"], &[0.0, 0.0])?;
 /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 1.0]).with_turn_values(&[0.5, 0.25]);
 /// let mut adv = [0.0; 2];
-/// TurnGae::new(TurnGaeConfig::verl())?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+/// EstimatorConfig::TurnGae(TurnGaeConfig::verl()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
 /// assert_eq!(adv, [0.5, 0.75]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TurnGae {
+pub(crate) struct TurnGae {
     config: TurnGaeConfig,
 }
 
@@ -137,23 +132,12 @@ impl TurnGae {
     /// [`Error::InvalidConfig`] when `config` is out of range.
     ///
     /// ```
-    /// # use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
-    /// assert!(TurnGae::new(TurnGaeConfig::verl().with_discount(2.0)).is_err());
+    /// # use beacon_rl::estimator::{EstimatorConfig, TurnGaeConfig};
+    /// assert!(EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(2.0)).build().is_err());
     /// ```
-    pub fn new(config: TurnGaeConfig) -> Result<Self> {
+    pub(crate) fn new(config: TurnGaeConfig) -> Result<Self> {
         config.validate()?;
         Ok(Self { config })
-    }
-
-    /// The estimator's parameters.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{TurnGae, TurnGaeConfig};
-    /// assert_eq!(TurnGae::new(TurnGaeConfig::verl())?.config().lam, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &TurnGaeConfig {
-        &self.config
     }
 
     /// The recursion over every trajectory: advantages into `ws.values`, returns into `ws.b`;

@@ -487,7 +487,7 @@ fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::Array
 /// The step rows' columns, checked in the step path's order (`estimate_steps_into`'s docs):
 /// `step_rewards` present and one per row; the length of `row_scores` and the rows of
 /// `token_level_rewards` when given; `row_scores` finite and the token sums against each
-/// row's score (the batch's promise of one episode reward: these estimators read neither,
+/// row's score (the batch's promise of one terminal reward: these estimators read neither,
 /// but a disagreement is never passed over); then `step_rewards` finite.
 pub(crate) fn step_columns<'a>(input: &EstimatorInput<'a>) -> Result<&'a [f64]> {
     let rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;

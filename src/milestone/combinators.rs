@@ -82,28 +82,6 @@ impl AnyOf {
             children: non_empty(children, "AnyOf needs at least one detector")?,
         })
     }
-
-    /// Number of children.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{AnyOf, EnvFlag};
-    /// assert_eq!(AnyOf::new(vec![Box::new(EnvFlag)])?.len(), 1);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn len(&self) -> usize {
-        self.children.len()
-    }
-
-    /// Always false: [`AnyOf::new`] rejects an empty list.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{AnyOf, EnvFlag};
-    /// assert!(!AnyOf::new(vec![Box::new(EnvFlag)])?.is_empty());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.children.is_empty()
-    }
 }
 
 impl MilestoneDetector for AnyOf {
@@ -167,28 +145,6 @@ impl AllOf {
         Ok(Self {
             children: non_empty(children, "AllOf needs at least one detector")?,
         })
-    }
-
-    /// Number of children.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{AllOf, EnvFlag};
-    /// assert_eq!(AllOf::new(vec![Box::new(EnvFlag)])?.len(), 1);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn len(&self) -> usize {
-        self.children.len()
-    }
-
-    /// Always false: [`AllOf::new`] rejects an empty list.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{AllOf, EnvFlag};
-    /// assert!(!AllOf::new(vec![Box::new(EnvFlag)])?.is_empty());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.children.is_empty()
     }
 }
 

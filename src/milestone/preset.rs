@@ -7,7 +7,7 @@
 //! | `subgoals` | [`DetectorPreset::Subgoals`] | [`NewSubgoals`] | ScienceWorld (newly completed subgoals) |
 //! | `textworld-score` | [`DetectorPreset::TextWorldScore`] | [`TextPatterns::textworld_score`] | TextWorld from the response text alone |
 //! | `alfworld` | [`DetectorPreset::Alfworld`] | [`TextPatterns::alfworld`] | ALFWorld |
-//! | `webshop` | [`DetectorPreset::WebShop`] | [`WebShopPhases`] (needs a goal: [`DetectorPreset::build_webshop`]) | WebShop |
+//! | `webshop` | [`DetectorPreset::WebShop`] | [`WebShopPhases`](super::WebShopPhases) (needs a goal: [`WebShopPhases::new`](super::WebShopPhases::new)) | WebShop |
 //!
 //! The names are the same for [`FromStr`], [`Display`](fmt::Display) and serde.
 
@@ -16,8 +16,6 @@ use std::str::FromStr;
 
 use super::subgoal::NewSubgoals;
 use super::text::TextPatterns;
-use super::walkthrough::ExpertWalkthrough;
-use super::webshop::{WebShopGoal, WebShopPhases};
 use super::MilestoneDetector;
 use super::{EnvFlag, ScoreIncrease};
 use crate::error::{Error, Result};
@@ -53,13 +51,13 @@ pub enum DetectorPreset {
     /// ALFWorld subgoal feedback ([`TextPatterns::alfworld`]).
     #[cfg_attr(feature = "serde", serde(rename = "alfworld"))]
     Alfworld,
-    /// WebShop page phases ([`WebShopPhases`]); needs the task's goal, so it is built with
-    /// [`DetectorPreset::build_webshop`].
+    /// WebShop page phases ([`WebShopPhases`](super::WebShopPhases)); needs the task's goal, so it is built with
+    /// [`WebShopPhases::new`](super::WebShopPhases::new).
     #[cfg_attr(feature = "serde", serde(rename = "webshop"))]
     WebShop,
     /// The release's ALFWorld path: the task's expert actions matched in order
-    /// ([`ExpertWalkthrough`]); needs the task's walkthrough, so it is built with
-    /// [`DetectorPreset::build_walkthrough`].
+    /// ([`ExpertWalkthrough`](super::ExpertWalkthrough)); needs the task's walkthrough, so it is built with
+    /// [`ExpertWalkthrough::with_threshold`](super::ExpertWalkthrough::with_threshold).
     #[cfg_attr(feature = "serde", serde(rename = "walkthrough"))]
     Walkthrough,
 }
@@ -121,8 +119,8 @@ impl DetectorPreset {
     ///
     /// # Errors
     /// [`Error::MissingInput`] for [`DetectorPreset::WebShop`], which needs the task's goal
-    /// (use [`DetectorPreset::build_webshop`]), and for [`DetectorPreset::Walkthrough`], which
-    /// needs the task's expert actions (use [`DetectorPreset::build_walkthrough`]).
+    /// (build a [`WebShopPhases`](super::WebShopPhases) for it), and for [`DetectorPreset::Walkthrough`], which
+    /// needs the task's expert actions (build an [`ExpertWalkthrough`](super::ExpertWalkthrough) for it).
     ///
     /// ```
     /// use beacon_rl::milestone::DetectorPreset;
@@ -141,52 +139,15 @@ impl DetectorPreset {
             Self::Alfworld => Box::new(TextPatterns::alfworld()),
             Self::WebShop => {
                 return Err(Error::MissingInput(
-                    "the webshop preset needs the task's goal: use DetectorPreset::build_webshop",
+                    "the webshop preset needs the task's goal: use WebShopPhases::new",
                 ))
             }
             Self::Walkthrough => {
                 return Err(Error::MissingInput(
-                    "the walkthrough preset needs the task's expert actions: use DetectorPreset::build_walkthrough",
+                    "the walkthrough preset needs the task's expert actions: use ExpertWalkthrough::with_threshold",
                 ))
             }
         })
-    }
-
-    /// The walkthrough preset for one task's expert actions, matched at `threshold` (the
-    /// release uses 0.85).
-    ///
-    /// # Errors
-    /// As [`ExpertWalkthrough::with_threshold`]: a threshold outside (0, 1].
-    ///
-    /// ```
-    /// use beacon_rl::milestone::DetectorPreset;
-    /// use beacon_rl::milestone::Transition;
-    /// let mut d = DetectorPreset::build_walkthrough(vec!["take apple 1 from table 1".into()], 0.85)?;
-    /// assert!(d.detect(&Transition { action: "take apple 1 from table 1", ..Default::default() }));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn build_walkthrough(
-        expert: Vec<String>,
-        threshold: f64,
-    ) -> Result<Box<dyn MilestoneDetector + Send>> {
-        Ok(Box::new(ExpertWalkthrough::with_threshold(expert, threshold)?))
-    }
-
-    /// The WebShop preset for one task's goal.
-    ///
-    /// # Errors
-    /// As [`WebShopPhases::new`]: a blank required option.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::DetectorPreset;
-    /// use beacon_rl::milestone::WebShopTarget;
-    /// let _d = DetectorPreset::build_webshop(WebShopTarget::new("B078GWRC1J", ["bright citrus"])?)?;
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn build_webshop<G: WebShopGoal + Send + 'static>(
-        goal: G,
-    ) -> Result<Box<dyn MilestoneDetector + Send>> {
-        Ok(Box::new(WebShopPhases::new(goal)?))
     }
 }
 

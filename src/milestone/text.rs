@@ -130,12 +130,13 @@ struct Rule {
 /// validates.
 ///
 /// ```
-/// use beacon_rl::milestone::TextPatternsBuilder;
-/// let d = TextPatternsBuilder::new()
+/// use beacon_rl::milestone::TextPatterns;
+/// let d = TextPatterns::builder()
 ///     .response(r"You pick up the \S")
 ///     .response_after_action(r"You open the fridge", r"^open fridge")
 ///     .build()?;
-/// assert_eq!(d.len(), 2);
+/// assert!(d.matches("open fridge 1", "You open the fridge 1."));
+/// assert!(!d.matches("go to fridge 1", "You open the fridge 1."));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -145,21 +146,11 @@ pub struct TextPatternsBuilder {
 }
 
 impl TextPatternsBuilder {
-    /// An empty builder: no rules, case-sensitive matching.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::TextPatternsBuilder;
-    /// assert!(TextPatternsBuilder::new().build().is_err()); // at least one rule is required
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Adds a rule that fires whenever the response (s′) matches `regex`, whatever the action.
     ///
     /// ```
-    /// use beacon_rl::milestone::{TextPatternsBuilder, MilestoneDetector, Transition};
-    /// let mut d = TextPatternsBuilder::new().response(r"You heat the \S").build()?;
+    /// use beacon_rl::milestone::{MilestoneDetector, TextPatterns, Transition};
+    /// let mut d = TextPatterns::builder().response(r"You heat the \S").build()?;
     /// let t = Transition { next_observation: "You heat the egg 2 using the microwave 1.", ..Default::default() };
     /// assert!(d.detect(&t));
     /// # Ok::<(), beacon_rl::Error>(())
@@ -177,8 +168,8 @@ impl TextPatternsBuilder {
     /// after the action that is supposed to produce it.
     ///
     /// ```
-    /// use beacon_rl::milestone::{TextPatternsBuilder, MilestoneDetector, Transition};
-    /// let mut d = TextPatternsBuilder::new()
+    /// use beacon_rl::milestone::{MilestoneDetector, TextPatterns, Transition};
+    /// let mut d = TextPatterns::builder()
     ///     .response_after_action(r"^The door is now open\.", r"^open door to kitchen$")
     ///     .build()?;
     /// let t = |a| Transition { action: a, next_observation: "The door is now open.", ..Default::default() };
@@ -210,8 +201,8 @@ impl TextPatternsBuilder {
     /// `false`.
     ///
     /// ```
-    /// use beacon_rl::milestone::{TextPatternsBuilder, MilestoneDetector, Transition};
-    /// let mut d = TextPatternsBuilder::new().response("you win").case_insensitive(true).build()?;
+    /// use beacon_rl::milestone::{MilestoneDetector, TextPatterns, Transition};
+    /// let mut d = TextPatterns::builder().response("you win").case_insensitive(true).build()?;
     /// assert!(d.detect(&Transition { next_observation: "*** You Win ***", ..Default::default() }));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -228,10 +219,10 @@ impl TextPatternsBuilder {
     ///   or one that matches the empty string (it would fire on every step).
     ///
     /// ```
-    /// use beacon_rl::{milestone::TextPatternsBuilder, Error};
-    /// let err = TextPatternsBuilder::new().response("You pick up (the").build().unwrap_err();
+    /// use beacon_rl::{milestone::TextPatterns, Error};
+    /// let err = TextPatterns::builder().response("You pick up (the").build().unwrap_err();
     /// assert!(matches!(err, Error::InvalidPattern { ref pattern, .. } if pattern == "You pick up (the"));
-    /// let err = TextPatternsBuilder::new().response("(heat)?").build().unwrap_err();
+    /// let err = TextPatterns::builder().response("(heat)?").build().unwrap_err();
     /// assert!(matches!(err, Error::InvalidPattern { .. }));
     /// ```
     pub fn build(self) -> Result<TextPatterns> {
@@ -282,11 +273,7 @@ impl TextPatternsBuilder {
                     })?,
             )
         };
-        Ok(TextPatterns {
-            set,
-            restricted,
-            len: self.rules.len(),
-        })
+        Ok(TextPatterns { set, restricted })
     }
 }
 
@@ -317,7 +304,6 @@ pub struct TextPatterns {
     set: Option<RegexSet>,
     /// Rules that also need the action to match.
     restricted: Vec<RestrictedRule>,
-    len: usize,
 }
 
 impl TextPatterns {
@@ -326,11 +312,12 @@ impl TextPatterns {
     /// ```
     /// use beacon_rl::milestone::TextPatterns;
     /// let d = TextPatterns::builder().response("You win").build()?;
-    /// assert_eq!(d.len(), 1);
+    /// assert!(d.matches("go north", "You win!"));
+    /// assert!(TextPatterns::builder().build().is_err()); // at least one rule is required
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn builder() -> TextPatternsBuilder {
-        TextPatternsBuilder::new()
+        TextPatternsBuilder::default()
     }
 
     /// The ALFWorld preset: one rule per subgoal kind of ALFWorld's feedback, case-sensitive.
@@ -387,32 +374,16 @@ impl TextPatterns {
 
     fn from_builtin(patterns: &[BuiltinPattern]) -> Self {
         // The built-in lists are constants covered by unit tests; no caller data reaches this.
-        TextPatternsBuilder::new()
+        TextPatterns::builder()
             .builtin(patterns)
             .build()
             .expect("built-in patterns compile and do not match the empty string")
     }
 
     /// Number of rules (restricted and unrestricted).
-    ///
-    /// ```
-    /// use beacon_rl::milestone::TextPatterns;
-    /// assert_eq!(TextPatterns::alfworld().len(), 8); // one rule per subgoal kind
-    /// assert_eq!(TextPatterns::builder().response("a").response("b").build()?.len(), 2);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: [`TextPatternsBuilder::build`] rejects an empty rule list.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::TextPatterns;
-    /// assert!(!TextPatterns::alfworld().is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.set.as_ref().map_or(0, RegexSet::len) + self.restricted.len()
     }
 
     /// Whether the (action, response) pair fires a rule; what [`MilestoneDetector::detect`]

@@ -75,7 +75,7 @@ fn check_threshold(threshold: f64) -> Result<()> {
 /// let step = |action| Transition { action, ..Default::default() };
 /// assert!(!d.detect(&step("look")));
 /// assert!(d.detect(&step("take apple 1 from fridge 1")));
-/// assert!(d.is_complete());
+/// assert_eq!(d.matched(), 1);
 /// assert!(!d.detect(&step("take apple 1 from fridge 1"))); // nothing left to match
 /// d.reset();
 /// assert_eq!(d.matched(), 0);
@@ -104,8 +104,9 @@ impl<'a> ExpertWalkthrough<'a> {
     ///
     /// ```
     /// use beacon_rl::milestone::ExpertWalkthrough;
-    /// let d = ExpertWalkthrough::new(vec!["open drawer 1".to_string()]);
-    /// assert_eq!(d.threshold(), 0.85);
+    /// use beacon_rl::milestone::{MilestoneDetector, Transition};
+    /// let mut d = ExpertWalkthrough::new(vec!["open drawer 1".to_string()]);
+    /// assert!(d.detect(&Transition { action: "open drawer 1", ..Default::default() }));
     /// ```
     pub fn new(expert: impl Into<Cow<'a, [String]>>) -> Self {
         let expert = expert.into();
@@ -137,29 +138,6 @@ impl<'a> ExpertWalkthrough<'a> {
         Ok(d)
     }
 
-    /// The matching threshold.
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::ExpertWalkthrough;
-    /// let d = ExpertWalkthrough::with_threshold(vec![], 0.9)?;
-    /// assert_eq!(d.threshold(), 0.9);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn threshold(&self) -> f64 {
-        self.threshold
-    }
-
-    /// The expert action list.
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::ExpertWalkthrough;
-    /// let d = ExpertWalkthrough::new(vec!["look".to_string()]);
-    /// assert_eq!(d.expert_actions(), ["look"]);
-    /// ```
-    pub fn expert_actions(&self) -> &[String] {
-        &self.expert
-    }
-
     /// How many expert actions the current trajectory has matched so far (the index of the
     /// next expert action to match).
     ///
@@ -174,14 +152,7 @@ impl<'a> ExpertWalkthrough<'a> {
         self.next
     }
 
-    /// True when every expert action has been matched.
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::ExpertWalkthrough;
-    /// // An empty walkthrough is complete from the start and never fires.
-    /// assert!(ExpertWalkthrough::new(Vec::new()).is_complete());
-    /// ```
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.next >= self.expert.len()
     }
 }
@@ -383,7 +354,8 @@ impl WalkthroughMap {
     /// # use beacon_rl::milestone::WalkthroughMap;
     /// let mut map = WalkthroughMap::new();
     /// map.insert("t", vec!["look".into()]);
-    /// assert_eq!(map.detector("t").unwrap().expert_actions(), ["look"]);
+    /// assert_eq!(map.detector("t").unwrap().matched(), 0);
+    /// assert!(map.detector("u").is_none());
     /// ```
     pub fn detector(&self, task: &str) -> Option<ExpertWalkthrough<'_>> {
         self.get(task).map(ExpertWalkthrough::new)
@@ -398,7 +370,7 @@ impl WalkthroughMap {
     /// # use beacon_rl::milestone::WalkthroughMap;
     /// let mut map = WalkthroughMap::new();
     /// map.insert("t", vec!["look".into()]);
-    /// assert_eq!(map.detector_with_threshold("t", 0.9)?.unwrap().threshold(), 0.9);
+    /// assert!(map.detector_with_threshold("t", 0.9)?.is_some());
     /// assert!(map.detector_with_threshold("t", 1.5).is_err());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

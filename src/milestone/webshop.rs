@@ -159,10 +159,13 @@ impl WebShopTarget {
     /// could never be clicked).
     ///
     /// ```
-    /// use beacon_rl::milestone::WebShopTarget;
-    /// assert!(WebShopTarget::new("B078GWRC1J", Vec::<String>::new()).is_ok());
+    /// use beacon_rl::milestone::{WebShopGoal, WebShopItem, WebShopTarget};
+    /// // The ASIN is trimmed and compared ignoring ASCII case.
+    /// let goal = WebShopTarget::new(" B078GWRC1J ", Vec::<String>::new())?;
+    /// assert!(goal.item_matches(&WebShopItem { asin: "b078gwrc1j", ..Default::default() }));
     /// assert!(WebShopTarget::new("", ["black"]).is_err());
     /// assert!(WebShopTarget::new("B078GWRC1J", ["  "]).is_err());
+    /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn new<S: Into<String>>(
         asin: impl Into<String>,
@@ -178,17 +181,6 @@ impl WebShopTarget {
         let options: Vec<String> = options.into_iter().map(Into::into).collect();
         check_options(&options)?;
         Ok(Self { asin, options })
-    }
-
-    /// The target ASIN as given (trimmed).
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WebShopTarget;
-    /// assert_eq!(WebShopTarget::new(" B078GWRC1J ", Vec::<String>::new())?.asin(), "B078GWRC1J");
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn asin(&self) -> &str {
-        &self.asin
     }
 }
 
@@ -306,18 +298,6 @@ impl<G: WebShopGoal> WebShopPhases<G> {
     /// ```
     pub fn phase(&self) -> WebShopPhase {
         self.phase
-    }
-
-    /// The goal.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{WebShopPhases, WebShopTarget};
-    /// let d = WebShopPhases::new(WebShopTarget::new("B09XYZ1234", ["black"])?)?;
-    /// assert_eq!(d.goal().asin(), "B09XYZ1234");
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn goal(&self) -> &G {
-        &self.goal
     }
 
     fn leave_item(&mut self) {

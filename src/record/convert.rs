@@ -139,21 +139,6 @@ impl<'a> RecordBatch<'a> {
         &self.batch
     }
 
-    /// The batch layout, dropping the borrow of the records.
-    ///
-    /// ```
-    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-    /// # rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
-    /// # let records = [rec];
-    /// let batch = RecordBatch::new(&records)?.into_batch();
-    /// assert_eq!(batch.terminal_rewards(), &[1.0]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn into_batch(self) -> RolloutBatch {
-        self.batch
-    }
-
     /// The records the batch was built from.
     ///
     /// ```
@@ -169,24 +154,10 @@ impl<'a> RecordBatch<'a> {
         self.records
     }
 
-    /// Number of rows (= steps over all records).
-    ///
-    /// ```
-    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-    /// # rec.steps = vec![StepRecord::new("a", "b", 0.0, false), StepRecord::new("c", "d", 1.0, true)];
-    /// # let records = [rec];
-    /// assert_eq!(RecordBatch::new(&records)?.num_rows(), 2);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn num_rows(&self) -> usize {
-        self.row_record.len()
-    }
-
     /// The (record index, step index) of a row.
     ///
     /// # Panics
-    /// If `row >= num_rows()`, like slice indexing.
+    /// If `row` is not a row of [`batch`](Self::batch), like slice indexing.
     ///
     /// ```
     /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
@@ -208,7 +179,7 @@ impl<'a> RecordBatch<'a> {
     /// The milestone transition of a row (see the type's docs for the field mapping).
     ///
     /// # Panics
-    /// If `row >= num_rows()`, like slice indexing.
+    /// If `row` is not a row of [`batch`](Self::batch), like slice indexing.
     ///
     /// ```
     /// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
@@ -258,7 +229,7 @@ impl<'a> RecordBatch<'a> {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn transitions(&self) -> impl Iterator<Item = Transition<'a>> + '_ {
-        (0..self.num_rows()).map(move |row| self.transition(row))
+        (0..self.batch.num_steps()).map(move |row| self.transition(row))
     }
 
     /// Runs a milestone detector over every trajectory
@@ -297,7 +268,7 @@ impl<'a> RecordBatch<'a> {
     /// # let records = [a, b];
     /// let rb = RecordBatch::new(&records)?;
     /// let cols = rb.columns();
-    /// let flags = vec![false; rb.num_rows()];
+    /// let flags = vec![false; rb.batch().num_steps()];
     /// // Every estimator but those needing a critic, a greedy baseline, log-probabilities,
     /// // a rollout tree or step entropies.
     /// let needs_more = ["gae", "turn_gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline", "tree_grpo", "empg"];
@@ -309,7 +280,7 @@ impl<'a> RecordBatch<'a> {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn columns(&self) -> RecordColumns<'a> {
-        let rows = self.num_rows();
+        let rows = self.batch.num_steps();
         let mut terminal = Array2::zeros((rows, 1));
         let mut step_rewards = Vec::with_capacity(rows);
         let mut anchors = Vec::with_capacity(rows);

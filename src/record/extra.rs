@@ -35,10 +35,10 @@ use crate::error::Error;
 /// assert_eq!(extra.len(), 2);
 /// assert_eq!(extra.get("t").map(|v| v.get()), Some("3"));
 /// assert_eq!(extra.value("env"), Ok(Some(Value::from("scienceworld"))));
-/// assert_eq!(extra.as_json_members(), r#""env":"scienceworld","t":3"#);
+/// assert_eq!(serde_json::to_string(&extra).unwrap(), r#"{"env":"scienceworld","t":3}"#);
 /// extra.insert("t", 4); // replaces
-/// assert_eq!(extra.as_json_members(), r#""env":"scienceworld","t":4"#);
-/// assert!(extra.remove("env") && !extra.contains_key("env"));
+/// assert_eq!(serde_json::to_string(&extra).unwrap(), r#"{"env":"scienceworld","t":4}"#);
+/// assert!(extra.remove("env") && extra.get("env").is_none());
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Extra {
@@ -91,17 +91,6 @@ impl Extra {
         self.members().count()
     }
 
-    /// The fields as JSON object members, `"key":value,...` (empty for no fields).
-    ///
-    /// ```
-    /// let mut extra = beacon_rl::record::Extra::new();
-    /// extra.insert("a", vec![1, 2]);
-    /// assert_eq!(format!("{{{}}}", extra.as_json_members()), r#"{"a":[1,2]}"#);
-    /// ```
-    pub fn as_json_members(&self) -> &str {
-        &self.text
-    }
-
     /// The JSON text of field `key`.
     ///
     /// ```
@@ -147,13 +136,7 @@ impl Extra {
     }
 
     /// Whether field `key` is present.
-    ///
-    /// ```
-    /// let mut extra = beacon_rl::record::Extra::new();
-    /// extra.insert("t", 0);
-    /// assert!(extra.contains_key("t") && !extra.contains_key("x"));
-    /// ```
-    pub fn contains_key(&self, key: &str) -> bool {
+    pub(crate) fn contains_key(&self, key: &str) -> bool {
         self.members().any(|m| m.key_is(&self.text, key))
     }
 
@@ -187,7 +170,7 @@ impl Extra {
     /// let mut extra = Extra::new();
     /// let v = RawValue::from_string("[1.50, 2e3]".into()).unwrap();
     /// extra.insert_raw("x", &v);
-    /// assert_eq!(extra.as_json_members(), r#""x":[1.50,2e3]"#);
+    /// assert_eq!(extra.get("x").unwrap().get(), "[1.50,2e3]");
     /// ```
     pub fn insert_raw(&mut self, key: &str, value: &RawValue) {
         self.set(key, value.get());
@@ -200,7 +183,7 @@ impl Extra {
     /// extra.insert("a", 1);
     /// extra.insert("b", 2);
     /// assert!(extra.remove("a") && !extra.remove("a"));
-    /// assert_eq!(extra.as_json_members(), r#""b":2"#);
+    /// assert_eq!(extra.len(), 1);
     /// ```
     pub fn remove(&mut self, key: &str) -> bool {
         let Some(m) = self.members().find(|m| m.key_is(&self.text, key)) else {
@@ -635,7 +618,7 @@ mod tests {
         ] {
             let mut e = make();
             assert!(e.remove(key));
-            assert_eq!(e.as_json_members(), left);
+            assert_eq!(e.text, left);
         }
         let mut one = Extra::from_iter([("a", 1)]);
         assert!(one.remove("a") && one.is_empty());

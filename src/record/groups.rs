@@ -5,20 +5,20 @@ use std::io::BufRead;
 use super::ids::{IdSet, Location};
 use super::jsonl::{in_file, JsonlReader};
 use super::schema::name;
-use super::{record_error, RecordBatch, TrajectoryRecord};
+use super::{record_error, TrajectoryRecord};
 use crate::error::{Error, Result};
 
 /// One group's trajectory records, read from contiguous lines, with where each came from.
 ///
 /// ```
-/// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
+/// use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryGroups};
 /// let line = |g: &str, t: &str| format!(
 ///     r#"{{"group_id": "{g}", "traj_id": "{t}", "terminal_reward": 1, "steps": [{{"action": "a", "observation": "o", "reward": 0, "done": true}}]}}"#
 /// );
 /// let text = [line("g1", "a"), line("g1", "b"), line("g2", "c")].join("\n");
 /// let group = TrajectoryGroups::new([read_trajectories(text.as_bytes())]).next().unwrap()?;
 /// assert_eq!((group.group_id(), group.records.len(), group.lines[1]), ("g1", 2, 2));
-/// assert_eq!(group.batch()?.batch().num_trajectories(), 2);
+/// assert_eq!(RecordBatch::new(&group.records)?.batch().num_trajectories(), 2);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -27,7 +27,7 @@ pub struct RecordGroup {
     pub records: Vec<TrajectoryRecord>,
     /// Each record's 1-based line in its input.
     pub lines: Vec<usize>,
-    /// Each record's input: an index into [`TrajectoryGroups::sources`].
+    /// Each record's input: an index into the readers given to [`TrajectoryGroups::new`].
     pub sources: Vec<usize>,
 }
 
@@ -39,23 +39,6 @@ impl RecordGroup {
     /// ```
     pub fn group_id(&self) -> &str {
         self.records.first().map_or("", |r| r.group_id.as_str())
-    }
-
-    /// The group laid out as a batch ([`RecordBatch::new`] over [`records`](Self::records)).
-    ///
-    /// # Errors
-    /// As [`RecordBatch::new`]; records from a [`TrajectoryGroups`] reader are already valid.
-    ///
-    /// ```
-    /// # use beacon_rl::record::{RecordGroup, StepRecord, TrajectoryRecord};
-    /// let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-    /// rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
-    /// let group = RecordGroup { records: vec![rec], lines: vec![1], sources: vec![0] };
-    /// assert_eq!(group.batch()?.num_rows(), 1);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn batch(&self) -> Result<RecordBatch<'_>> {
-        RecordBatch::new(&self.records)
     }
 }
 
@@ -123,7 +106,6 @@ impl<R: BufRead> TrajectoryGroups<R> {
     /// ```
     /// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
     /// let groups = TrajectoryGroups::new([read_trajectories(&b"\n"[..]).with_source("empty.jsonl")]);
-    /// assert_eq!(groups.sources(), [Some("empty.jsonl".to_string())]);
     /// assert_eq!(groups.count(), 0);
     /// ```
     pub fn new(readers: impl IntoIterator<Item = JsonlReader<R, TrajectoryRecord>>) -> Self {
@@ -159,16 +141,6 @@ impl<R: BufRead> TrajectoryGroups<R> {
     pub fn allow_interleaved(mut self) -> Self {
         self.contiguous = false;
         self
-    }
-
-    /// The inputs' names, by input index ([`RecordGroup::sources`]).
-    ///
-    /// ```
-    /// use beacon_rl::record::{read_trajectories, TrajectoryGroups};
-    /// assert_eq!(TrajectoryGroups::new([read_trajectories(&b""[..])]).sources(), [None]);
-    /// ```
-    pub fn sources(&self) -> &[Option<String>] {
-        &self.sources
     }
 
     /// Hands a group's records back for reuse: the next lines are read into their

@@ -109,12 +109,7 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
     }
 
     /// The input's name, if given with [`with_source`](JsonlReader::with_source).
-    ///
-    /// ```
-    /// use beacon_rl::record::read_trajectories;
-    /// assert_eq!(read_trajectories(&b""[..]).with_source("-").source(), Some("-"));
-    /// ```
-    pub fn source(&self) -> Option<&str> {
+    pub(crate) fn source(&self) -> Option<&str> {
         self.source.as_deref()
     }
 
@@ -132,27 +127,12 @@ impl<R: BufRead, T: JsonlRecord> JsonlReader<R, T> {
         self.line
     }
 
-    /// The next record with its 1-based line number (for errors reported later, e.g. by
-    /// [`group_rows`](super::group_rows)); `None` at the end of the input.
-    ///
-    /// # Errors
-    /// `Some(Err(..))` as the iterator yields it: [`Error::Record`] for a malformed record,
-    /// [`Error::LineTooLong`] past the reader's line limit, [`Error::Io`] when reading fails
-    /// (the last two end the stream).
-    ///
-    /// ```
-    /// use beacon_rl::record::{JsonlReader, RowRecord};
-    /// let text = "\n{\"uid\": \"g\", \"traj_uid\": \"a\", \"rewards\": 0, \"episode_rewards\": 1}\n";
-    /// let mut rows = JsonlReader::<_, RowRecord>::new(text.as_bytes());
-    /// let (line, row) = rows.next_numbered().unwrap()?;
-    /// assert_eq!((line, row.terminal_reward), (2, 1.0));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn next_numbered(&mut self) -> Option<Result<(usize, T)>> {
+    /// The next record with its 1-based line number; `None` at the end of the input.
+    pub(crate) fn next_numbered(&mut self) -> Option<Result<(usize, T)>> {
         self.next_reusing(None)
     }
 
-    /// [`next_numbered`](Self::next_numbered), reading the record into `reuse`'s allocations
+    /// `next_numbered`, reading the record into `reuse`'s allocations
     /// (its strings and lists) when it can.
     pub(crate) fn next_reusing(&mut self, mut reuse: Option<T>) -> Option<Result<(usize, T)>> {
         while !self.finished {

@@ -65,7 +65,7 @@
 //! **a group's trajectories are on contiguous lines**; a group that reappears after another
 //! group is an [`Error::GroupNotContiguous`] naming the input and line. `traj_id`s are checked
 //! unique over all inputs. Each group gives its own [`RecordBatch`]
-//! ([`RecordGroup::batch`]); for estimators whose result for a group depends only on that
+//! (`RecordBatch::new(&group.records)`); for estimators whose result for a group depends only on that
 //! group (GRPO, RLOO, GiGPO, BEACON, ...) this gives the same advantages as one batch of the
 //! whole file.
 //!

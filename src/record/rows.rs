@@ -112,7 +112,7 @@ impl JsonlRecord for RowRecord {
 /// Groups verl-agent style rows into trajectory records.
 ///
 /// `rows` yields `(line, row)`: `line` is the row's 1-based line, used in errors
-/// ([`JsonlReader::next_numbered`](super::JsonlReader::next_numbered) gives it; for rows in
+/// ([`JsonlReader::line`](super::JsonlReader::line) after each record gives it; for rows in
 /// memory use their 1-based position). Each row is validated first.
 ///
 /// Mapping:

@@ -78,7 +78,7 @@ pub(crate) fn check_broadcast_mask(step_values: &[f64], mask: &MaskView<'_>) -> 
 /// verl's row score, `sums[r] = Σ_t rewards[r, t]` over all L tokens (masked or not: verl's
 /// `token_level_rewards.sum(-1)`), each row summed left to right in `f64` (`f32` values widened
 /// exactly): the very bits of `row.iter().map(|&x| f64::from(x)).sum::<f64>()`, which is what
-/// the estimators compare with the batch's episode rewards.
+/// the estimators compare with the batch's terminal rewards.
 ///
 /// A row's sum is a chain of dependent additions; 8 rows are summed side by side so that 8
 /// chains are in flight (each row's order of additions unchanged), which makes the pass bound

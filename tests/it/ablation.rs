@@ -1,8 +1,9 @@
 //! The Table 3 ablations: configs, flag transforms (determinism, row-order independence,
 //! p = 0 / p = 1, counts) against an independent transcription, names and errors.
 
+use crate::common;
 use beacon_rl::estimator::{
-    Ablation, AdvantageEstimator, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput,
+    Ablation, AdvantageEstimator, Beacon, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput,
 };
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
@@ -24,7 +25,7 @@ fn configs_override_exactly_one_parameter() {
     // The official preset keeps its own R_ms under every variant.
     for a in Ablation::paper_table3() {
         assert_eq!(a.config(BeaconConfig::official()).milestone_reward, 10.0);
-        assert!(a.config(base).validate().is_ok());
+        assert!(Beacon::new(a.config(base)).is_ok());
     }
 }
 
@@ -124,7 +125,7 @@ fn invalid_inputs_are_errors() {
             a.milestones(&batch, &[true; 3], 0),
             Err(Error::InvalidConfig { name: "p", .. })
         ));
-        assert!(a.compute(BeaconConfig::paper(), &batch, &[true; 3], 0).is_err());
+        assert!(common::ablation_output(a, BeaconConfig::paper(), &batch, &[true; 3], 0).is_err());
     }
     for a in Ablation::paper_table3() {
         assert!(matches!(
@@ -172,7 +173,7 @@ fn estimator_level_ablations_change_the_output_as_named() {
     let batch = RolloutBatch::from_blocks(2, &[4, 4], vec![1.0, 0.0]).unwrap();
     let flags = [false, true, false, true, false, false, true, false];
     let base = BeaconConfig::paper();
-    let run = |a: Ablation| a.compute(base, &batch, &flags, 3).unwrap();
+    let run = |a: Ablation| common::ablation_output(a, base, &batch, &flags, 3).unwrap();
     let grpo = run(Ablation::NoSegmentAdvantage);
     assert_eq!(grpo.advantages, grpo.trajectory_advantages);
     let seg = run(Ablation::NoTrajectoryAdvantage);
@@ -214,9 +215,14 @@ fn no_temporal_decay_hand_case() {
     // A_seg = a [2/9]; b [0]; c [2/9, 0, 0 (unfinished)]; d [−7/9, −7/9, 2/9].
     // A_traj = ±(1/2)/(√(1/3) + 1e-6), + for a and d (R = 1).
     let (batch, flags) = edge_batch();
-    let out = Ablation::NoTemporalDecay
-        .compute(BeaconConfig::paper(), &batch, &flags, 0)
-        .unwrap();
+    let out = common::ablation_output(
+        Ablation::NoTemporalDecay,
+        BeaconConfig::paper(),
+        &batch,
+        &flags,
+        0,
+    )
+    .unwrap();
     assert_eq!(out.shaped_rewards, [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]);
     let seg = [2.0, 0.0, 2.0, 0.0, 0.0, -7.0, -7.0, 2.0].map(|x| x / 9.0);
     let t = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-6);
@@ -239,11 +245,9 @@ fn uniform_shaping_is_grpo_exactly_for_any_milestone_reward() {
     let (batch, flags) = edge_batch();
     for r_ms in [0.1, 0.7, 1.0, 3.3] {
         let base = BeaconConfig::paper().with_milestone_reward(r_ms);
-        let uniform = Ablation::UniformShaping.compute(base, &batch, &flags, 0).unwrap();
+        let uniform = common::ablation_output(Ablation::UniformShaping, base, &batch, &flags, 0).unwrap();
         assert_eq!(uniform.segment_advantages, [0.0; 8], "R_ms = {r_ms}");
-        let grpo = Ablation::NoSegmentAdvantage
-            .compute(base, &batch, &flags, 0)
-            .unwrap();
+        let grpo = common::ablation_output(Ablation::NoSegmentAdvantage, base, &batch, &flags, 0).unwrap();
         assert_eq!(uniform.advantages, grpo.advantages, "R_ms = {r_ms}");
     }
 }
@@ -280,7 +284,7 @@ fn seeded_transforms_match_an_independent_splitmix64() {
     let input = EstimatorInput::new(&batch).with_milestones(&flags);
     let mut outs = vec![];
     for call_seed in [13604808898340030615, 6742120064803419621] {
-        let want = row.ablation.compute(row.base, &batch, &flags, call_seed).unwrap();
+        let want = common::ablation_output(row.ablation, row.base, &batch, &flags, call_seed).unwrap();
         let got = est.estimate(&input).unwrap().advantages.column(0).to_vec();
         assert_eq!(got, want.advantages);
         outs.push(got);

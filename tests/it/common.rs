@@ -4,6 +4,19 @@
 //! written here once: `|ours − expected| ≤ 1e-5 · max(1, |expected|)`, relative above 1 and
 //! absolute below (peer values near 0 carry float32 noise of their own).
 
+/// BEACON under `ablation` of `base`, with the ablation's milestone flags drawn under `seed`:
+/// the two public steps a Table 3 row is made of.
+pub fn ablation_output(
+    ablation: beacon_rl::estimator::Ablation,
+    base: beacon_rl::estimator::BeaconConfig,
+    batch: &beacon_rl::RolloutBatch,
+    flags: &[bool],
+    seed: u64,
+) -> beacon_rl::Result<beacon_rl::estimator::BeaconOutput> {
+    let flags = ablation.milestones(batch, flags, seed)?;
+    beacon_rl::estimator::Beacon::new(ablation.config(base))?.compute(batch, &flags)
+}
+
 /// The registered estimator `name` with its default parameters, behind the trait.
 pub fn build(name: &str) -> Box<dyn beacon_rl::estimator::AdvantageEstimator> {
     name.parse::<beacon_rl::estimator::EstimatorConfig>()

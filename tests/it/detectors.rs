@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use beacon_rl::milestone::{
     detect_milestones, AllOf, AnyOf, DetectorPreset, EnvFlag, MilestoneDetector, NewSubgoals, Not,
-    ScoreIncrease, TextPatterns, TextPatternsBuilder, Transition, WebShopGoal, WebShopItem, WebShopPhase,
-    WebShopPhases, WebShopTarget,
+    ScoreIncrease, TextPatterns, Transition, WebShopGoal, WebShopItem, WebShopPhase, WebShopPhases,
+    WebShopTarget,
 };
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
@@ -115,7 +115,7 @@ fn textworld_score_message() {
 #[test]
 fn builder_rejects_bad_patterns_with_typed_errors() {
     assert!(matches!(
-        TextPatternsBuilder::new().build(),
+        TextPatterns::builder().build(),
         Err(Error::MissingInput(_))
     ));
     match TextPatterns::builder()
@@ -155,7 +155,6 @@ fn action_restricted_rules_need_both_matches() {
         .response_after_action(r"^The door is now open\.$", r"^open door to (?:kitchen|outside)$")
         .build()
         .unwrap();
-    assert_eq!(d.len(), 2);
     assert!(d.detect(&step("open door to kitchen", "The door is now open.")));
     assert!(d.detect(&step("open door to outside", "The door is now open.")));
     assert!(!d.detect(&step("open door to hallway", "The door is now open.")));
@@ -589,7 +588,7 @@ fn webshop_resets_between_trajectories_of_a_batch() {
         ("click[buy now]", &p.done),
     ];
     let batch = RolloutBatch::from_blocks(2, &[5, 5], vec![1.0, 1.0]).unwrap();
-    let mut d = DetectorPreset::build_webshop(goal()).unwrap();
+    let mut d = WebShopPhases::new(goal()).unwrap();
     let flags = detect_milestones(&batch, &mut d, |row, _| {
         let (a, o) = session[row % 5];
         step(a, o)
@@ -668,7 +667,7 @@ fn stateful_children_stay_in_sync_inside_any_of() {
     ];
     let mut any = AnyOf::new(vec![
         Box::new(ScoreIncrease),
-        DetectorPreset::build_webshop(goal()).unwrap(),
+        Box::new(WebShopPhases::new(goal()).unwrap()),
     ])
     .unwrap();
     let mut alone = WebShopPhases::new(goal()).unwrap();
@@ -842,8 +841,10 @@ fn all_detectors() -> Vec<BoxedDetector> {
         .filter(|p| !p.needs_task_input())
         .map(|p| p.build().unwrap())
         .collect();
-    v.push(DetectorPreset::build_webshop(goal()).unwrap());
-    v.push(DetectorPreset::build_webshop(WebShopTarget::new("é", ["ß", "Ǆ"]).unwrap()).unwrap());
+    v.push(Box::new(WebShopPhases::new(goal()).unwrap()));
+    v.push(Box::new(
+        WebShopPhases::new(WebShopTarget::new("é", ["ß", "Ǆ"]).unwrap()).unwrap(),
+    ));
     v.push(Box::new(
         TextPatterns::builder()
             .response_after_action(r"\w+", r"(?i)^click\[")

@@ -229,8 +229,8 @@ mod reference {
 
     fn group_rows(batch: &RolloutBatch, g: usize) -> &[usize] {
         let trajs = batch.group_trajectories(g);
-        let offsets = batch.trajectory_offsets();
-        &batch.step_rows()[offsets[trajs.start]..offsets[trajs.end]]
+        let steps = batch.trajectory_steps(trajs.start).start..batch.trajectory_steps(trajs.end - 1).end;
+        &batch.step_rows()[steps]
     }
 
     fn row_groups(batch: &RolloutBatch) -> Vec<usize> {

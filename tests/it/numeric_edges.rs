@@ -13,8 +13,8 @@ use crate::common;
 use crate::diagnostics::credit_concentration;
 use beacon_rl::diagnostics::{Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::{
-    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorInput, Gdpo, Gigpo, GigpoConfig, Grpo,
-    GrpoConfig, GrpoVectorized, NormMode, Workspace,
+    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, Gigpo,
+    GigpoConfig, GrpoConfig, NormMode, Workspace,
 };
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
@@ -496,8 +496,8 @@ fn w1_grpo_and_gdpo_overflowing_variance_give_the_exact_answer() {
     // plausible 0). Exact: ±1/√2 (module docs). GDPO whitens ±1/√2 over the two tokens:
     // mean 0, var = (1/2 + 1/2)/(2 + 1e-8)·f32(2/1) ≈ 1, so the output is ±1/√2 to 1e-8.
     for est in [
-        &Grpo::new(GrpoConfig::verl()).unwrap() as &dyn AdvantageEstimator,
-        &Gdpo::new(GrpoConfig::verl()).unwrap(),
+        &EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap() as &dyn AdvantageEstimator,
+        &*EstimatorConfig::Gdpo(GrpoConfig::verl()).build().unwrap(),
     ] {
         let a = estimate(est, &[0, 0], &[1e155, -1e155]);
         assert!((a[0] - HALF_SQRT2).abs() < 1e-7, "{}: {a:?}", est.name());
@@ -507,7 +507,7 @@ fn w1_grpo_and_gdpo_overflowing_variance_give_the_exact_answer() {
     // deviations (5/6, 5/6, −5/3)·1e308, σ² = (25/36 + 25/36 + 100/36)/2 = 150/72 = 25/12,
     // σ = (5/√12)·1e308 = 1.4434e308: A = (5/6)/(5/√12) = √12/6 = 1/√3, and −2/√3.
     let a = estimate(
-        &Grpo::new(GrpoConfig::verl()).unwrap(),
+        &EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap(),
         &[0; 3],
         &[1.5e308, 1.5e308, -1e308],
     );
@@ -523,7 +523,9 @@ fn w2_grpo_vectorized_overflowing_f32_variance_gives_the_exact_answer() {
     // ±1e30 in float32: 1e60 overflows f32 (max 3.4e38). Exact: ±1/√2 (σ in f32 is
     // 1.4142135e30, so A = 1e30/1.4142135e30 agrees with 1/√2 to f32 precision).
     let a = estimate(
-        &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+        &*EstimatorConfig::GrpoVectorized(GrpoConfig::verl())
+            .build()
+            .unwrap(),
         &[0, 0],
         &[1e30, -1e30],
     );

@@ -8,7 +8,7 @@
 //! turn, `step_rewards`), both against the authors' float32 advantages under the completion
 //! mask, within |d| ≤ 1e-5 · max(1, |expected|).
 
-use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, MtGrpo, MtGrpoConfig, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpoConfig, Workspace};
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 use serde_json::Value;
@@ -68,9 +68,10 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
             .map(floats)
             .collect();
         let (n, cols) = (masks.len(), masks[0].len());
-        let est = MtGrpo::new(
+        let est = EstimatorConfig::MtGrpo(
             MtGrpoConfig::authors().with_turn_advantage_coef(case["turn_advantage_coef"].as_f64().unwrap()),
         )
+        .build()
         .unwrap();
         // Multi-turn rows.
         let mask = Array2::from_shape_fn((n, cols), |(r, t)| masks[r][t] != 0.0);

@@ -12,7 +12,7 @@
 //!   advantages of the corresponding step rows.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorInput, Grouping, NormScope, StepReinforce, StepReinforceConfig, Workspace,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, Grouping, NormScope, StepReinforceConfig, Workspace,
 };
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
@@ -125,7 +125,7 @@ fn every_roll_case_on_step_rows_steps_and_multi_turn_rows() {
         let mask = matrix(&inp["response_mask"]);
         let want = matrix(&case["outputs"]["advantages"]);
         let cfg = config(&case["params"]);
-        let est = StepReinforce::new(cfg).unwrap();
+        let est = EstimatorConfig::StepReinforce(cfg).build().unwrap();
         let batch = RolloutBatch::from_row_keys(&groups, &trajs, &vec![0.0; groups.len()]).unwrap();
         let mask_b = mask.mapv(|x| x != 0.0);
         let input = EstimatorInput::new(&batch)

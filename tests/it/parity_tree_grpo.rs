@@ -10,7 +10,7 @@
 //! against the authors' float32 advantages, within |d| ≤ 1e-5 · max(1, |expected|).
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorInput, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, Workspace,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, TreeGrpoConfig, TreeGrpoVariant, Workspace,
 };
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
@@ -92,7 +92,9 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
             v => panic!("{v}"),
         };
         variants[variant as usize] += 1;
-        let est = TreeGrpo::new(TreeGrpoConfig::authors().with_variant(variant)).unwrap();
+        let est = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_variant(variant))
+            .build()
+            .unwrap();
         let uids: Vec<String> = case["uid"]
             .as_array()
             .unwrap()

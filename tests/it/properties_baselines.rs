@@ -1,9 +1,8 @@
 //! Property tests of verl's baseline estimators.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, Gae, GaeConfig, Grpo, GrpoConfig,
-    GrpoPassk, OptimalTokenBaseline, OptimalTokenBaselineConfig, ReinforcePlusPlus, ReinforcePlusPlusConfig,
-    Remax, Rloo, TirOptimalTokenBaseline,
+    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, GaeConfig, GrpoConfig,
+    OptimalTokenBaselineConfig, ReinforcePlusPlusConfig,
 };
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::Array2;
@@ -113,13 +112,17 @@ fn all_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
         .iter()
         .map(|n| n.parse::<EstimatorConfig>().unwrap().build().unwrap())
         .collect();
-    v.push(Box::new(
-        Gae::new(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95)).unwrap(),
-    ));
-    v.push(Box::new(
-        ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl().with_discount(0.9)).unwrap(),
-    ));
-    v.push(Box::new(Grpo::new(GrpoConfig::dr_grpo()).unwrap()));
+    v.push(
+        EstimatorConfig::Gae(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95))
+            .build()
+            .unwrap(),
+    );
+    v.push(
+        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(0.9))
+            .build()
+            .unwrap(),
+    );
+    v.push(EstimatorConfig::Grpo(GrpoConfig::dr_grpo()).build().unwrap());
     v
 }
 
@@ -201,7 +204,7 @@ proptest! {
     /// GRPO advantages of a group sum to ~0 when the group's scores are not all equal.
     #[test]
     fn grpo_group_advantages_sum_to_zero(case in case_strategy(2, true)) {
-        let out = case.run(&Grpo::new(GrpoConfig::verl()).unwrap()).unwrap();
+        let out = case.run(&EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap()).unwrap();
         let s = scalars(&case, &out);
         let scores: Vec<f64> = case.rewards.rows().into_iter().map(|r| r.sum()).collect();
         for g in 0..5u32 {
@@ -229,9 +232,9 @@ proptest! {
             shifted.rewards[[r, last]] += shifts[case.uids[r] as usize];
         }
         let ests: Vec<Box<dyn AdvantageEstimator>> = vec![
-            Box::new(Grpo::new(GrpoConfig::verl()).unwrap()),
-            Box::new(Grpo::new(GrpoConfig::dr_grpo()).unwrap()),
-            Box::new(Rloo),
+            EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap(),
+            EstimatorConfig::Grpo(GrpoConfig::dr_grpo()).build().unwrap(),
+            EstimatorConfig::Rloo.build().unwrap(),
             EstimatorConfig::RlooVectorized.build().unwrap(),
         ];
         for est in ests {
@@ -247,7 +250,7 @@ proptest! {
     /// RLOO and rloo_vectorized agree on groups of ≥ 2 rows: n/(n−1)·(s − μ) both ways.
     #[test]
     fn rloo_variants_agree_without_singletons(case in case_strategy(2, false)) {
-        let a = case.run(&Rloo).unwrap();
+        let a = case.run(&*EstimatorConfig::Rloo.build().unwrap()).unwrap();
         let b = case.run(&*EstimatorConfig::RlooVectorized.build().unwrap()).unwrap();
         for (x, y) in a.advantages.iter().zip(b.advantages.iter()) {
             prop_assert!(close(*x, *y, 1e-12), "{x} vs {y}");
@@ -257,7 +260,7 @@ proptest! {
     /// passk: at most one nonzero row per group, and it holds the group's maximum score.
     #[test]
     fn passk_rewards_only_the_best_row(case in case_strategy(2, true)) {
-        let out = case.run(&GrpoPassk::new(GrpoConfig::verl()).unwrap()).unwrap();
+        let out = case.run(&*EstimatorConfig::GrpoPassk(GrpoConfig::verl()).build().unwrap()).unwrap();
         let s = scalars(&case, &out);
         let scores: Vec<f64> = case.rewards.rows().into_iter().map(|r| r.sum()).collect();
         for g in 0..5u32 {
@@ -276,9 +279,9 @@ proptest! {
     /// generated token, whatever the values; it equals REINFORCE++(γ = 1) and ReMax returns.
     #[test]
     fn gae_returns_telescope_to_reward_to_go(case in case_strategy(1, true)) {
-        let gae = case.run(&Gae::new(GaeConfig::verl()).unwrap());
-        let rfpp = case.run(&ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl()).unwrap());
-        let remax = case.run(&Remax).unwrap();
+        let gae = case.run(&EstimatorConfig::Gae(GaeConfig::verl()).build().unwrap());
+        let rfpp = case.run(&EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl()).build().unwrap());
+        let remax = case.run(&*EstimatorConfig::Remax.build().unwrap()).unwrap();
         if let (Ok(gae), Ok(rfpp)) = (gae, rfpp) {
             for ((r, t), &m) in case.mask.indexed_iter() {
                 if m {
@@ -312,8 +315,8 @@ proptest! {
     #[test]
     fn tir_equals_otb_without_gaps(case in case_strategy(1, true)) {
         let cfg = OptimalTokenBaselineConfig::verl();
-        let a = case.run(&OptimalTokenBaseline::new(cfg).unwrap()).unwrap();
-        let b = case.run(&TirOptimalTokenBaseline::new(cfg).unwrap()).unwrap();
+        let a = case.run(&EstimatorConfig::OptimalTokenBaseline(cfg).build().unwrap()).unwrap();
+        let b = case.run(&*EstimatorConfig::TirOptimalTokenBaseline(cfg).build().unwrap()).unwrap();
         for (x, y) in a.advantages.iter().zip(b.advantages.iter()) {
             prop_assert!(close(*x, *y, 1e-12), "{x} vs {y}");
         }

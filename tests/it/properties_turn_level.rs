@@ -2,8 +2,8 @@
 //! invariants hold, and tokens outside turns stay 0.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorInput, Grouping, MtGrpo, MtGrpoConfig, NormScope, StepReinforce,
-    StepReinforceConfig, TreeGrpo, TreeGrpoConfig, TreeGrpoVariant, TurnBaseline, Workspace,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, Grouping, MtGrpoConfig, NormScope,
+    StepReinforceConfig, TreeGrpoConfig, TreeGrpoVariant, TurnBaseline, Workspace,
 };
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
@@ -124,7 +124,7 @@ proptest! {
     /// masked tokens get 0, and the step path equals the token path's per-row value.
     #[test]
     fn step_reinforce_layouts_agree(ep in episodes(), cfg in step_reinforce_config()) {
-        let est = StepReinforce::new(cfg).unwrap();
+        let est = EstimatorConfig::StepReinforce(cfg).build().unwrap();
         let s = ep.step_rows();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards).with_response_mask(&s.mask);
         let mut ws = Workspace::new();
@@ -162,15 +162,15 @@ proptest! {
         let s = ep.step_rows();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards);
         let mut adv = vec![0.0; s.rewards.len()];
-        let plain = StepReinforce::new(StepReinforceConfig::roll().with_step_discount(1.0)).unwrap();
+        let plain = EstimatorConfig::StepReinforce(StepReinforceConfig::roll().with_step_discount(1.0)).build().unwrap();
         plain.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
         for (r, &(j, k)) in s.at.iter().enumerate() {
             let to_go: f64 = ep.trajs[j].1[k..].iter().map(|x| x.0).sum();
             prop_assert!((adv[r] - to_go).abs() < 1e-12);
         }
-        let centred = StepReinforce::new(
+        let centred = EstimatorConfig::StepReinforce(
             StepReinforceConfig::roll().with_grouping(Grouping::Group).with_norm_mean(Some(NormScope::Group)),
-        ).unwrap();
+        ).build().unwrap();
         centred.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
         for g in 0..3u32 {
             let sum: f64 = s.at.iter().zip(&adv).filter(|((j, _), _)| ep.trajs[*j].0 == g).map(|(_, a)| a).sum();
@@ -188,7 +188,7 @@ proptest! {
         unbiased in any::<bool>(),
     ) {
         let baseline = if unbiased { TurnBaseline::RewardToGo } else { TurnBaseline::PerIndex };
-        let est = MtGrpo::new(MtGrpoConfig::authors().with_turn_advantage_coef(coef).with_turn_baseline(baseline)).unwrap();
+        let est = EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_turn_advantage_coef(coef).with_turn_baseline(baseline)).build().unwrap();
         let s = ep.step_rows();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards);
         let mut adv = vec![f64::NAN; s.rewards.len()];
@@ -251,7 +251,7 @@ proptest! {
         picks in prop::collection::vec(any::<u32>(), 8),
         variant in prop_oneof![Just(TreeGrpoVariant::Sum), Just(TreeGrpoVariant::Intra), Just(TreeGrpoVariant::Nested)],
     ) {
-        let est = TreeGrpo::new(TreeGrpoConfig::authors().with_variant(variant)).unwrap();
+        let est = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_variant(variant)).build().unwrap();
         let parents = forest(&ep, &picks);
         let (batch, rewards, mask, starts) = ep.multi_turn();
         let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);

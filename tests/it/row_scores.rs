@@ -5,7 +5,7 @@
 //! and every step estimator reads the row scores rather than the batch's R(τ).
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorConfig, EstimatorInput, Grpo, GrpoConfig, GrpoStatistics, Workspace,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig, GrpoStatistics, Workspace,
 };
 use beacon_rl::{Error, RolloutBatch};
 use ndarray::array;
@@ -131,7 +131,9 @@ fn row_statistics_hand_computed() {
 #[test]
 fn grpo_trajectory_statistics_take_each_trajectorys_first_row() {
     let batch = batch();
-    let grpo = Grpo::new(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).unwrap();
+    let grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories))
+        .build()
+        .unwrap();
     // First rows: a → row 0 (0.9), b → row 2 (0.0). μ = 0.45, σ = √((0.45² + 0.45²) / 1) =
     // 0.636396; each row normalised with its own score: 0.45 / (σ + ε) = 0.707106,
     // 0.55 / (σ + ε) = 0.864240, −0.707106 (to 7 digits: 0.7071057, 0.8642403).
@@ -328,9 +330,11 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
         .chain(&["beacon_official:ablation=no_temporal_decay"])
         .map(|n| build(n))
         .collect();
-    v.push(Box::new(
-        Grpo::new(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).unwrap(),
-    ));
+    v.push(
+        EstimatorConfig::Grpo(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories))
+            .build()
+            .unwrap(),
+    );
     let mut official = beacon_rl::estimator::BeaconConfig::official();
     official.flavour = beacon_rl::estimator::BeaconFlavour::Official {
         mode: beacon_rl::estimator::NormMode::MeanStdNorm,
@@ -416,8 +420,8 @@ proptest! {
         // relative apart, inside 1e-9·max(1, |A|) only for |A| < 0.02, so compare groups of
         // two rows or more exactly and singletons loosely.
         for (cross, est) in [
-            (true, Grpo::new(GrpoConfig::verl()).unwrap()),
-            (false, Grpo::new(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).unwrap()),
+            (true, EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap()),
+            (false, EstimatorConfig::Grpo(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).build().unwrap()),
         ] {
             let got = steps(&est, &input).unwrap();
             let want = episode_norm_reward(&scores, &uid, &traj, false, cross);

@@ -8,7 +8,7 @@
 //! the advantages agree within [`whitening_tolerance`], the returns within 1e-12.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorInput, Gae, GaeConfig, TurnGae, TurnGaeConfig, Workspace,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, TurnGaeConfig, Workspace,
 };
 use beacon_rl::RolloutBatch;
 use ndarray::{array, Array2};
@@ -49,8 +49,8 @@ proptest! {
             .with_response_mask(&mask);
         let total: usize = trajs.iter().map(|t| t.1.len()).sum();
         prop_assume!(total >= 2);
-        let token = Gae::new(GaeConfig::verl().with_discount(gamma).with_gae_lambda(lam)).unwrap().estimate(&input).unwrap();
-        let turn = TurnGae::new(TurnGaeConfig::verl().with_discount(gamma).with_lam(lam).with_whiten(true))
+        let token = EstimatorConfig::Gae(GaeConfig::verl().with_discount(gamma).with_gae_lambda(lam)).build().unwrap().estimate(&input).unwrap();
+        let turn = EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(gamma).with_lam(lam).with_whiten(true)).build()
             .unwrap()
             .estimate(&input)
             .unwrap();
@@ -79,7 +79,7 @@ proptest! {
             }
         }
         let steps = RolloutBatch::from_row_keys(&g, &j, &vec![0.0; g.len()]).unwrap();
-        let est = TurnGae::new(TurnGaeConfig::verl().with_discount(gamma).with_lam(lam)).unwrap();
+        let est = EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(gamma).with_lam(lam)).build().unwrap();
         let mut adv = vec![f64::NAN; sr.len()];
         est.estimate_steps_into(&EstimatorInput::new(&steps).with_step_rewards(&sr).with_turn_values(&tv), &mut adv, &mut Workspace::new()).unwrap();
         let plain = est.estimate(&input).unwrap();
@@ -126,16 +126,18 @@ fn nearly_equal_turns_whiten_as_token_level_gae() {
         .with_token_level_rewards(&rewards)
         .with_values(&values)
         .with_response_mask(&mask);
-    let token = Gae::new(GaeConfig::verl().with_discount(0.0).with_gae_lambda(0.0))
+    let token = EstimatorConfig::Gae(GaeConfig::verl().with_discount(0.0).with_gae_lambda(0.0))
+        .build()
         .unwrap()
         .estimate(&input)
         .unwrap();
-    let turn = TurnGae::new(
+    let turn = EstimatorConfig::TurnGae(
         TurnGaeConfig::verl()
             .with_discount(0.0)
             .with_lam(0.0)
             .with_whiten(true),
     )
+    .build()
     .unwrap()
     .estimate(&input)
     .unwrap();

@@ -6,7 +6,7 @@
 //! factor p(1 − p) of the score function).
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpo, MtGrpoConfig, TurnBaseline, Workspace,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, MtGrpoConfig, TurnBaseline, Workspace,
 };
 use beacon_rl::RolloutBatch;
 
@@ -39,7 +39,7 @@ fn per_turn_index_normalisation_is_biased_and_reward_to_go_is_not() {
     let group: [&[f64]; 4] = [&[1.0], &[0.0], &[1.0, 0.0], &[1.0, -1.0]];
     let decision = |a: &[f64]| (a[2] + a[3]) - (a[0] + a[1]);
 
-    let authors = MtGrpo::new(MtGrpoConfig::authors()).unwrap();
+    let authors = EstimatorConfig::MtGrpo(MtGrpoConfig::authors()).build().unwrap();
     let biased = decision(&first_turns(&authors, &group));
     // By hand (ε = 1e-4): stoppers get A^C = ±0.5/(√(1/3) + ε), which cancel; continuers
     // A^O + A^T = 0 + 0.5/(√(1/3) + ε) and −1/(√(2/3) + ε) + 0.5/(√(1/3) + ε).
@@ -48,7 +48,10 @@ fn per_turn_index_normalisation_is_biased_and_reward_to_go_is_not() {
     assert!((biased - want).abs() < 1e-12, "{biased} vs {want}");
     assert!(biased > 0.25, "a hidden bonus for taking another turn: {biased}");
 
-    let unbiased = MtGrpo::new(MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo)).unwrap();
+    let unbiased =
+        EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo))
+            .build()
+            .unwrap();
     let a = first_turns(&unbiased, &group);
     // Reward-to-go 1, 0, 1, 0 against leave-one-out means: ±2/3, summing to 0 per action.
     assert_eq!(decision(&a), 0.0);

@@ -80,7 +80,7 @@ impl Detector {
             Detector::Walkthrough { map, threshold } => {
                 // Each task's own expert actions; a task without a walkthrough gets no milestone.
                 let batch = rb.batch();
-                let mut flags = vec![false; rb.num_rows()];
+                let mut flags = vec![false; rb.batch().num_steps()];
                 for j in 0..batch.num_trajectories() {
                     let rows = batch.trajectory_rows(j);
                     let task = &rb.records()[rb.row_location(rows[0]).0].group_id;

@@ -167,6 +167,6 @@ fn run(args: Args) -> Result<(), BoxError> {
 /// errors, which list the valid names and keys).
 fn estimator_config(spec: &str) -> Result<EstimatorConfig, BoxError> {
     let config: EstimatorConfig = spec.parse()?;
-    config.validate()?;
+    config.build()?;
     Ok(config)
 }

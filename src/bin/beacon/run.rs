@@ -63,7 +63,7 @@ impl Run<'_> {
         }
         if self.diagnostics {
             // State key: (task, observation before the step); action key: the action text.
-            let states: Vec<(&str, &str)> = (0..rb.num_rows())
+            let states: Vec<(&str, &str)> = (0..rb.batch().num_steps())
                 .map(|row| {
                     (
                         records[rb.row_location(row).0].group_id.as_str(),

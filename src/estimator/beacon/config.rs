@@ -13,8 +13,7 @@ use crate::stats::{NormMode, SingletonRule};
 /// Which computation the estimator follows.
 ///
 /// ```
-/// use beacon_rl::estimator::BeaconFlavour;
-/// use beacon_rl::estimator::NormMode;
+/// use beacon_rl::estimator::{BeaconFlavour, NormMode};
 /// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
 /// ```
@@ -70,11 +69,13 @@ impl SegmentBaseline {
 /// use beacon_rl::estimator::{Beacon, BeaconConfig};
 /// let mut cfg = BeaconConfig::paper();
 /// cfg.segment_decay = 0.9;
-/// let beacon = Beacon::new(cfg)?;
-/// assert_eq!(beacon.config().segment_decay, 0.9);
+/// Beacon::new(cfg)?;
 ///
 /// cfg.segment_decay = 1.5; // γ must be in [0, 1]
 /// assert!(Beacon::new(cfg).is_err());
+/// cfg.segment_decay = 0.9;
+/// cfg.std_eps = 0.0;
+/// assert!(matches!(Beacon::new(cfg), Err(beacon_rl::Error::InvalidConfig { name: "std_eps", .. })));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -134,8 +135,7 @@ impl BeaconConfig {
     /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
-    /// use beacon_rl::estimator::NormMode;
+    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, NormMode};
     /// let c = BeaconConfig::official();
     /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
     /// assert_eq!(c.milestone_reward, 10.0);
@@ -172,15 +172,7 @@ impl BeaconConfig {
     /// λ < 0, trajectory weight < 0, ε ≤ 0, or any non-finite value; `segment_baseline`
     /// (value 1, for `entered`) with the official flavour, whose segment groups hold the
     /// unfinished rows already.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::BeaconConfig;
-    /// use beacon_rl::Error;
-    /// let mut c = BeaconConfig::paper();
-    /// c.std_eps = 0.0;
-    /// assert!(matches!(c.validate(), Err(Error::InvalidConfig { name: "std_eps", .. })));
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         Range::POSITIVE.check("milestone_reward", self.milestone_reward)?;
         Range::UNIT.check("segment_decay", self.segment_decay)?;
         Range::NON_NEGATIVE.check("segment_weight", self.segment_weight)?;

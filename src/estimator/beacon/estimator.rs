@@ -66,7 +66,10 @@ impl Beacon {
     /// Validates `config` and builds the estimator.
     ///
     /// # Errors
-    /// See [`BeaconConfig::validate`].
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming the first field out of
+    /// its range (each [`BeaconConfig`] field states it), or `segment_baseline` when
+    /// [`SegmentBaseline::Entered`](crate::estimator::SegmentBaseline::Entered) is asked of the
+    /// official flavour.
     ///
     /// ```
     /// use beacon_rl::estimator::{Beacon, BeaconConfig};
@@ -77,21 +80,9 @@ impl Beacon {
         Ok(Self { config })
     }
 
-    /// The validated configuration.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
-    /// let b = Beacon::new(BeaconConfig::paper())?;
-    /// assert_eq!(b.config().segment_weight, 1.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &BeaconConfig {
-        &self.config
-    }
-
     /// Computes per-row advantages and their parts. `milestones[r]` flags caller row `r`.
     ///
-    /// The trajectory term reads each trajectory's episode reward R(τ) from the batch. Rows
+    /// The trajectory term reads each trajectory's terminal reward R(τ) from the batch. Rows
     /// that carry scores of their own (verl-agent's invalid-action penalty) go through the
     /// trait instead: [`estimate_steps_into`](crate::estimator::AdvantageEstimator::estimate_steps_into)
     /// with [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores),
@@ -122,8 +113,7 @@ impl Beacon {
     /// As [`compute`](Self::compute).
     ///
     /// ```
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconOutput};
-    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
     /// let (mut ws, mut out) = (Workspace::new(), BeaconOutput::default());
@@ -251,8 +241,7 @@ impl AdvantageEstimator for Beacon {
     /// advantages, as in the release.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorInput, Workspace};
     /// use beacon_rl::{Error, RolloutBatch};
     /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;

@@ -38,7 +38,7 @@ use super::estimator::GigpoOutput;
 pub(crate) struct GigpoScratch {
     /// The current task group's caller rows, ascending (= caller order).
     pub(super) rows: Vec<usize>,
-    /// Per position in `rows`: a value to normalise (episode score, then step return).
+    /// Per position in `rows`: a value to normalise (terminal reward or row score, then step return).
     values: Vec<f64>,
     /// Per position in `rows`: the local unit (distinct anchor), then the local step group.
     pub(super) labels: Vec<usize>,
@@ -85,7 +85,7 @@ impl<F, T> Clone for AnchorsOf<'_, F, T> {
 impl<F, T> Copy for AnchorsOf<'_, F, T> {}
 
 /// The whole computation into `out`, one task group at a time. `scores` gives each row's
-/// episode score (R(τ), or the caller's row scores).
+/// trajectory term's value (R(τ), or the caller's row scores).
 ///
 /// # Errors
 /// [`Error::LengthMismatch`](crate::Error::LengthMismatch) and
@@ -306,7 +306,7 @@ where
     /// its rows `ws.rows`.
     fn episode_term(&self, g: usize, ws: &mut GigpoScratch, o: &mut Outs<'_>) {
         let (batch, c, b) = (self.batch, self.c, o.base);
-        // The episode score is parked in the output.
+        // The terminal reward (or row score) is parked in the output.
         for j in batch.group_trajectories(g) {
             let mut ret = 0.0;
             for &row in batch.trajectory_rows(j).iter().rev() {

@@ -31,8 +31,7 @@ pub enum StepGrouping {
 /// validate through [`Gigpo::new`](crate::estimator::Gigpo::new).
 ///
 /// ```
-/// use beacon_rl::estimator::{Gigpo, GigpoConfig, StepGrouping};
-/// use beacon_rl::estimator::NormMode;
+/// use beacon_rl::estimator::{Gigpo, GigpoConfig, NormMode, StepGrouping};
 /// let cfg = GigpoConfig::verl_agent()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
@@ -68,8 +67,7 @@ impl GigpoConfig {
     /// w = 1.0, `mean_norm`, ε = 1e-6, exact anchor grouping.
     ///
     /// ```
-    /// use beacon_rl::estimator::{GigpoConfig, StepGrouping};
-    /// use beacon_rl::estimator::NormMode;
+    /// use beacon_rl::estimator::{GigpoConfig, NormMode, StepGrouping};
     /// let cfg = GigpoConfig::verl_agent();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);

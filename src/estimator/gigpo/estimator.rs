@@ -99,23 +99,11 @@ impl Gigpo {
         Ok(Self { config })
     }
 
-    /// The validated config.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
-    /// let g = Gigpo::new(GigpoConfig::verl_agent())?;
-    /// assert_eq!(g.config().step_decay, 0.95);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn config(&self) -> &GigpoConfig {
-        &self.config
-    }
-
     /// Computes GiGPO advantages with text anchors (one per caller row; `&str` or `String`).
     ///
     /// `step_rewards[r]` is the environment reward of row `r`'s step; the batch carries each
-    /// trajectory's episode score (built with [`RolloutBatch::from_row_keys`] from verl-agent's
-    /// `uid`, `traj_uid` and episode reward columns).
+    /// trajectory's terminal reward (built with [`RolloutBatch::from_row_keys`] from verl-agent's
+    /// `uid`, `traj_uid` and `episode_rewards` columns).
     ///
     /// The episode term reads that score, one per trajectory. Rows that carry scores of their
     /// own (verl-agent's invalid-action penalty) go through the trait instead:
@@ -158,8 +146,7 @@ impl Gigpo {
     /// As [`Gigpo::compute`]. On error `out` holds unspecified values.
     ///
     /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
-    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     ///
     /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
@@ -189,7 +176,7 @@ impl Gigpo {
         )
     }
 
-    /// [`compute_into`](Self::compute_into) with each row's episode score from `scores`.
+    /// [`compute_into`](Self::compute_into) with each row's score from `scores` (R(τ) or the caller's row scores).
     fn compute_text_with<S: AsRef<str> + Sync>(
         &self,
         batch: &RolloutBatch,
@@ -251,8 +238,7 @@ impl Gigpo {
     /// As [`Gigpo::compute_by_key`].
     ///
     /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput};
-    /// use beacon_rl::estimator::Workspace;
+    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     ///
     /// let batch = RolloutBatch::from_row_keys(&[0, 0], &[0, 1], &[1.0, 0.0])?;
@@ -279,7 +265,7 @@ impl Gigpo {
         )
     }
 
-    /// [`compute_by_key_into`](Self::compute_by_key_into) with each row's episode score from
+    /// [`compute_by_key_into`](Self::compute_by_key_into) with each row's score (R(τ) or the caller's row score) from
     /// `scores`.
     fn compute_by_key_with<K: Hash + Eq + Sync>(
         &self,
@@ -322,7 +308,7 @@ impl Gigpo {
 
     /// Per-row advantages for the trait's entry points (`step_rewards` and one of
     /// `anchor_obs` / `anchor_ids` required; `token_level_rewards`, when given, must agree with
-    /// the batch's episode rewards), with the workspace's GiGPO scratch and output.
+    /// the batch's terminal rewards), with the workspace's GiGPO scratch and output.
     ///
     /// Shapes before values, in the step path's order (`estimate_steps_into`'s docs): the
     /// output, `step_rewards` and the anchors (present, lengths), `row_scores`' length,
@@ -393,17 +379,16 @@ impl AdvantageEstimator for Gigpo {
         "gigpo"
     }
 
-    /// Reads the batch's terminal rewards (episode rewards), or the caller's `row_scores` in
+    /// Reads the batch's terminal rewards, or the caller's `row_scores` in
     /// their place (each row's own score), `step_rewards` and `anchor_obs` or `anchor_ids`
     /// (required; integer ids need [`StepGrouping::Exact`]). When `token_level_rewards` are
     /// given as well, every row's sum must equal its score: its `row_scores` entry, else its
-    /// trajectory's episode reward ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row
+    /// trajectory's terminal reward ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row
     /// advantages under `response_mask` when given (else one column). Returns equal advantages,
     /// as in verl-agent.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gigpo, GigpoConfig};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
     /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;

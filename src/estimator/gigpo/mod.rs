@@ -16,7 +16,7 @@ pub use config::{GigpoConfig, StepGrouping};
 /// ```text
 /// A(r)   = A_E(r) + w · A_S(r)
 ///
-/// A_E(r) = s_r − μ_g                      mean_norm        s_r = R(τ_i), the episode score
+/// A_E(r) = s_r − μ_g                      mean_norm        s_r = R(τ_i), the terminal reward
 ///        = (s_r − μ_g) / (σ_g + ε)        mean_std_norm    μ_g, σ_g over the *rows* of g
 ///
 /// R_t    = r_t + γ · R_{t+1}              per trajectory, rows in row order, R past the end = 0

@@ -85,7 +85,7 @@ fn alfworld_positives_match_exactly_their_pattern() {
 
 #[test]
 fn builtin_lists_combine_with_custom_rules() {
-    let mut d = TextPatternsBuilder::new()
+    let mut d = TextPatterns::builder()
         .builtin(ALFWORLD_PATTERNS)
         .builtin(std::slice::from_ref(&TEXTWORLD_SCORE_PATTERN))
         .build()
