@@ -41,6 +41,8 @@ __all__ = [
     "STEP_ESTIMATORS",
     "set_num_threads",
     "get_num_threads",
+    "MilestoneDiscovery",
+    "discover_milestones",
 ]
 
 #: Estimators that credit steps (rows of a step batch, or turns of a dialogue).
@@ -587,3 +589,7 @@ def estimate_turns(
         index=idx,
     )
     return _finish_pair(caller, adv, ret)
+
+
+# Last: the module reads `_config_json` from this package.
+from .discovery import MilestoneDiscovery, discover_milestones  # noqa: E402
