@@ -5,7 +5,76 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List
+from typing import Dict, List, Optional
+
+# The ratio's methods: discovered milestones, the score's milestones, and the baseline.
+DISCOVERED, ENV, BASE = "beacon+discovered", "beacon", "grpo"
+# Per-seed ratios only where the score's milestones gained at least this much (below it a
+# ratio is noise over noise), as in the testbed's discovery study.
+MIN_GAIN = 0.05
+
+
+def _mean_std(xs: List[float]) -> Dict[str, float]:
+    mean = sum(xs) / len(xs)
+    std = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    return {"mean": mean, "std": std}
+
+
+def aucs(run: dict) -> Dict[str, float]:
+    """A run's areas under its learning curves: mean held-out success over the curve's
+    checkpoints (iteration 0 included), sampled and greedy play, and mean training success
+    over all iterations (the testbed's AUC)."""
+    curve = run["curve"]
+    return {
+        "held_out_sampled": sum(c["sampled"] for c in curve) / len(curve),
+        "held_out_greedy": sum(c["greedy"] for c in curve) / len(curve),
+        "training": sum(run["train_success"]) / len(run["train_success"]),
+    }
+
+
+def discovery_ratio(runs: List[dict]) -> Optional[dict]:
+    """Per AUC: the share of the score milestones' gain over ``grpo`` that discovered
+    milestones recover, (AUC_discovered − AUC_grpo) / (AUC_beacon − AUC_grpo) on the means over
+    run seeds, the paired per-seed gains, and the per-seed ratios where the score's gain is at
+    least ``MIN_GAIN``. None unless the three methods ran on the same seeds."""
+    by = {m: {r["seed"]: aucs(r) for r in runs if r["method"] == m} for m in (DISCOVERED, ENV, BASE)}
+    seeds = sorted(set(by[DISCOVERED]) & set(by[ENV]) & set(by[BASE]))
+    if not seeds:
+        return None
+    out: dict = {"seeds": seeds, "min_gain": MIN_GAIN}
+    for key in ("held_out_sampled", "held_out_greedy", "training"):
+        d, e, g = ([by[m][s][key] for s in seeds] for m in (DISCOVERED, ENV, BASE))
+        env_gain = [x - y for x, y in zip(e, g)]
+        disc_gain = [x - y for x, y in zip(d, g)]
+        mean_env = sum(env_gain) / len(seeds)
+        per_seed = [dg / eg for dg, eg in zip(disc_gain, env_gain) if eg >= MIN_GAIN]
+        out[key] = {
+            "auc": {DISCOVERED: _mean_std(d), ENV: _mean_std(e), BASE: _mean_std(g)},
+            "env_gain": {**_mean_std(env_gain), "runs": env_gain},
+            "discovered_gain": {**_mean_std(disc_gain), "runs": disc_gain},
+            "ratio": sum(disc_gain) / len(seeds) / mean_env if abs(mean_env) > 1e-12 else None,
+            "per_seed_ratio": {**_mean_std(per_seed), "min": min(per_seed), "runs": per_seed} if per_seed else None,
+        }
+    return out
+
+
+def _ratio_lines(r: dict) -> List[str]:
+    n = len(r["seeds"])
+    lines = ["", f"Discovered milestones against the score's, paired by run seed ({n} seeds): AUC = mean "
+             "held-out success over the curve's checkpoints (or mean training success over the "
+             "iterations); gain = AUC − AUC(`grpo`); ratio = mean discovered gain / mean score gain.", "",
+             f"| AUC | `{BASE}` | `{ENV}` (score) | `{DISCOVERED}` | score gain | discovered gain | ratio | "
+             f"per-seed ratio (seeds with score gain ≥ {r['min_gain']}) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key in ("held_out_sampled", "held_out_greedy", "training"):
+        x = r[key]
+        cells = [_cell(x["auc"][m]) for m in (BASE, ENV, DISCOVERED)]
+        gains = [f"{x[k]['mean']:+.3f} ± {x[k]['std']:.3f}" for k in ("env_gain", "discovered_gain")]
+        ratio = "undefined" if x["ratio"] is None else f"{x['ratio']:.2f}"
+        ps = x["per_seed_ratio"]
+        ps = "no seed" if ps is None else f"{ps['mean']:.2f} ± {ps['std']:.2f}, min {ps['min']:.2f} ({len(ps['runs'])} seeds)"
+        lines.append(f"| {key.replace('_', ' ')} | " + " | ".join(cells + gains + [ratio, ps]) + " |")
+    return lines
 
 
 def _cell(s: dict) -> str:
@@ -43,6 +112,16 @@ def markdown(summary: dict) -> str:
             std = (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5 if len(d) > 1 else 0.0
             better, worse = sum(x > 1e-12 for x in d), sum(x < -1e-12 for x in d)
             lines.append(f"| `{name}` | {mean:+.3f} ± {std:.3f} | {better} / {worse} |")
+    ratio = summary.get("discovery_ratio")
+    if ratio:
+        lines += _ratio_lines(ratio)
+    counts = [r["discovery"] for r in summary["runs"] if r.get("discovery")]
+    if counts:
+        tot = {k: sum(c[k] for c in counts) for k in counts[0]}
+        lines += ["", f"Discovered milestones over the training steps of all `{DISCOVERED}` runs: "
+                  f"{tot['discovered']} of {tot['steps']} steps flagged, the score's milestones {tot['score']}, "
+                  f"both {tot['both']} (precision {tot['both'] / max(tot['discovered'], 1):.3f}, "
+                  f"recall {tot['both'] / max(tot['score'], 1):.3f} against the score)."]
     start = [c for r in summary["runs"] for c in r["curve"][:1]]
     if start:
         g = sum(c["greedy"] for c in start) / len(start)
