@@ -10,6 +10,7 @@ an estimator name, its parameters, the row score it is given and, for GiGPO, its
 | ``gigpo`` | verl-agent's GiGPO; step reward 1 on the winning step; anchors = state texts |
 | ``beacon`` | the paper preset, milestones = the game's score increments |
 | ``beacon+discovered`` | the paper preset, milestones discovered from the text (no score) |
+| ``beacon+discovered_support`` | control: the same with discovery's novelty rule off (``{"novelty": false}``) |
 | ``beacon_official`` | the release preset (R_ms = 10, row statistics), same milestones |
 | ``beacon_completion`` | the paper preset with ``{"segment_baseline": "entered"}``: completion credit |
 | ``gigpo+milestones`` | control: GiGPO whose step reward is 1 per milestone (plus 1 on the winning step) |
@@ -44,6 +45,7 @@ class Method:
     step_rewards: Optional[str] = None  # GiGPO: "success" or "success+milestones"
     milestones: bool = False  # BEACON: pass the milestone flags
     discovered: bool = False  # the flags come from discovery, not from the score
+    discovery: Optional[Mapping] = None  # discovery's settings (DiscoveryConfig fields)
 
 
 METHODS: List[Method] = [
@@ -51,6 +53,9 @@ METHODS: List[Method] = [
     Method("gigpo", "gigpo", step_rewards="success"),
     Method("beacon", "beacon", milestones=True),
     Method("beacon+discovered", "beacon", milestones=True, discovered=True),
+    # Control: only the success rule (events most successes of the game share); a game none of
+    # whose episodes succeeded gets no milestones instead of irreversible first visits.
+    Method("beacon+discovered_support", "beacon", milestones=True, discovered=True, discovery={"novelty": False}),
     Method("beacon_official", "beacon_official", milestones=True),
     # The completion-credit remedy: the paper preset whose segment baseline b_k counts every
     # rollout that entered segment k, a rollout that did not finish it with shaped return 0
@@ -77,11 +82,13 @@ class Discovered:
     memory lives as long as the run. Each game is a task (named by its fold, seed and level),
     its episodes one group; discovery reads the action and response texts and the success of
     each episode, never the score. ``counts`` tallies, over the run, the steps flagged by
-    discovery, by the score, and by both (how far the two agree)."""
+    discovery, by the score, and by both (how far the two agree), separately for games with a
+    successful episode in the batch (``won``: the success rule applies) and without
+    (``unwon``: the novelty rule, if on)."""
 
     def __init__(self, config: Optional[Mapping] = None) -> None:
         self.discovery = beacon_rl.MilestoneDiscovery(config)
-        self.counts = {"steps": 0, "discovered": 0, "score": 0, "both": 0}
+        self.counts = {f"{g}_{k}": 0 for g in ("won", "unwon") for k in ("steps", "discovered", "score", "both")}
 
     def flags(self, episodes: Sequence[Episode]) -> np.ndarray:
         """One milestone flag per step of ``episodes`` (in order); the memory is updated."""
@@ -96,11 +103,12 @@ class Discovered:
             observations=[s for e in episodes for s in e.states],
         )
         score = np.fromiter((m for e in episodes for m in e.milestones), dtype=bool, count=len(flags))
-        c = self.counts
-        c["steps"] += len(flags)
-        c["discovered"] += int(flags.sum())
-        c["score"] += int(score.sum())
-        c["both"] += int((flags & score).sum())
+        won_games = {e.game for e in episodes if e.success}
+        won = np.repeat([e.game in won_games for e in episodes], lengths).astype(bool)
+        for name, rows in (("won", won), ("unwon", ~won)):
+            c = {"steps": rows, "discovered": flags & rows, "score": score & rows, "both": flags & score & rows}
+            for k, v in c.items():
+                self.counts[f"{name}_{k}"] += int(v.sum())
         return flags
 
 

@@ -113,9 +113,20 @@ def test_discovered_milestones_replace_the_score():
     d = Discovered()
     flags = d.flags(DISCOVERY_EPISODES)
     assert flags.tolist() == [True, False, True, True, False, True, True, False, False]
-    assert d.counts == {"steps": 9, "discovered": 5, "score": 5, "both": 4}
+    # Game 0 had a success (8 steps: 5 flagged by discovery, 5 by the score, 4 by both); game 1
+    # did not (1 step).
+    assert d.counts == {"won_steps": 8, "won_discovered": 5, "won_score": 5, "won_both": 4,
+                        "unwon_steps": 1, "unwon_discovered": 0, "unwon_score": 0, "unwon_both": 0}
     c = columns(BY_NAME["beacon+discovered"], DISCOVERY_EPISODES, flags)
     assert c["milestones"].tolist() == flags.tolist()
+
+
+def test_discovery_settings_reach_the_run_memory():
+    # A game without success: its first visit is flagged by novelty, and by nothing without it.
+    m = BY_NAME["beacon+discovered_support"]
+    unwon = [_episode(2, [False], False, 0.0, ["wave"])]
+    assert Discovered().flags(unwon).tolist() == [True]
+    assert Discovered(m.discovery).flags(unwon).tolist() == [False]
 
 
 def test_discovery_reads_no_score():

@@ -107,7 +107,7 @@ def run(games: Games, method: Method, seed: int, cfg: RunConfig, eval_fold_seeds
     gen = torch.Generator().manual_seed(10_000 + seed)
     sampler = Chooser(policy, gen, greedy=False)
     # One discovery memory for the whole run: milestones relearned as the episodes change.
-    discovered = Discovered() if method.discovered else None
+    discovered = Discovered(method.discovery) if method.discovered else None
     res = RunResult(method.name, seed, cfg.learning_rate)
     curve_name, (curve_fold, curve_seeds) = next(iter(eval_fold_seeds.items()))
     curve_seeds = list(curve_seeds)[: cfg.eval_games]
