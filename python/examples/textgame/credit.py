@@ -11,6 +11,7 @@ an estimator name, its parameters, the row score it is given and, for GiGPO, its
 | ``beacon`` | the paper preset, milestones = the game's score increments |
 | ``beacon+discovered`` | the paper preset, milestones discovered from the text (no score) |
 | ``beacon+discovered_support`` | control: the same with discovery's novelty rule off (``{"novelty": false}``) |
+| ``beacon+discovered_adjacent`` | control: novelty off, and a no-op only when repeated in a row (``noop_window`` 1) |
 | ``beacon_official`` | the release preset (R_ms = 10, row statistics), same milestones |
 | ``beacon_completion`` | the paper preset with ``{"segment_baseline": "entered"}``: completion credit |
 | ``gigpo+milestones`` | control: GiGPO whose step reward is 1 per milestone (plus 1 on the winning step) |
@@ -56,6 +57,13 @@ METHODS: List[Method] = [
     # Control: only the success rule (events most successes of the game share); a game none of
     # whose episodes succeeded gets no milestones instead of irreversible first visits.
     Method("beacon+discovered_support", "beacon", milestones=True, discovered=True, discovery={"novelty": False}),
+    # Control: as above, and an action is a no-op only when repeated in a row with the same
+    # response. Random play takes an object, puts it somewhere and takes it again within three
+    # steps, which makes `take <object>` a no-op under the default window.
+    Method(
+        "beacon+discovered_adjacent", "beacon", milestones=True, discovered=True,
+        discovery={"novelty": False, "noop_window": 1},
+    ),
     Method("beacon_official", "beacon_official", milestones=True),
     # The completion-credit remedy: the paper preset whose segment baseline b_k counts every
     # rollout that entered segment k, a rollout that did not finish it with shaped return 0

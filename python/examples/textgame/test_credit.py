@@ -138,3 +138,14 @@ def test_discovery_reads_no_score():
 def test_discovered_method_needs_its_run_memory():
     with pytest.raises(ValueError, match="Discovered"):
         advantages(BY_NAME["beacon+discovered"], EPISODES)
+
+
+def test_adjacent_control_keeps_an_action_redone_two_steps_later():
+    # Both wins take the coat, put it in the box, take it again (same response two steps apart)
+    # and put it in the wardrobe. Under the default window of 3 steps `take coat` is a no-op;
+    # with a window of 1 it is a milestone. Its repeat is never one (not a first occurrence).
+    acts = ["take coat", "put coat in box", "take coat", "put coat in wardrobe"]
+    wins = [_episode(3, [True, False, False, True], True, 1.0, acts) for _ in range(2)]
+    assert Discovered().flags(wins).tolist() == [False, True, False, True] * 2
+    adjacent = Discovered(BY_NAME["beacon+discovered_adjacent"].discovery)
+    assert adjacent.flags(wins).tolist() == [True, True, False, True] * 2
