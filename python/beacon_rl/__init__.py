@@ -18,6 +18,8 @@ the crate computes. Bad input raises ``ValueError`` or ``TypeError`` with the cr
 
 ``beacon_rl.verl`` registers the estimators with verl (see its docstring), and
 ``beacon_rl.verl.compute_step_advantages`` fills a verl-agent ``DataProto`` in place.
+``beacon_rl.MilestoneDiscovery`` finds milestones for BEACON from each step's action and
+response text and each rollout's outcome alone (``beacon_rl.discovery``).
 """
 
 from __future__ import annotations

@@ -145,6 +145,15 @@ def test_row_order_and_key_types_do_not_matter(rng):
     assert got.tolist() == [bool(expected[i]) for i in order]
 
 
+def test_numpy_columns_are_accepted():
+    # Texts as numpy str or object arrays, keys as str or uint8 arrays, outcomes as bools.
+    got = beacon_rl.discover_milestones(
+        np.array(["take key", "open door"]), np.array(["Taken.", "Open."], dtype=object),
+        index=np.array(["q", "q"]), traj_index=np.array([0, 0], dtype=np.uint8),
+        terminal_rewards=np.array([True, True]))
+    assert got.tolist() == [True, True]
+
+
 GOOD = dict(index=[0, 0], traj_index=[0, 0], terminal_rewards=[1.0, 1.0])
 
 
