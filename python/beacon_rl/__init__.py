@@ -18,6 +18,8 @@ the crate computes. Bad input raises ``ValueError`` or ``TypeError`` with the cr
 
 ``beacon_rl.verl`` registers the estimators with verl (see its docstring), and
 ``beacon_rl.verl.compute_step_advantages`` fills a verl-agent ``DataProto`` in place.
+``beacon_rl.MilestoneDiscovery`` finds milestones for BEACON from each step's action and
+response text and each rollout's outcome alone (``beacon_rl.discovery``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ __all__ = [
     "STEP_ESTIMATORS",
     "set_num_threads",
     "get_num_threads",
+    "MilestoneDiscovery",
+    "discover_milestones",
 ]
 
 #: Estimators that credit steps (rows of a step batch, or turns of a dialogue).
@@ -587,3 +591,7 @@ def estimate_turns(
         index=idx,
     )
     return _finish_pair(caller, adv, ret)
+
+
+# Last: the module reads `_config_json` from this package.
+from .discovery import MilestoneDiscovery, discover_milestones  # noqa: E402

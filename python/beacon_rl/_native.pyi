@@ -1,6 +1,6 @@
 """Type stubs of the compiled module (PyO3). Use the wrappers in ``beacon_rl``."""
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -84,3 +84,33 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     """The number of threads the estimators compute on."""
+
+class MilestoneDiscovery:
+    """The crate's milestone discovery with its memory (use ``beacon_rl.MilestoneDiscovery``)."""
+
+    def __init__(self, config_json: Optional[str] = None) -> None:
+        """Empty memory; ``config_json``: ``DiscoveryConfig`` fields as a JSON object (unknown
+        fields and out-of-range values raise ValueError)."""
+    def discover(
+        self,
+        actions: Sequence[str],
+        responses: Sequence[str],
+        *,
+        index: npt.NDArray[np.int64],
+        traj_index: npt.NDArray[np.int64],
+        terminal_rewards: npt.NDArray[np.float64],
+        tasks: Sequence[str],
+        observations: Optional[Sequence[str]] = None,
+    ) -> npt.NDArray[np.bool_]:
+        """One flag per row: this batch's milestones; the memory is updated. TypeError for a
+        non-``str`` text, ValueError for mismatched lengths, an empty batch, non-finite
+        rewards, inconsistent trajectories or a group with two task names."""
+    def clear(self) -> None:
+        """Forgets everything learned."""
+    @property
+    def num_tasks(self) -> int:
+        """Tasks in memory."""
+    def num_learned(self) -> Tuple[int, int]:
+        """(no-op actions, feedback sentences) learned so far."""
+    def config_json(self) -> str:
+        """Every setting as a JSON object."""

@@ -13,6 +13,7 @@ mod adapter;
 // `bench-timers` feature, so the shipped module carries no timer.
 #[cfg(feature = "bench-timers")]
 mod bench;
+mod discovery;
 mod mask;
 mod threads;
 
@@ -810,5 +811,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench::_time_crate_call, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_class::<discovery::Discovery>()?;
     Ok(())
 }

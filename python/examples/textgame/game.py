@@ -8,6 +8,11 @@ a new high in the episode: a game of n objects has 2n milestones, the last one o
 step. Nothing about milestones is written here by hand: they are the game's own score
 increments.
 
+The episode also keeps each step's action and response text, for milestone discovery
+(``beacon_rl.MilestoneDiscovery``), which must not read the game's score: ``strip_score``
+removes any sentence that speaks of the score or points (TextWorld Common Sense's responses
+carry none, "You take the coat.", so it is a guard that changes nothing here).
+
 Difficulty grows with the number of objects and rooms (``Level``). Games are generated from a
 seed; the fold (``train``/``dev``/``test``) selects TextWorld Express's seed range and, for
 ``twc``, its object set (the ``test`` fold's objects are never seen in ``train``).
@@ -26,6 +31,14 @@ _INFO_ACTIONS = ("look around", "inventory")
 
 VOCAB = 1 << 13  # hashed word buckets
 _WORD = re.compile(r"[a-z0-9]+")
+# A sentence (up to its end mark) that mentions the score or points.
+_SCORE_SENTENCE = re.compile(r"[^.!?\n]*\b(?:score|points?)\b[^.!?\n]*[.!?]*", re.IGNORECASE)
+
+
+def strip_score(text: str) -> str:
+    """``text`` without the sentences that mention the score or points, whitespace collapsed:
+    what discovery may read of a response."""
+    return " ".join(_SCORE_SENTENCE.sub(" ", text).split())
 
 
 def token_ids(text: str) -> List[int]:
@@ -55,14 +68,19 @@ class Level:
 @dataclass
 class Episode:
     """One played episode: per step, the state text and its candidate actions (as token ids),
-    the chosen action, whether the step was a milestone; then the outcome."""
+    the chosen action, whether the step was a milestone (the score's new high), the action
+    and response texts (score messages stripped); then the outcome. ``task`` names the game
+    (fold, seed and level), the same for every episode of one game."""
 
     game: int
+    task: str = ""
     states: List[str] = field(default_factory=list)
     state_ids: List[List[int]] = field(default_factory=list)
     action_ids: List[List[List[int]]] = field(default_factory=list)
     chosen: List[int] = field(default_factory=list)
     milestones: List[bool] = field(default_factory=list)
+    actions: List[str] = field(default_factory=list)
+    responses: List[str] = field(default_factory=list)
     success: bool = False
     progress: float = 0.0  # the highest normalised score reached, in [0, 1]
 
@@ -97,7 +115,7 @@ class Games:
         _, info = self.env.reset(
             seed=seed, gameFold=fold, gameName="twc", gameParams=level.params, generateGoldPath=False
         )
-        ep = Episode(game=game)
+        ep = Episode(game=game, task=f"twc {fold} {seed} {level.params}")
         best = 0.0
         for _ in range(level.horizon):
             actions = [a for a in info["validActions"] if a not in _INFO_ACTIONS]
@@ -108,13 +126,15 @@ class Games:
             s_ids = self.ids(state)
             a_ids = [self.ids(a) for a in actions]
             k = choose(s_ids, a_ids)
-            _, _, done, info = self.env.step(actions[k])
+            response, _, done, info = self.env.step(actions[k])
             score = float(info["score"])
             ep.states.append(state)
             ep.state_ids.append(s_ids)
             ep.action_ids.append(a_ids)
             ep.chosen.append(k)
             ep.milestones.append(score > best + 1e-9)
+            ep.actions.append(actions[k])
+            ep.responses.append(strip_score(response))
             best = max(best, score)
             if done:
                 break

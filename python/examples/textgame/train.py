@@ -20,7 +20,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import torch
 
-from credit import Method, advantages
+from credit import Discovered, Method, advantages
 from game import Episode, Games, Level
 from policy import Chooser, Policy
 
@@ -55,6 +55,7 @@ class RunResult:
     curve: List[dict] = field(default_factory=list)  # per checkpoint
     train_success: List[float] = field(default_factory=list)  # per iteration
     final: Dict[str, dict] = field(default_factory=dict)  # eval set → level → success
+    discovery: Dict[str, int] = field(default_factory=dict)  # discovered methods: Discovered.counts
     seconds: float = 0.0
 
 
@@ -105,6 +106,8 @@ def run(games: Games, method: Method, seed: int, cfg: RunConfig, eval_fold_seeds
     game_rng = random.Random(seed)
     gen = torch.Generator().manual_seed(10_000 + seed)
     sampler = Chooser(policy, gen, greedy=False)
+    # One discovery memory for the whole run: milestones relearned as the episodes change.
+    discovered = Discovered(method.discovery) if method.discovered else None
     res = RunResult(method.name, seed, cfg.learning_rate)
     curve_name, (curve_fold, curve_seeds) = next(iter(eval_fold_seeds.items()))
     curve_seeds = list(curve_seeds)[: cfg.eval_games]
@@ -124,9 +127,11 @@ def run(games: Games, method: Method, seed: int, cfg: RunConfig, eval_fold_seeds
                 if ep.chosen:
                     episodes.append(ep)
         res.train_success.append(float(np.mean([e.success for e in episodes])))
-        adv = advantages(method, episodes)
+        adv = advantages(method, episodes, discovered)
         update(policy, opt, episodes, adv, cfg.entropy)
     for name, (fold, seeds) in eval_fold_seeds.items():
         res.final[name] = evaluate(games, policy, cfg.levels, fold, list(seeds)[: cfg.final_eval_games], seed + 1)
+    if discovered is not None:
+        res.discovery = dict(discovered.counts)
     res.seconds = time.time() - start
     return res
