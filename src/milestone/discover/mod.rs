@@ -42,7 +42,11 @@ pub use config::DiscoveryConfig;
 /// The event's key is (action, gist of the response), the gist being the response's first
 /// sentence, so a failed attempt ("You can't see any such thing.") is not the same event as
 /// the successful one. An event is **novel** when its gist has not been seen earlier in the
-/// trajectory (the second "The door is now open." is no new progress).
+/// trajectory (the second "The door is now open." is no new progress). With
+/// `shared_responses` (off by default) it must also not be *shared*: got, in the same
+/// trajectory, by another action with the same verb (first word). A shared response ("The
+/// door is now open." after opening two doors) acknowledges the kind of action, not which
+/// one, so neither step is new progress, the first included.
 ///
 /// For a task with remembered successful rollouts τ_1 … τ_n (the last `max_successes`, this
 /// batch's included), the milestone events are
