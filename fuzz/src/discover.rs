@@ -134,6 +134,9 @@ fn config(u: &mut Bytes<'_>) -> DiscoveryConfig {
     if pick(12) {
         c = c.with_max_edges(size(u));
     }
+    if pick(13) {
+        c = c.with_shared_responses(u.bool());
+    }
     c
 }
 
