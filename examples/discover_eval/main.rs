@@ -25,10 +25,12 @@
 //!
 //! ```text
 //! cargo run --release --example discover_eval [-- --data PATH] [--failures]
-//!     [--config '{"noop_window": 1}']
+//!     [--config '{"noop_window": 1}'] [--part development]
 //! ```
 //!
-//! `--config` takes a JSON object of [`DiscoveryConfig`] fields over the defaults.
+//! `--config` takes a JSON object of [`DiscoveryConfig`] fields over the defaults; `--part`
+//! (`development` or `evaluation`) prints one part only: rules are compared with
+//! `--part development`, so the evaluation figures are not read while a rule is chosen.
 
 mod protocol;
 
@@ -216,6 +218,28 @@ fn print_failures(records: &[TrajectoryRecord], flags: &[bool], labels: &[bool])
     }
 }
 
+/// Writes one line per step (group, trajectory, step, R(τ), flag, label, action) for reading
+/// the disagreements in context.
+fn dump(path: &str, records: &[TrajectoryRecord], flags: &[bool], labels: &[bool]) -> BoxResult<()> {
+    use std::fmt::Write as _;
+    let mut out = String::from("group\ttrajectory\tstep\treward\tflag\tlabel\taction\n");
+    let mut at = 0;
+    for r in records {
+        for (t, s) in r.steps.iter().enumerate() {
+            let (f, l) = (u8::from(flags[at + t]), u8::from(labels[at + t]));
+            let action = s.action.replace(['\t', '\n'], " ");
+            writeln!(
+                out,
+                "{}\t{}\t{t}\t{}\t{f}\t{l}\t{action}",
+                r.group_id, r.traj_id, r.terminal_reward
+            )?;
+        }
+        at += r.steps.len();
+    }
+    std::fs::write(path, out)?;
+    Ok(())
+}
+
 fn main() -> BoxResult<()> {
     let bundled = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
     let path = arg("--data").unwrap_or_else(|| bundled.to_string());
@@ -227,7 +251,16 @@ fn main() -> BoxResult<()> {
         "part", "protocol", "env", "TP", "FP", "FN", "P", "R", "F1"
     );
     let mut classes = Vec::new();
+    let only = arg("--part");
+    if let Some(p) = &only {
+        if p != "development" && p != "evaluation" {
+            return Err(format!("--part must be development or evaluation, not {p:?}").into());
+        }
+    }
     for part in [Part::Development, Part::Evaluation] {
+        if only.as_deref().is_some_and(|p| p != part.name()) {
+            continue;
+        }
         let raw = records_of(&all, part);
         let (records, labels) = strip_all(&raw);
         let rb = RecordBatch::new(&records)?;
@@ -253,6 +286,9 @@ fn main() -> BoxResult<()> {
             &agreement(&fails, &last, &fail_labels)?,
         );
         classes.push((part, error_classes(&records, &loo, &labels)));
+        if let Some(path) = arg("--dump") {
+            dump(&format!("{path}.{}.tsv", part.name()), &records, &loo, &labels)?;
+        }
         if std::env::args().any(|a| a == "--failures") {
             println!("{} disagreements (leave-one-out):", part.name());
             print_failures(&records, &loo, &labels);

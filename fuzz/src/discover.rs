@@ -22,7 +22,8 @@
 //!    flagged only by irreversible first visits (a flagged step's response is no state seen
 //!    before in its trajectory) or, without `novelty`, not at all; without `novelty` a flagged
 //!    step is the first occurrence of its normalised action in its trajectory and no no-op
-//!    (an action repeated within `noop_window` steps with the identical response).
+//!    (an action repeated within `noop_window` steps with the identical response; discovery's
+//!    own rule, the same first sentence, takes in every such action).
 //! 7. `frequency_baseline` equals a naive reimplementation of its docs.
 
 use std::collections::{HashMap, HashSet};
@@ -133,6 +134,9 @@ fn config(u: &mut Bytes<'_>) -> DiscoveryConfig {
     }
     if pick(12) {
         c = c.with_max_edges(size(u));
+    }
+    if pick(13) {
+        c = c.with_shared_responses(u.bool());
     }
     c
 }

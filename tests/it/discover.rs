@@ -202,6 +202,32 @@ fn an_action_repeated_within_the_window_with_the_same_response_is_a_no_op() {
 }
 
 #[test]
+fn a_repeat_with_the_same_first_sentence_is_a_no_op_whatever_follows() {
+    // `look` twice, 2 steps apart: the room's listing changed (the key was taken), its first
+    // sentence did not. Looking changed nothing: a no-op, though its whole response differs.
+    let win1 = vec![
+        ("look", "This is the hall. You see a key, a door."),
+        ("take key", "Taken."),
+        ("look", "This is the hall. You see a door."),
+        ("open door", "Open."),
+    ];
+    let win2 = vec![
+        ("look", "This is the hall. You see a key, a door."),
+        ("take key", "Taken."),
+        ("open door", "Open."),
+    ];
+    let mut d = fresh();
+    let f = run(&mut d, &["t"], &[vec![(1.0, win1.clone()), (1.0, win2.clone())]]);
+    assert_eq!(f, [vec![false, true, false, true], vec![false, true, true]]);
+    assert_eq!(d.num_learned(), (1, 0));
+    // Another first sentence ("It is dark."): no no-op, and `look` is common to both.
+    let mut dark = win1;
+    dark[2].1 = "It is dark. You see a door.";
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, dark), (1.0, win2)]]);
+    assert_eq!(f, [vec![true, true, false, true], vec![true, true, true]]);
+}
+
+#[test]
 fn a_sentence_shown_by_a_no_op_is_not_feedback() {
     // "In the den." is the room line of every response in the den. Without "look" it passes
     // every feedback test: in both successes at 2 steps or more, after 3 verbs (take, fill,
@@ -254,12 +280,36 @@ fn a_sentence_shown_by_a_no_op_is_not_feedback() {
 
 #[test]
 fn a_repeated_response_is_not_new_progress() {
-    // Both successes open two doors; the second "The door is now open." is no novelty.
+    // Both successes get "Done." twice; the second is no novelty.
+    let w = vec![("open red door", "Done."), ("pull lever", "Done.")];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, w.clone()), (1.0, w)]]);
+    assert_eq!(f, [[true, false], [true, false]]);
+}
+
+#[test]
+fn with_shared_responses_a_response_two_actions_of_one_verb_get_is_no_progress_for_either() {
+    // Both successes open two doors: "The door is now open." says a door was opened, not
+    // which, so neither opening is a milestone; entering the rooms is.
     let w = vec![
         ("open red door", "The door is now open."),
+        ("go to hall", "You move to the hall."),
         ("open blue door", "The door is now open."),
+        ("go to attic", "You move to the attic."),
     ];
-    let f = run(&mut fresh(), &["t"], &[vec![(1.0, w.clone()), (1.0, w)]]);
+    let both = [vec![(1.0, w.clone()), (1.0, w.clone())]];
+    let cfg = DiscoveryConfig::default().with_shared_responses(true);
+    let mut d = MilestoneDiscovery::new(cfg).unwrap();
+    assert_eq!(run(&mut d, &["t"], &both), [[false, true, false, true]; 2]);
+    // Off (the default): the first opening is new progress, the second a repeat.
+    assert_eq!(run(&mut fresh(), &["t"], &both), [[true, true, false, true]; 2]);
+    // Other verbs: "pull lever" answered like a door is a response of its own kind, and the
+    // first door stays a milestone (the lever's repeat of the response is no novelty).
+    let w = vec![
+        ("open red door", "The door is now open."),
+        ("pull lever", "The door is now open."),
+    ];
+    let mut d = MilestoneDiscovery::new(cfg).unwrap();
+    let f = run(&mut d, &["t"], &[vec![(1.0, w.clone()), (1.0, w)]]);
     assert_eq!(f, [[true, false], [true, false]]);
 }
 
@@ -836,9 +886,9 @@ fn an_answer_to_a_prompt_is_the_prompted_action_resolved() {
         ("0", "You move the egg to the box."),
     ];
     let f = run(&mut fresh(), &["t"], &[vec![(1.0, win.clone()), (1.0, win)]]);
-    // Both answers are events of their own (focus, 0) and (move, 0); the second prompt
-    // repeats the first's response, no new progress.
-    assert_eq!(f, [[true, true, false, true], [true, true, false, true]]);
+    // Both answers are events of their own (focus, 0) and (move, 0); the prompts did nothing
+    // yet (next test).
+    assert_eq!(f, [[false, true, false, true], [false, true, false, true]]);
     // The same "0" after the same question is one event: the second is a repeat (4 steps
     // apart, beyond the no-op window).
     let twice = vec![
@@ -850,5 +900,44 @@ fn an_answer_to_a_prompt_is_the_prompted_action_resolved() {
         ("0", "You focus on the egg."),
     ];
     let f = run(&mut fresh(), &["t"], &[vec![(1.0, twice)]]);
-    assert_eq!(f, [[true, true, true, true, false, false]]);
+    assert_eq!(f, [[false, true, true, true, false, false]]);
+}
+
+#[test]
+fn a_prompt_answered_by_a_number_is_no_progress_its_answer_is() {
+    // "focus on egg" asks which egg; "0" answers. The question changed nothing, so only the
+    // answer is a milestone, though both successes show both with a new response.
+    let ask = "Ambiguous request: which one? 0: the egg. 1: the egg.";
+    let win = vec![("focus on egg", ask), ("0", "You focus on the egg.")];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, win.clone()), (1.0, win)]]);
+    assert_eq!(f, [[false, true], [false, true]]);
+    // Not answered by a number: the same step is an event like any other.
+    let win = vec![("focus on egg", ask), ("focus on egg 0", "You focus on the egg.")];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, win.clone()), (1.0, win)]]);
+    assert_eq!(f, [[true, true], [true, true]]);
+}
+
+#[test]
+fn a_reading_is_one_event_whatever_value_it_reads() {
+    // Both successes measure, reading other temperatures; the failure never measures.
+    let win = |reading| {
+        vec![
+            ("take thermometer", "Taken."),
+            ("use thermometer on water", reading),
+            ("put water in box", "Done."),
+        ]
+    };
+    let hot = win("the thermometer measures a temperature of 29 degrees celsius");
+    let cold = win("the thermometer measures a temperature of 23 degrees celsius");
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, hot), (1.0, cold)]]);
+    // The reading is a milestone in both: its key reads every number as one mark.
+    assert_eq!(f, [[true, true, true], [true, true, true]]);
+    // Another response (no reading) is another event, numbers or not.
+    let odd = win("the thermometer is broken after 2 uses");
+    let f = run(
+        &mut fresh(),
+        &["t"],
+        &[vec![(1.0, odd), (1.0, win("a temperature of 9"))]],
+    );
+    assert_eq!(f, [[true, false, true], [true, false, true]]);
 }

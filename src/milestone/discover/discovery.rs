@@ -237,38 +237,45 @@ impl MilestoneDiscovery {
                 if t == 0 && novelty {
                     // The start state, hashed like a response (so a return to it is seen).
                     let start = ws.sentences.len();
-                    from = response_keys(tr.observation, &mut ws.sentences).0;
+                    from = response_keys(tr.observation, &mut ws.sentences, &mut ws.shaped).whole;
                     ws.sentences.truncate(start);
                 }
                 let (mut action, verb) = action_keys(tr.action, &mut ws.normalised);
                 // A bare number answers the previous step's prompt ("0" to "which one do you
                 // mean?"): it is that action, resolved, not a new one.
+                // The prompt itself (the previous step) did nothing yet: its answer is the event.
                 if t > 0 && !ws.normalised.is_empty() && ws.normalised.iter().all(u8::is_ascii_digit) {
                     action = pair(prev_action, action);
+                    if let Some(prompt) = ws.steps.last_mut() {
+                        prompt.answered = true;
+                    }
                 }
                 prev_action = action;
                 let start = ws.sentences.len();
-                let (whole, gist) = response_keys(tr.next_observation, &mut ws.sentences);
+                let keys = response_keys(tr.next_observation, &mut ws.sentences, &mut ws.shaped);
                 if !self.config.feedback {
                     ws.sentences.truncate(start);
                 }
                 ws.steps.push(StepKeys {
                     action,
                     verb,
-                    whole,
-                    gist,
+                    whole: keys.whole,
+                    gist: keys.gist,
+                    shape: keys.shape,
                     from,
                     sentences: (start, ws.sentences.len()),
+                    answered: false,
                 });
-                from = whole;
+                from = keys.whole;
             }
         }
         ws.events_of.clear();
         ws.events_of.resize(ws.steps.len(), Event::default());
     }
 
-    /// An action done twice at most `noop_window` steps apart with the identical response
-    /// both times is a no-op.
+    /// An action done twice at most `noop_window` steps apart with the same first sentence
+    /// of its response both times is a no-op (a room's listing after that sentence may
+    /// differ: `look around` once something was picked up).
     fn learn_noops(&mut self, batch: &RolloutBatch) {
         for j in 0..batch.num_trajectories() {
             let steps = &self.ws.steps[batch.trajectory_steps(j)];
@@ -276,7 +283,7 @@ impl MilestoneDiscovery {
             for d in 1..=self.config.noop_window {
                 let later = steps.get(d..).unwrap_or_default();
                 for (a, b) in steps.iter().zip(later) {
-                    let repeat = a.action == b.action && a.whole == b.whole;
+                    let repeat = a.action == b.action && a.gist == b.gist;
                     if repeat && self.noops.len() < self.config.max_noops {
                         self.noops.insert(a.action);
                     }

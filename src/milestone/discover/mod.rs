@@ -30,19 +30,28 @@ pub use config::DiscoveryConfig;
 ///   completes nothing new), and
 /// - its action is not a **no-op**: an action that, done twice at most `noop_window` steps
 ///   apart (default 3: in a row, or with one or two other steps between) anywhere in the
-///   data, got the identical response both times. Either it changes nothing (`look`,
-///   `inventory`) or what it changed was undone right after (`drop knife`, `take knife`,
-///   `drop knife`): no progress in both cases, and the data shows it, no word list is
-///   involved. No-ops are remembered across tasks.
+///   data, got the same first sentence of its response both times (what follows it, such as
+///   a room's listing, may differ). Either it changes nothing (`look`, `inventory`) or what
+///   it changed was undone right after (`drop knife`, `take knife`, `drop knife`): no
+///   progress in both cases, and the data shows it, no word list is involved. No-ops are
+///   remembered across tasks; and
+/// - it is not a **prompt**: a step the next step answers with a bare number.
 ///
 /// An action that is only digits answers the previous step's prompt (`0` to "which one do you
 /// mean?") and is keyed as the previous action combined with the digits, so two answers to
-/// two different prompts are two actions.
+/// two different prompts are two actions. The prompt itself changed nothing yet; its answer
+/// is the event.
 ///
-/// The event's key is (action, gist of the response), the gist being the response's first
-/// sentence, so a failed attempt ("You can't see any such thing.") is not the same event as
-/// the successful one. An event is **novel** when its gist has not been seen earlier in the
-/// trajectory (the second "The door is now open." is no new progress).
+/// The event's key is (action, shape of the gist of the response), the gist being the
+/// response's first sentence, so a failed attempt ("You can't see any such thing.") is not
+/// the same event as the successful one, and its shape the gist with every run of digits read
+/// as one mark, so a reading ("the thermometer measures a temperature of 29 degrees") is one
+/// event whatever value it read. An event is **novel** when its gist has not been seen earlier in the
+/// trajectory (the second "The door is now open." is no new progress). With
+/// `shared_responses` (off by default) it must also not be *shared*: got, in the same
+/// trajectory, by another action with the same verb (first word). A shared response ("The
+/// door is now open." after opening two doors) acknowledges the kind of action, not which
+/// one, so neither step is new progress, the first included.
 ///
 /// For a task with remembered successful rollouts τ_1 … τ_n (the last `max_successes`, this
 /// batch's included), the milestone events are

@@ -4,8 +4,26 @@
 use super::discovery::MilestoneDiscovery;
 use super::feedback;
 use super::text::pair;
-use super::workspace::Event;
+use super::text::{KeyMap, KeySet};
+use super::workspace::{Event, StepKeys};
 use crate::batch::RolloutBatch;
+
+/// Fills `shared` with the gists that two different actions with the same verb got in
+/// `steps` (one rollout): "The door is now open." after opening two doors, "Ambiguous
+/// request: …" after two `move` prompts. Such a response acknowledges the kind of action,
+/// not which one, so it shows no new progress, whichever of the actions came first (module
+/// docs: novel events). The verb must match so that in an environment whose responses
+/// describe the state, a state reached again another way (`drop key` back to "you hold
+/// nothing") does not unmake the step that first reached it.
+fn shared_gists(steps: &[StepKeys], first_action: &mut KeyMap<(u64, u64)>, shared: &mut KeySet) {
+    first_action.clear();
+    for s in steps {
+        let (action, verb) = *first_action.entry(s.gist).or_insert((s.action, s.verb));
+        if action != s.action && verb == s.verb {
+            shared.insert(s.gist);
+        }
+    }
+}
 
 impl MilestoneDiscovery {
     /// Finds the feedback sentences of group `g` (module docs) and remembers them.
@@ -44,12 +62,20 @@ impl MilestoneDiscovery {
         let ws = &mut self.ws;
         ws.seen_actions.clear();
         ws.seen_gists.clear();
+        ws.shared.clear();
+        if self.config.shared_responses {
+            shared_gists(
+                &ws.steps[batch.trajectory_steps(j)],
+                &mut ws.gist_action,
+                &mut ws.shared,
+            );
+        }
         let any_feedback = !self.feedback.is_empty();
         for (t, i) in batch.trajectory_steps(j).enumerate() {
             let s = ws.steps[i];
-            let novel = ws.seen_gists.insert(s.gist);
+            let novel = ws.seen_gists.insert(s.gist) && !ws.shared.contains(&s.gist);
             let first = ws.seen_actions.insert(s.action);
-            if !first || self.noops.contains(&s.action) {
+            if !first || s.answered || self.noops.contains(&s.action) {
                 ws.events_of[i] = Event::default();
                 continue;
             }
@@ -57,7 +83,7 @@ impl MilestoneDiscovery {
                 && ws.sentences[s.sentences.0..s.sentences.1]
                     .iter()
                     .any(|k| self.feedback.contains(k));
-            let key = pair(s.action, s.gist);
+            let key = pair(s.action, s.shape);
             ws.events_of[i] = Event {
                 key,
                 event: true,

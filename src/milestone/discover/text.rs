@@ -108,13 +108,15 @@ fn bytes_key(s: &[u8]) -> u64 {
 }
 
 /// A response's keys: the whole response, its first sentence (its *gist*, which ignores the
-/// state listings that often follow), and the key of every non-empty sentence, pushed onto
-/// `sentences` in order. Sentences end at `.`, `!`, `?` or a line break and are compared
-/// exactly after trimming surrounding whitespace (an environment writes the same text the
-/// same way; actions, which agents write, are the ones normalised). The whole response's key
-/// is that of its sentence keys and boundaries in order, so whitespace around sentences does
-/// not count.
-pub(crate) fn response_keys(text: &str, sentences: &mut Vec<u64>) -> (u64, u64) {
+/// state listings that often follow), the gist's *shape* (the first sentence with every run
+/// of digits read as one `#`, so "a temperature of 29 degrees" and "of 23 degrees" are one
+/// reading; `buf` holds the copy, reused across calls), and the key of every non-empty
+/// sentence, pushed onto `sentences` in order. Sentences end at `.`, `!`, `?` or a line
+/// break and are compared exactly after trimming surrounding whitespace (an environment
+/// writes the same text the same way; actions, which agents write, are the ones normalised).
+/// The whole response's key is that of its sentence keys and boundaries in order, so
+/// whitespace around sentences does not count.
+pub(crate) fn response_keys(text: &str, sentences: &mut Vec<u64>, buf: &mut Vec<u8>) -> ResponseKeys {
     let bytes = text.as_bytes();
     // Sentence ends, in order, from two SIMD searches merged. On x86-64 with AVX2 the
     // searchers are built once per response and called directly: the generic iterators
@@ -124,7 +126,7 @@ pub(crate) fn response_keys(text: &str, sentences: &mut Vec<u64>) -> (u64, u64) 
     {
         use memchr::arch::x86_64::avx2::memchr::{Three, Two};
         if let (Some(marks), Some(breaks)) = (Three::new(b'.', b'!', b'?'), Two::new(b'\n', b'\r')) {
-            return split_keys(bytes, marks.iter(bytes), breaks.iter(bytes), sentences);
+            return split_keys(bytes, marks.iter(bytes), breaks.iter(bytes), sentences, buf);
         }
     }
     split_keys(
@@ -132,7 +134,36 @@ pub(crate) fn response_keys(text: &str, sentences: &mut Vec<u64>) -> (u64, u64) 
         memchr::memchr3_iter(b'.', b'!', b'?', bytes),
         memchr::memchr2_iter(b'\n', b'\r', bytes),
         sentences,
+        buf,
     )
+}
+
+/// The keys of one response (see [`response_keys`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ResponseKeys {
+    pub(crate) whole: u64,
+    pub(crate) gist: u64,
+    pub(crate) shape: u64,
+}
+
+/// Key of `sentence` with every run of ASCII digits replaced by one `#`, copied into `buf`;
+/// the sentence's own key `key` when it has no digit (no copy).
+fn shape_key(sentence: &[u8], key: u64, buf: &mut Vec<u8>) -> u64 {
+    if !sentence.iter().any(u8::is_ascii_digit) {
+        return key;
+    }
+    buf.clear();
+    let mut in_number = false;
+    for &b in sentence {
+        let digit = b.is_ascii_digit();
+        if !digit {
+            buf.push(b);
+        } else if !in_number {
+            buf.push(b'#');
+        }
+        in_number = digit;
+    }
+    bytes_key(buf)
 }
 
 /// [`response_keys`] given the positions of `bytes`' sentence marks and line breaks.
@@ -142,9 +173,11 @@ fn split_keys(
     marks: impl Iterator<Item = usize>,
     breaks: impl Iterator<Item = usize>,
     sentences: &mut Vec<u64>,
-) -> (u64, u64) {
+    buf: &mut Vec<u8>,
+) -> ResponseKeys {
     let mut whole = FNV_OFFSET;
     let mut gist = None;
+    let mut shape = 0;
     let (mut marks, mut breaks) = (marks, breaks);
     let n = bytes.len();
     // The next mark and line break (n once there is none): they never coincide.
@@ -156,7 +189,10 @@ fn split_keys(
         let sentence = trim(&bytes[start..end]);
         if !sentence.is_empty() {
             let k = bytes_key(sentence);
-            gist.get_or_insert(k);
+            if gist.is_none() {
+                gist = Some(k);
+                shape = shape_key(sentence, k, buf);
+            }
             sentences.push(k);
             whole = (whole.rotate_left(23) ^ k).wrapping_mul(FNV_PRIME);
         }
@@ -171,7 +207,14 @@ fn split_keys(
         start = end + 1;
     }
     let whole = mix(whole);
-    (whole, gist.unwrap_or(whole))
+    match gist {
+        Some(gist) => ResponseKeys { whole, gist, shape },
+        None => ResponseKeys {
+            whole,
+            gist: whole,
+            shape: whole,
+        },
+    }
 }
 
 /// A hasher for keys that are already well-mixed 64-bit hashes: passes them through.
@@ -223,29 +266,68 @@ mod tests {
         assert_eq!(action_keys(" \t", &mut buf), (key(""), key("")));
     }
 
+    /// (whole, gist) of `text`, its sentence keys appended to `s`.
+    fn keys(text: &str, s: &mut Vec<u64>) -> (u64, u64) {
+        let k = response_keys(text, s, &mut Vec::new());
+        (k.whole, k.gist)
+    }
+
     #[test]
     fn sentences_and_gist() {
         let mut s = Vec::new();
-        let (whole, gist) = response_keys("  You take the tomato.   Your score went up!  >", &mut s);
+        let (whole, gist) = keys("  You take the tomato.   Your score went up!  >", &mut s);
         let mut t = Vec::new();
-        let (whole2, gist2) = response_keys("You take the tomato.\nYour score went up! >  ", &mut t);
+        let (whole2, gist2) = keys("You take the tomato.\nYour score went up! >  ", &mut t);
         // Same sentences, other boundaries: same gist and sentences, other whole key.
         assert_eq!(s, t);
         assert_eq!(s.len(), 3);
         assert_eq!((gist, gist2), (s[0], s[0]));
         assert_ne!(whole, whole2);
         // Same sentences and boundaries, other spacing around them: same whole key.
-        let (whole3, _) = response_keys("You take the tomato. Your score went up!>", &mut t);
+        let (whole3, _) = keys("You take the tomato. Your score went up!>", &mut t);
         assert_eq!(whole, whole3);
         // Case and inner spacing count in responses.
         let mut u = Vec::new();
-        response_keys("you take the tomato.", &mut u);
-        response_keys("You take  the tomato.", &mut u);
+        keys("you take the tomato.", &mut u);
+        keys("You take  the tomato.", &mut u);
         assert!(u[0] != s[0] && u[1] != s[0]);
         // No boundary at all: the gist is the text's only sentence.
         let mut v = Vec::new();
-        let (_, gist) = response_keys("Nothing happens", &mut v);
+        let (_, gist) = keys("Nothing happens", &mut v);
         assert_eq!(v, [gist]);
+    }
+
+    #[test]
+    fn the_shape_reads_every_number_as_one_mark() {
+        let mut buf = Vec::new();
+        let shape = |text: &str, buf: &mut Vec<u8>| response_keys(text, &mut Vec::new(), buf).shape;
+        let hot = response_keys("It reads 29 degrees. Then 7.", &mut Vec::new(), &mut buf);
+        let cold = response_keys("It reads 3 degrees. Then 8.", &mut Vec::new(), &mut buf);
+        // Other numbers: other gists, one shape; only the first sentence is shaped.
+        assert_ne!(hot.gist, cold.gist);
+        assert_eq!(hot.shape, cold.shape);
+        assert_eq!(buf, b"It reads # degrees");
+        assert_eq!(hot.shape, bytes_key(b"It reads # degrees"));
+        // A run of digits is one mark; digits and words stay apart.
+        assert_eq!(
+            shape("pot 12 has 345 seeds.", &mut buf),
+            shape("pot 1 has 2 seeds.", &mut buf)
+        );
+        assert_ne!(
+            shape("pot 1 has 2 seeds.", &mut buf),
+            shape("pot 1 has seeds.", &mut buf)
+        );
+        // A literal `#` reads like a number (environments rarely write one).
+        assert_eq!(
+            shape("pot 1 has 2 seeds.", &mut buf),
+            shape("pot # has # seeds.", &mut buf)
+        );
+        // Without a digit the shape is the gist (no copy).
+        let plain = response_keys("You take the key. 4 left.", &mut Vec::new(), &mut buf);
+        assert_eq!(plain.shape, plain.gist);
+        // No sentence at all: every key is the whole response's.
+        let empty = response_keys("  ", &mut Vec::new(), &mut buf);
+        assert_eq!((empty.gist, empty.shape), (empty.whole, empty.whole));
     }
 
     #[test]

@@ -24,11 +24,16 @@ pub(super) struct StepKeys {
     pub(super) verb: u64,
     pub(super) whole: u64,
     pub(super) gist: u64,
+    /// The gist with its numbers masked: the event's key, so a reading matches whatever value
+    /// it read (novelty still compares the exact gist).
+    pub(super) shape: u64,
     /// Key of the state before the step: the previous response's `whole`, or the
     /// observation's for a trajectory's first step.
     pub(super) from: u64,
     /// Range of this step's sentence keys in `Workspace::sentences`.
     pub(super) sentences: (usize, usize),
+    /// The next step answers this one with a bare number: this step was a prompt.
+    pub(super) answered: bool,
 }
 
 /// Buffers reused across calls.
@@ -41,6 +46,10 @@ pub(super) struct Workspace {
     pub(super) counts: KeyMap<u32>,
     pub(super) seen_actions: KeySet,
     pub(super) seen_gists: KeySet,
+    /// Per gist, the first action of the current rollout that got it (shared gists).
+    pub(super) gist_action: KeyMap<(u64, u64)>,
+    /// Gists two different actions of the current rollout got (not novel).
+    pub(super) shared: KeySet,
     pub(super) events: Vec<u64>,
     /// End of each success's events in `events`.
     pub(super) ends: Vec<usize>,
@@ -49,6 +58,8 @@ pub(super) struct Workspace {
     pub(super) last: KeyMap<usize>,
     /// An action (or task name) normalised before it is hashed.
     pub(super) normalised: Vec<u8>,
+    /// A first sentence with its numbers masked before it is hashed.
+    pub(super) shaped: Vec<u8>,
     /// Per internal step, the event found there by `for_each_event` (read back when flagging).
     pub(super) events_of: Vec<Event>,
 }
