@@ -161,26 +161,22 @@ fn check_request(est: &Estimator, req: &Request<'_>, has_ret: bool) -> Res<Reads
         )));
     }
     check_shapes(req)?;
-    if req.turn_values.is_some() && est.name() != "turn_gae" {
-        // Only turn_gae reads per-turn critic values: any other estimator would ignore them.
-        return Err(Failure(format!(
-            "turn_values: read only by turn_gae, not by {}",
-            est.name()
-        )));
-    }
-    if req.step_entropy.is_some() && est.name() != "empg" {
-        // Only empg reads the policy's step entropies: any other estimator would ignore them.
-        return Err(Failure(format!(
-            "step_entropy: read only by empg, not by {}",
-            est.name()
-        )));
-    }
-    if req.tree_parents.is_some() && est.name() != "tree_grpo" {
-        // Only tree_grpo reads the rollout trees: any other estimator would ignore them.
-        return Err(Failure(format!(
-            "tree_parents: read only by tree_grpo, not by {}",
-            est.name()
-        )));
+    // Columns only one estimator reads: any other estimator would ignore them.
+    let own_columns = [
+        // Per-turn critic values.
+        ("turn_values", req.turn_values.is_some(), "turn_gae"),
+        // The policy's step entropies.
+        ("step_entropy", req.step_entropy.is_some(), "empg"),
+        // The rollout trees.
+        ("tree_parents", req.tree_parents.is_some(), "tree_grpo"),
+    ];
+    for (what, given, reader) in own_columns {
+        if given && est.name() != reader {
+            return Err(Failure(format!(
+                "{what}: read only by {reader}, not by {}",
+                est.name()
+            )));
+        }
     }
     if req.terminal_rewards.is_some() && req.row_scores.is_some() {
         // With row scores no estimator reads the batch's rewards: one would be ignored.
