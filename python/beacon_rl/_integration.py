@@ -1,5 +1,6 @@
 """What the trainer integrations (``verl``, ``verl_agent``, ``skyrl``, ``trl``) share: reading
-a trainer's config, the step-estimator names, and verl's rule for a batch without group keys."""
+a trainer's config, the step-estimator names, verl's rule for a batch without group keys, and
+reading a column of milestone flags."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import STEP_ESTIMATORS
+from . import STEP_ESTIMATORS, _flags
 
 
 def config_get(config: Any, key: str, default: Any = None) -> Any:
@@ -36,3 +37,13 @@ def index_or_rows(index: Any, token_level_rewards: Any) -> Any:
     if index is None:
         return np.arange(token_level_rewards.shape[0], dtype=np.int64)
     return index
+
+
+def flag_column(values: Any, what: str) -> np.ndarray:
+    """A trainer's column of flags (``non_tensor_batch``'s milestones) as the native layer reads
+    it: bool, uint8 and int64 as they are, anything else checked entry by entry
+    (``astype(bool)`` would read 2, NaN or None as a flag)."""
+    flags = np.asarray(values)
+    if flags.dtype not in (np.bool_, np.uint8, np.int64):
+        flags = _flags(flags, what)
+    return flags

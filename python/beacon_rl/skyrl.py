@@ -180,7 +180,7 @@ def _make_own(skyrl_name: str) -> Any:
             token_level_rewards,
             _mask(response_mask, "response_mask"),
             # reinforce++ and gae do not group; SkyRL passes uids anyway.
-            _uids(index_or_rows(index, token_level_rewards)),
+            index_or_rows(index, token_level_rewards),
             values=values,
             config=_params(crate, derived, config),
         )
@@ -204,13 +204,6 @@ def _mask(x: Any, what: str) -> Any:
     return x
 
 
-def _uids(index: Any) -> Any:
-    """SkyRL's uids arrive as a list of str or a numpy array: object keys for the crate."""
-    if isinstance(index, list):
-        return np.asarray(index, dtype=object)
-    return index
-
-
 def _make_step(name: str) -> Any:
     """SkyRL's estimator signature around the crate's step estimator ``name``."""
 
@@ -230,7 +223,7 @@ def _make_step(name: str) -> Any:
             token_level_rewards,
             response_mask,
             loss_mask,
-            _uids(index),
+            index,
             is_last_step=kwargs.get("is_last_step"),
             gamma=kwargs.get("gamma"),
             config=kwargs.get("config"),

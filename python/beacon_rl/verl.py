@@ -143,8 +143,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import STEP_ESTIMATORS, _config_json, _flags, _has_returns, estimate, estimate_turns, names, verl_names
-from ._integration import config_get, index_or_rows, is_step, needs_milestones
+from . import STEP_ESTIMATORS, _config_json, _has_returns, estimate, estimate_turns, names, verl_names
+from ._integration import config_get, flag_column, index_or_rows, is_step, needs_milestones
 
 __all__ = [
     "PREFIX",
@@ -490,11 +490,7 @@ def _step_columns(name: str, ntb: Mapping[str, Any], columns: Mapping[str, str])
         key = columns["milestone_key"]
         if key not in ntb:
             raise ValueError(f"non_tensor_batch has no milestone column {key!r}")
-        flags = np.asarray(ntb[key])
-        if flags.dtype not in (np.bool_, np.uint8, np.int64):
-            # Checked: astype(bool) would read 2, NaN or None as a flag.
-            flags = _flags(flags, f"non_tensor_batch[{key!r}]")
-        kwargs["milestones"] = flags
+        kwargs["milestones"] = flag_column(ntb[key], f"non_tensor_batch[{key!r}]")
     if name == "gigpo":
         anchor_key, step_key = columns["anchor_key"], columns["step_reward_key"]
         for key in (anchor_key, step_key):
@@ -583,36 +579,11 @@ def compute_step_advantages(
     new tensors in ``token_level_rewards``' dtype are stored. The milestone column may hold
     bools, 0 and 1 in any dtype (anything else raises ``ValueError`` with its row).
     """
-    import torch
-
     batch = data.batch
     ntb = data.non_tensor_batch
     rewards = batch["token_level_rewards"]
     mask = batch["response_mask"]
-    out = None
-    keys = batch.keys()
-    if "advantages" in keys and "returns" in keys:
-        a, r = batch["advantages"], batch["returns"]
-        if (
-            tuple(a.shape) == tuple(mask.shape)
-            and tuple(r.shape) == tuple(mask.shape)
-            and a.device.type == "cpu"
-            and r.device.type == "cpu"
-            and a.dtype == r.dtype
-            and a.dtype in (torch.float32, torch.float64)
-            and not a.requires_grad
-            and not r.requires_grad
-            # Distinct elements (not `expand`ed), and one buffer twice only where the
-            # estimator's returns are its advantages (the last call may have stored one
-            # tensor as both): any other pair gets fresh tensors instead of an error.
-            and a.is_contiguous()
-            and r.is_contiguous()
-            and (
-                a.untyped_storage().data_ptr() != r.untyped_storage().data_ptr()
-                or (a.data_ptr() == r.data_ptr() and not _has_returns(name, _config_json(config)))
-            )
-        ):
-            out = (a, r)
+    out = _reusable_outputs(batch, tuple(mask.shape), name, config)
     kwargs = _step_columns(
         name,
         ntb,
@@ -638,6 +609,38 @@ def compute_step_advantages(
         batch["advantages"] = adv
         batch["returns"] = ret
     return data
+
+
+def _reusable_outputs(batch: Any, shape: Tuple[int, ...], name: str, config: Optional[Mapping[str, Any]]) -> Any:
+    """``(advantages, returns)`` of ``batch`` when :func:`compute_step_advantages` can write into
+    them in place (see its docstring), else None."""
+    import torch
+
+    keys = batch.keys()
+    if "advantages" not in keys or "returns" not in keys:
+        return None
+    a, r = batch["advantages"], batch["returns"]
+    if (
+        tuple(a.shape) == shape
+        and tuple(r.shape) == shape
+        and a.device.type == "cpu"
+        and r.device.type == "cpu"
+        and a.dtype == r.dtype
+        and a.dtype in (torch.float32, torch.float64)
+        and not a.requires_grad
+        and not r.requires_grad
+        # Distinct elements (not `expand`ed), and one buffer twice only where the
+        # estimator's returns are its advantages (the last call may have stored one
+        # tensor as both): any other pair gets fresh tensors instead of an error.
+        and a.is_contiguous()
+        and r.is_contiguous()
+        and (
+            a.untyped_storage().data_ptr() != r.untyped_storage().data_ptr()
+            or (a.data_ptr() == r.data_ptr() and not _has_returns(name, _config_json(config)))
+        )
+    ):
+        return (a, r)
+    return None
 
 
 register()
