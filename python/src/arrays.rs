@@ -4,9 +4,10 @@
 //! borrowed writeable. Each reader checks the layout first (`checks`) and names the argument
 //! in its error; a borrow that clashes with another of the call's arrays is a `ValueError`.
 
+use ndarray::{Dimension, Ix1, Ix2};
 use numpy::{
-    PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2,
-    PyUntypedArray, PyUntypedArrayMethods,
+    PyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray, PyReadonlyArray1, PyReadonlyArray2,
+    PyReadwriteArray2, PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -32,54 +33,48 @@ pub(crate) fn borrow_err(what: &str) -> impl Fn(numpy::BorrowError) -> PyErr + '
     move |_| PyValueError::new_err(format!("{what}: the same memory as an output"))
 }
 
-/// A rows × L float matrix (`float32` or `float64`), read in place.
-pub(crate) enum F2<'py> {
-    F32(PyReadonlyArray2<'py, f32>),
-    F64(PyReadonlyArray2<'py, f64>),
+/// Floats in the caller's dtype (`float32` or `float64`), read in place: a rows × L matrix
+/// ([`F2`]) or one value per row ([`F1`]).
+pub(crate) enum FloatArray<'py, D: Dimension> {
+    F32(PyReadonlyArray<'py, f32, D>),
+    F64(PyReadonlyArray<'py, f64, D>),
 }
 
-impl<'py> F2<'py> {
+pub(crate) type F2<'py> = FloatArray<'py, Ix2>;
+pub(crate) type F1<'py> = FloatArray<'py, Ix1>;
+
+impl<'py, D: Dimension> FloatArray<'py, D> {
     pub(crate) fn read(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<Self> {
         let obj = checked(what, obj)?;
-        if let Ok(a) = obj.cast::<PyArray2<f64>>() {
-            Ok(F2::F64(a.try_readonly().map_err(borrow_err(what))?))
-        } else if let Ok(a) = obj.cast::<PyArray2<f32>>() {
-            Ok(F2::F32(a.try_readonly().map_err(borrow_err(what))?))
+        if let Ok(a) = obj.cast::<PyArray<f64, D>>() {
+            Ok(FloatArray::F64(a.try_readonly().map_err(borrow_err(what))?))
+        } else if let Ok(a) = obj.cast::<PyArray<f32, D>>() {
+            Ok(FloatArray::F32(a.try_readonly().map_err(borrow_err(what))?))
         } else {
-            Err(type_error(what, "a 2-D float32 or float64 array", obj))
+            let ndim = D::NDIM.unwrap_or_default();
+            Err(type_error(
+                what,
+                &format!("a {ndim}-D float32 or float64 array"),
+                obj,
+            ))
         }
     }
+}
 
+impl F2<'_> {
     pub(crate) fn view(&self) -> FloatView<'_> {
         match self {
-            F2::F32(a) => FloatView::F32(a.as_array()),
-            F2::F64(a) => FloatView::F64(a.as_array()),
+            FloatArray::F32(a) => FloatView::F32(a.as_array()),
+            FloatArray::F64(a) => FloatView::F64(a.as_array()),
         }
     }
 }
 
-/// One float per row (`float32` or `float64`), read in place.
-pub(crate) enum F1<'py> {
-    F32(PyReadonlyArray1<'py, f32>),
-    F64(PyReadonlyArray1<'py, f64>),
-}
-
-impl<'py> F1<'py> {
-    pub(crate) fn read(what: &str, obj: &Bound<'py, PyAny>) -> PyResult<Self> {
-        let obj = checked(what, obj)?;
-        if let Ok(a) = obj.cast::<PyArray1<f64>>() {
-            Ok(F1::F64(a.try_readonly().map_err(borrow_err(what))?))
-        } else if let Ok(a) = obj.cast::<PyArray1<f32>>() {
-            Ok(F1::F32(a.try_readonly().map_err(borrow_err(what))?))
-        } else {
-            Err(type_error(what, "a 1-D float32 or float64 array", obj))
-        }
-    }
-
+impl F1<'_> {
     pub(crate) fn view(&self) -> Floats1<'_> {
         match self {
-            F1::F32(a) => Floats1::F32(a.as_array()),
-            F1::F64(a) => Floats1::F64(a.as_array()),
+            FloatArray::F32(a) => Floats1::F32(a.as_array()),
+            FloatArray::F64(a) => Floats1::F64(a.as_array()),
         }
     }
 }
