@@ -74,7 +74,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import estimate, estimate_turns, names, validate
+from . import STEP_ESTIMATORS, estimate, estimate_turns, names, validate
+from ._integration import config_get, index_or_rows, is_step
 
 __all__ = [
     "PREFIX",
@@ -90,7 +91,7 @@ __all__ = [
 PREFIX = "beacon_rl_"
 
 #: The crate's step-level estimators, registered under their own names.
-STEP_NAMES = ("beacon", "beacon_official", "gigpo")
+STEP_NAMES = STEP_ESTIMATORS
 
 # SkyRL's name -> the crate's estimator with SkyRL's semantics.
 _OWN = {
@@ -117,20 +118,10 @@ def _ppo_utils() -> Any:
     return ppo_utils
 
 
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a DictConfig, a dataclass config or a plain mapping."""
-    if config is None:
-        return default
-    try:
-        return config.get(key, default)
-    except AttributeError:
-        return getattr(config, key, default)
-
-
 def _params(name: str, derived: Dict[str, Any], config: Any) -> Optional[Dict[str, Any]]:
     """The crate parameters: derived from SkyRL's keywords, then ``config.beacon_rl``."""
     params = dict(derived)
-    extra = _get(config, "beacon_rl")
+    extra = config_get(config, "beacon_rl")
     if extra is not None:
         try:
             items = dict(extra).items()
@@ -184,14 +175,12 @@ def _make_own(skyrl_name: str) -> Any:
             derived["gae_lambda"] = lambd
         elif skyrl_name == "reinforce++":
             derived["discount"] = _discount(reg_name, kwargs.get("gamma", 1.0))
-        if index is None:
-            # reinforce++ and gae do not group; SkyRL passes uids anyway.
-            index = np.arange(token_level_rewards.shape[0], dtype=np.int64)
         return estimate(
             crate,
             token_level_rewards,
             _mask(response_mask, "response_mask"),
-            _uids(index),
+            # reinforce++ and gae do not group; SkyRL passes uids anyway.
+            index_or_rows(index, token_level_rewards),
             values=values,
             config=_params(crate, derived, config),
         )
@@ -215,13 +204,6 @@ def _mask(x: Any, what: str) -> Any:
     return x
 
 
-def _uids(index: Any) -> Any:
-    """SkyRL's uids arrive as a list of str or a numpy array: object keys for the crate."""
-    if isinstance(index, list):
-        return np.asarray(index, dtype=object)
-    return index
-
-
 def _make_step(name: str) -> Any:
     """SkyRL's estimator signature around the crate's step estimator ``name``."""
 
@@ -241,7 +223,7 @@ def _make_step(name: str) -> Any:
             token_level_rewards,
             response_mask,
             loss_mask,
-            _uids(index),
+            index,
             is_last_step=kwargs.get("is_last_step"),
             gamma=kwargs.get("gamma"),
             config=kwargs.get("config"),
@@ -272,7 +254,7 @@ def compute_advantages(
     ``pad_size`` rows are SkyRL's padding: zeros, in no group. Results have ``rewards``' type,
     dtype and device. Raises ``ValueError`` naming SkyRL's tensor for bad shapes or values.
     """
-    if name.partition(":")[0] not in STEP_NAMES:
+    if not is_step(name):
         raise ValueError(f"compute_advantages: {name!r} is not a step estimator ({', '.join(STEP_NAMES)})")
     derived: Dict[str, Any] = {}
     if name == "gigpo" and gamma is not None:
@@ -425,9 +407,9 @@ class BeaconAdvantages:
         cfg = self.cfg  # type: ignore[attr-defined]
         algorithm = cfg.trainer.algorithm
         name = algorithm.advantage_estimator
-        if str(name).partition(":")[0] not in STEP_NAMES:
+        if not is_step(str(name)):
             return super().compute_advantages_and_returns(data)  # type: ignore[misc]
-        step_wise = bool(_get(cfg.generator, "step_wise_trajectories", False))
+        step_wise = bool(config_get(cfg.generator, "step_wise_trajectories", False))
         if "loss_mask" not in data.keys():
             raise ValueError(f"advantage estimator {name!r}: the training batch has no loss_mask")
         pad = int(data.metadata.get("pad_size", 0) or 0)
@@ -439,7 +421,7 @@ class BeaconAdvantages:
             data["loss_mask"],
             np.asarray(data.metadata["uids"], dtype=object),
             is_last_step=data["is_last_step"] if step_wise else None,
-            gamma=_get(algorithm, "gamma"),
+            gamma=config_get(algorithm, "gamma"),
             config=algorithm,
             pad_size=pad,
         )

@@ -47,7 +47,8 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import STEP_ESTIMATORS, estimate, estimate_turns, names, validate
+from . import estimate, estimate_turns, names, validate
+from ._integration import is_step, needs_milestones
 
 __all__ = ["BeaconGRPOTrainer", "token_rewards"]
 
@@ -55,14 +56,6 @@ try:
     from trl import GRPOTrainer
 except ImportError as e:  # pragma: no cover - the module is TRL's
     raise ImportError("beacon_rl.trl needs TRL (pip install trl)") from e
-
-
-def _is_step(name: str) -> bool:
-    return name.partition(":")[0] in STEP_ESTIMATORS
-
-
-def _needs_milestones(name: str) -> bool:
-    return _is_step(name) and name != "gigpo"
 
 
 def _turns(mask_row: np.ndarray) -> List[Tuple[int, int]]:
@@ -127,7 +120,7 @@ class BeaconGRPOTrainer(GRPOTrainer):
         turn_rewards_key: Optional[str] = "turn_rewards",
         **kwargs: Any,
     ) -> None:
-        if estimator not in names() and not _is_step(estimator):
+        if estimator not in names() and not is_step(estimator):
             raise ValueError(f"estimator: unknown name {estimator!r}; expected one of {', '.join(names())}")
         validate(estimator, estimator_config)
         self.beacon_estimator = estimator
@@ -183,7 +176,7 @@ class BeaconGRPOTrainer(GRPOTrainer):
 
             local = gather_object(local)
         if all(v is None for v in local):
-            if _needs_milestones(self.beacon_estimator):
+            if needs_milestones(self.beacon_estimator):
                 raise ValueError(
                     f"estimator {self.beacon_estimator!r} reads milestones from per-turn rewards, and no input has "
                     f"{key!r}: return it from rollout_func (one list per completion, one reward per turn), or pass "
@@ -204,7 +197,7 @@ class BeaconGRPOTrainer(GRPOTrainer):
         index = np.where(included, index, -1 - np.arange(len(rewards)))
         m = np.where(included[:, None], mask, 0).astype(np.uint8)
         self._beacon_left_out = int((~included).sum())
-        if _is_step(self.beacon_estimator):
+        if is_step(self.beacon_estimator):
             adv, _ = estimate_turns(self.beacon_estimator, tokens, m, index, config=self.beacon_config)
         else:
             adv, _ = estimate(self.beacon_estimator, tokens, m, index, config=self.beacon_config)

@@ -143,7 +143,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import _config_json, _flags, _has_returns, estimate, estimate_turns, names, verl_names
+from . import STEP_ESTIMATORS, _config_json, _has_returns, estimate, estimate_turns, names, verl_names
+from ._integration import config_get, flag_column, index_or_rows, is_step, needs_milestones
 
 __all__ = [
     "PREFIX",
@@ -155,8 +156,6 @@ __all__ = [
 
 #: Prefix of the crate's versions of verl's own estimators.
 PREFIX = "beacon_rl_"
-
-_STEP = ("beacon", "beacon_official", "gigpo")
 
 #: Turn-level estimators a stock trainer can feed (``turn_gae`` needs per-turn values).
 _TURN = ("step_reinforce", "mt_grpo")
@@ -175,16 +174,6 @@ _COLUMN_KEYS = {
 #: What verl (its trainer, or a verl that forwards the batch to estimators) may pass besides
 #: the named arguments; the outcome estimators do not read them, as verl's own do not.
 _CONTEXT = ("non_tensor_batch", "batch")
-
-
-def _is_step(name: str) -> bool:
-    """Step-level estimators, with or without keys (``beacon:ablation=...``)."""
-    return name.partition(":")[0] in _STEP
-
-
-def _needs_milestones(name: str) -> bool:
-    """The BEACON family reads one milestone flag per step."""
-    return _is_step(name) and name != "gigpo"
 
 
 _log = logging.getLogger(__name__)
@@ -209,16 +198,6 @@ def set_config(name: str, params: Optional[Mapping[str, Any]]) -> None:
     _overrides[name] = params
 
 
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a DictConfig, a verl dataclass config or a plain mapping."""
-    if config is None:
-        return default
-    try:
-        return config.get(key, default)
-    except AttributeError:
-        return getattr(config, key, default)
-
-
 def _columns(params: Dict[str, Any]) -> Dict[str, str]:
     """Pops the column keys from ``params`` (defaults for those absent)."""
     out = {}
@@ -234,7 +213,7 @@ def _params(name: str, derived: Dict[str, Any], config: Any) -> Tuple[Optional[D
     """The crate parameters for ``name`` (derived from verl's keywords, then
     ``algorithm.beacon_rl``, then :func:`set_config`) and the step estimators' column names."""
     params = dict(derived)
-    extra = _get(config, "beacon_rl")
+    extra = config_get(config, "beacon_rl")
     if extra:
         params.update({str(k): v for k, v in dict(extra).items()})
     params.update(_overrides.get(name, {}))
@@ -261,8 +240,7 @@ def _grpo(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: flo
     derived = {"std_eps": float(epsilon)}
     if not norm:
         derived["norm"] = "mean_only"
-    params, _ = _params(name, derived, config)
-    return estimate(name, token_level_rewards, response_mask, index, config=params)
+    return _outcome(name, token_level_rewards, response_mask, index, config, derived)
 
 
 def _outcome(name: str, token_level_rewards: Any, response_mask: Any, index: Any, config: Any, derived: Optional[Dict[str, Any]] = None) -> Tuple[Any, Any]:
@@ -284,7 +262,7 @@ def beacon_rl_grpo(
     verl's trainer decides for ``grpo``."""
     norm = norm_adv_by_std_in_grpo
     if norm is None:
-        norm = _get(config, "norm_adv_by_std_in_grpo", True)
+        norm = config_get(config, "norm_adv_by_std_in_grpo", True)
     return _grpo(token_level_rewards, response_mask, index, epsilon, norm, config, "grpo")
 
 
@@ -314,7 +292,7 @@ def beacon_rl_grpo_passk(
     ``norm_adv_by_std_in_grpo`` decides (verl reads it in place of the keyword)."""
     _refuse("beacon_rl_grpo_passk", kwargs)
     _require_config("beacon_rl_grpo_passk", config)
-    norm = _get(config, "norm_adv_by_std_in_grpo", True)
+    norm = config_get(config, "norm_adv_by_std_in_grpo", True)
     return _grpo(token_level_rewards, response_mask, index, epsilon, norm, config, "grpo_passk")
 
 
@@ -357,7 +335,7 @@ def beacon_rl_reinforce_plus_plus(token_level_rewards: Any, response_mask: Any, 
     per-token discount and ``config`` is required, as in verl; ``index`` is unused."""
     _refuse("beacon_rl_reinforce_plus_plus", kwargs, _CONTEXT + ("index",))
     _require_config("beacon_rl_reinforce_plus_plus", config)
-    gamma = _get(config, "gamma")
+    gamma = config_get(config, "gamma")
     if gamma is None:
         raise TypeError("beacon_rl_reinforce_plus_plus: config.gamma is required (verl reads it)")
     rows = np.arange(token_level_rewards.shape[0], dtype=np.int64)
@@ -385,24 +363,20 @@ _VERL_FNS: Dict[str, Callable[..., Tuple[Any, Any]]] = {
 }
 
 
-def _index_or_rows(index: Any, token_level_rewards: Any) -> Any:
-    """verl passes ``index`` only when the batch has a uid; without one every row is its own
-    group."""
-    if index is None:
-        return np.arange(token_level_rewards.shape[0], dtype=np.int64)
-    return index
+#: The part of a registered function that differs between estimators. It gets the token
+#: rewards, the mask, the group keys (one group per row when verl passes none), the trajectory
+#: column (None when ``non_tensor_batch`` holds none), the crate parameters, the column names
+#: and ``non_tensor_batch``.
+_Run = Callable[
+    [Any, Any, Any, Any, Optional[Dict[str, Any]], Dict[str, str], Optional[Mapping[str, Any]]],
+    Tuple[Any, Any],
+]
 
 
-def _named(adv_fn: Callable[..., Tuple[Any, Any]], name: str, doc: str) -> Callable[..., Tuple[Any, Any]]:
-    """``adv_fn`` under the name verl shows for crate estimator ``name``, with its docstring."""
-    adv_fn.__name__ = f"beacon_rl_{name}_adv"
-    adv_fn.__qualname__ = adv_fn.__name__
-    adv_fn.__doc__ = doc
-    return adv_fn
-
-
-def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
-    """verl's registered-estimator signature around step estimator ``name``."""
+def _verl_fn(name: str, run: _Run, doc: str) -> Callable[..., Tuple[Any, Any]]:
+    """verl's registered-estimator signature around crate estimator ``name``, named as verl shows
+    it and documented by ``doc``: the argument handling every registered estimator shares
+    (``index``, the parameters, the trajectory column), then ``run``."""
 
     def adv_fn(
         token_level_rewards: Any,
@@ -412,28 +386,35 @@ def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
         non_tensor_batch: Optional[Mapping[str, Any]] = None,
         batch: Any = None,
     ) -> Tuple[Any, Any]:
-        index = _index_or_rows(index, token_level_rewards)
+        index = index_or_rows(index, token_level_rewards)
         derived: Dict[str, Any] = {}
-        if name == "gigpo" and _get(config, "gamma") is not None:
-            derived["step_decay"] = float(_get(config, "gamma"))
+        if name == "gigpo" and config_get(config, "gamma") is not None:
+            derived["step_decay"] = float(config_get(config, "gamma"))
         params, columns = _params(name, derived, config)
+        traj = None
         if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
-            # verl-agent's layout, one row per step: the columns it names.
-            kwargs = _step_columns(name, non_tensor_batch, columns)
-            return estimate(
-                name,
-                token_level_rewards,
-                response_mask,
-                index,
-                traj_index=non_tensor_batch[columns["traj_key"]],
-                config=params,
-                **kwargs,
-            )
-        return estimate_turns(name, token_level_rewards, response_mask, index, config=params)
+            traj = non_tensor_batch[columns["traj_key"]]
+        return run(token_level_rewards, response_mask, index, traj, params, columns, non_tensor_batch)
 
-    return _named(
-        adv_fn,
+    adv_fn.__name__ = f"beacon_rl_{name}_adv"
+    adv_fn.__qualname__ = adv_fn.__name__
+    adv_fn.__doc__ = doc
+    return adv_fn
+
+
+def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
+    """verl's registered-estimator signature around step estimator ``name``."""
+
+    def run(rewards: Any, mask: Any, index: Any, traj: Any, params: Any, columns: Dict[str, str], ntb: Any) -> Tuple[Any, Any]:
+        if traj is not None:
+            # verl-agent's layout, one row per step: the columns it names.
+            kwargs = _step_columns(name, ntb, columns)
+            return estimate(name, rewards, mask, index, traj_index=traj, config=params, **kwargs)
+        return estimate_turns(name, rewards, mask, index, config=params)
+
+    return _verl_fn(
         name,
+        run,
         f"beacon-rl's `{name}` with verl's registered-estimator signature: "
         "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
         "(advantages, returns). With `non_tensor_batch` holding the trajectory column (one row "
@@ -445,24 +426,12 @@ def _make_step(name: str) -> Callable[..., Tuple[Any, Any]]:
 def _make_turn(name: str) -> Callable[..., Tuple[Any, Any]]:
     """verl's registered-estimator signature around turn-level estimator ``name``."""
 
-    def adv_fn(
-        token_level_rewards: Any,
-        response_mask: Any,
-        index: Any = None,
-        config: Any = None,
-        non_tensor_batch: Optional[Mapping[str, Any]] = None,
-        batch: Any = None,
-    ) -> Tuple[Any, Any]:
-        index = _index_or_rows(index, token_level_rewards)
-        params, columns = _params(name, {}, config)
-        traj = None
-        if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
-            traj = non_tensor_batch[columns["traj_key"]]
-        return estimate(name, token_level_rewards, response_mask, index, traj_index=traj, config=params)
+    def run(rewards: Any, mask: Any, index: Any, traj: Any, params: Any, columns: Dict[str, str], ntb: Any) -> Tuple[Any, Any]:
+        return estimate(name, rewards, mask, index, traj_index=traj, config=params)
 
-    return _named(
-        adv_fn,
+    return _verl_fn(
         name,
+        run,
         f"beacon-rl's turn-level `{name}` with verl's registered-estimator signature: "
         "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
         "(advantages, returns). Turns are the runs of response_mask == 1 of each row; with "
@@ -499,27 +468,13 @@ def _tree_parents_of(ntb: Optional[Mapping[str, Any]], columns: Mapping[str, str
 def _make_tree(name: str) -> Callable[..., Tuple[Any, Any]]:
     """verl's registered-estimator signature around ``tree_grpo``."""
 
-    def adv_fn(
-        token_level_rewards: Any,
-        response_mask: Any,
-        index: Any = None,
-        config: Any = None,
-        non_tensor_batch: Optional[Mapping[str, Any]] = None,
-        batch: Any = None,
-    ) -> Tuple[Any, Any]:
-        index = _index_or_rows(index, token_level_rewards)
-        params, columns = _params(name, {}, config)
-        parents = _tree_parents_of(non_tensor_batch, columns)
-        traj = None
-        if non_tensor_batch is not None and columns["traj_key"] in non_tensor_batch:
-            traj = non_tensor_batch[columns["traj_key"]]
-        return estimate(
-            name, token_level_rewards, response_mask, index, traj_index=traj, config=params, tree_parents=parents
-        )
+    def run(rewards: Any, mask: Any, index: Any, traj: Any, params: Any, columns: Dict[str, str], ntb: Any) -> Tuple[Any, Any]:
+        parents = _tree_parents_of(ntb, columns)
+        return estimate(name, rewards, mask, index, traj_index=traj, config=params, tree_parents=parents)
 
-    return _named(
-        adv_fn,
+    return _verl_fn(
         name,
+        run,
         "beacon-rl's `tree_grpo` (Tree-GRPO) with verl's registered-estimator signature: "
         "(token_level_rewards, response_mask, index, config, non_tensor_batch, batch) -> "
         "(advantages, returns). Reads the trees from non_tensor_batch: `tree_parents` (one "
@@ -531,15 +486,11 @@ def _make_tree(name: str) -> Callable[..., Tuple[Any, Any]]:
 def _step_columns(name: str, ntb: Mapping[str, Any], columns: Mapping[str, str]) -> Dict[str, Any]:
     """The step estimators' per-row columns from ``non_tensor_batch`` (verl-agent's layout)."""
     kwargs: Dict[str, Any] = {}
-    if _needs_milestones(name):
+    if needs_milestones(name):
         key = columns["milestone_key"]
         if key not in ntb:
             raise ValueError(f"non_tensor_batch has no milestone column {key!r}")
-        flags = np.asarray(ntb[key])
-        if flags.dtype not in (np.bool_, np.uint8, np.int64):
-            # Checked: astype(bool) would read 2, NaN or None as a flag.
-            flags = _flags(flags, f"non_tensor_batch[{key!r}]")
-        kwargs["milestones"] = flags
+        kwargs["milestones"] = flag_column(ntb[key], f"non_tensor_batch[{key!r}]")
     if name == "gigpo":
         anchor_key, step_key = columns["anchor_key"], columns["step_reward_key"]
         for key in (anchor_key, step_key):
@@ -564,7 +515,7 @@ def register() -> Dict[str, str]:
 
     known = set(names())
     wanted: Dict[str, Tuple[str, Callable[..., Tuple[Any, Any]]]] = {
-        n: (n, _make_step(n)) for n in _STEP if n in known
+        n: (n, _make_step(n)) for n in STEP_ESTIMATORS if n in known
     }
     wanted.update({n: (n, _make_turn(n)) for n in _TURN if n in known})
     if "tree_grpo" in known:
@@ -628,47 +579,22 @@ def compute_step_advantages(
     new tensors in ``token_level_rewards``' dtype are stored. The milestone column may hold
     bools, 0 and 1 in any dtype (anything else raises ``ValueError`` with its row).
     """
-    import torch
-
     batch = data.batch
     ntb = data.non_tensor_batch
     rewards = batch["token_level_rewards"]
     mask = batch["response_mask"]
-    out = None
-    keys = batch.keys()
-    if "advantages" in keys and "returns" in keys:
-        a, r = batch["advantages"], batch["returns"]
-        if (
-            tuple(a.shape) == tuple(mask.shape)
-            and tuple(r.shape) == tuple(mask.shape)
-            and a.device.type == "cpu"
-            and r.device.type == "cpu"
-            and a.dtype == r.dtype
-            and a.dtype in (torch.float32, torch.float64)
-            and not a.requires_grad
-            and not r.requires_grad
-            # Distinct elements (not `expand`ed), and one buffer twice only where the
-            # estimator's returns are its advantages (the last call may have stored one
-            # tensor as both): any other pair gets fresh tensors instead of an error.
-            and a.is_contiguous()
-            and r.is_contiguous()
-            and (
-                a.untyped_storage().data_ptr() != r.untyped_storage().data_ptr()
-                or (a.data_ptr() == r.data_ptr() and not _has_returns(name, _config_json(config)))
-            )
-        ):
-            out = (a, r)
+    out = _reusable_outputs(batch, tuple(mask.shape), name, config)
     kwargs = _step_columns(
         name,
         ntb,
         {"milestone_key": milestone_key, "anchor_key": anchor_key, "step_reward_key": step_reward_key},
     )
-    for key in (uid_key,) + ((traj_key,) if _is_step(name) else ()):
+    for key in (uid_key,) + ((traj_key,) if is_step(name) else ()):
         if key not in ntb:
             raise ValueError(f"non_tensor_batch has no column {key!r}")
     # Trajectories matter to the step estimators and to grpo's trajectory statistics (without
     # them every row would count as a trajectory of its own).
-    with_traj = _is_step(name) or (name in ("grpo", "gdpo") and traj_key in ntb)
+    with_traj = is_step(name) or (name in ("grpo", "gdpo") and traj_key in ntb)
     adv, ret = estimate(
         name,
         rewards,
@@ -683,6 +609,38 @@ def compute_step_advantages(
         batch["advantages"] = adv
         batch["returns"] = ret
     return data
+
+
+def _reusable_outputs(batch: Any, shape: Tuple[int, ...], name: str, config: Optional[Mapping[str, Any]]) -> Any:
+    """``(advantages, returns)`` of ``batch`` when :func:`compute_step_advantages` can write into
+    them in place (see its docstring), else None."""
+    import torch
+
+    keys = batch.keys()
+    if "advantages" not in keys or "returns" not in keys:
+        return None
+    a, r = batch["advantages"], batch["returns"]
+    if (
+        tuple(a.shape) == shape
+        and tuple(r.shape) == shape
+        and a.device.type == "cpu"
+        and r.device.type == "cpu"
+        and a.dtype == r.dtype
+        and a.dtype in (torch.float32, torch.float64)
+        and not a.requires_grad
+        and not r.requires_grad
+        # Distinct elements (not `expand`ed), and one buffer twice only where the
+        # estimator's returns are its advantages (the last call may have stored one
+        # tensor as both): any other pair gets fresh tensors instead of an error.
+        and a.is_contiguous()
+        and r.is_contiguous()
+        and (
+            a.untyped_storage().data_ptr() != r.untyped_storage().data_ptr()
+            or (a.data_ptr() == r.data_ptr() and not _has_returns(name, _config_json(config)))
+        )
+    ):
+        return (a, r)
+    return None
 
 
 register()

@@ -44,7 +44,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
-from . import _flags, estimate, validate
+from . import estimate, validate
+from ._integration import flag_column
 
 __all__ = ["NAMES", "install", "installed", "main"]
 
@@ -154,9 +155,7 @@ def _beacon(data: Any, name: str, rows: np.ndarray) -> Any:
     for column in ("uid", "traj_uid", key):
         if column not in ntb:
             raise ValueError(f"non_tensor_batch has no column {column!r} (algorithm.adv_estimator={name})")
-    flags = np.asarray(ntb[key])[rows]
-    if flags.dtype not in (np.bool_, np.uint8, np.int64):
-        flags = _flags(flags, f"non_tensor_batch[{key!r}]")
+    flags = flag_column(np.asarray(ntb[key])[rows], f"non_tensor_batch[{key!r}]")
     idx = torch.as_tensor(rows)
     adv, _ = estimate(
         name,

@@ -9,11 +9,13 @@ use beacon_rl::estimator::{EstimatorInput, Workspace};
 use beacon_rl::tensor::{FloatView, FloatViewMut, MaskView};
 use beacon_rl::{BatchBuilder, RolloutBatch};
 use numpy::{PyArrayMethods, PyReadonlyArray1};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::adapter::{Estimator, Failure, Res};
-use crate::{check_disjoint, check_layout, f2, m2, o2, threads};
+use crate::arrays::{F2, M2, O2};
+use crate::checks::{check_disjoint, check_layout};
+use crate::threads;
 
 /// Times `reps` runs of the crate's own call on these arrays, with
 /// no binding around it (see [`time_crate_call`]), and returns each run's wall-clock
@@ -38,10 +40,8 @@ pub(crate) fn _time_crate_call<'py>(
     // around each run needs this thread and the GIL).
     threads::init();
     let est = Estimator::new(name, None)?;
-    let rewards = f2("token_level_rewards", Some(token_level_rewards))?
-        .ok_or_else(|| PyTypeError::new_err("token_level_rewards: required"))?;
-    let mask = m2("response_mask", Some(response_mask))?
-        .ok_or_else(|| PyTypeError::new_err("response_mask: required"))?;
+    let rewards = F2::read("token_level_rewards", token_level_rewards)?;
+    let mask = M2::read("response_mask", response_mask)?;
     let ids = index
         .as_slice()
         .map_err(|_| PyValueError::new_err("index: not contiguous"))?;
@@ -71,7 +71,7 @@ pub(crate) fn _time_crate_call<'py>(
             ("index", Some(index.as_any())),
         ],
     )?;
-    let mut adv = o2("out_advantages", out_advantages)?;
+    let mut adv = O2::writeable("out_advantages", out_advantages)?;
     let (rv, mv, a) = (rewards.view(), mask.view(), adv.view());
     let process_time = py.import("time")?.getattr("process_time")?;
     let clock = || -> Res<f64> {

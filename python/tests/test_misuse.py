@@ -347,6 +347,18 @@ def test_a_short_column_is_named(arg):
         beacon_rl.estimate(name, REWARDS, MASK, index, **kw)
 
 
+@pytest.mark.parametrize("arg", ["response_mask", "values", "old_log_probs", "sum_pi_squared", "rollout_is_weights"])
+@pytest.mark.parametrize("axis", ["rows", "columns"])
+def test_a_mis_shaped_matrix_is_named(arg, axis):
+    # Every rows × L input is checked against token_level_rewards' shape before anything is read.
+    shape = (3, 3) if axis == "rows" else (4, 2)
+    kw = {arg: np.zeros(shape, dtype=np.int64 if arg == "response_mask" else np.float32)}
+    mask = kw.pop("response_mask", MASK)
+    got, want = (3, 4) if axis == "rows" else (2, 3)
+    with pytest.raises(ValueError, match=rf"^length mismatch: {arg} {axis} has {got} entries, expected {want}$"):
+        beacon_rl.estimate("grpo", REWARDS, mask, UIDS, **kw)
+
+
 def test_an_anchor_without_utf8_form_is_named():
     # A Python str may hold a lone surrogate; Rust's &str cannot. Python's own
     # UnicodeEncodeError named no row.
