@@ -1,7 +1,8 @@
 //! Plumbing shared by the estimators (crate-private), split by role: [`read`] (input columns
 //! and rows), [`write`] (the output writer and row writers), [`sums`] (row sums, mask counts
 //! and finiteness, with their SIMD); this file holds the glue: the `fill_estimator!` trait
-//! implementation, the step-level estimators' entry points, group rows and shape checks.
+//! implementation, the step-level estimators' entry points (`step_entry_points!`), group rows
+//! and shape checks.
 
 mod read;
 mod sums;
@@ -165,6 +166,61 @@ pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
     row_groups_into(batch, &mut out);
     out
 }
+
+/// The [`AdvantageEstimator`](crate::estimator::AdvantageEstimator) entry points of a
+/// step-level estimator (one advantage per row, broadcast over the row's tokens), inside its
+/// `impl` block: `estimate_into` (documented by the leading doc comment: what the estimator
+/// reads), `estimate` and `estimate_steps_into`, from two inherent methods:
+/// `$columns(&self, &EstimatorInput) -> Result<_>` checks the step columns' shapes (before
+/// the per-row buffer is sized, see [`estimate_via_steps`]) and
+/// `$steps(&self, &EstimatorInput, &mut [f64], &mut Workspace) -> Result<()>` computes the
+/// per-row advantages with every check of the step path.
+macro_rules! step_entry_points {
+    ($(#[$doc:meta])* columns = $columns:ident, steps = $steps:ident $(,)?) => {
+        $(#[$doc])*
+        fn estimate_into(
+            &self,
+            input: &$crate::estimator::EstimatorInput<'_>,
+            advantages: $crate::tensor::FloatViewMut<'_>,
+            returns: Option<$crate::tensor::FloatViewMut<'_>>,
+            ws: &mut $crate::estimator::Workspace,
+        ) -> $crate::error::Result<()> {
+            $crate::estimator::estimate_via_steps(
+                input,
+                advantages,
+                returns,
+                ws,
+                || self.$columns(input).map(drop),
+                |steps, ws| self.$steps(input, steps, ws),
+            )
+        }
+
+        /// As the trait's `estimate`, but every input check runs before the output is
+        /// allocated: a refused input allocates nothing, and a `Lengths` mask's claimed L is
+        /// asked of the allocator only for an otherwise valid input.
+        fn estimate(
+            &self,
+            input: &$crate::estimator::EstimatorInput<'_>,
+        ) -> $crate::error::Result<$crate::estimator::Advantages> {
+            $crate::estimator::estimate_via_steps_fresh(
+                input,
+                || self.$columns(input).map(drop),
+                |steps, ws| self.$steps(input, steps, ws),
+            )
+        }
+
+        /// One advantage per row (the per-row `advantages` of the estimator's parts API).
+        fn estimate_steps_into(
+            &self,
+            input: &$crate::estimator::EstimatorInput<'_>,
+            advantages: &mut [f64],
+            ws: &mut $crate::estimator::Workspace,
+        ) -> $crate::error::Result<()> {
+            self.$steps(input, advantages, ws)
+        }
+    };
+}
+pub(crate) use step_entry_points;
 
 /// The step-level estimators' `estimate_into` (BEACON, GiGPO): `check` first (the step
 /// columns: the per-row buffer is sized by the batch's row count, which `from_offsets` only
