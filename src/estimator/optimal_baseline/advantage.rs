@@ -7,7 +7,7 @@ use super::{
     TirOptimalTokenBaseline, ZeroTail,
 };
 use crate::error::Result;
-use crate::estimator::grpo::sized;
+use crate::estimator::kernel::sized;
 use crate::estimator::whiten::FiniteAcc;
 use crate::estimator::{
     fill_estimator, group_rows, select, validate_deferred, EstimatorInput, Out, Scratch, Tokens,
