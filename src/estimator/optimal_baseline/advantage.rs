@@ -33,8 +33,8 @@ fill_estimator!(
     returns = true
 );
 
-/// What both estimators share: the validated inputs, the outputs, the workspace's per-group
-/// scratch and the finiteness of the advantages written so far.
+/// What both estimators' group steps share: the validated inputs, the outputs and the
+/// workspace's per-group scratch.
 struct Groups<'s, 'i, 'a> {
     config: &'s OptimalTokenBaselineConfig,
     mask: &'i Tokens<'a, bool>,
@@ -50,17 +50,17 @@ struct Groups<'s, 'i, 'a> {
     lengths: &'s mut Vec<usize>,
     adv: &'s mut [f64],
     ret: &'s mut [f64],
-    finite: FiniteAcc,
 }
 
 /// Validates the inputs, asks `out` for its buffers, then runs `group` over every group's
-/// caller rows and reports the first non-finite value, if any (in the eager order).
+/// caller rows (it returns the finiteness of the advantages it wrote) and reports the first
+/// non-finite value, if any (in the eager order).
 fn fill_groups(
     input: &EstimatorInput<'_>,
     config: &OptimalTokenBaselineConfig,
     out: &mut Out<'_>,
     ws: &mut Scratch,
-    group: impl Fn(&mut Groups<'_, '_, '_>, &[usize]),
+    group: impl Fn(&mut Groups<'_, '_, '_>, &[usize]) -> FiniteAcc,
 ) -> Result<()> {
     let inputs = validate_deferred(&mut ws.inputs, |check, bufs| {
         OtbInputs::checked(input, check, bufs)
@@ -79,12 +79,12 @@ fn fill_groups(
             lengths: &mut ws.lengths,
             adv,
             ret,
-            finite: FiniteAcc::default(),
         };
+        let mut finite = FiniteAcc::default();
         for g in 0..batch.num_groups() {
-            group(&mut s, group_rows(batch, g));
+            finite.merge(group(&mut s, group_rows(batch, g)));
         }
-        let result = s.pass.report(input, s.ret, s.adv, s.finite);
+        let result = s.pass.report(input, s.ret, s.adv, finite);
         ws.acc_c = s.pass.w;
         result
     });
@@ -93,7 +93,7 @@ fn fill_groups(
 }
 
 /// One group of `optimal_token_baseline`: a baseline per token column.
-fn column_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
+fn column_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) -> FiniteAcc {
     let Groups {
         config,
         mask,
@@ -104,9 +104,9 @@ fn column_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
         ref mut lengths,
         ref mut adv,
         ref mut ret,
-        ref mut finite,
         ..
     } = *s;
+    let mut finite = FiniteAcc::default();
     lengths.clear();
     for &r in rows {
         let len = pass.returns(r, &mut ret[r * cols..(r + 1) * cols]);
@@ -122,7 +122,7 @@ fn column_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
             arow[t] = select(mrow[t], grow[t]);
             finite.push(arow[t]);
         }
-        return;
+        return finite;
     }
     numer.fill(0.0);
     denom.fill(0.0);
@@ -158,11 +158,12 @@ fn column_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
             finite.push(arow[t]);
         }
     }
+    finite
 }
 
 /// One group of `tir_optimal_token_baseline`: a baseline per k-th generated token, over the
 /// rows with at least one (verl drops empty rows).
-fn compact_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
+fn compact_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) -> FiniteAcc {
     let Groups {
         config,
         mask,
@@ -174,7 +175,6 @@ fn compact_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
         ref mut lengths,
         ref mut adv,
         ref mut ret,
-        ref mut finite,
     } = *s;
     members.clear();
     lengths.clear();
@@ -190,7 +190,7 @@ fn compact_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
         }
     }
     if members.is_empty() {
-        return;
+        return FiniteAcc::default();
     }
     let max_len = lengths.iter().copied().max().unwrap_or(0);
     numer[..max_len].fill(0.0);
@@ -225,7 +225,9 @@ fn compact_group(s: &mut Groups<'_, '_, '_>, rows: &[usize]) {
         tail,
         numer: &numer[..cols],
     };
-    group.write(mask, ret, adv, finite);
+    let mut finite = FiniteAcc::default();
+    group.write(mask, ret, adv, &mut finite);
+    finite
 }
 
 /// One group's rows with at least one generated token, their baseline per k-th generated
