@@ -20,8 +20,8 @@
 //!
 //! No deliberate difference from verl.
 
-use super::grpo::sized;
-use super::{check_scalars, fill_estimator, group_rows, EstimatorInput, Out, Scratch};
+use super::kernel::outcome_scalars;
+use super::{fill_estimator, group_rows, EstimatorInput, Out, Scratch};
 use crate::error::{Range, Result};
 
 /// Parameters of `gpg`.
@@ -118,25 +118,24 @@ fn gpg_alpha(rows: usize, nonzero: usize) -> f64 {
 
 impl Gpg {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        let scores = &ws.scores;
-        let nonzero = scores.iter().filter(|&&s| s != 0.0).count();
-        let alpha = gpg_alpha(scores.len(), nonzero);
         let batch = input.batch;
-        let scalars = sized(&mut ws.scalars, scores.len());
-        for g in 0..batch.num_groups() {
-            let rows = group_rows(batch, g);
-            let mean = if rows.len() == 1 {
-                0.0
-            } else {
-                rows.iter().map(|&r| scores[r]).sum::<f64>() / rows.len() as f64
-            };
-            for &r in rows {
-                scalars[r] = alpha * (scores[r] - mean) / self.config.f_norm;
+        let mask = outcome_scalars(input, ws, |_, scores, scalars, _| {
+            let nonzero = scores.iter().filter(|&&s| s != 0.0).count();
+            let alpha = gpg_alpha(scores.len(), nonzero);
+            for g in 0..batch.num_groups() {
+                let rows = group_rows(batch, g);
+                let mean = if rows.len() == 1 {
+                    0.0
+                } else {
+                    rows.iter().map(|&r| scores[r]).sum::<f64>() / rows.len() as f64
+                };
+                for &r in rows {
+                    scalars[r] = alpha * (scores[r] - mean) / self.config.f_norm;
+                }
             }
-        }
-        check_scalars("advantages", scalars)?;
-        out.outcome(scalars, &mask)
+            Ok(())
+        })?;
+        out.outcome(&ws.scalars, &mask)
     }
 }
 

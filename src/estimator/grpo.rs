@@ -76,10 +76,10 @@
 mod scalars;
 mod variants;
 
-pub(crate) use scalars::sized;
 use scalars::{grpo_scalars, token_scalars};
 
-use super::{check_scalars, fill_estimator, EstimatorInput, Out, Scratch};
+use super::kernel::step_scalars;
+use super::{fill_estimator, EstimatorInput, Out, Scratch};
 use crate::error::{Error, Range, Result};
 
 /// How GRPO normalizes a score against its group (verl's `norm_adv_by_std_in_grpo`).
@@ -367,15 +367,10 @@ impl Grpo {
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores().write_rows(&mut ws.scores);
-        grpo_scalars(
-            input.batch,
-            &ws.scores,
-            input.row_scores.is_some(),
-            &self.config,
-            advantages,
-        )?;
-        check_scalars("advantages", advantages)
+        let rows_may_differ = input.row_scores.is_some();
+        step_scalars(input, advantages, ws, |scores, out, _| {
+            grpo_scalars(input.batch, scores, rows_may_differ, &self.config, out)
+        })
     }
 }
 

@@ -15,7 +15,8 @@
 //! A group of ≥ 2 rows whose masks are all empty has Σ ℓ = 0: verl divides 0 by 0 and returns
 //! NaN silently; we return [`Error::Undefined`].
 
-use super::{check_scalars, fill_estimator, group_rows, masked_counts, EstimatorInput, Out, Scratch};
+use super::kernel::outcome_scalars;
+use super::{fill_estimator, group_rows, masked_counts, EstimatorInput, Out, Scratch};
 use crate::error::{Error, Result};
 
 /// verl's `opo` (see the module docs (`src/estimator/opo.rs`)). Needs `token_level_rewards` and
@@ -40,32 +41,31 @@ pub(crate) struct Opo;
 
 impl Opo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        masked_counts(&mask, &mut ws.counts)?;
-        let (scores, lengths) = (&ws.scores, &ws.counts);
         let batch = input.batch;
-        let scalars = &mut ws.scalars;
-        scalars.clear();
-        scalars.extend_from_slice(scores); // singletons: baseline 0
-        for g in 0..batch.num_groups() {
-            let rows = group_rows(batch, g);
-            if rows.len() < 2 {
-                continue;
+        let mask = outcome_scalars(input, ws, |mask, scores, scalars, ws| {
+            masked_counts(mask, &mut ws.counts)?;
+            let lengths = &ws.counts;
+            scalars.copy_from_slice(scores); // singletons: baseline 0
+            for g in 0..batch.num_groups() {
+                let rows = group_rows(batch, g);
+                if rows.len() < 2 {
+                    continue;
+                }
+                let total_len: f64 = rows.iter().map(|&r| lengths[r] as f64).sum();
+                if total_len == 0.0 {
+                    return Err(Error::Undefined(format!(
+                        "opo: every row of group {g} has an empty response mask (verl divides 0 by 0)"
+                    )));
+                }
+                let weighted: f64 = rows.iter().map(|&r| lengths[r] as f64 * scores[r]).sum();
+                let baseline = weighted / total_len;
+                for &r in rows {
+                    scalars[r] = scores[r] - baseline;
+                }
             }
-            let total_len: f64 = rows.iter().map(|&r| lengths[r] as f64).sum();
-            if total_len == 0.0 {
-                return Err(Error::Undefined(format!(
-                    "opo: every row of group {g} has an empty response mask (verl divides 0 by 0)"
-                )));
-            }
-            let weighted: f64 = rows.iter().map(|&r| lengths[r] as f64 * scores[r]).sum();
-            let baseline = weighted / total_len;
-            for &r in rows {
-                scalars[r] = scores[r] - baseline;
-            }
-        }
-        check_scalars("advantages", scalars)?;
-        out.outcome(scalars, &mask)
+            Ok(())
+        })?;
+        out.outcome(&ws.scalars, &mask)
     }
 }
 

@@ -28,10 +28,11 @@
 //! - The whitening's token count and Bessel factor are float32 (see [batch whitening](super#batch-whitening)),
 //!   and verl raises when fewer than 2 tokens are masked: [`Error::Undefined`](crate::Error::Undefined).
 
+use super::kernel::outcome_scalars;
 use super::whiten::{rows_of, rows_of_mut, whiten_outcome, whiten_rows, Lanes};
 use super::{
-    check_scalars, fill_estimator, float_row, group_rows, mask_row, report_non_finite_input, select,
-    EstimatorInput, Out, Prefetch, Scratch, LANES,
+    fill_estimator, float_row, group_rows, mask_row, report_non_finite_input, select, EstimatorInput, Out,
+    Prefetch, Scratch, LANES,
 };
 use crate::error::{Range, Result};
 use crate::tensor::{FloatView, MaskView};
@@ -242,24 +243,22 @@ pub(crate) struct ReinforcePlusPlusBaseline;
 
 impl ReinforcePlusPlusBaseline {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
         let batch = input.batch;
-        let scores = &ws.scores;
-        let scalars = &mut ws.scalars;
-        scalars.clear();
-        scalars.extend_from_slice(scores); // singletons: mean 0
-        for g in 0..batch.num_groups() {
-            let rows = group_rows(batch, g);
-            if rows.len() < 2 {
-                continue;
+        let mask = outcome_scalars(input, ws, |_, scores, scalars, _| {
+            scalars.copy_from_slice(scores); // singletons: mean 0
+            for g in 0..batch.num_groups() {
+                let rows = group_rows(batch, g);
+                if rows.len() < 2 {
+                    continue;
+                }
+                let mean = rows.iter().map(|&r| scores[r]).sum::<f64>() / rows.len() as f64;
+                for &r in rows {
+                    scalars[r] = scores[r] - mean;
+                }
             }
-            let mean = rows.iter().map(|&r| scores[r]).sum::<f64>() / rows.len() as f64;
-            for &r in rows {
-                scalars[r] = scores[r] - mean;
-            }
-        }
-        check_scalars("advantages", scalars)?;
-        whiten_outcome(out, scalars, &mask, &mut ws.counts, &mut ws.acc_a)
+            Ok(())
+        })?;
+        whiten_outcome(out, &ws.scalars, &mask, &mut ws.counts, &mut ws.acc_a)
     }
 }
 

@@ -19,8 +19,8 @@
 //! The two verl functions disagree on singletons (raw score vs 0); each estimator follows its
 //! own verl function. No deliberate difference from verl.
 
-use super::grpo::sized;
-use super::{check_scalars, fill_estimator, group_rows, EstimatorInput, Out, Scratch};
+use super::kernel::{outcome_scalars, step_scalars};
+use super::{fill_estimator, group_rows, EstimatorInput, Out, Scratch};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 
@@ -96,17 +96,18 @@ fn rloo_vectorized_scalars(batch: &RolloutBatch, scores: &[f64], out: &mut [f64]
 
 impl Rloo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        let scalars = sized(&mut ws.scalars, ws.scores.len());
-        rloo_scalars(input.batch, &ws.scores, scalars);
-        check_scalars("advantages", scalars)?;
-        out.outcome(scalars, &mask)
+        let mask = outcome_scalars(input, ws, |_, scores, out, _| {
+            rloo_scalars(input.batch, scores, out);
+            Ok(())
+        })?;
+        out.outcome(&ws.scalars, &mask)
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores().write_rows(&mut ws.scores);
-        rloo_scalars(input.batch, &ws.scores, advantages);
-        check_scalars("advantages", advantages)
+        step_scalars(input, advantages, ws, |scores, out, _| {
+            rloo_scalars(input.batch, scores, out);
+            Ok(())
+        })
     }
 }
 
@@ -114,17 +115,18 @@ fill_estimator!(Rloo, "rloo", returns = false, steps);
 
 impl RlooVectorized {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        let scalars = sized(&mut ws.scalars, ws.scores.len());
-        rloo_vectorized_scalars(input.batch, &ws.scores, scalars);
-        check_scalars("advantages", scalars)?;
-        out.outcome(scalars, &mask)
+        let mask = outcome_scalars(input, ws, |_, scores, out, _| {
+            rloo_vectorized_scalars(input.batch, scores, out);
+            Ok(())
+        })?;
+        out.outcome(&ws.scalars, &mask)
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores().write_rows(&mut ws.scores);
-        rloo_vectorized_scalars(input.batch, &ws.scores, advantages);
-        check_scalars("advantages", advantages)
+        step_scalars(input, advantages, ws, |scores, out, _| {
+            rloo_vectorized_scalars(input.batch, scores, out);
+            Ok(())
+        })
     }
 }
 

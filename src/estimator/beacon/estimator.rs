@@ -4,12 +4,11 @@
 
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
+use crate::estimator::kernel::step_entry_points;
 use crate::estimator::{
-    check_all_finite, check_steps_out, estimate_via_steps, estimate_via_steps_fresh, AdvantageEstimator,
-    Advantages, EstimatorInput, StepScores, Workspace,
+    check_all_finite, check_steps_out, AdvantageEstimator, EstimatorInput, StepScores, Workspace,
 };
 use crate::milestone::check_flags;
-use crate::tensor::FloatViewMut;
 
 use super::advantage::{self, combine};
 use super::config::{BeaconConfig, BeaconFlavour};
@@ -202,7 +201,7 @@ impl Beacon {
         ws: &mut Workspace,
     ) -> Result<()> {
         check_steps_out(input, advantages)?;
-        let flags = Self::step_columns(input)?;
+        let flags = self.step_columns(input)?;
         // Two sources of a row's score must agree (see the `batch` module docs).
         input.check_step_values()?;
         let scores = input.step_scores();
@@ -214,7 +213,7 @@ impl Beacon {
 
     /// The step path's input shapes: `milestones` present and one per row, then the length of
     /// `row_scores` and the rows of `token_level_rewards`, when given. Returns the flags.
-    fn step_columns<'a>(input: &EstimatorInput<'a>) -> Result<&'a [bool]> {
+    fn step_columns<'a>(&self, input: &EstimatorInput<'a>) -> Result<&'a [bool]> {
         let flags = input.milestones.ok_or(Error::MissingInput("milestones"))?;
         check_flags(input.batch, flags)?;
         input.check_step_shapes()?;
@@ -231,63 +230,31 @@ impl AdvantageEstimator for Beacon {
         }
     }
 
-    /// Reads the batch's terminal rewards R(τ), or the caller's `row_scores` in their place
-    /// ([`EstimatorInput::with_row_scores`]; the paper flavour needs the rows of each
-    /// trajectory to agree), and `milestones` (required); when `token_level_rewards` are given
-    /// as well, every row's sum must equal its score, its `row_scores` entry or else its
-    /// trajectory's R(τ)
-    /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)). Broadcasts the
-    /// per-row advantages under `response_mask` when given (else one column). Returns equal
-    /// advantages, as in the release.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorInput, Workspace};
-    /// use beacon_rl::{Error, RolloutBatch};
-    /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
-    /// let beacon = Beacon::new(BeaconConfig::paper())?;
-    /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));
-    /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_lengths(&[2, 1], 3);
-    /// let mut tokens = ndarray::Array2::<f32>::zeros((2, 3));
-    /// beacon.estimate_into(&input, (&mut tokens).into(), None, &mut Workspace::new())?;
-    /// assert!(tokens[[0, 1]] > 0.0 && tokens[[0, 2]] == 0.0);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        ws: &mut Workspace,
-    ) -> Result<()> {
-        estimate_via_steps(
-            input,
-            advantages,
-            returns,
-            ws,
-            || Self::step_columns(input).map(drop),
-            |steps, ws| self.steps_with(input, steps, ws),
-        )
-    }
-
-    /// As the trait's `estimate`, but every input check runs before the output is allocated:
-    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
-    /// allocator only for an otherwise valid input.
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        estimate_via_steps_fresh(
-            input,
-            || Self::step_columns(input).map(drop),
-            |steps, ws| self.steps_with(input, steps, ws),
-        )
-    }
-
-    /// One advantage per row (the per-row `advantages` of [`Beacon::compute`]).
-    fn estimate_steps_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: &mut [f64],
-        ws: &mut Workspace,
-    ) -> Result<()> {
-        self.steps_with(input, advantages, ws)
+    step_entry_points! {
+        /// Reads the batch's terminal rewards R(τ), or the caller's `row_scores` in their
+        /// place ([`EstimatorInput::with_row_scores`]; the paper flavour needs the rows of each
+        /// trajectory to agree), and `milestones` (required); when `token_level_rewards` are
+        /// given as well, every row's sum must equal its score, its `row_scores` entry or else
+        /// its trajectory's R(τ)
+        /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).
+        /// Broadcasts the per-row advantages under `response_mask` when given (else one
+        /// column). Returns equal advantages, as in the release.
+        ///
+        /// ```
+        /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Workspace};
+        /// use beacon_rl::estimator::{Beacon, BeaconConfig};
+        /// use beacon_rl::{Error, RolloutBatch};
+        /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
+        /// let beacon = Beacon::new(BeaconConfig::paper())?;
+        /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));
+        /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_lengths(&[2, 1], 3);
+        /// let mut tokens = ndarray::Array2::<f32>::zeros((2, 3));
+        /// beacon.estimate_into(&input, (&mut tokens).into(), None, &mut Workspace::new())?;
+        /// assert!(tokens[[0, 1]] > 0.0 && tokens[[0, 2]] == 0.0);
+        /// # Ok::<(), beacon_rl::Error>(())
+        /// ```
+        columns = step_columns,
+        steps = steps_with,
     }
 }
 

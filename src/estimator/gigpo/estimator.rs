@@ -7,11 +7,8 @@ use std::hash::Hash;
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Error, Result};
-use crate::estimator::{
-    check_steps_out, estimate_via_steps, estimate_via_steps_fresh, AdvantageEstimator, Advantages,
-    EstimatorInput, StepScores, Workspace,
-};
-use crate::tensor::FloatViewMut;
+use crate::estimator::kernel::step_entry_points;
+use crate::estimator::{check_steps_out, AdvantageEstimator, EstimatorInput, StepScores, Workspace};
 
 use super::advantage::{self, AnchorsOf};
 use super::config::{GigpoConfig, StepGrouping};
@@ -166,42 +163,9 @@ impl Gigpo {
         workspace: &mut Workspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
-        self.compute_text_with(
-            batch,
-            StepScores::of_batch(batch),
-            step_rewards,
-            anchors,
-            workspace,
-            out,
-        )
-    }
-
-    /// [`compute_into`](Self::compute_into) with each row's score from `scores` (R(τ) or the caller's row scores).
-    fn compute_text_with<S: AsRef<str> + Sync>(
-        &self,
-        batch: &RolloutBatch,
-        scores: StepScores<'_>,
-        step_rewards: &[f64],
-        anchors: &[S],
-        workspace: &mut Workspace,
-        out: &mut GigpoOutput,
-    ) -> Result<()> {
-        check_len("anchors", batch.num_steps(), anchors.len())?;
-        let text = |r: usize| anchors[r].as_ref();
-        let similar = match self.config.grouping {
-            StepGrouping::Exact => None,
-            StepGrouping::Similarity { threshold } => Some((threshold, &text)),
-        };
-        let anchors = AnchorsOf { key: &text, similar };
-        advantage::run(
-            &self.config,
-            batch,
-            scores,
-            step_rewards,
-            anchors,
-            &mut workspace.gigpo,
-            out,
-        )
+        let anchors = Anchors::<S, ()>::Text(anchors);
+        let scores = StepScores::of_batch(batch);
+        self.run(batch, scores, step_rewards, anchors, workspace, out)
     }
 
     /// Computes GiGPO advantages with arbitrary anchor keys (`Hash + Eq`: token ids, state
@@ -255,55 +219,57 @@ impl Gigpo {
         workspace: &mut Workspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
-        self.compute_by_key_with(
-            batch,
-            StepScores::of_batch(batch),
-            step_rewards,
-            anchors,
-            workspace,
-            out,
-        )
+        let anchors = Anchors::<&str, K>::Keys(anchors);
+        let scores = StepScores::of_batch(batch);
+        self.run(batch, scores, step_rewards, anchors, workspace, out)
     }
 
-    /// [`compute_by_key_into`](Self::compute_by_key_into) with each row's score (R(τ) or the caller's row score) from
-    /// `scores`.
-    fn compute_by_key_with<K: Hash + Eq + Sync>(
+    /// The computation behind every entry point: `anchors` checked, then grouped (text by
+    /// the configured grouping, keys exactly), with each row's score (R(τ) or the caller's row score) from `scores`.
+    fn run<S: AsRef<str> + Sync, K: Hash + Eq + Sync>(
         &self,
         batch: &RolloutBatch,
         scores: StepScores<'_>,
         step_rewards: &[f64],
-        anchors: &[K],
+        anchors: Anchors<'_, S, K>,
         workspace: &mut Workspace,
         out: &mut GigpoOutput,
     ) -> Result<()> {
-        self.check_key_grouping()?;
-        check_len("anchors", batch.num_steps(), anchors.len())?;
-        let key = |r: usize| &anchors[r];
-        let anchors = AnchorsOf {
-            key: &key,
-            similar: None::<(f64, &NoText)>,
-        };
-        advantage::run(
-            &self.config,
-            batch,
-            scores,
-            step_rewards,
-            anchors,
-            &mut workspace.gigpo,
-            out,
-        )
+        self.check_anchors(batch.num_steps(), &anchors)?;
+        let (c, ws) = (&self.config, &mut workspace.gigpo);
+        match anchors {
+            Anchors::Text(text) => {
+                let text = |r: usize| text[r].as_ref();
+                let similar = match c.grouping {
+                    StepGrouping::Exact => None,
+                    StepGrouping::Similarity { threshold } => Some((threshold, &text)),
+                };
+                let anchors = AnchorsOf { key: &text, similar };
+                advantage::run(c, batch, scores, step_rewards, anchors, ws, out)
+            }
+            Anchors::Keys(keys) => {
+                let key = |r: usize| &keys[r];
+                let similar = None::<(f64, &NoText)>;
+                let anchors = AnchorsOf { key: &key, similar };
+                advantage::run(c, batch, scores, step_rewards, anchors, ws, out)
+            }
+        }
     }
 
-    /// Non-text anchors group exactly: similarity needs text.
-    fn check_key_grouping(&self) -> Result<()> {
-        match self.config.grouping {
-            StepGrouping::Similarity { threshold } => Err(Error::InvalidConfig {
-                name: "grouping",
-                value: threshold,
-                expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
-            }),
-            StepGrouping::Exact => Ok(()),
-        }
+    /// One anchor per row; keys need exact grouping (similarity needs text).
+    fn check_anchors<S, K>(&self, rows: usize, anchors: &Anchors<'_, S, K>) -> Result<()> {
+        let len = match (anchors, self.config.grouping) {
+            (Anchors::Text(text), _) => text.len(),
+            (Anchors::Keys(_), StepGrouping::Similarity { threshold }) => {
+                return Err(Error::InvalidConfig {
+                    name: "grouping",
+                    value: threshold,
+                    expected: "StepGrouping::Exact for non-text anchors (similarity needs Gigpo::compute)",
+                })
+            }
+            (Anchors::Keys(keys), StepGrouping::Exact) => keys.len(),
+        };
+        check_len("anchors", rows, len)
     }
 
     /// Per-row advantages for the trait's entry points (`step_rewards` and one of
@@ -326,10 +292,7 @@ impl Gigpo {
         let (batch, scores) = (input.batch, input.step_scores());
         // The output lives in the workspace; taken out for the call (no allocation: a move).
         let mut out = std::mem::take(&mut ws.gigpo_out);
-        let result = match anchors {
-            Anchors::Text(text) => self.compute_text_with(batch, scores, step_rewards, text, ws, &mut out),
-            Anchors::Ids(ids) => self.compute_by_key_with(batch, scores, step_rewards, ids, ws, &mut out),
-        };
+        let result = self.run(batch, scores, step_rewards, anchors, ws, &mut out);
         if result.is_ok() {
             advantages.copy_from_slice(&out.advantages);
         }
@@ -340,7 +303,7 @@ impl Gigpo {
     /// The step path's input shapes: `step_rewards` present and one per row, then one of
     /// `anchor_obs` / `anchor_ids` (ids need exact grouping), one per row, then the length of
     /// `row_scores` and the rows of `token_level_rewards`, when given.
-    fn step_columns<'a>(&self, input: &EstimatorInput<'a>) -> Result<(&'a [f64], Anchors<'a>)> {
+    fn step_columns<'a>(&self, input: &EstimatorInput<'a>) -> Result<(&'a [f64], StepAnchors<'a>)> {
         let rows = input.batch.num_steps();
         let step_rewards = input.step_rewards.ok_or(Error::MissingInput("step_rewards"))?;
         check_len("step_rewards", rows, step_rewards.len())?;
@@ -351,27 +314,25 @@ impl Gigpo {
                     second: "anchor_ids",
                 })
             }
-            (Some(text), None) => {
-                check_len("anchors", rows, text.len())?;
-                Anchors::Text(text)
-            }
-            (None, Some(ids)) => {
-                self.check_key_grouping()?;
-                check_len("anchors", rows, ids.len())?;
-                Anchors::Ids(ids)
-            }
+            (Some(text), None) => Anchors::Text(text),
+            (None, Some(ids)) => Anchors::Keys(ids),
             (None, None) => return Err(Error::MissingInput("anchor_obs")),
         };
+        self.check_anchors(rows, &anchors)?;
         input.check_step_shapes()?;
         Ok((step_rewards, anchors))
     }
 }
 
-/// The anchors of the trait's entry points: text (`anchor_obs`) or integer ids (`anchor_ids`).
-enum Anchors<'a> {
-    Text(&'a [&'a str]),
-    Ids(&'a [u64]),
+/// A run's anchors, one per caller row: text (`compute`; the trait's `anchor_obs`) or keys
+/// (`compute_by_key`; the trait's integer `anchor_ids`).
+enum Anchors<'a, S, K> {
+    Text(&'a [S]),
+    Keys(&'a [K]),
 }
+
+/// The anchors of the trait's entry points.
+type StepAnchors<'a> = Anchors<'a, &'a str, u64>;
 
 impl AdvantageEstimator for Gigpo {
     /// `gigpo`.
@@ -379,61 +340,30 @@ impl AdvantageEstimator for Gigpo {
         "gigpo"
     }
 
-    /// Reads the batch's terminal rewards, or the caller's `row_scores` in
-    /// their place (each row's own score), `step_rewards` and `anchor_obs` or `anchor_ids`
-    /// (required; integer ids need [`StepGrouping::Exact`]). When `token_level_rewards` are
-    /// given as well, every row's sum must equal its score: its `row_scores` entry, else its
-    /// trajectory's terminal reward ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row
-    /// advantages under `response_mask` when given (else one column). Returns equal advantages,
-    /// as in verl-agent.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gigpo, GigpoConfig};
-    /// use beacon_rl::RolloutBatch;
-    /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
-    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
-    /// let anchors = ["start", "start"];
-    /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 0.0]).with_anchor_obs(&anchors);
-    /// let out = gigpo.estimate(&input)?;
-    /// assert_eq!(out.advantages[[0, 0]], 0.5); // episode term 1 - 0.5; equal step returns
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        ws: &mut Workspace,
-    ) -> Result<()> {
-        estimate_via_steps(
-            input,
-            advantages,
-            returns,
-            ws,
-            || self.step_columns(input).map(drop),
-            |steps, ws| self.steps_with(input, steps, ws),
-        )
-    }
-
-    /// As the trait's `estimate`, but every input check runs before the output is allocated:
-    /// a refused input allocates nothing, and a `Lengths` mask's claimed L is asked of the
-    /// allocator only for an otherwise valid input.
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        estimate_via_steps_fresh(
-            input,
-            || self.step_columns(input).map(drop),
-            |steps, ws| self.steps_with(input, steps, ws),
-        )
-    }
-
-    /// One advantage per row (the per-row `advantages` of [`Gigpo::compute`]).
-    fn estimate_steps_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: &mut [f64],
-        ws: &mut Workspace,
-    ) -> Result<()> {
-        self.steps_with(input, advantages, ws)
+    step_entry_points! {
+        /// Reads the batch's terminal rewards, or the caller's `row_scores`
+        /// in their place (each row's own score), `step_rewards` and `anchor_obs` or
+        /// `anchor_ids` (required; integer ids need [`StepGrouping::Exact`]). When
+        /// `token_level_rewards` are given as well, every row's sum must equal its score: its
+        /// `row_scores` entry, else its trajectory's terminal reward
+        /// ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row advantages under
+        /// `response_mask` when given (else one column). Returns equal advantages, as in
+        /// verl-agent.
+        ///
+        /// ```
+        /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput};
+        /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
+        /// use beacon_rl::RolloutBatch;
+        /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
+        /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+        /// let anchors = ["start", "start"];
+        /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 0.0]).with_anchor_obs(&anchors);
+        /// let out = gigpo.estimate(&input)?;
+        /// assert_eq!(out.advantages[[0, 0]], 0.5); // episode term 1 - 0.5; equal step returns
+        /// # Ok::<(), beacon_rl::Error>(())
+        /// ```
+        columns = step_columns,
+        steps = steps_with,
     }
 }
 

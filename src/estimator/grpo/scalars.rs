@@ -5,7 +5,8 @@ use super::{GrpoConfig, GrpoNorm, GrpoStatistics};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 use crate::estimator::input::check_trajectories_agree;
-use crate::estimator::{check_scalars, group_rows, EstimatorInput, Scratch};
+use crate::estimator::kernel::outcome_scalars;
+use crate::estimator::{group_rows, EstimatorInput, Scratch};
 use crate::tensor::MaskView;
 
 /// verl's GRPO scalar per row (`compute_grpo_outcome_advantage` before broadcasting), or
@@ -103,13 +104,6 @@ fn grpo_trajectory_scalars(
     Ok(())
 }
 
-/// `v` resized to `n` entries (no allocation once it has held `n`).
-pub(crate) fn sized(v: &mut Vec<f64>, n: usize) -> &mut [f64] {
-    v.clear();
-    v.resize(n, 0.0);
-    v
-}
-
 /// The group's mean score Σs / n; when the plain sum overflows, s·Σ(x/s)/n with s = max |x|
 /// (only then, so every finite result keeps verl's bits).
 pub(super) fn group_mean(rows: &[usize], scores: &[f64]) -> f64 {
@@ -166,15 +160,8 @@ pub(super) fn token_scalars<'a>(
     input: &EstimatorInput<'a>,
     ws: &mut Scratch,
 ) -> Result<MaskView<'a>> {
-    let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-    let scalars = sized(&mut ws.scalars, ws.scores.len());
-    grpo_scalars(
-        input.batch,
-        &ws.scores,
-        input.row_scores.is_some(),
-        config,
-        scalars,
-    )?;
-    check_scalars("advantages", scalars)?;
-    Ok(mask)
+    let rows_may_differ = input.row_scores.is_some();
+    outcome_scalars(input, ws, |_, scores, out, _| {
+        grpo_scalars(input.batch, scores, rows_may_differ, config, out)
+    })
 }

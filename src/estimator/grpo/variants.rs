@@ -1,32 +1,28 @@
 //! `grpo_vectorized` (float32 group statistics), `grpo_passk` (best row only) and `gdpo`
 //! (GRPO, then batch whitening): the variants of the module docs of `grpo`.
 
-use super::scalars::{group_mean, sized, token_scalars, unbiased_std};
+use super::scalars::{group_mean, token_scalars, unbiased_std};
 use super::{Gdpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoVectorized};
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
+use crate::estimator::kernel::{outcome_scalars, step_scalars};
 use crate::estimator::whiten::whiten_outcome;
-use crate::estimator::{
-    check_scalars, fill_estimator, group_rows, row_groups_into, EstimatorInput, Out, Scratch,
-};
+use crate::estimator::{fill_estimator, group_rows, row_groups_into, EstimatorInput, Out, Scratch};
 
 impl GrpoVectorized {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
-        let mut scalars = std::mem::take(&mut ws.scalars);
-        grpo_vectorized_scalars(input.batch, &self.config, ws, &mut scalars);
-        let result = check_scalars("advantages", &scalars).and_then(|()| out.outcome(&scalars, &mask));
-        ws.scalars = scalars;
-        result
+        let mask = outcome_scalars(input, ws, |_, scores, out, ws| {
+            grpo_vectorized_scalars(input.batch, &self.config, scores, ws, out);
+            Ok(())
+        })?;
+        out.outcome(&ws.scalars, &mask)
     }
 
     fn steps(&self, input: &EstimatorInput<'_>, advantages: &mut [f64], ws: &mut Scratch) -> Result<()> {
-        input.step_scores().write_rows(&mut ws.scores);
-        let mut scalars = std::mem::take(&mut ws.scalars);
-        grpo_vectorized_scalars(input.batch, &self.config, ws, &mut scalars);
-        advantages.copy_from_slice(&scalars);
-        ws.scalars = scalars;
-        check_scalars("advantages", advantages)
+        step_scalars(input, advantages, ws, |scores, out, ws| {
+            grpo_vectorized_scalars(input.batch, &self.config, scores, ws, out);
+            Ok(())
+        })
     }
 }
 
@@ -34,11 +30,18 @@ fill_estimator!(GrpoVectorized, "grpo_vectorized", returns = false, steps);
 
 /// verl 0.9.1's `verl.utils.group_mean_std` in float32 (row-order accumulation, as
 /// `index_add_`; two-pass variance), then the float64 normalization of
-/// `compute_grpo_vectorized_outcome_advantage`.
-fn grpo_vectorized_scalars(batch: &RolloutBatch, config: &GrpoConfig, ws: &mut Scratch, out: &mut Vec<f64>) {
+/// `compute_grpo_vectorized_outcome_advantage`, into `out` (one entry per row, every entry
+/// written).
+fn grpo_vectorized_scalars(
+    batch: &RolloutBatch,
+    config: &GrpoConfig,
+    scores: &[f64],
+    ws: &mut Scratch,
+    out: &mut [f64],
+) {
     let num_groups = batch.num_groups();
     row_groups_into(batch, &mut ws.groups);
-    let (groups, scores) = (&ws.groups, &ws.scores);
+    let groups = &ws.groups;
     let (count, mean, sq) = (&mut ws.f32_a, &mut ws.f32_b, &mut ws.f32_c);
     for v in [&mut *count, &mut *mean, &mut *sq] {
         v.clear();
@@ -76,14 +79,13 @@ fn grpo_vectorized_scalars(batch: &RolloutBatch, config: &GrpoConfig, ws: &mut S
             sq[g] = std + eps32;
         }
     }
-    out.clear();
-    out.extend(groups.iter().zip(scores).map(|(&g, &s)| {
+    for (o, (&g, &s)) in out.iter_mut().zip(groups.iter().zip(scores)) {
         let centered = s - f64::from(mean[g]);
-        match config.norm {
+        *o = match config.norm {
             GrpoNorm::MeanStd => centered / f64::from(sq[g]),
             GrpoNorm::MeanOnly => centered,
-        }
-    }));
+        };
+    }
 }
 
 /// Float32 unbiased standard deviation of group `g`'s scores around `mean`, computed as
@@ -115,43 +117,52 @@ fn scaled_std_f32(groups: &[usize], scores: &[f64], g: usize, mean: f32, count: 
 
 impl GrpoPassk {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {
-        let mask = input.checked_scores_and_mask(&mut ws.scores)?;
         let batch = input.batch;
-        let scores = &ws.scores;
-        let scalars = sized(&mut ws.scalars, scores.len());
-        for g in 0..batch.num_groups() {
-            let rows = group_rows(batch, g);
-            if rows.len() < 2 {
-                return Err(Error::Undefined(format!(
-                    "grpo_passk requires at least 2 samples per group; group {g} has {} (verl raises ValueError)",
-                    rows.len()
-                )));
-            }
-            // Best row (first of equal maxima) and the second-largest score.
-            let mut best = rows[0];
-            for &r in &rows[1..] {
-                if scores[r] > scores[best] {
-                    best = r;
-                }
-            }
-            let second = rows
-                .iter()
-                .filter(|&&r| r != best)
-                .map(|&r| scores[r])
-                .fold(f64::NEG_INFINITY, f64::max);
-            let mut adv = scores[best] - second;
-            if self.config.norm == GrpoNorm::MeanStd {
-                let mean = group_mean(rows, scores);
-                adv /= unbiased_std(rows, scores, mean) + self.config.std_eps;
-            }
-            scalars[best] = adv;
-        }
-        check_scalars("advantages", scalars)?;
-        out.outcome(scalars, &mask)
+        let mask = outcome_scalars(input, ws, |_, scores, scalars, _| {
+            passk_scalars(batch, &self.config, scores, scalars)
+        })?;
+        out.outcome(&ws.scalars, &mask)
     }
 }
 
 fill_estimator!(GrpoPassk, "grpo_passk", returns = false);
+
+/// `grpo_passk`'s scalar per row into `scalars` (zeros): only each group's best row gets one.
+fn passk_scalars(
+    batch: &RolloutBatch,
+    config: &GrpoConfig,
+    scores: &[f64],
+    scalars: &mut [f64],
+) -> Result<()> {
+    for g in 0..batch.num_groups() {
+        let rows = group_rows(batch, g);
+        if rows.len() < 2 {
+            return Err(Error::Undefined(format!(
+                "grpo_passk requires at least 2 samples per group; group {g} has {} (verl raises ValueError)",
+                rows.len()
+            )));
+        }
+        // Best row (first of equal maxima) and the second-largest score.
+        let mut best = rows[0];
+        for &r in &rows[1..] {
+            if scores[r] > scores[best] {
+                best = r;
+            }
+        }
+        let second = rows
+            .iter()
+            .filter(|&&r| r != best)
+            .map(|&r| scores[r])
+            .fold(f64::NEG_INFINITY, f64::max);
+        let mut adv = scores[best] - second;
+        if config.norm == GrpoNorm::MeanStd {
+            let mean = group_mean(rows, scores);
+            adv /= unbiased_std(rows, scores, mean) + config.std_eps;
+        }
+        scalars[best] = adv;
+    }
+    Ok(())
+}
 
 impl Gdpo {
     fn fill(&self, input: &EstimatorInput<'_>, out: &mut Out<'_>, ws: &mut Scratch) -> Result<()> {

@@ -9,9 +9,9 @@ use crate::estimator::workspace::InputBufs;
 use crate::tensor::{FloatView, MaskView};
 
 impl<'a> EstimatorInput<'a> {
-    /// `token_level_rewards`, checked: present, one matrix row per batch row, and (with
-    /// [`FiniteCheck::Eager`]) finite.
-    pub(crate) fn checked_rewards(&self, check: FiniteCheck, buf: &mut Vec<f64>) -> Result<Tokens<'a, f64>> {
+    /// `token_level_rewards` as the caller's view, checked: present, one matrix row per batch
+    /// row (the first checks of every token path).
+    fn rewards_view(&self) -> Result<FloatView<'a>> {
         let rewards = self
             .token_level_rewards
             .ok_or(Error::MissingInput("token_level_rewards"))?;
@@ -20,7 +20,13 @@ impl<'a> EstimatorInput<'a> {
             self.batch.num_steps(),
             rewards.dim().0,
         )?;
-        let rewards = Tokens::floats(rewards, buf);
+        Ok(rewards)
+    }
+
+    /// `token_level_rewards`, checked: present, one matrix row per batch row, and (with
+    /// [`FiniteCheck::Eager`]) finite.
+    pub(crate) fn checked_rewards(&self, check: FiniteCheck, buf: &mut Vec<f64>) -> Result<Tokens<'a, f64>> {
+        let rewards = Tokens::floats(self.rewards_view()?, buf);
         if check == FiniteCheck::Eager {
             check_all_finite("token_level_rewards", rewards.as_slice())?;
         }
@@ -43,14 +49,7 @@ impl<'a> EstimatorInput<'a> {
     /// each other and the batch (not the rewards' finiteness nor the mask's entries: the
     /// kernels that read them check both, see [`FiniteCheck`] and [`mask_row`]).
     pub(crate) fn checked_views(&self) -> Result<(FloatView<'a>, MaskView<'a>)> {
-        let rewards = self
-            .token_level_rewards
-            .ok_or(Error::MissingInput("token_level_rewards"))?;
-        check_len(
-            "token_level_rewards rows",
-            self.batch.num_steps(),
-            rewards.dim().0,
-        )?;
+        let rewards = self.rewards_view()?;
         Ok((rewards, self.checked_mask(rewards.dim())?))
     }
 
@@ -79,11 +78,7 @@ impl<'a> EstimatorInput<'a> {
     /// `tests/it/fast_path_equivalence.rs` pins. The step path checks shapes first. Then
     /// `row_scores`, when given (length, finite, each equal to its row's sum).
     pub(crate) fn checked_scores_and_mask(&self, scores: &mut Vec<f64>) -> Result<MaskView<'a>> {
-        let rewards = self
-            .token_level_rewards
-            .ok_or(Error::MissingInput("token_level_rewards"))?;
-        let dim = rewards.dim();
-        check_len("token_level_rewards rows", self.batch.num_steps(), dim.0)?;
+        let rewards = self.rewards_view()?;
         row_sums(rewards, scores);
         if !all_finite(scores) {
             if let Some((index, value)) = rewards.first_non_finite() {
@@ -97,10 +92,7 @@ impl<'a> EstimatorInput<'a> {
         }
         // Shapes and lengths only: every caller ends in `Out::outcome`, whose write tests the
         // integer entries for 0/1 as it reads them (no pass of its own).
-        let mask = self.response_mask.ok_or(Error::MissingInput("response_mask"))?;
-        check_len("response_mask rows", dim.0, mask.dim().0)?;
-        check_len("response_mask columns", dim.1, mask.dim().1)?;
-        mask.validate_lengths()?;
+        let mask = self.checked_mask(rewards.dim())?;
         self.check_row_scores_against(scores)?;
         Ok(mask)
     }

@@ -1,7 +1,8 @@
 //! Plumbing shared by the estimators (crate-private), split by role: [`read`] (input columns
 //! and rows), [`write`] (the output writer and row writers), [`sums`] (row sums, mask counts
 //! and finiteness, with their SIMD); this file holds the glue: the `fill_estimator!` trait
-//! implementation, the step-level estimators' entry points, group rows and shape checks.
+//! implementation, the step-level estimators' entry points (`step_entry_points!`), group rows
+//! and shape checks.
 
 mod read;
 mod sums;
@@ -15,8 +16,8 @@ pub(crate) use write::{put_row_checked, put_row_from, put_row_masked, select, st
 
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, Result};
-use crate::estimator::{Advantages, EstimatorInput, Workspace};
-use crate::tensor::FloatViewMut;
+use crate::estimator::{Advantages, EstimatorInput, Scratch, Workspace};
+use crate::tensor::{FloatViewMut, MaskView};
 
 /// Implements [`AdvantageEstimator`](crate::estimator::AdvantageEstimator) for a verl estimator with an inherent
 /// `fn fill(&self, &EstimatorInput, &mut Out, &mut Scratch) -> Result<()>`; `returns` says
@@ -135,9 +136,48 @@ pub(crate) fn check_matrix_shape(
     check_len(what, dim.1, actual.1)
 }
 
-/// Reports the first non-finite per-row scalar (finite inputs that overflowed).
-pub(crate) fn check_scalars(what: &'static str, s: &[f64]) -> Result<()> {
-    check_all_finite(what, s)
+/// `v` resized to `n` zeros (no allocation once it has held `n`).
+pub(crate) fn sized(v: &mut Vec<f64>, n: usize) -> &mut [f64] {
+    v.clear();
+    v.resize(n, 0.0);
+    v
+}
+
+/// The token path of an outcome estimator (one scalar per row, broadcast over its generated
+/// tokens): the row scores and the mask checked
+/// ([`checked_scores_and_mask`](EstimatorInput::checked_scores_and_mask)), then
+/// `kernel(mask, scores, scalars, ws)` with the scalars sized to the rows (zeros), then the
+/// scalars checked finite. Leaves the scores in `ws.scores` and the scalars in `ws.scalars`
+/// (taken out of `ws` during the kernel); returns the mask.
+pub(crate) fn outcome_scalars<'a>(
+    input: &EstimatorInput<'a>,
+    ws: &mut Scratch,
+    kernel: impl FnOnce(&MaskView<'a>, &[f64], &mut [f64], &mut Scratch) -> Result<()>,
+) -> Result<MaskView<'a>> {
+    let mask = input.checked_scores_and_mask(&mut ws.scores)?;
+    let (scores, mut scalars) = (std::mem::take(&mut ws.scores), std::mem::take(&mut ws.scalars));
+    let result = kernel(&mask, &scores, sized(&mut scalars, scores.len()), ws)
+        .and_then(|()| check_all_finite("advantages", &scalars));
+    (ws.scores, ws.scalars) = (scores, scalars);
+    result.map(|()| mask)
+}
+
+/// The step path of an outcome estimator (its inputs checked by `fill_estimator!`): each
+/// row's score (its `row_scores` entry, else its trajectory's R(τ)) into `ws.scores`, then
+/// `kernel(scores, advantages, ws)`, which writes every entry, then the advantages checked
+/// finite.
+pub(crate) fn step_scalars(
+    input: &EstimatorInput<'_>,
+    advantages: &mut [f64],
+    ws: &mut Scratch,
+    kernel: impl FnOnce(&[f64], &mut [f64], &mut Scratch) -> Result<()>,
+) -> Result<()> {
+    input.step_scores().write_rows(&mut ws.scores);
+    let scores = std::mem::take(&mut ws.scores);
+    let result = kernel(&scores, advantages, ws);
+    ws.scores = scores;
+    result?;
+    check_all_finite("advantages", advantages)
 }
 
 /// The caller rows of group `g` (all steps of all its trajectories, trajectory-major).
@@ -165,6 +205,61 @@ pub(crate) fn row_groups(batch: &RolloutBatch) -> Vec<usize> {
     row_groups_into(batch, &mut out);
     out
 }
+
+/// The [`AdvantageEstimator`](crate::estimator::AdvantageEstimator) entry points of a
+/// step-level estimator (one advantage per row, broadcast over the row's tokens), inside its
+/// `impl` block: `estimate_into` (documented by the leading doc comment: what the estimator
+/// reads), `estimate` and `estimate_steps_into`, from two inherent methods:
+/// `$columns(&self, &EstimatorInput) -> Result<_>` checks the step columns' shapes (before
+/// the per-row buffer is sized, see [`estimate_via_steps`]) and
+/// `$steps(&self, &EstimatorInput, &mut [f64], &mut Workspace) -> Result<()>` computes the
+/// per-row advantages with every check of the step path.
+macro_rules! step_entry_points {
+    ($(#[$doc:meta])* columns = $columns:ident, steps = $steps:ident $(,)?) => {
+        $(#[$doc])*
+        fn estimate_into(
+            &self,
+            input: &$crate::estimator::EstimatorInput<'_>,
+            advantages: $crate::tensor::FloatViewMut<'_>,
+            returns: Option<$crate::tensor::FloatViewMut<'_>>,
+            ws: &mut $crate::estimator::Workspace,
+        ) -> $crate::error::Result<()> {
+            $crate::estimator::estimate_via_steps(
+                input,
+                advantages,
+                returns,
+                ws,
+                || self.$columns(input).map(drop),
+                |steps, ws| self.$steps(input, steps, ws),
+            )
+        }
+
+        /// As the trait's `estimate`, but every input check runs before the output is
+        /// allocated: a refused input allocates nothing, and a `Lengths` mask's claimed L is
+        /// asked of the allocator only for an otherwise valid input.
+        fn estimate(
+            &self,
+            input: &$crate::estimator::EstimatorInput<'_>,
+        ) -> $crate::error::Result<$crate::estimator::Advantages> {
+            $crate::estimator::estimate_via_steps_fresh(
+                input,
+                || self.$columns(input).map(drop),
+                |steps, ws| self.$steps(input, steps, ws),
+            )
+        }
+
+        /// One advantage per row (the per-row `advantages` of the estimator's parts API).
+        fn estimate_steps_into(
+            &self,
+            input: &$crate::estimator::EstimatorInput<'_>,
+            advantages: &mut [f64],
+            ws: &mut $crate::estimator::Workspace,
+        ) -> $crate::error::Result<()> {
+            self.$steps(input, advantages, ws)
+        }
+    };
+}
+pub(crate) use step_entry_points;
 
 /// The step-level estimators' `estimate_into` (BEACON, GiGPO): `check` first (the step
 /// columns: the per-row buffer is sized by the batch's row count, which `from_offsets` only
