@@ -31,10 +31,12 @@
 //!
 //! Every token outside a turn gets 0 in the output.
 
-use super::{float_row, mask_row, row_groups_into, EstimatorInput};
+use super::{float_row, row_groups_into, EstimatorInput};
 use crate::error::{check_len, Error, Result};
 use crate::tensor::{overflows_f32, Float, FloatView, FloatViewMut, MaskView};
 use crate::RolloutBatch;
+
+mod runs;
 
 /// The turn-level estimators' part of a [`Workspace`](super::Workspace).
 #[derive(Debug, Clone, Default)]
@@ -216,7 +218,9 @@ impl Turns {
         self.mbuf.resize(cols, 0);
         self.rbuf.resize(cols, 0.0);
         for r in 0..rows {
-            if !mask_row(mask, r, &mut self.mbuf) {
+            let from = self.spans.len();
+            let ahead = runs::Ahead::rows(mask, rewards, r);
+            if !runs::row_runs(mask, r, ahead, &mut self.mbuf, &mut self.spans) {
                 return Err(mask.value_error());
             }
             self.row_turns.push(self.reward.len());
@@ -224,34 +228,23 @@ impl Turns {
             // The row's rewards in place when contiguous, else widened into `rbuf`.
             let src = rewards.map(|rw| RowRef::of(rw, r, &mut self.rbuf));
             // `owned`: where the tokens the next turn owns begin.
-            let (mut t, mut owned) = (0, 0);
-            loop {
-                let start = skip_run(&self.mbuf, t, 0);
-                if start == cols {
-                    break;
-                }
-                t = skip_run(&self.mbuf, start, 1);
-                let turn = match &src {
+            let mut owned = 0;
+            for s in &mut self.spans[from..] {
+                s.turn = match &src {
                     Some(row) => {
-                        self.reward.push(row.sum(owned, t));
-                        self.tokens.push(t - start);
+                        self.reward.push(row.sum(owned, s.end));
+                        self.tokens.push(s.end - s.start);
                         self.row_of.push(r);
-                        self.first.push(start);
-                        owned = t;
+                        self.first.push(s.start);
+                        owned = s.end;
                         self.reward.len() - 1
                     }
                     None => {
-                        self.tokens[r] += t - start;
-                        self.first[r] = self.first[r].min(start);
+                        self.tokens[r] += s.end - s.start;
+                        self.first[r] = self.first[r].min(s.start);
                         r
                     }
                 };
-                self.spans.push(Span {
-                    row: r,
-                    start,
-                    end: t,
-                    turn,
-                });
             }
             if let (Some(rw), Some(row)) = (rewards, src) {
                 let tail = row.sum(owned, cols);
@@ -383,26 +376,6 @@ impl Turns {
     }
 }
 
-/// The first position at or after `t` where the 0/1 bytes of `m` differ from `bit`: eight
-/// bytes at a time through a run (masks are long runs), then byte by byte.
-#[inline]
-fn skip_run(m: &[u8], mut t: usize, bit: u8) -> usize {
-    let word = u64::from_ne_bytes([bit; 8]);
-    while let Some(chunk) = m.get(t..t + 8) {
-        let w = u64::from_ne_bytes([
-            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-        ]);
-        if w != word {
-            break;
-        }
-        t += 8;
-    }
-    while t < m.len() && m[t] == bit {
-        t += 1;
-    }
-    t
-}
-
 /// One row of a float column, in its own dtype.
 #[derive(Clone, Copy)]
 enum RowRef<'b> {
@@ -442,17 +415,27 @@ impl<'b> RowRef<'b> {
 
 /// Σ x in four interleaved partial sums (x[i] into partial i mod 4, combined as
 /// (p0 + p2) + (p1 + p3)): a fixed order that vectorizes, where one chain does not.
+///
+/// Eight entries that are all ±0 are passed over, which leaves every partial exactly as
+/// adding them would: a partial starts at +0 and a sum is −0 only when both terms are, so no
+/// partial is ever −0, and p + (±0) = p for every other p (NaN and ±∞ included). Token
+/// rewards are mostly 0 (one reward per turn), so most chunks cost one compare and no add,
+/// where every add waits on the previous one of its partial.
 #[inline]
 fn lane_sum<T: Float>(x: &[T]) -> f64 {
     let mut p = [0.0f64; 4];
-    let mut c = x.chunks_exact(4);
+    let mut c = x.chunks_exact(8);
     for q in &mut c {
-        for j in 0..4 {
-            p[j] += q[j].to_f64();
+        // Not short-circuiting: one vector compare.
+        if q.iter().fold(true, |zero, &v| zero & (v == T::ZERO)) {
+            continue;
+        }
+        for (j, &v) in q.iter().enumerate() {
+            p[j % 4] += v.to_f64();
         }
     }
     for (j, &v) in c.remainder().iter().enumerate() {
-        p[j] += v.to_f64();
+        p[j % 4] += v.to_f64();
     }
     (p[0] + p[2]) + (p[1] + p[3])
 }
