@@ -1,10 +1,9 @@
 //! `turn_gae`: generalized advantage estimation over one critic value per turn, broadcast to
 //! the turn's tokens.
 
-use super::turns::TurnWorkspace;
-use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use super::turns::{turn_estimator, TurnWorkspace};
+use super::{check_steps_out, EstimatorInput};
 use crate::error::{check_len, Error, Range, Result};
-use crate::tensor::FloatViewMut;
 
 /// Parameters of `turn_gae`.
 ///
@@ -234,6 +233,36 @@ impl TurnGae {
         }
         Ok(())
     }
+
+    /// `estimate_steps_into`: one value per step row.
+    fn steps(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        ws: &mut TurnWorkspace,
+    ) -> Result<()> {
+        check_steps_out(input, advantages)?;
+        if self.config.whiten {
+            return Err(Error::InvalidConfig {
+                name: "whiten",
+                value: 1.0,
+                expected: "false on step rows (the whitening needs the response mask)",
+            });
+        }
+        // Own columns first (present, one per row), then the step path's shared checks.
+        if input.step_rewards.is_some() {
+            let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
+            check_len("turn_values", input.batch.num_steps(), tv.len())?;
+        }
+        ws.turns.read_steps(input)?;
+        let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
+        crate::error::check_finite("turn_values", tv)?;
+        ws.a.clear();
+        ws.a.extend_from_slice(tv);
+        self.recursion(ws)?;
+        advantages.copy_from_slice(&ws.values);
+        Ok(())
+    }
 }
 
 /// verl's `masked_whiten` of a token matrix whose generated tokens hold per-turn values:
@@ -262,73 +291,13 @@ fn whiten_turns(tokens: &[usize], values: &mut [f64]) {
     values.iter_mut().for_each(|v| *v = (*v - mean) * scale);
 }
 
-impl AdvantageEstimator for TurnGae {
-    fn name(&self) -> &'static str {
-        "turn_gae"
-    }
-
-    fn has_returns(&self) -> bool {
-        true
-    }
-
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        self.prepare(input, &mut workspace.turns)?;
-        let ws = &workspace.turns;
-        // Returns are the turns' λ-returns, kept in `b` by `prepare`.
-        ws.write_outputs(input.output_dim(), advantages, returns, &ws.b)
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        // The inputs are read and checked before the outputs are allocated.
-        let mut ws = TurnWorkspace::default();
-        self.prepare(input, &mut ws)?;
-        let dim = input.output_dim();
-        Ok(Advantages {
-            advantages: ws.fresh_output(dim, &ws.values)?,
-            returns: Some(ws.fresh_output(dim, &ws.b)?),
-        })
-    }
-
-    fn estimate_steps_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: &mut [f64],
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        check_steps_out(input, advantages)?;
-        if self.config.whiten {
-            return Err(Error::InvalidConfig {
-                name: "whiten",
-                value: 1.0,
-                expected: "false on step rows (the whitening needs the response mask)",
-            });
-        }
-        // Own columns first (present, one per row), then the step path's shared checks.
-        if input.step_rewards.is_some() {
-            let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
-            check_len("turn_values", input.batch.num_steps(), tv.len())?;
-        }
-        let ws = &mut workspace.turns;
-        ws.turns.read_steps(input)?;
-        let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
-        crate::error::check_finite("turn_values", tv)?;
-        ws.a.clear();
-        ws.a.extend_from_slice(tv);
-        self.recursion(ws)?;
-        advantages.copy_from_slice(&ws.values);
-        Ok(())
-    }
-}
+// Its returns are the turns' λ-returns, kept in `b` by `prepare`.
+turn_estimator!(TurnGae, "turn_gae", returns = b);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::{AdvantageEstimator, Workspace};
     use crate::RolloutBatch;
     use ndarray::array;
 

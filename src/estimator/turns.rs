@@ -38,6 +38,74 @@ use crate::RolloutBatch;
 
 mod runs;
 
+/// The [`AdvantageEstimator`](super::AdvantageEstimator) impl of a turn-level estimator:
+/// `estimate_into` and `estimate` run the type's `prepare(&self, input, &mut TurnWorkspace)`
+/// (every turn's advantage into `values`, its return into the named field when the estimator
+/// has returns), then write them over the turns' tokens ([`TurnWorkspace::write_outputs`],
+/// or a fresh output after every input was read); `estimate_steps_into` is the type's
+/// `steps(&self, input, &mut [f64], &mut TurnWorkspace)`.
+///
+/// `turn_estimator!(Type, "name")`, or `turn_estimator!(Type, "name", returns = field)` for
+/// an estimator whose returns differ from its advantages.
+macro_rules! turn_estimator {
+    ($ty:ty, $name:literal) => {
+        $crate::estimator::turns::turn_estimator!(@impl $ty, $name, false, values);
+    };
+    ($ty:ty, $name:literal, returns = $field:ident) => {
+        $crate::estimator::turns::turn_estimator!(@impl $ty, $name, true, $field);
+    };
+    (@impl $ty:ty, $name:literal, $has_returns:literal, $returns:ident) => {
+        impl $crate::estimator::AdvantageEstimator for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn has_returns(&self) -> bool {
+                $has_returns
+            }
+
+            fn estimate_into(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+                advantages: $crate::tensor::FloatViewMut<'_>,
+                returns: Option<$crate::tensor::FloatViewMut<'_>>,
+                workspace: &mut $crate::estimator::Workspace,
+            ) -> $crate::error::Result<()> {
+                let ws = &mut workspace.turns;
+                self.prepare(input, ws)?;
+                // Without returns of their own, `returns` (if asked for) gets the advantages.
+                ws.write_outputs(input.output_dim(), advantages, returns, &ws.$returns)
+            }
+
+            fn estimate(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+            ) -> $crate::error::Result<$crate::estimator::Advantages> {
+                // The inputs are read and checked before the outputs are allocated.
+                let mut ws = $crate::estimator::turns::TurnWorkspace::default();
+                self.prepare(input, &mut ws)?;
+                let dim = input.output_dim();
+                let advantages = ws.fresh_output(dim, &ws.values)?;
+                let returns = match $has_returns {
+                    true => Some(ws.fresh_output(dim, &ws.$returns)?),
+                    false => None,
+                };
+                Ok($crate::estimator::Advantages { advantages, returns })
+            }
+
+            fn estimate_steps_into(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+                advantages: &mut [f64],
+                workspace: &mut $crate::estimator::Workspace,
+            ) -> $crate::error::Result<()> {
+                self.steps(input, advantages, &mut workspace.turns)
+            }
+        }
+    };
+}
+pub(crate) use turn_estimator;
+
 /// The turn-level estimators' part of a [`Workspace`](super::Workspace).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TurnWorkspace {

@@ -82,7 +82,10 @@ impl Ahead {
     /// The requests for row `row + AHEAD` of `mask` and `rewards` (none past the last row).
     pub(super) fn rows(mask: &MaskView<'_>, rewards: Option<&FloatView<'_>>, row: usize) -> Self {
         fn at<T>(m: &ndarray::ArrayView2<'_, T>, r: usize) -> (usize, usize) {
-            match (r < m.nrows()).then(|| m.row(r)).and_then(|x| x.to_slice().map(<[T]>::as_ptr)) {
+            match (r < m.nrows())
+                .then(|| m.row(r))
+                .and_then(|x| x.to_slice().map(<[T]>::as_ptr))
+            {
                 Some(p) => (p as usize, std::mem::size_of::<T>()),
                 None => (0, 0),
             }
@@ -246,7 +249,9 @@ mod tests {
         // Rows of 0..40 tokens with runs of every length crossing chunk edges.
         let mut state = 0x5EEDu64;
         let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             state >> 33
         };
         for cols in [0usize, 1, 7, 8, 9, 16, 17, 40] {
@@ -259,7 +264,10 @@ mod tests {
             let m8 = m64.mapv(|x| x as u8);
             let mb = m64.mapv(|x| x == 1);
             // Strided views: every other column of a wider matrix.
-            let wide = Array2::from_shape_fn((rows, 2 * cols), |(r, t)| if t % 2 == 0 { m64[[r, t / 2]] } else { 7 });
+            let wide = Array2::from_shape_fn(
+                (rows, 2 * cols),
+                |(r, t)| if t % 2 == 0 { m64[[r, t / 2]] } else { 7 },
+            );
             let strided = wide.slice(s![.., ..;2]);
             for r in 0..rows {
                 let want = reference(m64.row(r).as_slice().unwrap());
