@@ -4,6 +4,7 @@
 use super::turns::{turn_estimator, TurnWorkspace};
 use super::{check_steps_out, EstimatorInput};
 use crate::error::{check_len, Error, Range, Result};
+use crate::tensor::FloatView;
 
 /// Parameters of `turn_gae`.
 ///
@@ -212,9 +213,18 @@ impl TurnGae {
                 let dim = input.output_dim();
                 crate::estimator::check_matrix_shape("values", values.dim(), dim)?;
                 ws.a.clear();
-                for (&row, &first) in ws.turns.row_of.iter().zip(&ws.turns.first) {
-                    // A step row without a generated token: its first column.
-                    let t = if first == usize::MAX { 0 } else { first };
+                let (rows, firsts) = (&ws.turns.row_of, &ws.turns.first);
+                // A step row without a generated token: its first column.
+                let col = |first: usize| if first == usize::MAX { 0 } else { first };
+                for (k, (&row, &first)) in rows.iter().zip(firsts).enumerate() {
+                    // One value per turn, a line apart: each read is a wait on memory unless
+                    // it was requested some turns before.
+                    if let (Some(&r), Some(&f)) = (rows.get(k + AHEAD), firsts.get(k + AHEAD)) {
+                        if let Some(line) = value_addr(&values, r, col(f)) {
+                            crate::estimator::prefetch_line(line);
+                        }
+                    }
+                    let t = col(first);
                     let x = values.get(row, t).unwrap_or(0.0);
                     if !x.is_finite() {
                         return Err(Error::NonFinite {
@@ -262,6 +272,17 @@ impl TurnGae {
         self.recursion(ws)?;
         advantages.copy_from_slice(&ws.values);
         Ok(())
+    }
+}
+
+/// Turns between the value read and the value requested.
+const AHEAD: usize = 16;
+
+/// The address of `values[row, t]`, to request it ahead of its read.
+fn value_addr(values: &FloatView<'_>, row: usize, t: usize) -> Option<usize> {
+    match values {
+        FloatView::F32(m) => m.get((row, t)).map(|x| x as *const f32 as usize),
+        FloatView::F64(m) => m.get((row, t)).map(|x| x as *const f64 as usize),
     }
 }
 
