@@ -8,6 +8,8 @@
 //! - `step_rows/C`: the same shape as step rows (one turn per row, 8 trajectories of 4 steps
 //!   per group, `step_rewards` per row, `i64` mask). `floor_mask/C`: read the mask, write the
 //!   output.
+//! - `empg` runs on step rows only (it reads one entropy per step and no token rewards): its
+//!   floor is `floor_mask/C`.
 //! - `NAME/N`: `estimate_steps_into` on 4-step trajectories, N = 10³ … 10⁶ trajectories
 //!   (throughput per trajectory: a linear cost is a flat rate).
 //!
@@ -34,7 +36,7 @@ const GROUP_SIZE: usize = 8;
 const STEPS: usize = 4;
 
 /// The estimators benched, by name (group-normalised where they have the option).
-const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"];
+const NAMES: &[&str] = &["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo", "empg"];
 
 fn build(name: &str) -> Box<dyn AdvantageEstimator> {
     let json = match name {
@@ -44,6 +46,7 @@ fn build(name: &str) -> Box<dyn AdvantageEstimator> {
         "mt_grpo" => r#"{"adv_estimator":"mt_grpo"}"#,
         "turn_gae" => r#"{"adv_estimator":"turn_gae","discount":0.99,"lam":0.95}"#,
         "tree_grpo" => r#"{"adv_estimator":"tree_grpo"}"#,
+        "empg" => r#"{"adv_estimator":"empg"}"#,
         _ => unreachable!(),
     };
     let c: EstimatorConfig = serde_json::from_str(json).expect("config");
@@ -87,7 +90,8 @@ fn multi_turn(rng: &mut SplitMix64) -> MultiTurn {
     }
 }
 
-/// Step rows: GROUP_SIZE trajectories × STEPS steps per uid, steps interleaved.
+/// Step rows: GROUP_SIZE trajectories × STEPS steps per uid, steps interleaved; each row's
+/// reward and value (the entropy column reuses the values: any nonnegative numbers).
 fn step_batch(trajectories: usize) -> (RolloutBatch, Vec<f64>, Vec<f64>) {
     let rows = trajectories * STEPS;
     let per_group = GROUP_SIZE * STEPS;
@@ -189,15 +193,18 @@ fn bench(c: &mut Criterion) {
             .with_values(&d.values)
             .with_response_mask(&d.mask)
             .with_tree_parents(&multi_parents);
-        group.bench_function(format!("{name}/multi_turn/C"), |b| {
-            cpu_iter(b, || {
-                est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
-                    .unwrap()
-            })
-        });
+        if *name != "empg" {
+            group.bench_function(format!("{name}/multi_turn/C"), |b| {
+                cpu_iter(b, || {
+                    est.estimate_into(black_box(&input), (&mut adv).into(), None, &mut ws)
+                        .unwrap()
+                })
+            });
+        }
         let input = EstimatorInput::new(&steps)
             .with_step_rewards(&step_rewards)
             .with_turn_values(&turn_values)
+            .with_step_entropy(&turn_values)
             .with_response_mask(step_mask)
             .with_tree_parents(&c_step_parents);
         group.bench_function(format!("{name}/step_rows/C"), |b| {
@@ -224,6 +231,7 @@ fn bench(c: &mut Criterion) {
             let input = EstimatorInput::new(&batch)
                 .with_step_rewards(&rewards)
                 .with_turn_values(&values)
+                .with_step_entropy(&values)
                 .with_tree_parents(&parents);
             group.bench_function(format!("{name}/{n}"), |b| {
                 cpu_iter(b, || {

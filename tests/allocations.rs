@@ -177,3 +177,57 @@ fn an_input_refused_by_estimate_allocates_nothing() {
         );
     }
 }
+
+#[test]
+fn turn_level_multi_turn_rows_allocate_nothing_after_the_first_call() {
+    // verl's multi-turn layout (one dialogue per row, no `step_rewards`): the turns are read
+    // from the mask's runs, which the batch above (step rows) does not exercise. 24 rows of 40
+    // tokens, 1–3 turns each, in groups of 4; both dtype sets.
+    let (rows, cols) = (24, 40);
+    let groups: Vec<usize> = (0..rows).map(|r| r / 4).collect();
+    let batch = RolloutBatch::from_group_keys(&groups, &vec![0.0; rows]).unwrap();
+    let mask = Array2::from_shape_fn((rows, cols), |(r, t)| {
+        let turns = 1 + r % 3;
+        (0..turns).any(|k| t >= 2 + 12 * k && t < 2 + 12 * k + 5 + (r + k) % 6)
+    });
+    let rewards = Array2::from_shape_fn((rows, cols), |(r, t)| if (r + t) % 7 == 0 { 0.5 } else { 0.0 });
+    let values = rewards.mapv(|x| 0.25 - x);
+    // tree_grpo: in each group, rows 1-3 branch off the group's first row.
+    let parents: Vec<i64> = (0..rows)
+        .map(|r| if r % 4 == 0 { -1 } else { (r - r % 4) as i64 })
+        .collect();
+    let (mask64, rewards32, values32) = (
+        mask.mapv(i64::from),
+        rewards.mapv(|x| x as f32),
+        values.mapv(|x| x as f32),
+    );
+    let f64_input = EstimatorInput::new(&batch)
+        .with_token_level_rewards(&rewards)
+        .with_values(&values)
+        .with_response_mask(&mask)
+        .with_tree_parents(&parents);
+    let f32_input = f64_input
+        .with_token_level_rewards(&rewards32)
+        .with_values(&values32)
+        .with_response_mask(&mask64);
+    let mut report = Vec::new();
+    for name in ["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"] {
+        let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
+        let mut ws = Workspace::new();
+        let mut adv64 = Array2::<f64>::zeros((rows, cols));
+        let mut ret64 = Array2::<f64>::zeros((rows, cols));
+        let mut adv32 = Array2::<f32>::zeros((rows, cols));
+        let mut calls = |ws: &mut Workspace| {
+            est.estimate_into(&f64_input, (&mut adv64).into(), Some((&mut ret64).into()), ws)
+                .unwrap();
+            est.estimate_into(&f32_input, (&mut adv32).into(), None, ws)
+                .unwrap();
+        };
+        calls(&mut ws);
+        report.push((name, counting::this_thread(|| calls(&mut ws))));
+    }
+    assert!(
+        report.iter().all(|&(_, n)| n == 0),
+        "allocations on the second call: {report:?}"
+    );
+}

@@ -235,8 +235,8 @@ pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, 
 pub(crate) use kernel::row_groups;
 pub(crate) use kernel::{
     check_all_finite, check_matrix_shape, check_steps_out, estimate_via_steps, estimate_via_steps_fresh,
-    fill_estimator, float_row, group_rows, mask_row, masked_counts, row_groups_into, row_sums_to, select,
-    Out, Prefetch, Tokens, LANES,
+    fill_estimator, float_row, group_rows, mask_row, masked_counts, prefetch_line, row_groups_into,
+    row_sums_to, select, Out, Prefetch, Tokens, LANES,
 };
 pub use mt_grpo::{MtGrpoConfig, TurnBaseline};
 pub use optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};

@@ -1,9 +1,8 @@
 //! `mt_grpo`: multi-turn GRPO with turn-level advantages (Zeng et al., arXiv 2505.11821).
 
-use super::turns::TurnWorkspace;
-use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use super::turns::{turn_estimator, TurnWorkspace};
+use super::{check_steps_out, EstimatorInput};
 use crate::error::{Error, Range, Result};
-use crate::tensor::FloatViewMut;
 
 /// Which baseline the turns get (see the module docs (`src/estimator/mt_grpo.rs`)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +202,19 @@ impl MtGrpo {
         ws.turns.read_tokens(input, input.output_dim())?;
         self.turn_values(ws)
     }
+
+    fn steps(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        ws: &mut TurnWorkspace,
+    ) -> Result<()> {
+        check_steps_out(input, advantages)?;
+        ws.turns.read_steps(input)?;
+        self.turn_values(ws)?;
+        advantages.copy_from_slice(&ws.values);
+        Ok(())
+    }
 }
 
 /// Â of `x` under (μ, σ) of a set of `n` trajectories: 0 when σ is undefined (n < 2).
@@ -334,51 +346,12 @@ fn reward_to_go(ws: &mut TurnWorkspace, width: usize, cells: usize) {
     }
 }
 
-impl AdvantageEstimator for MtGrpo {
-    fn name(&self) -> &'static str {
-        "mt_grpo"
-    }
-
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        self.prepare(input, &mut workspace.turns)?;
-        let ws = &workspace.turns;
-        ws.write_outputs(input.output_dim(), advantages, returns, &ws.values)
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        // The inputs are read and checked before the output is allocated.
-        let mut ws = TurnWorkspace::default();
-        self.prepare(input, &mut ws)?;
-        Ok(Advantages {
-            advantages: ws.fresh_output(input.output_dim(), &ws.values)?,
-            returns: None,
-        })
-    }
-
-    fn estimate_steps_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: &mut [f64],
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        check_steps_out(input, advantages)?;
-        let ws = &mut workspace.turns;
-        ws.turns.read_steps(input)?;
-        self.turn_values(ws)?;
-        advantages.copy_from_slice(&ws.values);
-        Ok(())
-    }
-}
+turn_estimator!(MtGrpo, "mt_grpo");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::{AdvantageEstimator, Workspace};
     use crate::RolloutBatch;
 
     /// Step rows of one group: trajectories as lists of turn rewards, rows trajectory-major.

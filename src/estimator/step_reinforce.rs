@@ -1,9 +1,8 @@
 //! `step_reinforce`: discounted per-turn returns, normalised over turns, as ROLL runs them.
 
-use super::turns::{TurnWorkspace, Turns};
-use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use super::turns::{turn_estimator, TurnWorkspace, Turns};
+use super::{check_steps_out, EstimatorInput};
 use crate::error::{Error, Range, Result};
-use crate::tensor::FloatViewMut;
 
 /// Where a normalisation statistic is taken: ROLL's `norm_mean_type` / `norm_std_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,40 +294,13 @@ impl StepReinforce {
             values.iter_mut().for_each(|v| *v = v.clamp(-clip, clip));
         }
     }
-}
 
-impl AdvantageEstimator for StepReinforce {
-    fn name(&self) -> &'static str {
-        "step_reinforce"
-    }
-
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        self.prepare(input, &mut workspace.turns)?;
-        let ws = &workspace.turns;
-        ws.write_outputs(input.output_dim(), advantages, returns, &ws.values)
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        // The inputs are read and checked before the output is allocated.
-        let mut ws = TurnWorkspace::default();
-        self.prepare(input, &mut ws)?;
-        Ok(Advantages {
-            advantages: ws.fresh_output(input.output_dim(), &ws.values)?,
-            returns: None,
-        })
-    }
-
-    fn estimate_steps_into(
+    /// `estimate_steps_into`: one value per step row.
+    fn steps(
         &self,
         input: &EstimatorInput<'_>,
         advantages: &mut [f64],
-        workspace: &mut Workspace,
+        ws: &mut TurnWorkspace,
     ) -> Result<()> {
         check_steps_out(input, advantages)?;
         if self.config.whiten_advantages {
@@ -339,7 +311,6 @@ impl AdvantageEstimator for StepReinforce {
                 expected: "false on step rows (the whitening needs the response mask)",
             });
         }
-        let ws = &mut workspace.turns;
         ws.turns.read_steps(input)?;
         self.turn_values(ws);
         self.finish_tokens(&ws.turns, &mut ws.values);
@@ -349,9 +320,12 @@ impl AdvantageEstimator for StepReinforce {
     }
 }
 
+turn_estimator!(StepReinforce, "step_reinforce");
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::{AdvantageEstimator, Workspace};
     use crate::RolloutBatch;
     use ndarray::array;
 

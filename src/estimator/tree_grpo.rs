@@ -1,11 +1,10 @@
 //! `tree_grpo`: group-relative advantages over trees of rollouts that share prefixes
 //! (Tree-GRPO, Ji et al., arXiv 2509.21240).
 
-use super::turns::TurnWorkspace;
-use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use super::turns::{turn_estimator, TurnWorkspace};
+use super::{check_steps_out, EstimatorInput};
 use crate::error::{check_len, Error, Range, Result};
 use crate::stats::{group_means, group_spreads, GroupStats, SingletonRule};
-use crate::tensor::FloatViewMut;
 
 /// Which of the authors' tree estimators `tree_grpo` computes (see [`TreeGrpoConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -258,6 +257,21 @@ impl TreeGrpo {
         read_trees(input, ws)?;
         self.turn_values(ws)
     }
+
+    /// `estimate_steps_into`: one value per step row.
+    fn steps(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        ws: &mut TurnWorkspace,
+    ) -> Result<()> {
+        check_steps_out(input, advantages)?;
+        ws.turns.read_steps(input)?;
+        read_trees(input, ws)?;
+        self.turn_values(ws)?;
+        advantages.copy_from_slice(&ws.values);
+        Ok(())
+    }
 }
 
 const DONE: usize = usize::MAX;
@@ -371,52 +385,12 @@ fn roots(parent: &[usize], stamp: &mut Vec<usize>, root: &mut Vec<usize>) -> Opt
     None
 }
 
-impl AdvantageEstimator for TreeGrpo {
-    fn name(&self) -> &'static str {
-        "tree_grpo"
-    }
-
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        self.prepare(input, &mut workspace.turns)?;
-        let ws = &workspace.turns;
-        ws.write_outputs(input.output_dim(), advantages, returns, &ws.values)
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        // The inputs are read and checked before the output is allocated.
-        let mut ws = TurnWorkspace::default();
-        self.prepare(input, &mut ws)?;
-        Ok(Advantages {
-            advantages: ws.fresh_output(input.output_dim(), &ws.values)?,
-            returns: None,
-        })
-    }
-
-    fn estimate_steps_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: &mut [f64],
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        check_steps_out(input, advantages)?;
-        let ws = &mut workspace.turns;
-        ws.turns.read_steps(input)?;
-        read_trees(input, ws)?;
-        self.turn_values(ws)?;
-        advantages.copy_from_slice(&ws.values);
-        Ok(())
-    }
-}
+turn_estimator!(TreeGrpo, "tree_grpo");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::{AdvantageEstimator, Workspace};
     use crate::RolloutBatch;
 
     /// Step rows: `groups[r]`, `trajs[r]` keys, `steps[r]` rewards, `parents[r]`.

@@ -1,10 +1,10 @@
 //! `turn_gae`: generalized advantage estimation over one critic value per turn, broadcast to
 //! the turn's tokens.
 
-use super::turns::TurnWorkspace;
-use super::{check_steps_out, AdvantageEstimator, Advantages, EstimatorInput, Workspace};
+use super::turns::{turn_estimator, TurnWorkspace};
+use super::{check_steps_out, EstimatorInput};
 use crate::error::{check_len, Error, Range, Result};
-use crate::tensor::FloatViewMut;
+use crate::tensor::FloatView;
 
 /// Parameters of `turn_gae`.
 ///
@@ -197,9 +197,18 @@ impl TurnGae {
                 let dim = input.output_dim();
                 crate::estimator::check_matrix_shape("values", values.dim(), dim)?;
                 ws.a.clear();
-                for (&row, &first) in ws.turns.row_of.iter().zip(&ws.turns.first) {
-                    // A step row without a generated token: its first column.
-                    let t = if first == usize::MAX { 0 } else { first };
+                let (rows, firsts) = (&ws.turns.row_of, &ws.turns.first);
+                // A step row without a generated token: its first column.
+                let col = |first: usize| if first == usize::MAX { 0 } else { first };
+                for (k, (&row, &first)) in rows.iter().zip(firsts).enumerate() {
+                    // One value per turn, a line apart: each read is a wait on memory unless
+                    // it was requested some turns before.
+                    if let (Some(&r), Some(&f)) = (rows.get(k + AHEAD), firsts.get(k + AHEAD)) {
+                        if let Some(line) = value_addr(&values, r, col(f)) {
+                            crate::estimator::prefetch_line(line);
+                        }
+                    }
+                    let t = col(first);
                     let x = values.get(row, t).unwrap_or(0.0);
                     if !x.is_finite() {
                         return Err(Error::NonFinite {
@@ -217,6 +226,47 @@ impl TurnGae {
             whiten_turns(&ws.turns.tokens, &mut ws.values);
         }
         Ok(())
+    }
+
+    /// `estimate_steps_into`: one value per step row.
+    fn steps(
+        &self,
+        input: &EstimatorInput<'_>,
+        advantages: &mut [f64],
+        ws: &mut TurnWorkspace,
+    ) -> Result<()> {
+        check_steps_out(input, advantages)?;
+        if self.config.whiten {
+            return Err(Error::InvalidConfig {
+                name: "whiten",
+                value: 1.0,
+                expected: "false on step rows (the whitening needs the response mask)",
+            });
+        }
+        // Own columns first (present, one per row), then the step path's shared checks.
+        if input.step_rewards.is_some() {
+            let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
+            check_len("turn_values", input.batch.num_steps(), tv.len())?;
+        }
+        ws.turns.read_steps(input)?;
+        let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
+        crate::error::check_finite("turn_values", tv)?;
+        ws.a.clear();
+        ws.a.extend_from_slice(tv);
+        self.recursion(ws)?;
+        advantages.copy_from_slice(&ws.values);
+        Ok(())
+    }
+}
+
+/// Turns between the value read and the value requested.
+const AHEAD: usize = 16;
+
+/// The address of `values[row, t]`, to request it ahead of its read.
+fn value_addr(values: &FloatView<'_>, row: usize, t: usize) -> Option<usize> {
+    match values {
+        FloatView::F32(m) => m.get((row, t)).map(|x| x as *const f32 as usize),
+        FloatView::F64(m) => m.get((row, t)).map(|x| x as *const f64 as usize),
     }
 }
 
@@ -246,73 +296,13 @@ fn whiten_turns(tokens: &[usize], values: &mut [f64]) {
     values.iter_mut().for_each(|v| *v = (*v - mean) * scale);
 }
 
-impl AdvantageEstimator for TurnGae {
-    fn name(&self) -> &'static str {
-        "turn_gae"
-    }
-
-    fn has_returns(&self) -> bool {
-        true
-    }
-
-    fn estimate_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: FloatViewMut<'_>,
-        returns: Option<FloatViewMut<'_>>,
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        self.prepare(input, &mut workspace.turns)?;
-        let ws = &workspace.turns;
-        // Returns are the turns' λ-returns, kept in `b` by `prepare`.
-        ws.write_outputs(input.output_dim(), advantages, returns, &ws.b)
-    }
-
-    fn estimate(&self, input: &EstimatorInput<'_>) -> Result<Advantages> {
-        // The inputs are read and checked before the outputs are allocated.
-        let mut ws = TurnWorkspace::default();
-        self.prepare(input, &mut ws)?;
-        let dim = input.output_dim();
-        Ok(Advantages {
-            advantages: ws.fresh_output(dim, &ws.values)?,
-            returns: Some(ws.fresh_output(dim, &ws.b)?),
-        })
-    }
-
-    fn estimate_steps_into(
-        &self,
-        input: &EstimatorInput<'_>,
-        advantages: &mut [f64],
-        workspace: &mut Workspace,
-    ) -> Result<()> {
-        check_steps_out(input, advantages)?;
-        if self.config.whiten {
-            return Err(Error::InvalidConfig {
-                name: "whiten",
-                value: 1.0,
-                expected: "false on step rows (the whitening needs the response mask)",
-            });
-        }
-        // Own columns first (present, one per row), then the step path's shared checks.
-        if input.step_rewards.is_some() {
-            let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
-            check_len("turn_values", input.batch.num_steps(), tv.len())?;
-        }
-        let ws = &mut workspace.turns;
-        ws.turns.read_steps(input)?;
-        let tv = input.turn_values.ok_or(Error::MissingInput("turn_values"))?;
-        crate::error::check_finite("turn_values", tv)?;
-        ws.a.clear();
-        ws.a.extend_from_slice(tv);
-        self.recursion(ws)?;
-        advantages.copy_from_slice(&ws.values);
-        Ok(())
-    }
-}
+// Its returns are the turns' λ-returns, kept in `b` by `prepare`.
+turn_estimator!(TurnGae, "turn_gae", returns = b);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimator::{AdvantageEstimator, Workspace};
     use crate::RolloutBatch;
     use ndarray::array;
 

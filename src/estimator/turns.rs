@@ -31,10 +31,80 @@
 //!
 //! Every token outside a turn gets 0 in the output.
 
-use super::{float_row, mask_row, row_groups_into, EstimatorInput};
+use super::{float_row, row_groups_into, EstimatorInput};
 use crate::error::{check_len, Error, Result};
 use crate::tensor::{overflows_f32, Float, FloatView, FloatViewMut, MaskView};
 use crate::RolloutBatch;
+
+mod runs;
+
+/// The [`AdvantageEstimator`](super::AdvantageEstimator) impl of a turn-level estimator:
+/// `estimate_into` and `estimate` run the type's `prepare(&self, input, &mut TurnWorkspace)`
+/// (every turn's advantage into `values`, its return into the named field when the estimator
+/// has returns), then write them over the turns' tokens ([`TurnWorkspace::write_outputs`],
+/// or a fresh output after every input was read); `estimate_steps_into` is the type's
+/// `steps(&self, input, &mut [f64], &mut TurnWorkspace)`.
+///
+/// `turn_estimator!(Type, "name")`, or `turn_estimator!(Type, "name", returns = field)` for
+/// an estimator whose returns differ from its advantages.
+macro_rules! turn_estimator {
+    ($ty:ty, $name:literal) => {
+        $crate::estimator::turns::turn_estimator!(@impl $ty, $name, false, values);
+    };
+    ($ty:ty, $name:literal, returns = $field:ident) => {
+        $crate::estimator::turns::turn_estimator!(@impl $ty, $name, true, $field);
+    };
+    (@impl $ty:ty, $name:literal, $has_returns:literal, $returns:ident) => {
+        impl $crate::estimator::AdvantageEstimator for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn has_returns(&self) -> bool {
+                $has_returns
+            }
+
+            fn estimate_into(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+                advantages: $crate::tensor::FloatViewMut<'_>,
+                returns: Option<$crate::tensor::FloatViewMut<'_>>,
+                workspace: &mut $crate::estimator::Workspace,
+            ) -> $crate::error::Result<()> {
+                let ws = &mut workspace.turns;
+                self.prepare(input, ws)?;
+                // Without returns of their own, `returns` (if asked for) gets the advantages.
+                ws.write_outputs(input.output_dim(), advantages, returns, &ws.$returns)
+            }
+
+            fn estimate(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+            ) -> $crate::error::Result<$crate::estimator::Advantages> {
+                // The inputs are read and checked before the outputs are allocated.
+                let mut ws = $crate::estimator::turns::TurnWorkspace::default();
+                self.prepare(input, &mut ws)?;
+                let dim = input.output_dim();
+                let advantages = ws.fresh_output(dim, &ws.values)?;
+                let returns = match $has_returns {
+                    true => Some(ws.fresh_output(dim, &ws.$returns)?),
+                    false => None,
+                };
+                Ok($crate::estimator::Advantages { advantages, returns })
+            }
+
+            fn estimate_steps_into(
+                &self,
+                input: &$crate::estimator::EstimatorInput<'_>,
+                advantages: &mut [f64],
+                workspace: &mut $crate::estimator::Workspace,
+            ) -> $crate::error::Result<()> {
+                self.steps(input, advantages, &mut workspace.turns)
+            }
+        }
+    };
+}
+pub(crate) use turn_estimator;
 
 /// The turn-level estimators' part of a [`Workspace`](super::Workspace).
 #[derive(Debug, Clone, Default)]
@@ -216,7 +286,9 @@ impl Turns {
         self.mbuf.resize(cols, 0);
         self.rbuf.resize(cols, 0.0);
         for r in 0..rows {
-            if !mask_row(mask, r, &mut self.mbuf) {
+            let from = self.spans.len();
+            let ahead = runs::Ahead::rows(mask, rewards, r);
+            if !runs::row_runs(mask, r, ahead, &mut self.mbuf, &mut self.spans) {
                 return Err(mask.value_error());
             }
             self.row_turns.push(self.reward.len());
@@ -224,34 +296,23 @@ impl Turns {
             // The row's rewards in place when contiguous, else widened into `rbuf`.
             let src = rewards.map(|rw| RowRef::of(rw, r, &mut self.rbuf));
             // `owned`: where the tokens the next turn owns begin.
-            let (mut t, mut owned) = (0, 0);
-            loop {
-                let start = skip_run(&self.mbuf, t, 0);
-                if start == cols {
-                    break;
-                }
-                t = skip_run(&self.mbuf, start, 1);
-                let turn = match &src {
+            let mut owned = 0;
+            for s in &mut self.spans[from..] {
+                s.turn = match &src {
                     Some(row) => {
-                        self.reward.push(row.sum(owned, t));
-                        self.tokens.push(t - start);
+                        self.reward.push(row.sum(owned, s.end));
+                        self.tokens.push(s.end - s.start);
                         self.row_of.push(r);
-                        self.first.push(start);
-                        owned = t;
+                        self.first.push(s.start);
+                        owned = s.end;
                         self.reward.len() - 1
                     }
                     None => {
-                        self.tokens[r] += t - start;
-                        self.first[r] = self.first[r].min(start);
+                        self.tokens[r] += s.end - s.start;
+                        self.first[r] = self.first[r].min(s.start);
                         r
                     }
                 };
-                self.spans.push(Span {
-                    row: r,
-                    start,
-                    end: t,
-                    turn,
-                });
             }
             if let (Some(rw), Some(row)) = (rewards, src) {
                 let tail = row.sum(owned, cols);
@@ -383,26 +444,6 @@ impl Turns {
     }
 }
 
-/// The first position at or after `t` where the 0/1 bytes of `m` differ from `bit`: eight
-/// bytes at a time through a run (masks are long runs), then byte by byte.
-#[inline]
-fn skip_run(m: &[u8], mut t: usize, bit: u8) -> usize {
-    let word = u64::from_ne_bytes([bit; 8]);
-    while let Some(chunk) = m.get(t..t + 8) {
-        let w = u64::from_ne_bytes([
-            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-        ]);
-        if w != word {
-            break;
-        }
-        t += 8;
-    }
-    while t < m.len() && m[t] == bit {
-        t += 1;
-    }
-    t
-}
-
 /// One row of a float column, in its own dtype.
 #[derive(Clone, Copy)]
 enum RowRef<'b> {
@@ -442,17 +483,27 @@ impl<'b> RowRef<'b> {
 
 /// Σ x in four interleaved partial sums (x[i] into partial i mod 4, combined as
 /// (p0 + p2) + (p1 + p3)): a fixed order that vectorizes, where one chain does not.
+///
+/// Eight entries that are all ±0 are passed over, which leaves every partial exactly as
+/// adding them would: a partial starts at +0 and a sum is −0 only when both terms are, so no
+/// partial is ever −0, and p + (±0) = p for every other p (NaN and ±∞ included). Token
+/// rewards are mostly 0 (one reward per turn), so most chunks cost one compare and no add,
+/// where every add waits on the previous one of its partial.
 #[inline]
 fn lane_sum<T: Float>(x: &[T]) -> f64 {
     let mut p = [0.0f64; 4];
-    let mut c = x.chunks_exact(4);
+    let mut c = x.chunks_exact(8);
     for q in &mut c {
-        for j in 0..4 {
-            p[j] += q[j].to_f64();
+        // Not short-circuiting: one vector compare.
+        if q.iter().fold(true, |zero, &v| zero & (v == T::ZERO)) {
+            continue;
+        }
+        for (j, &v) in q.iter().enumerate() {
+            p[j % 4] += v.to_f64();
         }
     }
     for (j, &v) in c.remainder().iter().enumerate() {
-        p[j] += v.to_f64();
+        p[j % 4] += v.to_f64();
     }
     (p[0] + p[2]) + (p[1] + p[3])
 }

@@ -8,7 +8,7 @@ mod read;
 mod sums;
 mod write;
 
-pub(crate) use read::{float_row, mask_row, Prefetch, Tokens, LANES};
+pub(crate) use read::{float_row, mask_row, prefetch_line, Prefetch, Tokens, LANES};
 pub(crate) use sums::{
     all_finite, check_all_finite, masked_class_counts, masked_counts, row_sums, row_sums_to, SUM_LANES,
 };

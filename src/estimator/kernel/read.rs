@@ -191,18 +191,9 @@ impl Prefetch {
     /// Requests the next line (nothing once every row is requested).
     #[inline(always)]
     pub(crate) fn step(&mut self) {
-        let Some(line) = self.next_line() else { return };
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code, unused_unsafe)]
-        // SAFETY: SSE is part of x86-64, and a prefetch reads nothing and never faults (the
-        // address is in a line that holds part of a row of the caller's input anyway).
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+        if let Some(line) = self.next_line() {
+            prefetch_line(line);
         }
-        // Elsewhere the walk only advances.
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = line;
     }
 
     /// The address of the next line to request, if any is left.
@@ -216,6 +207,21 @@ impl Prefetch {
         }
         Some(line)
     }
+}
+
+/// Requests the cache line holding address `line` (a request only: nothing is read, and an
+/// address outside the caller's data is harmless). Elsewhere than x86-64, nothing.
+#[inline(always)]
+pub(crate) fn prefetch_line(line: usize) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code, unused_unsafe)]
+    // SAFETY: SSE is part of x86-64, and a prefetch reads nothing and never faults.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = line;
 }
 
 /// Bytes per cache line (x86-64 and most AArch64 cores).
