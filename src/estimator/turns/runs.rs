@@ -186,8 +186,8 @@ fn scan_runs<M: RunChunk>(m: &[M], row: usize, ahead: Ahead, spans: &mut Vec<Spa
 /// entry passed over equals `bit`, so is valid).
 #[inline(always)]
 fn run_end<M: RunChunk>(m: &[M], mut t: usize, bit: bool, ahead: Ahead) -> Option<usize> {
-    while let Some(c) = m.get(t..t + CHUNK) {
-        let c: &[M; CHUNK] = c.try_into().expect("a slice of CHUNK entries");
+    // `get` yields exactly CHUNK entries, so the conversion to an array reference never fails.
+    while let Some(c) = m.get(t..t + CHUNK).and_then(|c| <&[M; CHUNK]>::try_from(c).ok()) {
         if !M::all(c, bit) {
             break;
         }
