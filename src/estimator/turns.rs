@@ -36,6 +36,7 @@ use crate::error::{check_len, Error, Result};
 use crate::tensor::{overflows_f32, Float, FloatView, FloatViewMut, MaskView};
 use crate::RolloutBatch;
 
+mod fused;
 mod runs;
 
 /// The [`AdvantageEstimator`](super::AdvantageEstimator) impl of a turn-level estimator:
@@ -288,6 +289,9 @@ impl Turns {
         for r in 0..rows {
             let from = self.spans.len();
             let ahead = runs::Ahead::rows(mask, rewards, r);
+            if self.read_fused(mask, rewards, r, ahead)? {
+                continue;
+            }
             if !runs::row_runs(mask, r, ahead, &mut self.mbuf, &mut self.spans) {
                 return Err(mask.value_error());
             }

@@ -13,7 +13,7 @@ use crate::estimator::{mask_row, prefetch_line};
 use crate::tensor::{FloatView, MaskBits, MaskView};
 
 /// Entries per chunk: 64 bytes of an `i64` mask, one cache line.
-const CHUNK: usize = 8;
+pub(super) const CHUNK: usize = 8;
 
 /// A mask element whose chunks of eight are compared with 0 or 1 at once.
 pub(super) trait RunChunk: MaskBits {
@@ -110,7 +110,7 @@ impl Ahead {
 
     /// Requests the lines of column `t` of the rows ahead.
     #[inline(always)]
-    fn fetch(&self, t: usize) {
+    pub(super) fn fetch(&self, t: usize) {
         for &(start, size) in &self.cols {
             if size != 0 {
                 prefetch_line(start + t * size);
