@@ -1,5 +1,8 @@
 //! Consuming `with_<field>` setters generated from one list (the library's config style: each
 //! `#[must_use]`, with a doc line stating the default and a runnable example).
+//!
+//! A copy of the library's crate-private `with_setters!`: the testbed uses the library's public
+//! API only, and exporting the macro would add an item to the library's surface for one user.
 
 /// Generates `with_<field>(self, v) -> Self` setters on a config type; the example value is
 /// used in the setter's doctest: `BASE.with_x(v).x == v`.
