@@ -146,10 +146,9 @@ fn run() -> Result<(), Box<dyn StdError>> {
     let flags = rb.detect_milestones(&mut args.detector.build()?)?;
 
     // State = (group, observation before the step), borrowed from the records.
-    let (state, action): (Vec<(&str, &str)>, Vec<&str>) = rb
-        .transitions()
-        .enumerate()
-        .map(|(row, t)| {
+    let (state, action): (Vec<(&str, &str)>, Vec<&str>) = (0..batch.num_steps())
+        .map(|row| {
+            let t = rb.transition(row);
             let group = records[rb.row_location(row).0].group_id.as_str();
             ((group, t.observation), t.action)
         })

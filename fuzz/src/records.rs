@@ -93,7 +93,7 @@ fn check_groups<R: std::io::BufRead>(
             break;
         };
         assert!(!group.records.is_empty(), "an empty group");
-        let id = group.group_id().to_owned();
+        let id = group.records[0].group_id.clone();
         assert!(
             group.records.iter().all(|r| r.group_id == id),
             "a group mixes group_ids"

@@ -216,22 +216,6 @@ impl<'a> RecordBatch<'a> {
         }
     }
 
-    /// Every row's transition, in row order.
-    ///
-    /// ```
-    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-    /// # rec.steps = vec![StepRecord::new("a", "b", 0.0, false), StepRecord::new("c", "d", 1.0, true)];
-    /// # let records = [rec];
-    /// let rb = RecordBatch::new(&records)?;
-    /// let actions: Vec<&str> = rb.transitions().map(|t| t.action).collect();
-    /// assert_eq!(actions, ["a", "c"]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn transitions(&self) -> impl Iterator<Item = Transition<'a>> + '_ {
-        (0..self.batch.num_steps()).map(move |row| self.transition(row))
-    }
-
     /// Runs a milestone detector over every trajectory
     /// ([`milestone::detect_milestones`]) and returns one flag per row.
     ///
@@ -284,7 +268,8 @@ impl<'a> RecordBatch<'a> {
         let mut terminal = Array2::zeros((rows, 1));
         let mut step_rewards = Vec::with_capacity(rows);
         let mut anchors = Vec::with_capacity(rows);
-        for (row, t) in self.transitions().enumerate() {
+        for row in 0..rows {
+            let t = self.transition(row);
             let (record, step) = self.row_location(row);
             terminal[[row, 0]] = self.records[record].terminal_reward;
             step_rewards.push(self.records[record].steps[step].reward);

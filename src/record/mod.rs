@@ -118,7 +118,7 @@ mod schema;
 pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;
 pub use groups::{RecordGroup, TrajectoryGroups};
-pub use jsonl::{create_jsonl, open_jsonl, read_trajectories, write_jsonl, JsonlReader};
+pub use jsonl::{open_jsonl, read_trajectories, write_jsonl, JsonlReader};
 pub use rows::{group_rows, read_row_dump, RowRecord};
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///

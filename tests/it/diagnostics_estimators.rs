@@ -404,10 +404,9 @@ mod bundled {
     fn run(records: &[TrajectoryRecord]) -> beacon_rl::diagnostics::Comparison {
         let rb = RecordBatch::new(records).unwrap();
         let flags = rb.detect_milestones(&mut ScoreIncrease).unwrap();
-        let (state, action): (Vec<_>, Vec<_>) = rb
-            .transitions()
-            .enumerate()
-            .map(|(row, t)| {
+        let (state, action): (Vec<_>, Vec<_>) = (0..rb.batch().num_steps())
+            .map(|row| {
+                let t = rb.transition(row);
                 let group = rb.records()[rb.row_location(row).0].group_id.as_str();
                 ((group, t.observation), t.action)
             })
