@@ -263,7 +263,7 @@ fn build_picture(
             "{} trajectories in the group ({} successes); milestones by the `{}` detector; statistics over all {} trajectories of the file",
             members.len(),
             n_success,
-            detector.name(),
+            detector,
             records.len()
         ),
         tracks,
