@@ -66,15 +66,6 @@ impl Extra {
     /// The deepest nesting of an unknown field's value in a record read (see the type's docs).
     pub(crate) const MAX_DEPTH: usize = 100;
 
-    /// Whether there are no fields.
-    ///
-    /// ```
-    /// assert!(beacon_rl::record::Extra::default().is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
-    }
-
     /// The JSON text of field `key`.
     ///
     /// ```
@@ -589,6 +580,6 @@ mod tests {
             assert_eq!(e.text, left);
         }
         let mut one = Extra::from_iter([("a", 1)]);
-        assert!(one.remove("a") && one.is_empty());
+        assert!(one.remove("a") && one == Extra::default());
     }
 }

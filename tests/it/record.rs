@@ -2,7 +2,7 @@
 //! malformed lines, verl-agent row dumps, and the mapping to batches and transitions.
 #![cfg(feature = "serde")]
 
-use beacon_rl::milestone::{EnvFlag, ScoreIncrease};
+use beacon_rl::milestone::{detect_milestones, EnvFlag, ScoreIncrease};
 use beacon_rl::record::{
     group_rows, read_row_dump, read_trajectories, write_jsonl, Extra, JsonlReader, JsonlRecord, RecordBatch,
     RowRecord, StepRecord, TrajectoryGroups, TrajectoryRecord,
@@ -118,8 +118,8 @@ fn sample_score_increase_reproduces_recorded_milestones() {
     // Records come grouped by group_id in the file, so batch order = file order.
     assert_eq!(rb.batch().terminal_rewards(), &rewards[..]);
 
-    let detected = rb.detect_milestones(&mut ScoreIncrease).unwrap();
-    let recorded = rb.detect_milestones(&mut EnvFlag).unwrap();
+    let detected = detect_milestones(rb.batch(), &mut ScoreIncrease, |row, _| rb.transition(row)).unwrap();
+    let recorded = detect_milestones(rb.batch(), &mut EnvFlag, |row, _| rb.transition(row)).unwrap();
     // Independent of EnvFlag: the raw flags straight from the records, row order.
     let raw: Vec<bool> = records
         .iter()
@@ -393,7 +393,10 @@ fn record_batch_interleaved_groups() {
     assert_eq!(rb.row_location(5), (2, 1));
     // no initial_score: t = 0 has no score, t = 1 uses step 0's (absent) score
     assert_eq!(rb.transition(0).score, None);
-    assert_eq!(rb.detect_milestones(&mut ScoreIncrease).unwrap(), vec![false; 6]);
+    assert_eq!(
+        detect_milestones(rb.batch(), &mut ScoreIncrease, |row, _| rb.transition(row)).unwrap(),
+        vec![false; 6]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

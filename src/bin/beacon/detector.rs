@@ -3,8 +3,8 @@
 use std::io;
 
 use beacon_rl::milestone::{
-    DetectorPreset, DiscoveryConfig, ExpertWalkthrough, MilestoneDetector, MilestoneDiscovery, TextPatterns,
-    WalkthroughMap,
+    detect_milestones, DetectorPreset, DiscoveryConfig, ExpertWalkthrough, MilestoneDetector,
+    MilestoneDiscovery, TextPatterns, WalkthroughMap,
 };
 use beacon_rl::record::{RecordBatch, TrajectoryRecord};
 
@@ -78,7 +78,7 @@ impl Detector {
     /// One milestone flag per row of `rb`.
     pub(crate) fn flags(&mut self, rb: &RecordBatch<'_>) -> Result<Vec<bool>, BoxError> {
         match self {
-            Detector::Transitions(d) => Ok(rb.detect_milestones(d)?),
+            Detector::Transitions(d) => Ok(detect_milestones(rb.batch(), d, |row, _| rb.transition(row))?),
             Detector::Discover(d) => Ok(d.discover_records(rb)?),
             Detector::Walkthrough { map, threshold } => {
                 // Each task's own expert actions; a task without a walkthrough gets no milestone.
