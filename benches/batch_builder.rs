@@ -31,7 +31,7 @@ fn bench_builder(c: &mut Criterion) {
     let mut group = c.benchmark_group("batch_builder");
     group.throughput(Throughput::Elements(ROWS));
     let rewards: Vec<f64> = (0..ROWS).map(|r| (r % 3) as f64 * 0.5).collect();
-    let mut builder = BatchBuilder::new();
+    let mut builder = BatchBuilder::default();
     let mut batch = RolloutBatch::from_group_keys(&[0u64], &[0.0]).expect("batch");
 
     // Group keys: large ids, as hashed uuids would be.

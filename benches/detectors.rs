@@ -143,7 +143,7 @@ fn benches(c: &mut Criterion) {
         DetectorPreset::Alfworld,
     ] {
         let mut d = preset.build().expect("preset");
-        g.bench_function(preset.name(), |b| {
+        g.bench_function(preset.to_string(), |b| {
             b.iter(|| black_box(run_sample(&mut d, black_box(&trajs))))
         });
     }

@@ -124,10 +124,9 @@ struct Trainer {
 
 impl Trainer {
     fn new(rows: usize) -> Self {
-        let mut builder = BatchBuilder::new();
-        let batch = builder.from_row_keys(&[0u64], &[0u64], &[0.0]).expect("batch");
+        let batch = RolloutBatch::from_row_keys(&[0u64], &[0u64], &[0.0]).expect("batch");
         Self {
-            builder,
+            builder: BatchBuilder::default(),
             batch,
             ws: Workspace::new(),
             scores: vec![0.0; rows],
@@ -319,9 +318,7 @@ fn bench_parallel(c: &mut Criterion) {
             });
         }
     }
-    let batch = BatchBuilder::new()
-        .from_row_keys(&d.uids, &d.trajs, &vec![0.0; rows])
-        .expect("batch");
+    let batch = RolloutBatch::from_row_keys(&d.uids, &d.trajs, &vec![0.0; rows]).expect("batch");
     let input = EstimatorInput::new(&batch)
         .with_step_rewards(&d.step_rewards)
         .with_anchor_ids(&d.anchors);

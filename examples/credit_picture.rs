@@ -30,7 +30,7 @@ use std::error::Error;
 use std::path::PathBuf;
 
 use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, Gigpo, GigpoConfig};
-use beacon_rl::milestone::DetectorPreset;
+use beacon_rl::milestone::{detect_milestones, DetectorPreset};
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use clap::Parser;
 use plotters::coord::Shift;
@@ -151,7 +151,7 @@ fn build_picture(
     detector: DetectorPreset,
 ) -> BoxResult<Picture> {
     let rb = RecordBatch::new(records)?;
-    let flags = rb.detect_milestones(&mut *detector.build()?)?;
+    let flags = detect_milestones(rb.batch(), &mut *detector.build()?, |row, _| rb.transition(row))?;
     let cols = rb.columns();
     let input = cols.input(rb.batch(), &flags);
 
@@ -263,7 +263,7 @@ fn build_picture(
             "{} trajectories in the group ({} successes); milestones by the `{}` detector; statistics over all {} trajectories of the file",
             members.len(),
             n_success,
-            detector.name(),
+            detector,
             records.len()
         ),
         tracks,

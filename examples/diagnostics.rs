@@ -35,7 +35,7 @@ use std::process::ExitCode;
 
 use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::{Ablation, AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig};
-use beacon_rl::milestone::DetectorPreset;
+use beacon_rl::milestone::{detect_milestones, DetectorPreset};
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 
 const USAGE: &str = "usage: diagnostics [--json] [--ablations] [--failures-only] [--seed N] \
@@ -143,13 +143,14 @@ fn run() -> Result<(), Box<dyn StdError>> {
     let records = load(&args.files, args.failures_only)?;
     let rb = RecordBatch::new(&records)?;
     let batch = rb.batch();
-    let flags = rb.detect_milestones(&mut args.detector.build()?)?;
+    let flags = detect_milestones(rb.batch(), &mut args.detector.build()?, |row, _| {
+        rb.transition(row)
+    })?;
 
     // State = (group, observation before the step), borrowed from the records.
-    let (state, action): (Vec<(&str, &str)>, Vec<&str>) = rb
-        .transitions()
-        .enumerate()
-        .map(|(row, t)| {
+    let (state, action): (Vec<(&str, &str)>, Vec<&str>) = (0..batch.num_steps())
+        .map(|row| {
+            let t = rb.transition(row);
             let group = records[rb.row_location(row).0].group_id.as_str();
             ((group, t.observation), t.action)
         })

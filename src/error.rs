@@ -1,11 +1,10 @@
 mod check;
-mod escape;
+pub(crate) mod escape;
 
 pub(crate) use check::{check_finite, check_len, check_out_len, Range};
 #[cfg(test)]
 use escape::hides_or_controls;
-pub use escape::Escaped;
-use escape::EscapedLines;
+use escape::{Escaped, EscapedLines};
 
 /// Errors returned by `beacon-rl`.
 ///

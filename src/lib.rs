@@ -157,8 +157,8 @@ mod stream;
 
 pub mod tensor;
 
-pub use batch::{BatchBuilder, RolloutBatch};
-pub use error::{Error, Escaped, Result};
+pub use batch::{builder::BatchBuilder, RolloutBatch};
+pub use error::{escape::Escaped, Error, Result};
 
 /// The `ndarray` version in this crate's signatures, so callers name the same one.
 pub use ndarray;

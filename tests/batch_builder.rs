@@ -49,8 +49,8 @@ fn keys(seed: u64, groups: u64) -> (Vec<u64>, Vec<u64>, Vec<f64>) {
 
 #[test]
 fn rebuilds_equal_fresh_builds_and_the_reference() {
-    let mut builder = BatchBuilder::new();
-    let mut batch = builder.from_row_keys(&[0u64], &[0u64], &[0.0]).unwrap();
+    let mut builder = BatchBuilder::default();
+    let mut batch = RolloutBatch::from_row_keys(&[0u64], &[0u64], &[0.0]).unwrap();
     for seed in 0..60 {
         let (uid, traj, reward) = keys(seed, 1 + seed % 13);
         builder
@@ -71,7 +71,7 @@ fn rebuilds_equal_fresh_builds_and_the_reference() {
         // String keys give the same batch.
         let us: Vec<String> = uid.iter().map(|u| format!("uid-{u}")).collect();
         let ts: Vec<String> = traj.iter().map(|t| format!("traj-{t}")).collect();
-        let mut other = builder.from_row_keys(&["x"], &["y"], &[0.0]).unwrap();
+        let mut other = RolloutBatch::from_row_keys(&["x"], &["y"], &[0.0]).unwrap();
         builder
             .rebuild_from_row_keys(&mut other, &us, &ts, &reward)
             .unwrap();
@@ -81,10 +81,8 @@ fn rebuilds_equal_fresh_builds_and_the_reference() {
 
 #[test]
 fn rebuild_errors_match_and_leave_the_batch_unchanged() {
-    let mut builder = BatchBuilder::new();
-    let mut batch = builder
-        .from_row_keys(&[1u64, 1], &[1u64, 2], &[1.0, 0.0])
-        .unwrap();
+    let mut builder = BatchBuilder::default();
+    let mut batch = RolloutBatch::from_row_keys(&[1u64, 1], &[1u64, 2], &[1.0, 0.0]).unwrap();
     let before = batch.clone();
     // Trajectory 5 appears under group 0 (row 0) then group 1 (row 2).
     let (g, t, r) = ([0u64, 0, 1], [5u64, 6, 5], [1.0, 0.0, 1.0]);
@@ -136,9 +134,9 @@ fn no_allocation_after_warm_up() {
             (sorted, text)
         })
         .collect();
-    let mut builder = BatchBuilder::new();
+    let mut builder = BatchBuilder::default();
     let (u, t, r) = &data[0];
-    let mut batch = builder.from_row_keys(u, t, r).unwrap();
+    let mut batch = RolloutBatch::from_row_keys(u, t, r).unwrap();
     // Warm-up: both the builder's spare and the batch (they swap) grow to the largest size.
     let rebuild_all = |builder: &mut BatchBuilder, batch: &mut RolloutBatch| {
         for (((u, t, r), (us, ts)), (sorted, text)) in data.iter().zip(&strings).zip(&runs) {
@@ -332,7 +330,7 @@ proptest! {
         prop_assert_eq!(fresh.rows_in_step_order(), contiguous(&keys));
 
         // In place, after a group-key batch and after a row-key batch of other keys.
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_group_keys(&before, &vec![1.0; before.len()]).unwrap();
         builder.rebuild_from_group_keys(&mut batch, &before, &vec![0.5; before.len()]).unwrap();
         builder.rebuild_from_group_keys(&mut batch, &keys, &rewards).unwrap();
@@ -450,7 +448,7 @@ proptest! {
         spec in prop::collection::vec(prop::collection::vec(1usize..5, 1..4), 1..7),
         seed in any::<u64>(),
     ) {
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_group_keys(&[3u64, 4, 3], &[0.0; 3]).unwrap();
         for (k, rows) in layouts(&spec, seed).iter().enumerate() {
             let (g, t, r) = columns(rows);
@@ -496,7 +494,7 @@ fn no_allocation_alternating_identity_and_sorted_layouts() {
                 .collect()
         })
         .collect();
-    let mut builder = BatchBuilder::new();
+    let mut builder = BatchBuilder::default();
     let mut batch = RolloutBatch::from_group_keys(&[0u64], &[0.0]).unwrap();
     let mut in_order = Vec::new();
     let rebuild_all = |builder: &mut BatchBuilder, batch: &mut RolloutBatch, in_order: &mut Vec<bool>| {

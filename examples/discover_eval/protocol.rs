@@ -57,10 +57,8 @@ pub fn fnv1a(s: &str) -> u64 {
 /// The environment of a record (`env` field), or `unknown`.
 pub fn env_of(r: &TrajectoryRecord) -> String {
     r.extra
-        .value("env")
-        .ok()
-        .flatten()
-        .and_then(|v| v.as_str().map(str::to_string))
+        .get("env")
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
         .unwrap_or_else(|| "unknown".to_string())
 }
 
@@ -152,9 +150,9 @@ pub fn without_signal(r: &TrajectoryRecord) -> (TrajectoryRecord, Vec<bool>) {
     let mut c = r.clone();
     c.initial_observation = c.initial_observation.as_deref().map(strip_signal_text);
     c.initial_score = None;
-    if let Ok(Some(task)) = c.extra.value("task_description") {
-        if let Some(text) = task.as_str() {
-            let stripped = strip_signal_text(text);
+    if let Some(task) = c.extra.get("task_description") {
+        if let Ok(text) = serde_json::from_str::<String>(task.get()) {
+            let stripped = strip_signal_text(&text);
             c.extra.insert("task_description", stripped);
         }
     }

@@ -6,7 +6,7 @@
 //!    action `b` is matched by `a` at threshold `t` exactly when the reference ratio is `>= t`,
 //!    so thresholds at the reference ratio and the next float above it pin the ratio bit for
 //!    bit, also after the matcher moves on to the next expert action.
-//! 2. Every detector preset (and `WalkthroughMap::from_json_str`) on arbitrary text: no panic,
+//! 2. Every detector preset (and `WalkthroughMap`'s `FromStr`) on arbitrary text: no panic,
 //!    and the same flags after `reset` as on a fresh detector.
 
 use beacon_rl::milestone::{
@@ -83,7 +83,7 @@ fn presets(u: &mut Bytes<'_>) {
     // on by default, turns it on; the replay test follows the root crate's). Nothing is
     // decoded after this text, so inputs mean the same with or without it.
     #[cfg(feature = "serde")]
-    drop(beacon_rl::milestone::WalkthroughMap::from_json_str(&u.text(64)));
+    drop(u.text(64).parse::<beacon_rl::milestone::WalkthroughMap>());
 
     // Presets built from the task's input, on every run.
     let mut detectors: Vec<Box<dyn MilestoneDetector + Send>> = Vec::new();

@@ -10,7 +10,7 @@
 //! short line limit is an error, never a panic.
 
 use beacon_rl::estimator::EstimatorConfig;
-use beacon_rl::milestone::DetectorPreset;
+use beacon_rl::milestone::{detect_milestones, DetectorPreset};
 use beacon_rl::record::{
     read_row_dump, read_trajectories, write_jsonl, JsonlReader, RecordBatch, TrajectoryGroups,
     TrajectoryRecord,
@@ -47,8 +47,7 @@ pub fn run(data: &[u8]) {
         let mut milestones = vec![false; steps];
         for preset in DetectorPreset::ALL.iter().filter(|p| !p.needs_task_input()) {
             let mut detector = preset.build().expect("presets without task input build");
-            let flags = rb
-                .detect_milestones(&mut detector)
+            let flags = detect_milestones(rb.batch(), &mut detector, |row, _| rb.transition(row))
                 .expect("records back every row");
             assert_eq!(flags.len(), steps, "{preset}");
             milestones.iter_mut().zip(&flags).for_each(|(m, &f)| *m |= f);
@@ -93,7 +92,7 @@ fn check_groups<R: std::io::BufRead>(
             break;
         };
         assert!(!group.records.is_empty(), "an empty group");
-        let id = group.group_id().to_owned();
+        let id = group.records[0].group_id.clone();
         assert!(
             group.records.iter().all(|r| r.group_id == id),
             "a group mixes group_ids"

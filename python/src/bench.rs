@@ -109,7 +109,7 @@ fn time_crate_call(
     lengths: Option<&[usize]>,
     mut cpu_clock: impl FnMut() -> Res<f64>,
 ) -> Res<(Vec<f64>, Vec<f64>)> {
-    let mut builder = BatchBuilder::new();
+    let mut builder = BatchBuilder::default();
     let zeros = vec![0.0; ids.len()];
     let mut batch = RolloutBatch::from_group_keys(ids, &zeros)?;
     let mut ws = Workspace::new();

@@ -34,8 +34,8 @@ use crate::hash::KeyHasher;
 /// use beacon_rl::BatchBuilder;
 /// use beacon_rl::RolloutBatch;
 ///
-/// let mut builder = BatchBuilder::new();
-/// let mut batch = builder.from_row_keys(&[7u64, 7], &[1u64, 2], &[1.0, 0.0])?;
+/// let mut builder = BatchBuilder::default();
+/// let mut batch = RolloutBatch::from_row_keys(&[7u64, 7], &[1u64, 2], &[1.0, 0.0])?;
 /// for iteration in 0..3u64 {
 ///     // New rollouts each iteration: integer uid / traj_uid columns, terminal rewards.
 ///     let uid = [iteration, iteration, iteration, iteration];
@@ -66,6 +66,7 @@ pub struct BatchBuilder {
 }
 
 impl Default for BatchBuilder {
+    /// An empty builder (its tables grow on the first build).
     fn default() -> Self {
         Self {
             groups: KeyTable::default(),
@@ -89,41 +90,6 @@ impl Default for BatchBuilder {
 }
 
 impl BatchBuilder {
-    /// An empty builder.
-    ///
-    /// ```
-    /// let _builder = beacon_rl::BatchBuilder::new();
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Builds a new batch, as [`RolloutBatch::from_row_keys`] (which calls this on a fresh
-    /// builder), keeping the builder's scratch for later calls.
-    ///
-    /// # Errors
-    /// As [`RolloutBatch::from_row_keys`].
-    ///
-    /// ```
-    /// use beacon_rl::BatchBuilder;
-    /// let batch = BatchBuilder::new().from_row_keys(&["q"; 2], &["a", "b"], &[1.0, 0.0])?;
-    /// assert_eq!(batch.num_trajectories(), 2);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn from_row_keys<G, T>(
-        &mut self,
-        group_keys: &[G],
-        traj_keys: &[T],
-        terminal_rewards: &[f64],
-    ) -> Result<RolloutBatch>
-    where
-        G: Hash + Eq,
-        T: Hash + Eq,
-    {
-        self.build(group_keys, TrajKeys(traj_keys), terminal_rewards)?;
-        Ok(self.spare.clone())
-    }
-
     /// Rebuilds `batch` in place from new per-row keys, reusing its buffers and the builder's:
     /// no allocation once both have grown to the batch size. On error `batch` is unchanged.
     ///
@@ -131,10 +97,9 @@ impl BatchBuilder {
     /// As [`RolloutBatch::from_row_keys`].
     ///
     /// ```
-    /// use beacon_rl::BatchBuilder;
-    /// use beacon_rl::Error;
-    /// let mut builder = BatchBuilder::new();
-    /// let mut batch = builder.from_row_keys(&["q"], &["a"], &[1.0])?;
+    /// use beacon_rl::{BatchBuilder, RolloutBatch};
+    /// let mut builder = BatchBuilder::default();
+    /// let mut batch = RolloutBatch::from_row_keys(&["q"], &["a"], &[1.0])?;
     /// builder.rebuild_from_row_keys(&mut batch, &["p", "p", "q"], &["x", "y", "x"], &[0.0, 1.0, 0.0]).unwrap_err();
     /// assert_eq!(batch.num_steps(), 1); // the failed rebuild left it as it was
     /// builder.rebuild_from_row_keys(&mut batch, &["p", "p"], &["x", "y"], &[0.0, 1.0])?;
@@ -173,9 +138,9 @@ impl BatchBuilder {
     /// on its reward).
     ///
     /// ```
-    /// use beacon_rl::BatchBuilder;
-    /// let mut builder = BatchBuilder::new();
-    /// let mut batch = builder.from_row_keys(&[0u64], &[0u64], &[0.0])?;
+    /// use beacon_rl::{BatchBuilder, RolloutBatch};
+    /// let mut builder = BatchBuilder::default();
+    /// let mut batch = RolloutBatch::from_row_keys(&[0u64], &[0u64], &[0.0])?;
     /// // Group 3 recurs after group 4: its rows are gathered.
     /// builder.rebuild_from_group_keys(&mut batch, &[3u64, 4, 3], &[1.0, 0.0, 0.0])?;
     /// assert_eq!(batch.step_rows(), &[0, 2, 1]);
@@ -597,7 +562,7 @@ mod tests {
         let n = 4_000;
         let rewards = vec![0.0; n as usize];
         for keys in [fx_colliding_keys(n), (0..n).map(|i| i << 32).collect()] {
-            let mut builder = BatchBuilder::new();
+            let mut builder = BatchBuilder::default();
             let mut batch = RolloutBatch::from_group_keys(&[0u64], &[0.0]).unwrap();
             builder
                 .rebuild_from_group_keys(&mut batch, &keys, &rewards)
@@ -610,7 +575,7 @@ mod tests {
 
     #[test]
     fn builders_hash_keys_their_own_way_and_build_the_same_batch() {
-        let (a, b) = (BatchBuilder::new(), BatchBuilder::new());
+        let (a, b) = (BatchBuilder::default(), BatchBuilder::default());
         let keys = fx_colliding_keys(64);
         let same = keys
             .iter()
@@ -630,11 +595,11 @@ mod tests {
         );
         for _ in 0..4 {
             assert_eq!(
-                BatchBuilder::new().from_row_keys(&rows, &traj, &rewards).unwrap(),
+                RolloutBatch::from_row_keys(&rows, &traj, &rewards).unwrap(),
                 by_traj
             );
             let mut rebuilt = by_traj.clone();
-            BatchBuilder::new()
+            BatchBuilder::default()
                 .rebuild_from_group_keys(&mut rebuilt, &rows, &rewards)
                 .unwrap();
             assert_eq!(rebuilt, by_group);
@@ -692,7 +657,7 @@ mod tests {
             actual: 1,
         });
         assert_eq!(RolloutBatch::from_group_keys(&[1u64, 2], &[0.0]), want);
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_group_keys(&[1u64], &[0.0]).unwrap();
         assert_eq!(
             builder.rebuild_from_group_keys(&mut batch, &[1u64, 2], &[0.0]),
@@ -711,7 +676,7 @@ mod tests {
         assert_eq!(fresh.step_rows(), &[0, 1, 2, 3, 4, 5]);
         assert!(fresh.rows_in_step_order());
         // Rebuilt in place over a batch of another shape (more groups, rows out of order).
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch =
             RolloutBatch::from_group_keys(&["a", "b", "a", "c", "d", "e", "f"], &[0.0; 7]).unwrap();
         builder
@@ -746,7 +711,7 @@ mod tests {
         assert_eq!(fresh.terminal_rewards(), &[0.1, 0.2, 0.4, 0.3, 0.6, 0.5]);
         assert!(!fresh.rows_in_step_order());
         // A builder that just took the contiguous path, and one that just built row keys.
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_group_keys(&["p"; 9], &[1.0; 9]).unwrap();
         builder
             .rebuild_from_group_keys(&mut batch, &["q", "q", "r"], &[0.0; 3])
@@ -773,7 +738,7 @@ mod tests {
     fn group_key_errors_in_order_on_either_path() {
         // Contiguous (a a b) or recurring (a b a) keys: the checks come before the layout,
         // in the order length, emptiness, finiteness; a failed rebuild changes nothing.
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_group_keys(&[9, 9], &[0.5, 0.5]).unwrap();
         let before = batch.clone();
         for keys in [[1, 1, 2], [1, 2, 1]] {
@@ -836,7 +801,7 @@ mod tests {
                 .unwrap();
         assert_eq!(fresh, want);
         // Rebuilt in place after a batch that needed sorting, and the reverse.
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_row_keys(&[1, 2, 1], &[5, 6, 7], &[0.0; 3]).unwrap();
         builder.rebuild_from_row_keys(&mut batch, &g, &t, &r).unwrap();
         assert_eq!(batch, want);
@@ -891,7 +856,7 @@ mod tests {
 
     #[test]
     fn row_key_errors_at_the_same_row_in_either_layout() {
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_row_keys(&[9], &[9], &[0.0]).unwrap();
         let before = batch.clone();
         let across = Err(Error::TrajectoryAcrossGroups { row: 3 });
@@ -949,7 +914,7 @@ mod tests {
         let r: Vec<f64> = (0..600).map(|row| row as f64).collect();
         let offsets: Vec<usize> = (0..=300).map(|k| 2 * k).collect();
         let steps: Vec<usize> = (0..300).flat_map(|k| [k, k + 300]).collect();
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         let mut batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
         for _ in 0..2 {
             builder.rebuild_from_group_keys(&mut batch, &keys, &r).unwrap();

@@ -3,11 +3,11 @@
 //! back to the caller's rows ([`RolloutBatch`]). Building one from per-row keys, in place and
 //! reusably, is [`builder`]'s.
 
-mod builder;
+pub(crate) mod builder;
 mod rewards;
 mod step_rows;
 
-pub use builder::BatchBuilder;
+use builder::BatchBuilder;
 pub(crate) use rewards::first_row_mismatch;
 use step_rows::StepRows;
 
@@ -131,7 +131,7 @@ impl RolloutBatch {
         G: Hash + Eq,
         T: Hash + Eq,
     {
-        BatchBuilder::new().into_row_key_batch(group_keys, traj_keys, terminal_rewards)
+        BatchBuilder::default().into_row_key_batch(group_keys, traj_keys, terminal_rewards)
     }
 
     /// Builds a batch where every row is its own one-step trajectory (single-turn RL, as in
@@ -150,7 +150,7 @@ impl RolloutBatch {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
-        BatchBuilder::new().into_group_key_batch(group_keys, rewards)
+        BatchBuilder::default().into_group_key_batch(group_keys, rewards)
     }
 
     /// Builds a batch from CSR offsets; rows are already trajectory-major (row = step index).
@@ -589,7 +589,7 @@ mod tests {
         assert_eq!(lazy, keyed);
         // Rebuilding a lazy batch in place gives the fresh batch.
         let mut rebuilt = RolloutBatch::from_offsets(vec![0, 1], vec![0, 1 << 20], vec![0.0]).unwrap();
-        let mut builder = BatchBuilder::new();
+        let mut builder = BatchBuilder::default();
         builder
             .rebuild_from_row_keys(&mut rebuilt, &[0, 0], &["x", "y"], &[1.0, 0.0])
             .unwrap();

@@ -13,7 +13,7 @@ use super::reinforce::{ReinforcePlusPlus, ReinforcePlusPlusBaseline, ReinforcePl
 use super::remax::Remax;
 use super::rloo::{Rloo, RlooVectorized};
 use super::tree_grpo::{TreeGrpo, TreeGrpoConfig};
-use super::{ablation, beacon, gigpo, mt_grpo, step_reinforce, turn_gae};
+use super::{ablation, mt_grpo, step_reinforce, turn_gae};
 use super::{Ablation, AdvantageEstimator, BeaconAblationConfig};
 use std::fmt;
 use std::str::FromStr;
@@ -36,10 +36,10 @@ macro_rules! registry {
         pub enum EstimatorConfig {
             $( $(#[$va])* $v $(($vt))?, )*
             /// `beacon` (paper flavour) or `beacon_official` (the release's), after the config's
-            /// [`flavour`](beacon::BeaconConfig::flavour) ([`Beacon`](beacon::Beacon)). The bare
-            /// names give [`BeaconConfig::paper`](beacon::BeaconConfig::paper) and
-            /// [`BeaconConfig::official`](beacon::BeaconConfig::official).
-            Beacon(beacon::BeaconConfig),
+            /// [`flavour`](super::BeaconConfig::flavour) ([`Beacon`](super::Beacon)). The bare
+            /// names give [`BeaconConfig::paper`](super::BeaconConfig::paper) and
+            /// [`BeaconConfig::official`](super::BeaconConfig::official).
+            Beacon(super::BeaconConfig),
             /// BEACON under a row of the paper's Table 3: `beacon` or `beacon_official` with the
             /// keys `ablation` and `seed` ([`BeaconAblationConfig`]).
             BeaconAblation(BeaconAblationConfig),
@@ -207,8 +207,8 @@ registry! {
     }
     crate_only {
         /// `gigpo`: episode plus anchor-state step advantages, verl-agent's GiGPO
-        /// ([`Gigpo`](gigpo::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](gigpo::GigpoConfig::verl_agent).
-        Gigpo(gigpo::GigpoConfig = gigpo::GigpoConfig::verl_agent()) => "gigpo";
+        /// ([`Gigpo`](super::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](super::GigpoConfig::verl_agent).
+        Gigpo(super::GigpoConfig = super::GigpoConfig::verl_agent()) => "gigpo";
         /// `step_reinforce`: discounted per-turn returns normalised over turns, as ROLL runs
         /// them; reads `step_rewards` (one turn per row). Omitted fields take
         /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
@@ -229,18 +229,18 @@ registry! {
 }
 
 /// `beacon` or `beacon_official`, after the flavour.
-fn beacon_name(c: &beacon::BeaconConfig) -> &'static str {
+fn beacon_name(c: &super::BeaconConfig) -> &'static str {
     match c.flavour {
-        beacon::BeaconFlavour::Paper => "beacon",
-        beacon::BeaconFlavour::Official { .. } => "beacon_official",
+        super::BeaconFlavour::Paper => "beacon",
+        super::BeaconFlavour::Official { .. } => "beacon_official",
     }
 }
 
 /// The preset of `c`'s name: what `Display` leaves out.
-fn beacon_preset(c: &beacon::BeaconConfig) -> beacon::BeaconConfig {
+fn beacon_preset(c: &super::BeaconConfig) -> super::BeaconConfig {
     match c.flavour {
-        beacon::BeaconFlavour::Paper => beacon::BeaconConfig::paper(),
-        beacon::BeaconFlavour::Official { .. } => beacon::BeaconConfig::official(),
+        super::BeaconFlavour::Paper => super::BeaconConfig::paper(),
+        super::BeaconFlavour::Official { .. } => super::BeaconConfig::official(),
     }
 }
 
@@ -263,8 +263,8 @@ impl EstimatorConfig {
     /// The config of `name` with `pairs` set on its defaults.
     fn from_parts(name: &str, pairs: &[(String, Raw)]) -> Result<Self> {
         let preset = match name {
-            "beacon" => beacon::BeaconConfig::paper(),
-            "beacon_official" => beacon::BeaconConfig::official(),
+            "beacon" => super::BeaconConfig::paper(),
+            "beacon_official" => super::BeaconConfig::official(),
             _ => {
                 return Self::from_table(name, pairs).unwrap_or_else(|| {
                     Err(Error::UnknownEstimator {
@@ -317,8 +317,8 @@ impl EstimatorConfig {
             Self::Remax => Box::new(Remax),
             Self::OptimalTokenBaseline(c) => Box::new(OptimalTokenBaseline::new(*c)?),
             Self::TirOptimalTokenBaseline(c) => Box::new(TirOptimalTokenBaseline::new(*c)?),
-            Self::Gigpo(c) => Box::new(gigpo::Gigpo::new(*c)?),
-            Self::Beacon(c) => Box::new(beacon::Beacon::new(*c)?),
+            Self::Gigpo(c) => Box::new(super::Gigpo::new(*c)?),
+            Self::Beacon(c) => Box::new(super::Beacon::new(*c)?),
             Self::BeaconAblation(c) => Box::new(ablation::BeaconAblation::new(*c)?),
             Self::StepReinforce(c) => Box::new(step_reinforce::StepReinforce::new(*c)?),
             Self::MtGrpo(c) => Box::new(mt_grpo::MtGrpo::new(*c)?),

@@ -86,7 +86,6 @@ use crate::error::{Error, Range, Result};
 ///
 /// ```
 /// use beacon_rl::estimator::GrpoNorm;
-/// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(false), GrpoNorm::MeanOnly);
 /// assert_eq!(GrpoNorm::default(), GrpoNorm::MeanStd);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -98,22 +97,6 @@ pub enum GrpoNorm {
     MeanStd,
     /// s − μ: Dr.GRPO (verl `norm_adv_by_std_in_grpo = false`).
     MeanOnly,
-}
-
-impl GrpoNorm {
-    /// Maps verl's boolean `norm_adv_by_std_in_grpo` to the mode.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::GrpoNorm;
-    /// assert_eq!(GrpoNorm::from_norm_adv_by_std_in_grpo(true), GrpoNorm::MeanStd);
-    /// ```
-    pub fn from_norm_adv_by_std_in_grpo(norm_adv_by_std_in_grpo: bool) -> Self {
-        if norm_adv_by_std_in_grpo {
-            Self::MeanStd
-        } else {
-            Self::MeanOnly
-        }
-    }
 }
 
 /// Which rows GRPO's group statistics count (verl-agent's `compute_mean_std_cross_steps`).

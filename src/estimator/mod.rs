@@ -222,11 +222,17 @@ pub use crate::stats::{NormMode, SingletonRule};
 #[cfg(test)]
 pub(crate) use ablation::SplitMix64;
 pub use ablation::{Ablation, BeaconAblationConfig};
-pub use beacon::{Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, SegmentBaseline};
+pub use beacon::{
+    config::{BeaconConfig, BeaconFlavour, SegmentBaseline},
+    estimator::{Beacon, BeaconOutput},
+};
 pub use config::EstimatorConfig;
 pub use empg::EmpgConfig;
 pub use gae::GaeConfig;
-pub use gigpo::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping};
+pub use gigpo::{
+    config::{GigpoConfig, StepGrouping},
+    estimator::{Gigpo, GigpoOutput},
+};
 pub use gpg::GpgConfig;
 pub use grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
 pub use input::EstimatorInput;

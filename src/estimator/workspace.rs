@@ -30,7 +30,7 @@ pub struct Workspace {
     pub(crate) steps: Vec<f64>,
     pub(crate) beacon: beacon::BeaconScratch,
     pub(crate) gigpo: gigpo::GigpoScratch,
-    pub(crate) gigpo_out: gigpo::GigpoOutput,
+    pub(crate) gigpo_out: super::GigpoOutput,
     pub(crate) turns: turns::TurnWorkspace,
 }
 

@@ -30,7 +30,7 @@ mod webshop;
 
 pub use agreement::MilestoneAgreement;
 pub use combinators::{AllOf, AnyOf, Not};
-pub use discover::{frequency_baseline, DiscoveryConfig, MilestoneDiscovery};
+pub use discover::{baseline::frequency_baseline, config::DiscoveryConfig, MilestoneDiscovery};
 pub use preset::DetectorPreset;
 pub use subgoal::NewSubgoals;
 pub use text::{TextPatterns, TextPatternsBuilder};
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn row_counts_claimed_beyond_memory_are_errors_not_aborts() {
-        use discover::{frequency_baseline, DiscoveryConfig, MilestoneDiscovery};
+        use super::{frequency_baseline, DiscoveryConfig, MilestoneDiscovery};
         // 2^61 rows: the row index alone would be 2^64 bytes (the flags 2^61). Built before
         // the flags, it is the error named; no transition is asked for.
         let batch = crate::batch::claiming(1 << 61);

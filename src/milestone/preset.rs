@@ -71,7 +71,7 @@ impl DetectorPreset {
     /// ```
     /// use beacon_rl::milestone::DetectorPreset;
     /// for p in DetectorPreset::ALL {
-    ///     assert_eq!(p.name().parse::<DetectorPreset>()?, *p);
+    ///     assert_eq!(p.to_string().parse::<DetectorPreset>()?, *p);
     /// }
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -86,12 +86,7 @@ impl DetectorPreset {
     ];
 
     /// The preset's name (for `FromStr`, `Display` and serde).
-    ///
-    /// ```
-    /// use beacon_rl::milestone::DetectorPreset;
-    /// assert_eq!(DetectorPreset::TextWorldScore.name(), "textworld-score");
-    /// ```
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Score => "score",
             Self::Flag => "flag",

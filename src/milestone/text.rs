@@ -139,7 +139,7 @@ struct Rule {
 /// assert!(!d.matches("go to fridge 1", "You open the fridge 1."));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TextPatternsBuilder {
     rules: Vec<Rule>,
     case_insensitive: bool,
@@ -317,7 +317,10 @@ impl TextPatterns {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn builder() -> TextPatternsBuilder {
-        TextPatternsBuilder::default()
+        TextPatternsBuilder {
+            rules: Vec::new(),
+            case_insensitive: false,
+        }
     }
 
     /// The ALFWorld preset: one rule per subgoal kind of ALFWorld's feedback, case-sensitive.

@@ -91,16 +91,12 @@ pub struct ExpertWalkthrough<'a> {
 
 impl ExpertWalkthrough<'_> {
     /// The release's similarity threshold for matching an agent action to an expert action.
-    ///
-    /// ```
-    /// assert_eq!(beacon_rl::milestone::ExpertWalkthrough::DEFAULT_THRESHOLD, 0.85);
-    /// ```
-    pub const DEFAULT_THRESHOLD: f64 = 0.85;
+    const DEFAULT_THRESHOLD: f64 = 0.85;
 }
 
 impl<'a> ExpertWalkthrough<'a> {
     /// A detector for `expert` (a `Vec<String>`, `&Vec<String>` or `&[String]`) with the
-    /// default threshold [`Self::DEFAULT_THRESHOLD`] (0.85).
+    /// default threshold, the release's 0.85.
     ///
     /// ```
     /// use beacon_rl::milestone::ExpertWalkthrough;
@@ -187,17 +183,21 @@ impl MilestoneDetector for ExpertWalkthrough<'_> {
 ///
 /// With the `serde` feature it (de)serializes as a plain JSON object mapping each task id to
 /// its expert action list: `{"task-1": ["go to fridge 1", "open fridge 1"], …}`; see
-/// [`WalkthroughMap::from_json_str`].
+/// its [`FromStr`](std::str::FromStr) impl. A task's detector is
+/// [`ExpertWalkthrough::new`] (or [`with_threshold`](ExpertWalkthrough::with_threshold)) on
+/// [`get`](Self::get)'s actions; a task without a walkthrough gets no milestone.
 ///
 /// ```
-/// use beacon_rl::milestone::WalkthroughMap;
+/// use beacon_rl::milestone::{ExpertWalkthrough, WalkthroughMap};
 /// use beacon_rl::milestone::{MilestoneDetector, Transition};
 ///
-/// let mut map = WalkthroughMap::new();
-/// map.insert("trial-3", vec!["go to sinkbasin 1".into(), "clean mug 1 with sinkbasin 1".into()]);
-/// let mut d = map.detector("trial-3").expect("known task");
+/// let map: WalkthroughMap =
+///     [("trial-3".to_string(), vec!["go to sinkbasin 1".into(), "clean mug 1 with sinkbasin 1".into()])]
+///         .into_iter()
+///         .collect();
+/// let mut d = ExpertWalkthrough::new(map.get("trial-3").expect("known task"));
 /// assert!(d.detect(&Transition { action: "go to sinkbasin 1", ..Default::default() }));
-/// assert!(map.detector("unknown").is_none());
+/// assert!(map.get("unknown").is_none());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(
@@ -210,57 +210,19 @@ pub struct WalkthroughMap {
 }
 
 impl WalkthroughMap {
-    /// An empty map.
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::WalkthroughMap;
-    /// assert!(WalkthroughMap::new().is_empty());
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Parses a JSON object `{task id: [expert action, …], …}`.
-    ///
-    /// # Errors
-    /// [`Error::Parse`] (`what: "walkthrough JSON"`) for invalid JSON or another shape (the
-    /// message gives line and column).
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WalkthroughMap;
-    /// let map = WalkthroughMap::from_json_str(r#"{"t1": ["look", "open drawer 1"], "t2": []}"#)?;
-    /// assert_eq!(map.len(), 2);
-    /// assert_eq!(map.get("t1").unwrap()[1], "open drawer 1");
-    /// assert!(WalkthroughMap::from_json_str(r#"{"t1": "look"}"#).is_err());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
+    /// The most bytes [`from_json_reader`](Self::from_json_reader) reads (its docs say why).
     #[cfg(feature = "serde")]
-    pub fn from_json_str(json: &str) -> Result<Self> {
-        serde_json::from_str(json).map_err(|e| Error::Parse {
-            what: "walkthrough JSON",
-            reason: e.to_string(),
-        })
-    }
+    const MAX_JSON_BYTES: usize = 32 << 20;
 
-    /// The most bytes [`from_json_reader`](Self::from_json_reader) reads: 32 MiB, about ten
-    /// times the expert walkthroughs of every ALFWorld training task. A longer input (or an
-    /// endless one, such as a JSON string that never closes) is refused once this many bytes
-    /// were read, instead of growing memory until the process aborts. To load a larger file,
-    /// read it into a `String` and call [`from_json_str`](Self::from_json_str), which parses
-    /// what the caller already holds.
-    ///
-    /// ```
-    /// assert_eq!(beacon_rl::milestone::WalkthroughMap::MAX_JSON_BYTES, 32 << 20);
-    /// ```
-    pub const MAX_JSON_BYTES: usize = 32 << 20;
-
-    /// Reads [`WalkthroughMap::from_json_str`]'s format from a reader (wrap files in a
-    /// `BufReader`), at most [`MAX_JSON_BYTES`](Self::MAX_JSON_BYTES) bytes of it.
+    /// Reads the JSON format of [`WalkthroughMap`] from a reader (wrap files in a
+    /// `BufReader`), at most 32 MiB of it: about ten times the expert walkthroughs of every
+    /// ALFWorld training task. A longer input (or an endless one, such as a JSON string that
+    /// never closes) is refused once this many bytes were read, instead of growing memory
+    /// until the process aborts. To load a larger file, read it into a `String` and `parse` it.
     ///
     /// # Errors
-    /// [`Error::InputTooLarge`] when the input is longer than
-    /// [`MAX_JSON_BYTES`](Self::MAX_JSON_BYTES); [`Error::Parse`] for I/O errors, invalid
-    /// JSON or another shape.
+    /// [`Error::InputTooLarge`] (`limit` = 32 MiB) when the input is longer;
+    /// [`Error::Parse`] for I/O errors, invalid JSON or another shape.
     ///
     /// ```
     /// use beacon_rl::milestone::WalkthroughMap;
@@ -270,11 +232,11 @@ impl WalkthroughMap {
     /// let json = br#"{"t1": ["look"]}"#;
     /// let map = WalkthroughMap::from_json_reader(&json[..])?;
     /// assert_eq!(map.get("t1"), Some(&["look".to_string()][..]));
-    /// // A string that never ends: refused after MAX_JSON_BYTES, not read forever.
+    /// // A string that never ends: refused after 32 MiB, not read forever.
     /// let endless = (&br#"{"t1": [""#[..]).chain(std::io::repeat(b'a'));
     /// assert!(matches!(
     ///     WalkthroughMap::from_json_reader(endless),
-    ///     Err(Error::InputTooLarge { limit: WalkthroughMap::MAX_JSON_BYTES, .. })
+    ///     Err(Error::InputTooLarge { limit: 33_554_432, .. })
     /// ));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -301,24 +263,11 @@ impl WalkthroughMap {
         })
     }
 
-    /// Adds or replaces the walkthrough of `task`, returning the previous one.
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::WalkthroughMap;
-    /// let mut map = WalkthroughMap::new();
-    /// assert!(map.insert("t", vec!["look".into()]).is_none());
-    /// assert_eq!(map.insert("t", vec![]), Some(vec!["look".to_string()]));
-    /// ```
-    pub fn insert(&mut self, task: impl Into<String>, expert: Vec<String>) -> Option<Vec<String>> {
-        self.tasks.insert(task.into(), expert)
-    }
-
     /// The expert actions of `task`, if known.
     ///
     /// ```
     /// # use beacon_rl::milestone::WalkthroughMap;
-    /// let mut map = WalkthroughMap::new();
-    /// map.insert("t", vec!["look".into()]);
+    /// let map: WalkthroughMap = [("t".to_string(), vec!["look".to_string()])].into_iter().collect();
     /// assert_eq!(map.get("t").map(<[String]>::len), Some(1));
     /// assert!(map.get("u").is_none());
     /// ```
@@ -346,44 +295,6 @@ impl WalkthroughMap {
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
     }
-
-    /// A detector borrowing `task`'s walkthrough, with the default threshold (0.85); `None`
-    /// for an unknown task (the release then gives the trajectory no milestone).
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::WalkthroughMap;
-    /// let mut map = WalkthroughMap::new();
-    /// map.insert("t", vec!["look".into()]);
-    /// assert_eq!(map.detector("t").unwrap().matched(), 0);
-    /// assert!(map.detector("u").is_none());
-    /// ```
-    pub fn detector(&self, task: &str) -> Option<ExpertWalkthrough<'_>> {
-        self.get(task).map(ExpertWalkthrough::new)
-    }
-
-    /// [`WalkthroughMap::detector`] with a custom threshold.
-    ///
-    /// # Errors
-    /// As [`ExpertWalkthrough::with_threshold`] (checked even for an unknown task).
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::WalkthroughMap;
-    /// let mut map = WalkthroughMap::new();
-    /// map.insert("t", vec!["look".into()]);
-    /// assert!(map.detector_with_threshold("t", 0.9)?.is_some());
-    /// assert!(map.detector_with_threshold("t", 1.5).is_err());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn detector_with_threshold(
-        &self,
-        task: &str,
-        threshold: f64,
-    ) -> Result<Option<ExpertWalkthrough<'_>>> {
-        check_threshold(threshold)?;
-        self.get(task)
-            .map(|expert| ExpertWalkthrough::with_threshold(expert, threshold))
-            .transpose()
-    }
 }
 
 impl FromIterator<(String, Vec<String>)> for WalkthroughMap {
@@ -391,6 +302,47 @@ impl FromIterator<(String, Vec<String>)> for WalkthroughMap {
         Self {
             tasks: iter.into_iter().collect(),
         }
+    }
+}
+
+/// Adds walkthroughs, each replacing an earlier one of the same task.
+///
+/// ```
+/// # use beacon_rl::milestone::WalkthroughMap;
+/// let mut map = WalkthroughMap::default();
+/// map.extend([("t".to_string(), vec!["look".to_string()])]);
+/// map.extend([("t".to_string(), vec![])]);
+/// assert_eq!(map.get("t"), Some(&[][..]));
+/// ```
+impl Extend<(String, Vec<String>)> for WalkthroughMap {
+    fn extend<I: IntoIterator<Item = (String, Vec<String>)>>(&mut self, iter: I) {
+        self.tasks.extend(iter);
+    }
+}
+
+/// Parses a JSON object `{task id: [expert action, …], …}`.
+///
+/// # Errors
+/// [`Error::Parse`] (`what: "walkthrough JSON"`) for invalid JSON or another shape (the
+/// message gives line and column).
+///
+/// ```
+/// use beacon_rl::milestone::WalkthroughMap;
+/// let map: WalkthroughMap = r#"{"t1": ["look", "open drawer 1"], "t2": []}"#.parse()?;
+/// assert_eq!(map.len(), 2);
+/// assert_eq!(map.get("t1").unwrap()[1], "open drawer 1");
+/// assert!(r#"{"t1": "look"}"#.parse::<WalkthroughMap>().is_err());
+/// # Ok::<(), beacon_rl::Error>(())
+/// ```
+#[cfg(feature = "serde")]
+impl std::str::FromStr for WalkthroughMap {
+    type Err = Error;
+
+    fn from_str(json: &str) -> Result<Self> {
+        serde_json::from_str(json).map_err(|e| Error::Parse {
+            what: "walkthrough JSON",
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -569,13 +521,6 @@ mod tests {
             ));
         }
         assert!(ExpertWalkthrough::with_threshold(Vec::new(), 1.0).is_ok());
-        assert!(WalkthroughMap::new()
-            .detector_with_threshold("missing", 0.0)
-            .is_err());
-        assert!(WalkthroughMap::new()
-            .detector_with_threshold("missing", 0.5)
-            .unwrap()
-            .is_none());
     }
 
     #[test]
@@ -598,25 +543,25 @@ mod tests {
     #[cfg(feature = "serde")]
     #[test]
     fn json_loading() {
-        let map = WalkthroughMap::from_json_str(
+        let map = str::parse::<WalkthroughMap>(
             r#"{"pick_and_place-1": ["go to countertop 1", "take mug 1 from countertop 1"],
                 "look_at-2": []}"#,
         )
         .unwrap();
         assert_eq!(map.len(), 2);
         assert_eq!(map.get("look_at-2"), Some(&[][..]));
-        let mut d = map.detector("pick_and_place-1").unwrap();
+        let mut d = ExpertWalkthrough::new(map.get("pick_and_place-1").unwrap());
         assert_eq!(
             run(&mut d, &["go to countertop 1", "take mug 1 from countertop 1"]),
             [true, true]
         );
         // Round trip through serde.
-        let back = WalkthroughMap::from_json_str(&serde_json::to_string(&map).unwrap()).unwrap();
+        let back = str::parse::<WalkthroughMap>(&serde_json::to_string(&map).unwrap()).unwrap();
         assert_eq!(back, map);
         for bad in ["", "[]", r#"{"t": [1]}"#, r#"{"t": "look"}"#, "{"] {
             assert!(
                 matches!(
-                    WalkthroughMap::from_json_str(bad),
+                    str::parse::<WalkthroughMap>(bad),
                     Err(Error::Parse {
                         what: "walkthrough JSON",
                         ..

@@ -9,7 +9,7 @@ use super::{record_error, TrajectoryRecord};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 use crate::estimator::EstimatorInput;
-use crate::milestone::{self, MilestoneDetector, Transition};
+use crate::milestone::Transition;
 use ndarray::Array2;
 
 /// Trajectory records laid out as a [`RolloutBatch`], with each row's [`Transition`].
@@ -31,10 +31,11 @@ use ndarray::Array2;
 /// - `next_score` = the step's `score`; `env_flag` = its `milestone`; `new_subgoals` = its
 ///   `new_subgoals` (empty when absent).
 ///
-/// Transitions borrow from the records: no string is copied.
+/// Transitions borrow from the records: no string is copied. A detector runs over them with
+/// [`milestone::detect_milestones`](crate::milestone::detect_milestones)`(rb.batch(), &mut detector, |row, _| rb.transition(row))`.
 ///
 /// ```
-/// use beacon_rl::milestone::ScoreIncrease;
+/// use beacon_rl::milestone::{detect_milestones, ScoreIncrease};
 /// use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
 ///
 /// let step = |obs: &str, score: f64| StepRecord { score: Some(score), ..StepRecord::new("act", obs, 0.0, false) };
@@ -51,7 +52,7 @@ use ndarray::Array2;
 /// let t1 = rb.transition(1);
 /// assert_eq!((t1.step, t1.observation, t1.next_observation), (1, "s1", "s2"));
 /// assert_eq!((t1.score, t1.next_score), (Some(5.0), Some(5.0)));
-/// assert_eq!(rb.detect_milestones(&mut ScoreIncrease)?, vec![true, false, false]);
+/// assert_eq!(detect_milestones(rb.batch(), &mut ScoreIncrease, |row, _| rb.transition(row))?, vec![true, false, false]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -216,45 +217,6 @@ impl<'a> RecordBatch<'a> {
         }
     }
 
-    /// Every row's transition, in row order.
-    ///
-    /// ```
-    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-    /// # rec.steps = vec![StepRecord::new("a", "b", 0.0, false), StepRecord::new("c", "d", 1.0, true)];
-    /// # let records = [rec];
-    /// let rb = RecordBatch::new(&records)?;
-    /// let actions: Vec<&str> = rb.transitions().map(|t| t.action).collect();
-    /// assert_eq!(actions, ["a", "c"]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn transitions(&self) -> impl Iterator<Item = Transition<'a>> + '_ {
-        (0..self.batch.num_steps()).map(move |row| self.transition(row))
-    }
-
-    /// Runs a milestone detector over every trajectory
-    /// ([`milestone::detect_milestones`]) and returns one flag per row.
-    ///
-    /// # Errors
-    /// None in practice (the records back every row); the signature keeps
-    /// [`milestone::detect_milestones`]'.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{EnvFlag, Transition};
-    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-    /// # let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-    /// # rec.steps = vec![StepRecord::new("take key", "Taken.", 0.0, false), StepRecord::new("look", "A room.", 1.0, true)];
-    /// # let records = [rec];
-    /// let rb = RecordBatch::new(&records)?;
-    /// let mut took = |t: &Transition<'_>| t.next_observation == "Taken.";
-    /// assert_eq!(rb.detect_milestones(&mut took)?, vec![true, false]);
-    /// assert_eq!(rb.detect_milestones(&mut EnvFlag)?, vec![false, false]); // no recorded flags
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn detect_milestones<D: MilestoneDetector + ?Sized>(&self, detector: &mut D) -> Result<Vec<bool>> {
-        milestone::detect_milestones(&self.batch, detector, |row, _| self.transition(row))
-    }
-
     /// The per-row columns every estimator reads, derived from the records the way
     /// verl-agent feeds its estimators (see [`RecordColumns`]).
     ///
@@ -284,7 +246,8 @@ impl<'a> RecordBatch<'a> {
         let mut terminal = Array2::zeros((rows, 1));
         let mut step_rewards = Vec::with_capacity(rows);
         let mut anchors = Vec::with_capacity(rows);
-        for (row, t) in self.transitions().enumerate() {
+        for row in 0..rows {
+            let t = self.transition(row);
             let (record, step) = self.row_location(row);
             terminal[[row, 0]] = self.records[record].terminal_reward;
             step_rewards.push(self.records[record].steps[step].reward);

@@ -29,16 +29,32 @@ use crate::error::Error;
 /// use beacon_rl::record::Extra;
 /// use serde_json::Value;
 ///
-/// let mut extra = Extra::new();
+/// let mut extra = Extra::default();
 /// extra.insert("env", "scienceworld");
 /// extra.insert("t", 3);
-/// assert_eq!(extra.len(), 2);
+/// assert_eq!(extra.iter().count(), 2);
 /// assert_eq!(extra.get("t").map(|v| v.get()), Some("3"));
-/// assert_eq!(extra.value("env"), Ok(Some(Value::from("scienceworld"))));
+/// // A field as a serde_json `Value`:
+/// let env: Value = serde_json::from_str(extra.get("env").unwrap().get()).unwrap();
+/// assert_eq!(env, "scienceworld");
 /// assert_eq!(serde_json::to_string(&extra).unwrap(), r#"{"env":"scienceworld","t":3}"#);
 /// extra.insert("t", 4); // replaces
 /// assert_eq!(serde_json::to_string(&extra).unwrap(), r#"{"env":"scienceworld","t":4}"#);
 /// assert!(extra.remove("env") && extra.get("env").is_none());
+/// ```
+///
+/// A record read holds no unknown field nested (arrays and objects inside one another) deeper
+/// than 100 levels: a deeper one is a record error naming the field, not a field that reads
+/// back as absent. So every field of a record read parses as a serde_json [`Value`] (whose
+/// parser stops at 128 levels); a value set through [`insert`](Self::insert) or
+/// [`insert_raw`](Self::insert_raw) may not.
+///
+/// ```
+/// use beacon_rl::record::read_trajectories;
+/// let deep = "[".repeat(101) + &"]".repeat(101);
+/// let line = format!(r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[],"m":{deep}}}"#);
+/// let err = read_trajectories(line.as_bytes()).next().unwrap().unwrap_err();
+/// assert!(err.to_string().contains("nests deeper than 100 levels"), "{err}");
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Extra {
@@ -47,54 +63,13 @@ pub struct Extra {
 }
 
 impl Extra {
-    /// The deepest nesting (arrays and objects inside one another) an unknown field's value
-    /// may have when a record is read: 100 levels. A deeper value is a record error naming
-    /// the field, not a field that reads back as absent (serde_json's [`Value`] parser stops
-    /// at 128 levels, so [`value`](Self::value) could not return it).
-    ///
-    /// ```
-    /// use beacon_rl::record::{read_trajectories, Extra};
-    /// assert_eq!(Extra::MAX_DEPTH, 100);
-    /// let deep = "[".repeat(101) + &"]".repeat(101);
-    /// let line = format!(r#"{{"group_id":"g","traj_id":"t","terminal_reward":1,"steps":[],"m":{deep}}}"#);
-    /// let err = read_trajectories(line.as_bytes()).next().unwrap().unwrap_err();
-    /// assert!(err.to_string().contains("nests deeper than 100 levels"), "{err}");
-    /// ```
-    pub const MAX_DEPTH: usize = 100;
-
-    /// No fields.
-    ///
-    /// ```
-    /// assert!(beacon_rl::record::Extra::new().is_empty());
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Whether there are no fields.
-    ///
-    /// ```
-    /// assert!(beacon_rl::record::Extra::new().is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
-    }
-
-    /// Number of fields.
-    ///
-    /// ```
-    /// let mut extra = beacon_rl::record::Extra::new();
-    /// extra.insert("a", 1);
-    /// assert_eq!(extra.len(), 1);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.members().count()
-    }
+    /// The deepest nesting of an unknown field's value in a record read (see the type's docs).
+    pub(crate) const MAX_DEPTH: usize = 100;
 
     /// The JSON text of field `key`.
     ///
     /// ```
-    /// let mut extra = beacon_rl::record::Extra::new();
+    /// let mut extra = beacon_rl::record::Extra::default();
     /// extra.insert("kind", "gold");
     /// assert_eq!(extra.get("kind").unwrap().get(), r#""gold""#);
     /// assert!(extra.get("nope").is_none());
@@ -105,25 +80,9 @@ impl Extra {
             .and_then(|m| raw(&self.text[m.value.clone()]))
     }
 
-    /// Field `key` parsed as a [`Value`]: `Ok(None)` when there is no such field.
-    ///
-    /// # Errors
-    /// [`Error::Parse`] when the field is present but its value does not parse as a
-    /// [`Value`]: it nests deeper than serde_json's recursion limit (128). Records read by the
-    /// crate never hold one (their unknown fields nest at most [`MAX_DEPTH`](Self::MAX_DEPTH)
-    /// levels); a value set through [`insert`](Self::insert) or
-    /// [`insert_raw`](Self::insert_raw) may.
-    ///
-    /// ```
-    /// use beacon_rl::record::Extra;
-    /// use serde_json::Value;
-    /// let mut extra = Extra::new();
-    /// extra.insert("seed", 7);
-    /// assert_eq!(extra.value("seed")?, Some(Value::from(7)));
-    /// assert_eq!(extra.value("absent")?, None);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn value(&self, key: &str) -> Result<Option<Value>, Error> {
+    /// Field `key` parsed as a [`Value`]: `Ok(None)` when there is no such field; an
+    /// [`Error::Parse`] naming the field when it nests deeper than serde_json allows.
+    pub(crate) fn value(&self, key: &str) -> Result<Option<Value>, Error> {
         let Some(raw) = self.get(key) else {
             return Ok(None);
         };
@@ -151,7 +110,7 @@ impl Extra {
     /// ```
     /// use beacon_rl::record::Extra;
     /// use serde_json::Value;
-    /// let mut extra = Extra::new();
+    /// let mut extra = Extra::default();
     /// extra.insert("meta", serde_json::json!({"seed": 1, "tags": ["a"]}));
     /// assert_eq!(extra.get("meta").unwrap().get(), r#"{"seed":1,"tags":["a"]}"#);
     /// ```
@@ -167,7 +126,7 @@ impl Extra {
     /// ```
     /// use beacon_rl::record::Extra;
     /// use serde_json::value::RawValue;
-    /// let mut extra = Extra::new();
+    /// let mut extra = Extra::default();
     /// let v = RawValue::from_string("[1.50, 2e3]".into()).unwrap();
     /// extra.insert_raw("x", &v);
     /// assert_eq!(extra.get("x").unwrap().get(), "[1.50,2e3]");
@@ -179,11 +138,11 @@ impl Extra {
     /// Removes field `key`; returns whether it was there.
     ///
     /// ```
-    /// let mut extra = beacon_rl::record::Extra::new();
+    /// let mut extra = beacon_rl::record::Extra::default();
     /// extra.insert("a", 1);
     /// extra.insert("b", 2);
     /// assert!(extra.remove("a") && !extra.remove("a"));
-    /// assert_eq!(extra.len(), 1);
+    /// assert_eq!(extra.iter().count(), 1);
     /// ```
     pub fn remove(&mut self, key: &str) -> bool {
         let Some(m) = self.members().find(|m| m.key_is(&self.text, key)) else {
@@ -204,7 +163,7 @@ impl Extra {
     /// The fields in order: (key, JSON text of the value).
     ///
     /// ```
-    /// let mut extra = beacon_rl::record::Extra::new();
+    /// let mut extra = beacon_rl::record::Extra::default();
     /// extra.insert("t", 0);
     /// extra.insert("done", false);
     /// let fields: Vec<(String, String)> =
@@ -251,7 +210,7 @@ impl fmt::Debug for Extra {
 impl<K: AsRef<str>, V: Into<Value>> FromIterator<(K, V)> for Extra {
     /// Fields from (key, value) pairs; a repeated key keeps its first position and last value.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let mut extra = Extra::new();
+        let mut extra = Extra::default();
         for (k, v) in iter {
             extra.insert(k.as_ref(), v);
         }
@@ -598,7 +557,7 @@ mod tests {
         let err = serde_json::from_str::<Extra>(&line).unwrap_err().to_string();
         assert!(err.contains("field `m` nests deeper than 100 levels"), "{err}");
         // Set by hand past serde_json's own limit: present, and an error, not `None`.
-        let mut by_hand = Extra::new();
+        let mut by_hand = Extra::default();
         let deep = RawValue::from_string(nested(200)).unwrap();
         by_hand.insert_raw("m", &deep);
         assert!(matches!(
@@ -621,6 +580,6 @@ mod tests {
             assert_eq!(e.text, left);
         }
         let mut one = Extra::from_iter([("a", 1)]);
-        assert!(one.remove("a") && one.is_empty());
+        assert!(one.remove("a") && one == Extra::default());
     }
 }

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// );
 /// let text = [line("g1", "a"), line("g1", "b"), line("g2", "c")].join("\n");
 /// let group = TrajectoryGroups::new([read_trajectories(text.as_bytes())]).next().unwrap()?;
-/// assert_eq!((group.group_id(), group.records.len(), group.lines[1]), ("g1", 2, 2));
+/// assert_eq!((group.records[0].group_id.as_str(), group.records.len(), group.lines[1]), ("g1", 2, 2));
 /// assert_eq!(RecordBatch::new(&group.records)?.batch().num_trajectories(), 2);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -33,11 +33,7 @@ pub struct RecordGroup {
 
 impl RecordGroup {
     /// The group's `group_id` (`""` for an empty group, which the reader never yields).
-    ///
-    /// ```
-    /// assert_eq!(beacon_rl::record::RecordGroup::default().group_id(), "");
-    /// ```
-    pub fn group_id(&self) -> &str {
+    pub(crate) fn group_id(&self) -> &str {
         self.records.first().map_or("", |r| r.group_id.as_str())
     }
 }
@@ -71,7 +67,7 @@ impl RecordGroup {
 ///     read_trajectories(a.as_bytes()).with_source("a.jsonl"),
 ///     read_trajectories(b.as_bytes()).with_source("b.jsonl"),
 /// ]);
-/// assert_eq!(groups.next().unwrap()?.group_id(), "g1");
+/// assert_eq!(groups.next().unwrap()?.records[0].group_id, "g1");
 /// let g2 = groups.next().unwrap()?; // continues from a.jsonl into b.jsonl
 /// assert_eq!((g2.records.len(), g2.sources.clone()), (2, vec![0, 1]));
 /// let err = groups.next().unwrap().unwrap_err();
@@ -134,7 +130,7 @@ impl<R: BufRead> TrajectoryGroups<R> {
     /// );
     /// let text = [line("g1", "a"), line("g2", "b"), line("g1", "c")].join("\n");
     /// let runs = TrajectoryGroups::new([read_trajectories(text.as_bytes())]).allow_interleaved().collect::<Result<Vec<_>, _>>()?;
-    /// let ids: Vec<&str> = runs.iter().map(|g| g.group_id()).collect();
+    /// let ids: Vec<&str> = runs.iter().map(|g| g.records[0].group_id.as_str()).collect();
     /// assert_eq!(ids, ["g1", "g2", "g1"]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```

@@ -1,7 +1,7 @@
 //! JSON Lines reading and writing, with errors located on a line and a field.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::marker::PhantomData;
 use std::path::Path;
 
@@ -246,32 +246,6 @@ pub fn open_jsonl(path: impl AsRef<Path>) -> Result<Box<dyn BufRead>> {
     }
     let file = File::open(path).map_err(|e| io_error(&e, &format!("opening {}", path.display())))?;
     Ok(Box::new(BufReader::new(file)))
-}
-
-/// Creates (or truncates) a JSON Lines output: a file path, or standard output for `-`.
-///
-/// # Errors
-/// [`Error::Io`] when the file cannot be created (the message names the path).
-///
-/// ```
-/// use beacon_rl::record::{create_jsonl, open_jsonl, read_trajectories, write_jsonl, StepRecord, TrajectoryRecord};
-///
-/// let mut rec = TrajectoryRecord::new("g", "a", 1.0);
-/// rec.steps.push(StepRecord::new("look", "A room.", 0.0, true));
-/// let path = std::env::temp_dir().join(format!("beacon-doc-{}.jsonl", std::process::id()));
-/// write_jsonl(create_jsonl(&path)?, [&rec])?;
-/// let back = read_trajectories(open_jsonl(&path)?).collect::<Result<Vec<_>, _>>()?;
-/// assert_eq!(back, vec![rec]);
-/// # std::fs::remove_file(&path).unwrap();
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn create_jsonl(path: impl AsRef<Path>) -> Result<Box<dyn Write>> {
-    let path = path.as_ref();
-    if path == Path::new("-") {
-        return Ok(Box::new(io::stdout().lock()));
-    }
-    let file = File::create(path).map_err(|e| io_error(&e, &format!("creating {}", path.display())))?;
-    Ok(Box::new(BufWriter::new(file)))
 }
 
 /// Writes records as JSON Lines, one a line, and flushes; returns the number written.

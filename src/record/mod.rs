@@ -78,7 +78,7 @@
 //! text, so milestone detection over a file copies no strings.
 //!
 //! ```
-//! use beacon_rl::milestone::{EnvFlag, ScoreIncrease};
+//! use beacon_rl::milestone::{detect_milestones, EnvFlag, ScoreIncrease};
 //! use beacon_rl::record::{read_trajectories, RecordBatch};
 //!
 //! let file = concat!(
@@ -94,7 +94,8 @@
 //! assert_eq!(rb.batch().num_groups(), 1);
 //! assert_eq!(rb.batch().terminal_rewards(), &[1.0, 0.0]);
 //! // The score-increase detector agrees with the recorded flags.
-//! assert_eq!(rb.detect_milestones(&mut ScoreIncrease)?, rb.detect_milestones(&mut EnvFlag)?);
+//! let detected = detect_milestones(rb.batch(), &mut ScoreIncrease, |row, _| rb.transition(row))?;
+//! assert_eq!(detected, detect_milestones(rb.batch(), &mut EnvFlag, |row, _| rb.transition(row))?);
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
 
@@ -118,7 +119,7 @@ mod schema;
 pub use convert::{RecordBatch, RecordColumns};
 pub use extra::Extra;
 pub use groups::{RecordGroup, TrajectoryGroups};
-pub use jsonl::{create_jsonl, open_jsonl, read_trajectories, write_jsonl, JsonlReader};
+pub use jsonl::{open_jsonl, read_trajectories, write_jsonl, JsonlReader};
 pub use rows::{group_rows, read_row_dump, RowRecord};
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///
@@ -221,7 +222,7 @@ impl TrajectoryRecord {
     /// ```
     /// use beacon_rl::record::TrajectoryRecord;
     /// let rec = TrajectoryRecord::new("task-1", "task-1/a", 0.0);
-    /// assert!(rec.steps.is_empty() && rec.extra.is_empty());
+    /// assert!(rec.steps.is_empty() && rec.extra == Default::default());
     /// ```
     pub fn new(group_id: impl Into<String>, traj_id: impl Into<String>, terminal_reward: f64) -> Self {
         Self {

@@ -389,7 +389,7 @@ fn the_input_milestones_must_be_the_diagnosed_ones() {
 #[cfg(feature = "serde")]
 mod bundled {
     use super::*;
-    use beacon_rl::milestone::ScoreIncrease;
+    use beacon_rl::milestone::{detect_milestones, ScoreIncrease};
     use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryRecord};
 
     const SAMPLE: &str = include_str!("../../data/sample_trajectories.jsonl");
@@ -403,11 +403,10 @@ mod bundled {
 
     fn run(records: &[TrajectoryRecord]) -> beacon_rl::diagnostics::Comparison {
         let rb = RecordBatch::new(records).unwrap();
-        let flags = rb.detect_milestones(&mut ScoreIncrease).unwrap();
-        let (state, action): (Vec<_>, Vec<_>) = rb
-            .transitions()
-            .enumerate()
-            .map(|(row, t)| {
+        let flags = detect_milestones(rb.batch(), &mut ScoreIncrease, |row, _| rb.transition(row)).unwrap();
+        let (state, action): (Vec<_>, Vec<_>) = (0..rb.batch().num_steps())
+            .map(|row| {
+                let t = rb.transition(row);
                 let group = rb.records()[rb.row_location(row).0].group_id.as_str();
                 ((group, t.observation), t.action)
             })

@@ -63,11 +63,11 @@ fn config_for(case: &Value) -> EstimatorConfig {
     let grpo = || {
         GrpoConfig::verl()
             .with_std_eps(param(case, "epsilon").unwrap_or(1e-6))
-            .with_norm(GrpoNorm::from_norm_adv_by_std_in_grpo(flag(
-                case,
-                "norm_adv_by_std_in_grpo",
-                true,
-            )))
+            .with_norm(if flag(case, "norm_adv_by_std_in_grpo", true) {
+                GrpoNorm::MeanStd
+            } else {
+                GrpoNorm::MeanOnly
+            })
     };
     let otb = || {
         OptimalTokenBaselineConfig::verl()

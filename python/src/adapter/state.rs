@@ -57,7 +57,7 @@ pub(super) fn rebuild<'s, G: Hash + Eq, T: Hash + Eq>(
             builder.rebuild_from_group_keys(batch, groups, episode)?;
             batch
         }
-        (s @ None, Some(t)) => s.insert(builder.from_row_keys(groups, t, episode)?),
+        (s @ None, Some(t)) => s.insert(RolloutBatch::from_row_keys(groups, t, episode)?),
         (s @ None, None) => s.insert(RolloutBatch::from_group_keys(groups, episode)?),
     })
 }

@@ -3,7 +3,8 @@
 use std::io;
 
 use beacon_rl::milestone::{
-    DetectorPreset, DiscoveryConfig, MilestoneDetector, MilestoneDiscovery, TextPatterns, WalkthroughMap,
+    detect_milestones, DetectorPreset, DiscoveryConfig, ExpertWalkthrough, MilestoneDetector,
+    MilestoneDiscovery, TextPatterns, WalkthroughMap,
 };
 use beacon_rl::record::{RecordBatch, TrajectoryRecord};
 
@@ -42,6 +43,8 @@ impl Detector {
                     .ok_or("--detector walkthrough needs --walkthrough FILE")?;
                 let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
                 let map = WalkthroughMap::from_json_reader(io::BufReader::new(file))?;
+                // The threshold is checked here, before any task is looked up.
+                ExpertWalkthrough::with_threshold(&[][..], args.threshold)?;
                 Detector::Walkthrough {
                     map,
                     threshold: args.threshold,
@@ -75,7 +78,7 @@ impl Detector {
     /// One milestone flag per row of `rb`.
     pub(crate) fn flags(&mut self, rb: &RecordBatch<'_>) -> Result<Vec<bool>, BoxError> {
         match self {
-            Detector::Transitions(d) => Ok(rb.detect_milestones(d)?),
+            Detector::Transitions(d) => Ok(detect_milestones(rb.batch(), d, |row, _| rb.transition(row))?),
             Detector::Discover(d) => Ok(d.discover_records(rb)?),
             Detector::Walkthrough { map, threshold } => {
                 // Each task's own expert actions; a task without a walkthrough gets no milestone.
@@ -84,7 +87,8 @@ impl Detector {
                 for j in 0..batch.num_trajectories() {
                     let rows = batch.trajectory_rows(j);
                     let task = &rb.records()[rb.row_location(rows[0]).0].group_id;
-                    if let Some(mut d) = map.detector_with_threshold(task, *threshold)? {
+                    if let Some(expert) = map.get(task) {
+                        let mut d = ExpertWalkthrough::with_threshold(expert, *threshold)?;
                         d.reset();
                         for &row in rows {
                             flags[row] = d.detect(&rb.transition(row));

@@ -71,7 +71,9 @@ impl Run<'_> {
                     )
                 })
                 .collect();
-            let actions: Vec<&str> = rb.transitions().map(|t| t.action).collect();
+            let actions: Vec<&str> = (0..rb.batch().num_steps())
+                .map(|row| rb.transition(row).action)
+                .collect();
             let diag = Diagnostics::new(
                 rb.batch(),
                 &states,

@@ -16,10 +16,8 @@
 
 use std::fmt;
 
-use super::beacon::{BeaconConfig, BeaconFlavour, SegmentBaseline};
 use super::empg::EmpgConfig;
 use super::gae::GaeConfig;
-use super::gigpo::{GigpoConfig, StepGrouping};
 use super::gpg::GpgConfig;
 use super::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
 use super::mt_grpo::{MtGrpoConfig, TurnBaseline};
@@ -29,6 +27,8 @@ use super::step_reinforce::{Grouping, NormScope, StepReinforceConfig};
 use super::tree_grpo::{TreeGrpoConfig, TreeGrpoVariant};
 use super::turn_gae::TurnGaeConfig;
 use super::{Ablation, BeaconAblationConfig};
+use super::{BeaconConfig, BeaconFlavour, SegmentBaseline};
+use super::{GigpoConfig, StepGrouping};
 use crate::error::{Error, Result};
 use crate::stats::{NormMode, SingletonRule};
 

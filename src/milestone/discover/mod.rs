@@ -1,7 +1,7 @@
 //! Milestone discovery from rollouts alone: no score, no per-step reward, no subgoal list.
 
-mod baseline;
-mod config;
+pub(super) mod baseline;
+pub(super) mod config;
 mod discovery;
 mod feedback;
 mod novelty;
@@ -9,8 +9,8 @@ mod support;
 mod text;
 mod workspace;
 
-pub use baseline::frequency_baseline;
-pub use config::DiscoveryConfig;
+use config::DiscoveryConfig;
+
 /// Milestone discovery from rollouts alone: no score, no per-step reward, no subgoal list.
 ///
 /// Most agent tasks have no score channel and no walkthrough. [`MilestoneDiscovery`] mines
