@@ -240,12 +240,66 @@ fn dump(path: &str, records: &[TrajectoryRecord], flags: &[bool], labels: &[bool
     Ok(())
 }
 
+/// The task of a record (`task` field), or its group id.
+fn task_of(r: &TrajectoryRecord) -> String {
+    r.extra
+        .value("task")
+        .ok()
+        .flatten()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| r.group_id.clone())
+}
+
+/// What each part holds, read from the records and their labels alone (no discovery): per
+/// environment, groups, successes, steps and scored steps in the successes, and the tasks
+/// that only one part has. Tells whether a part is harder by its make-up.
+fn print_composition(all: &[TrajectoryRecord]) {
+    println!(
+        "composition: groups, successes / trajectories, steps in successes (scored), tasks in this part only"
+    );
+    let mut tasks: BTreeMap<(String, String), Vec<Part>> = BTreeMap::new();
+    for part in [Part::Development, Part::Evaluation] {
+        for r in records_of(all, part) {
+            tasks.entry((env_of(&r), task_of(&r))).or_default().push(part);
+        }
+    }
+    for part in [Part::Development, Part::Evaluation] {
+        let mut rows: BTreeMap<String, (HashSet<String>, usize, usize, usize, usize)> = BTreeMap::new();
+        for r in records_of(all, part) {
+            let row = rows.entry(env_of(&r)).or_default();
+            row.0.insert(r.group_id.clone());
+            row.2 += 1;
+            if r.terminal_reward > 0.0 {
+                row.1 += 1;
+                row.3 += r.steps.len();
+                row.4 += r.steps.iter().filter(|s| s.milestone == Some(true)).count();
+            }
+        }
+        for (env, (groups, wins, n, steps, scored)) in rows {
+            let only: Vec<&str> = tasks
+                .iter()
+                .filter(|((e, _), parts)| *e == env && parts.iter().all(|p| *p == part))
+                .map(|((_, t), _)| t.as_str())
+                .collect();
+            println!(
+                "{:<12} {env:<13} {} groups, {wins} / {n}, {steps} ({scored}; {:.1} steps a success, {:.2} scored), only here: {only:?}",
+                part.name(),
+                groups.len(),
+                steps as f64 / wins.max(1) as f64,
+                scored as f64 / steps.max(1) as f64
+            );
+        }
+    }
+    println!();
+}
+
 fn main() -> BoxResult<()> {
     let bundled = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
     let path = arg("--data").unwrap_or_else(|| bundled.to_string());
     let cfg = config()?;
     let all = read_trajectories(open_jsonl(&path)?).collect::<Result<Vec<_>>>()?;
     println!("{path}: {} trajectories; config {cfg:?}\n", all.len());
+    print_composition(&all);
     println!(
         "{:<12} {:<26} {:<13} {:>4} {:>4} {:>4}  {:<5}  {:<5}  {:<5}",
         "part", "protocol", "env", "TP", "FP", "FN", "P", "R", "F1"

@@ -42,10 +42,11 @@ pub struct DiscoveryConfig {
     /// Flag irreversible first visits in tasks never seen succeeding (module docs,
     /// "Before the first success"). Default true.
     pub novelty: bool,
-    /// Treat a response that two actions with the same verb got in one rollout ("The door
-    /// is now open." after two doors) as no new progress for either (module docs: novel
-    /// events). Default false: it removes steps successes need that some environments score
-    /// (ScienceWorld's find tasks score the first door opened).
+    /// Treat a response that two different actions with the same verb got in one group
+    /// ("The door is now open." after two doors, in one rollout or in two) as no new
+    /// progress for either (module docs: novel events). Default true: such a response
+    /// acknowledges the kind of action, not which one. False keeps such steps, which some
+    /// environments score (ScienceWorld's find tasks score the first door opened).
     pub shared_responses: bool,
     /// Reversed transitions remembered over all tasks (later ones are ignored once full).
     /// Default 65536.
@@ -67,7 +68,7 @@ impl Default for DiscoveryConfig {
             feedback_min_verbs: 3,
             feedback_max_step_fraction: 0.75,
             novelty: true,
-            shared_responses: false,
+            shared_responses: true,
             max_edges: 1 << 16,
         }
     }
@@ -101,8 +102,8 @@ crate::setters::with_setters! {
     with_feedback_max_step_fraction(feedback_max_step_fraction: f64) = 0.5;
     /// Sets whether tasks never seen succeeding get irreversible first visits (default true).
     with_novelty(novelty: bool) = false;
-    /// Sets whether a response two actions of one verb got is no progress (default false).
-    with_shared_responses(shared_responses: bool) = true;
+    /// Sets whether a response two actions of one verb got is no progress (default true).
+    with_shared_responses(shared_responses: bool) = false;
     /// Sets the reversed transitions remembered (default 65536; ≥ 1).
     with_max_edges(max_edges: usize) = 1024;
 }

@@ -47,11 +47,12 @@ use config::DiscoveryConfig;
 /// the same event as the successful one, and its shape the gist with every run of digits read
 /// as one mark, so a reading ("the thermometer measures a temperature of 29 degrees") is one
 /// event whatever value it read. An event is **novel** when its gist has not been seen earlier in the
-/// trajectory (the second "The door is now open." is no new progress). With
-/// `shared_responses` (off by default) it must also not be *shared*: got, in the same
-/// trajectory, by another action with the same verb (first word). A shared response ("The
-/// door is now open." after opening two doors) acknowledges the kind of action, not which
-/// one, so neither step is new progress, the first included.
+/// trajectory (the second "The door is now open." is no new progress) and it is not
+/// *shared*: got, in the same group (the batch's rollouts of the task, in one rollout or
+/// two), by another action with the same verb (first word). A shared response ("The door is
+/// now open." after opening the kitchen door in one rollout and the hallway door in another)
+/// acknowledges the kind of action, not which one, so none of those steps is new progress,
+/// the first included (`shared_responses`, on by default).
 ///
 /// For a task with remembered successful rollouts τ_1 … τ_n (the last `max_successes`, this
 /// batch's included), the milestone events are

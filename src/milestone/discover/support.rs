@@ -8,15 +8,15 @@ use super::text::{KeyMap, KeySet};
 use super::workspace::{Event, StepKeys};
 use crate::batch::RolloutBatch;
 
-/// Fills `shared` with the gists that two different actions with the same verb got in
-/// `steps` (one rollout): "The door is now open." after opening two doors, "Ambiguous
-/// request: …" after two `move` prompts. Such a response acknowledges the kind of action,
-/// not which one, so it shows no new progress, whichever of the actions came first (module
-/// docs: novel events). The verb must match so that in an environment whose responses
-/// describe the state, a state reached again another way (`drop key` back to "you hold
-/// nothing") does not unmake the step that first reached it.
+/// Adds to `shared` the gists that two different actions with the same verb got in
+/// `steps` (one rollout; called for every rollout of a group with `first_action` kept in
+/// between, so the pair may be in two rollouts): "The door is now open." after opening two
+/// doors, "Ambiguous request: …" after two `move` prompts. Such a response acknowledges the
+/// kind of action, not which one, so it shows no new progress, whichever of the actions came
+/// first (module docs: novel events). The verb must match so that in an environment whose
+/// responses describe the state, a state reached again another way (`drop key` back to "you
+/// hold nothing") does not unmake the step that first reached it.
 fn shared_gists(steps: &[StepKeys], first_action: &mut KeyMap<(u64, u64)>, shared: &mut KeySet) {
-    first_action.clear();
     for s in steps {
         let (action, verb) = *first_action.entry(s.gist).or_insert((s.action, s.verb));
         if action != s.action && verb == s.verb {
@@ -57,19 +57,12 @@ impl MilestoneDiscovery {
         }
     }
 
-    /// Calls `f(t, key, novel, feedback)` for every event of trajectory `j` (step t of it).
+    /// Calls `f(t, key, novel, feedback)` for every event of trajectory `j` (step t of it);
+    /// `ws.shared` holds its group's shared gists ([`shared_gists`]).
     fn for_each_event(&mut self, batch: &RolloutBatch, j: usize, mut f: impl FnMut(usize, u64, bool, bool)) {
         let ws = &mut self.ws;
         ws.seen_actions.clear();
         ws.seen_gists.clear();
-        ws.shared.clear();
-        if self.config.shared_responses {
-            shared_gists(
-                &ws.steps[batch.trajectory_steps(j)],
-                &mut ws.gist_action,
-                &mut ws.shared,
-            );
-        }
         let any_feedback = !self.feedback.is_empty();
         for (t, i) in batch.trajectory_steps(j).enumerate() {
             let s = ws.steps[i];
@@ -121,6 +114,18 @@ impl MilestoneDiscovery {
         events.clear();
         ends.clear();
         let max_events = self.config.max_events;
+        let ws = &mut self.ws;
+        ws.shared.clear();
+        if self.config.shared_responses {
+            ws.gist_action.clear();
+            for j in batch.group_trajectories(g) {
+                shared_gists(
+                    &ws.steps[batch.trajectory_steps(j)],
+                    &mut ws.gist_action,
+                    &mut ws.shared,
+                );
+            }
+        }
         for j in batch.group_trajectories(g) {
             let success = self.is_success(batch, j);
             let start = events.len();

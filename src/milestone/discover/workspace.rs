@@ -46,9 +46,9 @@ pub(super) struct Workspace {
     pub(super) counts: KeyMap<u32>,
     pub(super) seen_actions: KeySet,
     pub(super) seen_gists: KeySet,
-    /// Per gist, the first action of the current rollout that got it (shared gists).
+    /// Per gist, the first action of the current group that got it (shared gists).
     pub(super) gist_action: KeyMap<(u64, u64)>,
-    /// Gists two different actions of the current rollout got (not novel).
+    /// Gists two different actions of one verb got in the current group (not novel).
     pub(super) shared: KeySet,
     pub(super) events: Vec<u64>,
     /// End of each success's events in `events`.
