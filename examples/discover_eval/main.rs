@@ -243,10 +243,8 @@ fn dump(path: &str, records: &[TrajectoryRecord], flags: &[bool], labels: &[bool
 /// The task of a record (`task` field), or its group id.
 fn task_of(r: &TrajectoryRecord) -> String {
     r.extra
-        .value("task")
-        .ok()
-        .flatten()
-        .and_then(|v| v.as_str().map(str::to_string))
+        .get("task")
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
         .unwrap_or_else(|| r.group_id.clone())
 }
 

@@ -243,7 +243,7 @@ fn calls(u: &mut Bytes<'_>, mut d: MilestoneDiscovery, config: DiscoveryConfig) 
             .map(|_| task_pool[usize::from(u.u8()) % task_pool.len()].as_str())
             .collect();
         errors(u, &mut d, &batch, &tasks, &rows);
-        one_call(u, &mut d, &mut twin, &mut known, &batch, &tasks, &rows);
+        one_call(u, &mut d, &mut twin, &mut known, &batch, &tasks, &rows, config);
     }
 }
 
@@ -424,8 +424,8 @@ fn one_call(
     batch: &RolloutBatch,
     tasks: &[&str],
     rows: &[Row],
+    config: DiscoveryConfig,
 ) {
-    let config = *d.config();
     // Where each row is: (trajectory, step).
     let mut at = vec![(usize::MAX, usize::MAX); batch.num_steps()];
     for j in 0..batch.num_trajectories() {

@@ -80,6 +80,8 @@ fn group_tasks<'t>(batch: &RolloutBatch, tasks: &'t [String]) -> PyResult<Vec<&'
 #[pyclass(name = "MilestoneDiscovery", module = "beacon_rl._native")]
 pub struct Discovery {
     inner: MilestoneDiscovery,
+    /// The settings it was built with, for `config_json`.
+    config: DiscoveryConfig,
 }
 
 #[pymethods]
@@ -95,7 +97,7 @@ impl Discovery {
                 .map_err(|e| PyValueError::new_err(format!("discovery config: {e}")))?,
         };
         let inner = MilestoneDiscovery::new(config).map_err(value_error)?;
-        Ok(Self { inner })
+        Ok(Self { inner, config })
     }
 
     /// One flag per row (bool array): the milestones of this batch, with the memory updated.
@@ -162,7 +164,7 @@ impl Discovery {
 
     /// The settings as a JSON object (every field).
     fn config_json(&self) -> PyResult<String> {
-        serde_json::to_string(self.inner.config())
+        serde_json::to_string(&self.config)
             .map_err(|e| PyValueError::new_err(format!("discovery config: {e}")))
     }
 }

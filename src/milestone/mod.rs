@@ -30,7 +30,7 @@ mod webshop;
 
 pub use agreement::MilestoneAgreement;
 pub use combinators::{AllOf, AnyOf, Not};
-pub use discover::{baseline::frequency_baseline, config::DiscoveryConfig, MilestoneDiscovery};
+pub use discover::{baseline::frequency_baseline, config::DiscoveryConfig, discovery::MilestoneDiscovery};
 pub use preset::DetectorPreset;
 pub use subgoal::NewSubgoals;
 pub use text::{TextPatterns, TextPatternsBuilder};

@@ -130,18 +130,9 @@ const VERBS: Range = Range {
 };
 
 impl DiscoveryConfig {
-    /// Checks every field's range.
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`] naming the first field out of range.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::DiscoveryConfig;
-    /// use beacon_rl::Error;
-    /// let cfg = DiscoveryConfig::default().with_min_support(0.0);
-    /// assert!(matches!(cfg.validate(), Err(Error::InvalidConfig { name: "min_support", .. })));
-    /// ```
-    pub fn validate(&self) -> Result<()> {
+    /// Checks every field's range ([`MilestoneDiscovery::new`](super::discovery::MilestoneDiscovery::new)
+    /// calls it: building validates).
+    pub(crate) fn validate(&self) -> Result<()> {
         FINITE.check("success_threshold", self.success_threshold)?;
         SHARE.check("min_support", self.min_support)?;
         for (name, v) in [
