@@ -1,4 +1,4 @@
-//! [`DiscoveryConfig`]: the settings of [`MilestoneDiscovery`](super::MilestoneDiscovery) and
+//! [`DiscoveryConfig`]: the settings of [`MilestoneDiscovery`](super::discovery::MilestoneDiscovery) and
 //! their ranges.
 
 use super::feedback::MAX_VERBS;
@@ -6,7 +6,7 @@ use crate::error::{Range, Result};
 #[cfg(doc)]
 use crate::Error;
 
-/// Settings of [`MilestoneDiscovery`](super::MilestoneDiscovery); every cap bounds its memory.
+/// Settings of [`MilestoneDiscovery`](super::discovery::MilestoneDiscovery); every cap bounds its memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]

@@ -1,4 +1,4 @@
-//! The feedback-channel search of [`MilestoneDiscovery`](super::MilestoneDiscovery): sentences
+//! The feedback-channel search of [`MilestoneDiscovery`](super::discovery::MilestoneDiscovery): sentences
 //! that progress feedback looks like (module docs of [`discover`](super)).
 
 use super::text::KeyMap;

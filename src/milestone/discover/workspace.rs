@@ -1,4 +1,4 @@
-//! What [`MilestoneDiscovery`](super::MilestoneDiscovery) keeps between and within calls:
+//! What [`MilestoneDiscovery`](super::discovery::MilestoneDiscovery) keeps between and within calls:
 //! the per-task memory, each step's keys, and the buffers reused across calls.
 
 use std::collections::VecDeque;
