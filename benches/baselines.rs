@@ -101,7 +101,7 @@ fn bench_baselines(c: &mut Criterion) {
                 BenchmarkId::new(format!("{name}/into"), format!("{rows}x{TOKENS}")),
                 &input,
                 |b, input| {
-                    let mut ws = Workspace::new();
+                    let mut ws = Workspace::default();
                     b.iter(|| {
                         est.estimate_into(
                             black_box(input),

@@ -36,7 +36,7 @@ fn step_level(c: &mut Criterion) {
         ("official", BeaconConfig::official()),
     ] {
         let beacon = Beacon::new(cfg).unwrap();
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut adv = vec![0.0; batch.num_steps()];
         group.bench_function(BenchmarkId::new("16x8x30", name), |b| {
             b.iter(|| {
@@ -68,7 +68,7 @@ fn token_level(c: &mut Criterion) {
     group.bench_function("copy_f32_512 (reference)", |b| {
         b.iter(|| out.assign(black_box(&source)))
     });
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut step = vec![0.0; batch.num_steps()];
     group.bench_function("step_plus_broadcast_f32_512", |b| {
         b.iter(|| {

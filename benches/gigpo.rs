@@ -81,8 +81,8 @@ fn bench_gigpo(c: &mut Criterion) {
         ("exact", StepGrouping::Exact),
         ("similarity_0.95", StepGrouping::Similarity { threshold: 0.95 }),
     ] {
-        let gigpo = Gigpo::new(GigpoConfig::verl_agent().with_grouping(grouping)).unwrap();
-        let mut ws = Workspace::new();
+        let gigpo = Gigpo::new(GigpoConfig::default().with_grouping(grouping)).unwrap();
+        let mut ws = Workspace::default();
         let mut out = GigpoOutput::default();
         group.bench_function(name, |bch| {
             bch.iter(|| {
@@ -132,7 +132,7 @@ fn bench_scaling(c: &mut Criterion) {
     // Text anchors: the 20 states of a group as ~100-character observations, shared by all
     // groups (interning is per task group, so sharing the text changes nothing but memory).
     let texts: Vec<String> = (0..20).map(|s| observation(s / 2, s % 2, 1 + s % 3)).collect();
-    let gigpo = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
+    let gigpo = Gigpo::new(GigpoConfig::default()).unwrap();
     let mut group = c.benchmark_group("gigpo_scaling");
     for n in [1_000, 10_000, 100_000, 1_000_000] {
         if n > max {
@@ -140,7 +140,7 @@ fn bench_scaling(c: &mut Criterion) {
         }
         let (batch, rewards, states) = scaling_batch(n);
         group.throughput(Throughput::Elements(batch.num_steps() as u64));
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut out = GigpoOutput::default();
         group.bench_with_input(BenchmarkId::new("u64", n), &n, |bch, _| {
             bch.iter(|| {

@@ -128,7 +128,7 @@ impl Trainer {
         Self {
             builder: BatchBuilder::default(),
             batch,
-            ws: Workspace::new(),
+            ws: Workspace::default(),
             scores: vec![0.0; rows],
             lengths: vec![0; rows],
             out: Array2::zeros((rows, TOKENS)),
@@ -324,7 +324,7 @@ fn bench_parallel(c: &mut Criterion) {
         .with_anchor_ids(&d.anchors);
     let est = build("gigpo");
     for (label, pool) in &pools {
-        let (mut ws, mut steps) = (Workspace::new(), vec![0.0; rows]);
+        let (mut ws, mut steps) = (Workspace::default(), vec![0.0; rows]);
         group.bench_function(format!("gigpo_steps/{label}"), |b| {
             b.iter(|| {
                 pool.install(|| est.estimate_steps_into(black_box(&input), &mut steps, &mut ws))

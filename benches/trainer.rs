@@ -175,7 +175,7 @@ fn bench_size(c: &mut Criterion, label: &str, rows: usize) {
             _ => i.with_response_lengths(&d.lens, TOKENS),
         }
     };
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     for (name, masks) in [
         ("grpo", &["i64", "u8", "bool", "lengths"][..]),
         ("rloo", &["i64", "u8", "bool", "lengths"][..]),
@@ -262,7 +262,7 @@ fn bench_parallel(c: &mut Criterion) {
     group.sample_size(10);
     group.throughput(Throughput::Elements((rows * TOKENS) as u64));
     let mut adv = Array2::<f32>::zeros((rows, TOKENS));
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     for threads in [1, 2] {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)

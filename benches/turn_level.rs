@@ -187,7 +187,7 @@ fn bench(c: &mut Criterion) {
     let c_step_parents = step_parents(ROWS);
     for name in NAMES {
         let est = build(name);
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let input = EstimatorInput::new(&d.batch)
             .with_token_level_rewards(&d.rewards)
             .with_values(&d.values)
@@ -227,7 +227,7 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Elements(n as u64));
         for name in NAMES {
             let est = build(name);
-            let mut ws = Workspace::new();
+            let mut ws = Workspace::default();
             let input = EstimatorInput::new(&batch)
                 .with_step_rewards(&rewards)
                 .with_turn_values(&values)

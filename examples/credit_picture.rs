@@ -17,7 +17,7 @@
 //!
 //! - GRPO: verl's `grpo` on verl-agent's step rows (the episode reward on every step row,
 //!   normalised over all rows of the group).
-//! - GiGPO: [`GigpoConfig::verl_agent`] (episode term + anchor-state step term).
+//! - GiGPO: [`GigpoConfig::default()`](GigpoConfig::default) (episode term + anchor-state step term).
 //! - BEACON: [`BeaconConfig::paper`], milestones from `--detector` (default `score`: the
 //!   environment's score went up).
 //!
@@ -156,7 +156,7 @@ fn build_picture(
     let input = cols.input(rb.batch(), &flags);
 
     let grpo = "grpo".parse::<EstimatorConfig>()?.build()?.estimate(&input)?;
-    let gigpo = Gigpo::new(GigpoConfig::verl_agent())?.estimate(&input)?;
+    let gigpo = Gigpo::new(GigpoConfig::default())?.estimate(&input)?;
     let config = BeaconConfig::paper();
     let segment_weight = config.segment_weight;
     let beacon = Beacon::new(config)?.compute(rb.batch(), &flags)?;

@@ -7,7 +7,7 @@
 ///
 /// ```text
 /// with_setters! {
-///     GrpoConfig, "beacon_rl::estimator::GrpoConfig", GrpoConfig::verl();
+///     GrpoConfig, "beacon_rl::estimator::GrpoConfig", GrpoConfig::default();
 ///     /// Sets `std_eps` (default 1e-6).
 ///     with_std_eps(std_eps: f64) = 1e-3;
 /// }

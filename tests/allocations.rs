@@ -82,7 +82,7 @@ fn zero_allocations_after_the_first_call() {
     ];
     for name in EstimatorConfig::NAMES.iter().chain(&random_rows) {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut adv64 = Array2::<f64>::zeros((rows, cols));
         let mut ret64 = Array2::<f64>::zeros((rows, cols));
         let mut adv32 = Array2::<f32>::zeros((rows, cols));
@@ -213,7 +213,7 @@ fn turn_level_multi_turn_rows_allocate_nothing_after_the_first_call() {
     let mut report = Vec::new();
     for name in ["step_reinforce", "mt_grpo", "turn_gae", "tree_grpo"] {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut adv64 = Array2::<f64>::zeros((rows, cols));
         let mut ret64 = Array2::<f64>::zeros((rows, cols));
         let mut adv32 = Array2::<f32>::zeros((rows, cols));

@@ -223,7 +223,7 @@ fn gigpo_takes_integer_or_text_anchors_through_the_trait() {
     );
     assert_eq!(est.estimate(&base), Err(Error::MissingInput("anchor_obs")));
     let sim = EstimatorConfig::Gigpo(
-        GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.9 }),
+        GigpoConfig::default().with_grouping(StepGrouping::Similarity { threshold: 0.9 }),
     );
     assert!(matches!(
         sim.build().unwrap().estimate(&base.with_anchor_ids(&ids)),

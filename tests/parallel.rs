@@ -125,7 +125,7 @@ fn beacon_is_bit_identical_on_every_pool() {
             let b = Beacon::new(cfg).unwrap();
             same_bits_on_every_pool("beacon parts", || {
                 let mut out = BeaconOutput::default();
-                b.compute_into(&a.batch, &a.flags, &mut Workspace::new(), &mut out)
+                b.compute_into(&a.batch, &a.flags, &mut Workspace::default(), &mut out)
                     .unwrap();
                 (
                     bits(&out.advantages),
@@ -146,7 +146,7 @@ fn gigpo_is_bit_identical_on_every_pool() {
         let a = agent(seed, 1500, interleaved);
         let text: Vec<String> = a.anchors.iter().map(|s| format!("state {}", s % 64)).collect();
         for mode in [NormMode::MeanNorm, NormMode::MeanStdNorm] {
-            let g = Gigpo::new(GigpoConfig::verl_agent().with_mode(mode)).unwrap();
+            let g = Gigpo::new(GigpoConfig::default().with_mode(mode)).unwrap();
             let run = |out: GigpoOutput| {
                 (
                     bits(&out.advantages),
@@ -227,12 +227,12 @@ fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         same_bits_on_every_pool(name, || {
             let mut out = Array2::<f32>::zeros((rows, 64));
-            est.estimate_into(&input, (&mut out).into(), None, &mut Workspace::new())
+            est.estimate_into(&input, (&mut out).into(), None, &mut Workspace::default())
                 .unwrap();
             out.mapv(f32::to_bits)
         });
         let two = pool(2);
-        let (mut ws, mut out) = (Workspace::new(), Array2::<f32>::zeros((rows, 64)));
+        let (mut ws, mut out) = (Workspace::default(), Array2::<f32>::zeros((rows, 64)));
         let mut call = || {
             two.install(|| est.estimate_into(&input, (&mut out).into(), None, &mut ws))
                 .unwrap()
@@ -286,7 +286,7 @@ fn row_scores_are_bit_identical_and_allocation_free_on_every_pool() {
     for est in &estimators {
         let run = || {
             let mut out = vec![0.0; rows];
-            est.estimate_steps_into(&input, &mut out, &mut Workspace::new())
+            est.estimate_steps_into(&input, &mut out, &mut Workspace::default())
                 .unwrap();
             bits(&out)
         };
@@ -295,11 +295,11 @@ fn row_scores_are_bit_identical_and_allocation_free_on_every_pool() {
         let mut plain = vec![0.0; rows];
         let mut no_scores = input;
         no_scores.row_scores = None;
-        est.estimate_steps_into(&no_scores, &mut plain, &mut Workspace::new())
+        est.estimate_steps_into(&no_scores, &mut plain, &mut Workspace::default())
             .unwrap();
         assert_ne!(bits(&plain), run(), "{}", est.name());
         let two = pool(2);
-        let (mut ws, mut out) = (Workspace::new(), vec![0.0; rows]);
+        let (mut ws, mut out) = (Workspace::default(), vec![0.0; rows]);
         let mut call = || {
             two.install(|| est.estimate_steps_into(&input, &mut out, &mut ws))
                 .unwrap()
@@ -327,7 +327,7 @@ fn whitening_scans_allocate_nothing_after_warm_up_on_a_pool() {
     for name in ["gae", "reinforce_plus_plus"] {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         let two = pool(2);
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let (mut adv, mut ret) = (
             Array2::<f32>::zeros((rows, cols)),
             Array2::<f32>::zeros((rows, cols)),

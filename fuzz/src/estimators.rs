@@ -180,7 +180,7 @@ pub fn check_estimator(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>,
 
     // Into NaN-filled buffers: standard layout, or column-major (strided rows); the same
     // workspace twice, so stale scratch from the first call cannot leak into the second.
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     for _ in 0..2 {
         let (mut adv, mut ret) = if layout & 1 == 0 {
             (Array2::from_elem(dim, f64::NAN), Array2::from_elem(dim, f64::NAN))
@@ -405,7 +405,7 @@ impl Columns {
 /// `name`'s configuration with fuzzed parameters (valid or not: `build` must decide).
 fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
     let grpo = |u: &mut Bytes<'_>| {
-        GrpoConfig::verl()
+        GrpoConfig::default()
             .with_std_eps(u.f64())
             .with_norm(if u.bool() {
                 GrpoNorm::MeanStd
@@ -426,7 +426,7 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
         }
     };
     let otb = |u: &mut Bytes<'_>| {
-        OptimalTokenBaselineConfig::verl()
+        OptimalTokenBaselineConfig::default()
             .with_zero_tail(if u.bool() {
                 ZeroTail::ZeroBaseline
             } else {
@@ -449,19 +449,23 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
             })
     };
     match name {
-        "gae" => EstimatorConfig::Gae(GaeConfig::verl().with_discount(u.f64()).with_gae_lambda(u.f64())),
+        "gae" => EstimatorConfig::Gae(
+            GaeConfig::default()
+                .with_discount(u.f64())
+                .with_gae_lambda(u.f64()),
+        ),
         "grpo" => EstimatorConfig::Grpo(grpo(u)),
         "grpo_vectorized" => EstimatorConfig::GrpoVectorized(grpo(u)),
         "grpo_passk" => EstimatorConfig::GrpoPassk(grpo(u)),
         "gdpo" => EstimatorConfig::Gdpo(grpo(u)),
-        "gpg" => EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(u.f64())),
+        "gpg" => EstimatorConfig::Gpg(GpgConfig::default().with_f_norm(u.f64())),
         "reinforce_plus_plus" => {
-            EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(u.f64()))
+            EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(u.f64()))
         }
         "optimal_token_baseline" => EstimatorConfig::OptimalTokenBaseline(otb(u)),
         "tir_optimal_token_baseline" => EstimatorConfig::TirOptimalTokenBaseline(otb(u)),
         "gigpo" => EstimatorConfig::Gigpo(
-            GigpoConfig::verl_agent()
+            GigpoConfig::default()
                 .with_step_decay(u.f64())
                 .with_step_advantage_weight(u.f64())
                 .with_mode(mode(u))

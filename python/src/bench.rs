@@ -112,7 +112,7 @@ fn time_crate_call(
     let mut builder = BatchBuilder::default();
     let zeros = vec![0.0; ids.len()];
     let mut batch = RolloutBatch::from_group_keys(ids, &zeros)?;
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let cols = mask.dim().1;
     let (mut wall, mut cpu) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     for rep in 0..=reps {

@@ -154,7 +154,7 @@ registry! {
     /// assert_eq!(official, "beacon_official".parse()?);
     /// assert_eq!(official.build()?.name(), "beacon_official");
     ///
-    /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_norm(GrpoNorm::MeanOnly));
+    /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly));
     /// assert_eq!(dr_grpo.to_string(), "grpo:norm=mean_only");
     ///
     /// let err = "beacon:gamma=0.9".parse::<EstimatorConfig>().unwrap_err();
@@ -166,19 +166,19 @@ registry! {
     verl {
         /// `gae`: generalized advantage estimation with a critic; reads `token_level_rewards`,
         /// `response_mask` and `values`, writes returns.
-        Gae(GaeConfig = GaeConfig::verl()) => "gae";
+        Gae(GaeConfig = GaeConfig::default()) => "gae";
         /// `grpo`: group-normalized outcome reward; reads `token_level_rewards` and
         /// `response_mask` (or step rows, [`estimate_steps_into`](AdvantageEstimator::estimate_steps_into)).
-        Grpo(GrpoConfig = GrpoConfig::verl()) => "grpo";
+        Grpo(GrpoConfig = GrpoConfig::default()) => "grpo";
         /// `grpo_vectorized`: verl's vectorized GRPO with float32 group statistics
         /// (verl's `compute_grpo_vectorized_outcome_advantage`).
-        GrpoVectorized(GrpoConfig = GrpoConfig::verl()) => "grpo_vectorized";
+        GrpoVectorized(GrpoConfig = GrpoConfig::default()) => "grpo_vectorized";
         /// `grpo_passk`: only the best response of a group gets r_max − r_second
         /// (verl's `compute_grpo_passk_outcome_advantage`).
-        GrpoPassk(GrpoConfig = GrpoConfig::verl()) => "grpo_passk";
+        GrpoPassk(GrpoConfig = GrpoConfig::default()) => "grpo_passk";
         /// `gdpo`: GRPO then batch whitening (single reward; verl's
         /// `compute_gdpo_outcome_advantage`).
-        Gdpo(GrpoConfig = GrpoConfig::verl()) => "gdpo";
+        Gdpo(GrpoConfig = GrpoConfig::default()) => "gdpo";
         /// `rloo`: leave-one-out baseline; reads `token_level_rewards` and `response_mask`.
         Rloo => "rloo";
         /// `rloo_vectorized`: verl's vectorized RLOO (singletons get 0).
@@ -187,10 +187,10 @@ registry! {
         Opo => "opo";
         /// `gpg`: group mean baseline scaled by the batch's share of nonzero row scores; reads
         /// `token_level_rewards` and `response_mask`.
-        Gpg(GpgConfig = GpgConfig::verl()) => "gpg";
+        Gpg(GpgConfig = GpgConfig::default()) => "gpg";
         /// `reinforce_plus_plus`: discounted token returns, batch-whitened; reads
         /// `token_level_rewards` and `response_mask`, writes returns.
-        ReinforcePlusPlus(ReinforcePlusPlusConfig = ReinforcePlusPlusConfig::verl()) => "reinforce_plus_plus";
+        ReinforcePlusPlus(ReinforcePlusPlusConfig = ReinforcePlusPlusConfig::default()) => "reinforce_plus_plus";
         /// `reinforce_plus_plus_baseline`: group mean baseline, batch-whitened
         /// (verl's `compute_reinforce_plus_plus_baseline_outcome_advantage`).
         ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline";
@@ -200,31 +200,31 @@ registry! {
         /// `optimal_token_baseline`: per-position variance-weighted group baseline; reads
         /// `token_level_rewards`, `response_mask`, `old_log_probs`, `sum_pi_squared` (and
         /// optionally `rollout_is_weights`), writes returns.
-        OptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "optimal_token_baseline";
+        OptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::default()) => "optimal_token_baseline";
         /// `tir_optimal_token_baseline`: the same over each row's generated tokens only
         /// (verl's `compute_multi_turn_optimal_token_baseline_advantage`).
-        TirOptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::verl()) => "tir_optimal_token_baseline";
+        TirOptimalTokenBaseline(OptimalTokenBaselineConfig = OptimalTokenBaselineConfig::default()) => "tir_optimal_token_baseline";
     }
     crate_only {
         /// `gigpo`: episode plus anchor-state step advantages, verl-agent's GiGPO
-        /// ([`Gigpo`](super::Gigpo)). Omitted fields take [`GigpoConfig::verl_agent`](super::GigpoConfig::verl_agent).
-        Gigpo(super::GigpoConfig = super::GigpoConfig::verl_agent()) => "gigpo";
+        /// ([`Gigpo`](super::Gigpo)). Omitted fields take [`GigpoConfig::default()`](super::GigpoConfig::default).
+        Gigpo(super::GigpoConfig = super::GigpoConfig::default()) => "gigpo";
         /// `step_reinforce`: discounted per-turn returns normalised over turns, as ROLL runs
         /// them; reads `step_rewards` (one turn per row). Omitted fields take
-        /// [`StepReinforceConfig::roll`](step_reinforce::StepReinforceConfig::roll).
-        StepReinforce(step_reinforce::StepReinforceConfig = step_reinforce::StepReinforceConfig::roll()) => "step_reinforce";
+        /// [`StepReinforceConfig::default()`](step_reinforce::StepReinforceConfig::default).
+        StepReinforce(step_reinforce::StepReinforceConfig = step_reinforce::StepReinforceConfig::default()) => "step_reinforce";
         /// `mt_grpo`: multi-turn GRPO with turn-level advantages; reads `step_rewards`.
-        /// Omitted fields take [`MtGrpoConfig::authors`](mt_grpo::MtGrpoConfig::authors).
-        MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::authors()) => "mt_grpo";
+        /// Omitted fields take [`MtGrpoConfig::default()`](mt_grpo::MtGrpoConfig::default).
+        MtGrpo(mt_grpo::MtGrpoConfig = mt_grpo::MtGrpoConfig::default()) => "mt_grpo";
         /// `turn_gae`: GAE over one critic value per turn; reads `step_rewards` and `turn_values`.
-        /// Omitted fields take [`TurnGaeConfig::verl`](turn_gae::TurnGaeConfig::verl).
-        TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::verl()) => "turn_gae";
+        /// Omitted fields take [`TurnGaeConfig::default()`](turn_gae::TurnGaeConfig::default).
+        TurnGae(turn_gae::TurnGaeConfig = turn_gae::TurnGaeConfig::default()) => "turn_gae";
         /// `tree_grpo`: Tree-GRPO's prompt and tree groups; reads `step_rewards` and `tree_parents`.
-        /// Omitted fields take [`TreeGrpoConfig::authors`](TreeGrpoConfig::authors).
-        TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::authors()) => "tree_grpo";
+        /// Omitted fields take [`TreeGrpoConfig::default()`](TreeGrpoConfig::default).
+        TreeGrpo(TreeGrpoConfig = TreeGrpoConfig::default()) => "tree_grpo";
         /// `empg`: entropy-modulated policy gradients over step rows; reads `step_entropy`.
-        /// Omitted fields take [`EmpgConfig::authors`](EmpgConfig::authors).
-        Empg(EmpgConfig = EmpgConfig::authors()) => "empg";
+        /// Omitted fields take [`EmpgConfig::default()`](EmpgConfig::default).
+        Empg(EmpgConfig = EmpgConfig::default()) => "empg";
     }
 }
 
@@ -433,7 +433,7 @@ mod tests {
     #[test]
     fn empg_takes_its_keys_and_grpos() {
         let c = parse("empg:k=2");
-        assert_eq!(c, EstimatorConfig::Empg(EmpgConfig::authors().with_k(2.0)));
+        assert_eq!(c, EstimatorConfig::Empg(EmpgConfig::default().with_k(2.0)));
         assert_eq!(c.to_string(), "empg:k=2.0");
         assert_eq!(parse(&c.to_string()), c);
         assert_eq!(c.build().unwrap().name(), "empg");
@@ -485,7 +485,7 @@ mod tests {
         let want = GigpoConfig {
             grouping: StepGrouping::Similarity { threshold: 0.9 },
             mode: NormMode::MeanStdNorm,
-            ..GigpoConfig::verl_agent()
+            ..GigpoConfig::default()
         };
         assert_eq!(c, EstimatorConfig::Gigpo(want));
         assert_eq!(

@@ -9,11 +9,11 @@ use crate::tensor::FloatViewMut;
 /// ε of Eqs. 10 and 12 (the authors' 1e-8).
 const EPS: f64 = 1e-8;
 
-/// Parameters of `empg`, with the defaults of the authors' pseudocode ([`authors`](Self::authors)).
+/// Parameters of `empg`, with the defaults of the authors' pseudocode ([`Default`](Self::default)).
 ///
 /// ```
 /// use beacon_rl::estimator::{EmpgConfig, EstimatorConfig};
-/// let c = EmpgConfig::authors().with_zeta(0.05);
+/// let c = EmpgConfig::default().with_zeta(0.05);
 /// assert!(EstimatorConfig::Empg(c).build().is_ok());
 /// assert!(EstimatorConfig::Empg(c.with_k(-1.0)).build().is_err());
 /// ```
@@ -33,22 +33,6 @@ pub struct EmpgConfig {
 }
 
 impl EmpgConfig {
-    /// The authors' pseudocode defaults: k = 1, k_f = 1, ζ = 0.1, verl's GRPO.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::EmpgConfig;
-    /// assert_eq!(EmpgConfig::authors(), EmpgConfig::default());
-    /// assert_eq!(EmpgConfig::authors().zeta, 0.1);
-    /// ```
-    pub const fn authors() -> Self {
-        Self {
-            k: 1.0,
-            k_f: 1.0,
-            zeta: 0.1,
-            grpo: GrpoConfig::verl(),
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -63,20 +47,26 @@ impl EmpgConfig {
 }
 
 impl Default for EmpgConfig {
+    /// The authors' pseudocode defaults: k = 1, k_f = 1, ζ = 0.1, verl's GRPO.
     fn default() -> Self {
-        Self::authors()
+        Self {
+            k: 1.0,
+            k_f: 1.0,
+            zeta: 0.1,
+            grpo: GrpoConfig::default(),
+        }
     }
 }
 
 crate::setters::with_setters! {
-    EmpgConfig, "use beacon_rl::estimator::{EmpgConfig, GrpoConfig};", EmpgConfig::authors();
+    EmpgConfig, "use beacon_rl::estimator::{EmpgConfig, GrpoConfig};", EmpgConfig::default();
     /// Sets k of the self-calibrating scaling (default 1; finite, ≥ 0).
     with_k(k: f64) = 0.5;
     /// Sets k_f of the future clarity bonus (default 1; finite, ≥ 0).
     with_k_f(k_f: f64) = 2.0;
     /// Sets ζ, the weight of the future clarity bonus (default 0.1; finite, ≥ 0).
     with_zeta(zeta: f64) = 0.05;
-    /// Sets the GRPO of the outcome advantage (default [`GrpoConfig::verl`]).
+    /// Sets the GRPO of the outcome advantage (default [`GrpoConfig::default()`](GrpoConfig::default)).
     with_grpo(grpo: GrpoConfig) = GrpoConfig::dr_grpo();
 }
 
@@ -154,7 +144,7 @@ crate::setters::with_setters! {
 /// let batch = RolloutBatch::from_row_keys(&["t"; 4], &["a", "a", "b", "b"], &[1.0, 1.0, 0.0, 0.0])?;
 /// let input = EstimatorInput::new(&batch).with_step_entropy(&[1.0, 3.0, 2.0, 1.0]);
 /// let mut adv = [0.0; 4];
-/// EstimatorConfig::Empg(EmpgConfig::authors()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+/// EstimatorConfig::Empg(EmpgConfig::default()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::default())?;
 /// assert!(adv.iter().sum::<f64>().abs() < 1e-12); // zero mean over the steps
 /// assert!(adv[0] > adv[1]); // the confident step of the success gets more credit
 /// # Ok::<(), beacon_rl::Error>(())
@@ -292,7 +282,7 @@ mod tests {
     fn run(c: EmpgConfig, batch: &RolloutBatch, entropy: &[f64]) -> Result<Vec<f64>> {
         let input = EstimatorInput::new(batch).with_step_entropy(entropy);
         let mut out = vec![f64::NAN; batch.num_steps()];
-        Empg::new(c)?.estimate_steps_into(&input, &mut out, &mut Workspace::new())?;
+        Empg::new(c)?.estimate_steps_into(&input, &mut out, &mut Workspace::default())?;
         Ok(out)
     }
 
@@ -314,7 +304,7 @@ mod tests {
         //        row 2 = 0.8156651·(−0.8660239) + 0.1·f(row 3) = −0.7063855 + 0.1 = −0.6063855
         //        row 3 = 1.3448045·(−0.8660239) + 0                      = −1.1646328
         // mean = −0.0411019; A_out = A_mod + 0.0411019.
-        let c = EmpgConfig::authors().with_k_f(2.0);
+        let c = EmpgConfig::default().with_k_f(2.0);
         let out = run(c, &two_by_two(), &[1.0, 3.0, 2.0, 1.0]).unwrap();
         let want = [1.2192682, 0.4695463, -0.5652836, -1.1235309];
         for (o, w) in out.iter().zip(want) {
@@ -333,7 +323,7 @@ mod tests {
         // 0.5773493 + 0 (last step); mean = 0.3678794/3 = 0.1226265;
         // A_out = −1.2773250, 0.8226022, 0.4547228.
         let batch = RolloutBatch::from_row_keys(&["t"; 3], &["b", "a", "a"], &[0.0, 1.0, 1.0]).unwrap();
-        let c = EmpgConfig::authors().with_k(0.0).with_zeta(1.0);
+        let c = EmpgConfig::default().with_k(0.0).with_zeta(1.0);
         let out = run(c, &batch, &[0.0, 0.0, 2.0]).unwrap();
         let want = [-1.2773250, 0.8226022, 0.4547228];
         for (o, w) in out.iter().zip(want) {
@@ -344,7 +334,7 @@ mod tests {
     #[test]
     fn equal_entropies_leave_grpo_scaled_by_one_over_one_plus_eps() {
         // H̃ = 0 everywhere: g = 1/(1 + 1e-8), f = 1; ζ = 0: A_out = A/(1 + 1e-8) − mean = A.
-        let c = EmpgConfig::authors().with_zeta(0.0);
+        let c = EmpgConfig::default().with_zeta(0.0);
         let out = run(c, &two_by_two(), &[0.7; 4]).unwrap();
         let a = 0.5 / ((1.0f64 / 3.0).sqrt() + 1e-6) / (1.0 + 1e-8);
         for (o, w) in out.iter().zip([a, a, -a, -a]) {
@@ -355,12 +345,12 @@ mod tests {
     #[test]
     fn bad_entropy_is_a_typed_error() {
         let b = two_by_two();
-        let c = EmpgConfig::authors();
+        let c = EmpgConfig::default();
         let input = EstimatorInput::new(&b);
         let mut out = [0.0; 4];
         let err = Empg::new(c)
             .unwrap()
-            .estimate_steps_into(&input, &mut out, &mut Workspace::new());
+            .estimate_steps_into(&input, &mut out, &mut Workspace::default());
         assert_eq!(err, Err(Error::MissingInput("step_entropy")));
         assert!(matches!(
             run(c, &b, &[1.0; 3]),
@@ -404,11 +394,11 @@ mod tests {
     fn token_path_writes_each_step_on_its_generated_tokens() {
         let b = two_by_two();
         let h = [1.0, 3.0, 2.0, 1.0];
-        let steps = run(EmpgConfig::authors(), &b, &h).unwrap();
+        let steps = run(EmpgConfig::default(), &b, &h).unwrap();
         let input = EstimatorInput::new(&b)
             .with_step_entropy(&h)
             .with_response_lengths(&[2, 1, 0, 3], 3);
-        let out = Empg::new(EmpgConfig::authors())
+        let out = Empg::new(EmpgConfig::default())
             .unwrap()
             .estimate(&input)
             .unwrap();
@@ -418,13 +408,13 @@ mod tests {
         assert_eq!(out.advantages.row(3).to_vec(), vec![steps[3]; 3]);
         // Without a mask: one column, each row's value; a wider buffer is refused.
         let no_mask = EstimatorInput::new(&b).with_step_entropy(&h);
-        let est = Empg::new(EmpgConfig::authors()).unwrap();
+        let est = Empg::new(EmpgConfig::default()).unwrap();
         let mut col = ndarray::Array2::<f64>::zeros((4, 1));
-        est.estimate_into(&no_mask, (&mut col).into(), None, &mut Workspace::new())
+        est.estimate_into(&no_mask, (&mut col).into(), None, &mut Workspace::default())
             .unwrap();
         assert_eq!(col.column(0).to_vec(), steps);
         let mut adv = ndarray::Array2::<f64>::zeros((4, 3));
-        let err = est.estimate_into(&no_mask, (&mut adv).into(), None, &mut Workspace::new());
+        let err = est.estimate_into(&no_mask, (&mut adv).into(), None, &mut Workspace::default());
         assert_eq!(
             err,
             Err(Error::OutputShape {
@@ -456,11 +446,11 @@ mod tests {
         #[test]
         fn k_and_zeta_zero_reduce_to_grpo((batch, h) in batch_strategy()) {
             // g = 1/(1 + ε) on every step, no bonus; GRPO's row statistics give mean 0.
-            let c = EmpgConfig::authors().with_k(0.0).with_zeta(0.0);
+            let c = EmpgConfig::default().with_k(0.0).with_zeta(0.0);
             let out = run(c, &batch, &h).unwrap();
             let mut grpo = vec![0.0; batch.num_steps()];
-            Grpo::new(GrpoConfig::verl()).unwrap()
-                .estimate_steps_into(&EstimatorInput::new(&batch), &mut grpo, &mut Workspace::new()).unwrap();
+            Grpo::new(GrpoConfig::default()).unwrap()
+                .estimate_steps_into(&EstimatorInput::new(&batch), &mut grpo, &mut Workspace::default()).unwrap();
             let mean = grpo.iter().sum::<f64>() / grpo.len() as f64;
             for (o, a) in out.iter().zip(&grpo) {
                 prop_assert!((o - (a - mean) / (1.0 + EPS)).abs() < 1e-9, "{out:?} {grpo:?}");
@@ -473,7 +463,7 @@ mod tests {
         ) {
             // Eq. 12 subtracts the batch minimum, so adding a constant to every H changes
             // nothing (up to rounding); the final step makes the mean over steps 0.
-            let c = EmpgConfig::authors().with_k(k).with_zeta(zeta);
+            let c = EmpgConfig::default().with_k(k).with_zeta(zeta);
             let out = run(c, &batch, &h).unwrap();
             let shifted: Vec<f64> = h.iter().map(|x| x + shift).collect();
             let out2 = run(c, &batch, &shifted).unwrap();

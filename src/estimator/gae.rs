@@ -37,7 +37,7 @@ use crate::tensor::{FloatView, MaskView};
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, GaeConfig};
-/// let c = GaeConfig::verl();
+/// let c = GaeConfig::default();
 /// assert_eq!((c.discount, c.gae_lambda), (1.0, 1.0));
 /// assert!(EstimatorConfig::Gae(c.with_gae_lambda(2.0)).build().is_err());
 /// ```
@@ -53,19 +53,6 @@ pub struct GaeConfig {
 }
 
 impl GaeConfig {
-    /// verl's defaults: `gamma = 1.0`, `lam = 1.0`.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::GaeConfig;
-    /// assert_eq!(GaeConfig::verl(), GaeConfig::default());
-    /// ```
-    pub const fn verl() -> Self {
-        Self {
-            discount: 1.0,
-            gae_lambda: 1.0,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -77,13 +64,17 @@ impl GaeConfig {
 }
 
 impl Default for GaeConfig {
+    /// verl's defaults: `gamma = 1.0`, `lam = 1.0`.
     fn default() -> Self {
-        Self::verl()
+        Self {
+            discount: 1.0,
+            gae_lambda: 1.0,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    GaeConfig, "use beacon_rl::estimator::GaeConfig;", GaeConfig::verl();
+    GaeConfig, "use beacon_rl::estimator::GaeConfig;", GaeConfig::default();
     /// Sets the per-token discount γ (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.99;
     /// Sets the GAE trace decay λ (default 1.0; in [0, 1]).
@@ -105,7 +96,7 @@ crate::setters::with_setters! {
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_values(&values);
-/// let out = EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.0).with_gae_lambda(1.0)).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::Gae(GaeConfig::default().with_discount(1.0).with_gae_lambda(1.0)).build()?.estimate(&input)?;
 /// // t=1: δ = 1 − 0.5 = 0.5; t=0: δ = 0 + 0.5 − 0.5 = 0, Â = 0.5. Padding t=2: Â = 0.
 /// assert_eq!(out.returns().row(0).to_vec(), vec![1.0, 1.0, 0.3]);
 /// # Ok::<(), beacon_rl::Error>(())
@@ -123,7 +114,7 @@ impl Gae {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, GaeConfig};
-    /// assert!(EstimatorConfig::Gae(GaeConfig::verl().with_discount(1.01).with_gae_lambda(1.0)).build().is_err());
+    /// assert!(EstimatorConfig::Gae(GaeConfig::default().with_discount(1.01).with_gae_lambda(1.0)).build().is_err());
     /// ```
     pub(crate) fn new(config: GaeConfig) -> Result<Self> {
         config.validate()?;
@@ -305,7 +296,7 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
-        let est = Gae::new(GaeConfig::verl()).unwrap();
+        let est = Gae::new(GaeConfig::default()).unwrap();
         assert_eq!(est.estimate(&input), Err(Error::MissingInput("values")));
         let short = array![[0.0]];
         assert!(matches!(

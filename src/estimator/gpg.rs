@@ -28,8 +28,8 @@ use crate::error::{Range, Result};
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
-/// assert_eq!(GpgConfig::verl().f_norm, 1.0);
-/// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(-1.0)).build().is_err());
+/// assert_eq!(GpgConfig::default().f_norm, 1.0);
+/// assert!(EstimatorConfig::Gpg(GpgConfig::default().with_f_norm(-1.0)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -41,16 +41,6 @@ pub struct GpgConfig {
 }
 
 impl GpgConfig {
-    /// verl's default: `f_norm = 1.0`.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::GpgConfig;
-    /// assert_eq!(GpgConfig::verl(), GpgConfig::default());
-    /// ```
-    pub const fn verl() -> Self {
-        Self { f_norm: 1.0 }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -61,13 +51,14 @@ impl GpgConfig {
 }
 
 impl Default for GpgConfig {
+    /// verl's default: `f_norm = 1.0`.
     fn default() -> Self {
-        Self::verl()
+        Self { f_norm: 1.0 }
     }
 }
 
 crate::setters::with_setters! {
-    GpgConfig, "use beacon_rl::estimator::GpgConfig;", GpgConfig::verl();
+    GpgConfig, "use beacon_rl::estimator::GpgConfig;", GpgConfig::default();
     /// Sets the divisor of every advantage (default 1.0; finite, > 0).
     with_f_norm(f_norm: f64) = 2.0;
 }
@@ -83,7 +74,7 @@ crate::setters::with_setters! {
 /// let rewards = [[1.0], [0.0], [0.0], [0.0]];
 /// let mask = [[true]; 4];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = EstimatorConfig::Gpg(GpgConfig::verl()).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::Gpg(GpgConfig::default()).build()?.estimate(&input)?;
 /// // α = 4 rows / 1 nonzero score = 4; mean 0.25: A = 4 · 0.75 = 3 and 4 · (−0.25) = −1.
 /// assert_eq!(out.advantages.column(0).to_vec(), vec![3.0, -1.0, -1.0, -1.0]);
 /// # Ok::<(), beacon_rl::Error>(())
@@ -101,7 +92,7 @@ impl Gpg {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, GpgConfig};
-    /// assert!(EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(f64::NAN)).build().is_err());
+    /// assert!(EstimatorConfig::Gpg(GpgConfig::default().with_f_norm(f64::NAN)).build().is_err());
     /// ```
     pub(crate) fn new(config: GpgConfig) -> Result<Self> {
         config.validate()?;

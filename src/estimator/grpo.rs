@@ -104,7 +104,7 @@ pub enum GrpoNorm {
 /// ```
 /// use beacon_rl::estimator::{GrpoConfig, GrpoStatistics};
 /// assert_eq!(GrpoStatistics::default(), GrpoStatistics::Rows);
-/// let paper = GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories);
+/// let paper = GrpoConfig::default().with_statistics(GrpoStatistics::Trajectories);
 /// assert_eq!(paper.statistics, GrpoStatistics::Trajectories);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -124,7 +124,7 @@ pub enum GrpoStatistics {
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig, GrpoNorm};
-/// let c = GrpoConfig::verl();
+/// let c = GrpoConfig::default();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
 /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
 /// assert!(EstimatorConfig::Grpo(c.with_std_eps(-1.0)).build().is_err());
@@ -145,20 +145,6 @@ pub struct GrpoConfig {
 }
 
 impl GrpoConfig {
-    /// verl's defaults: `epsilon = 1e-6`, `norm_adv_by_std_in_grpo = true`.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::GrpoConfig;
-    /// assert_eq!(GrpoConfig::verl(), GrpoConfig::default());
-    /// ```
-    pub const fn verl() -> Self {
-        Self {
-            std_eps: 1e-6,
-            norm: GrpoNorm::MeanStd,
-            statistics: GrpoStatistics::Rows,
-        }
-    }
-
     /// Dr.GRPO: no division by the group standard deviation.
     ///
     /// ```
@@ -197,13 +183,18 @@ impl GrpoConfig {
 }
 
 impl Default for GrpoConfig {
+    /// verl's defaults: `epsilon = 1e-6`, `norm_adv_by_std_in_grpo = true`.
     fn default() -> Self {
-        Self::verl()
+        Self {
+            std_eps: 1e-6,
+            norm: GrpoNorm::MeanStd,
+            statistics: GrpoStatistics::Rows,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoNorm, GrpoStatistics};", GrpoConfig::verl();
+    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoNorm, GrpoStatistics};", GrpoConfig::default();
     /// Sets ε added to the group standard deviation (default 1e-6; finite, > 0).
     with_std_eps(std_eps: f64) = 1e-3;
     /// Sets the normalization mode (default [`GrpoNorm::MeanStd`]).
@@ -225,7 +216,7 @@ crate::setters::with_setters! {
 /// let rewards = [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]];
 /// let mask = [[true, true], [true, true], [true, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = EstimatorConfig::Grpo(GrpoConfig::verl()).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::Grpo(GrpoConfig::default()).build()?.estimate(&input)?;
 /// // Group "a": mean 0.5, std √0.5; group "b" is a singleton: 1 / f32(1 + 1e-6).
 /// assert!((out.advantages[[0, 0]] - 0.5 / (0.5f64.sqrt() + 1e-6)).abs() < 1e-12);
 /// assert!((out.advantages[[2, 0]] - 1.0 / 1.000_000_953_674_316_4).abs() < 1e-12);
@@ -247,8 +238,8 @@ impl Grpo {
     ///
     /// ```
     /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig};
-    /// assert!(EstimatorConfig::Grpo(GrpoConfig::verl()).build().is_ok());
-    /// assert!(EstimatorConfig::Grpo(GrpoConfig::verl().with_std_eps(0.0)).build().is_err());
+    /// assert!(EstimatorConfig::Grpo(GrpoConfig::default()).build().is_ok());
+    /// assert!(EstimatorConfig::Grpo(GrpoConfig::default().with_std_eps(0.0)).build().is_err());
     /// ```
     pub(crate) fn new(config: GrpoConfig) -> Result<Self> {
         config.validate_for("Grpo")?;
@@ -291,7 +282,7 @@ grpo_variant!(
     /// let rewards = [[1.0], [0.0], [0.5]];
     /// let mask = [[true], [true], [true]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = EstimatorConfig::GrpoVectorized(GrpoConfig::verl()).build()?.estimate(&input)?;
+    /// let out = EstimatorConfig::GrpoVectorized(GrpoConfig::default()).build()?.estimate(&input)?;
     /// // Singletons use std 1 and add ε in float32, like `grpo`.
     /// assert!((out.advantages[[2, 0]] - 0.5 / 1.000_000_953_674_316_4).abs() < 1e-12);
     /// assert!((out.advantages[[0, 0]] + out.advantages[[1, 0]]).abs() < 1e-6);
@@ -333,7 +324,7 @@ grpo_variant!(
     /// let rewards = [[1.0, 0.0], [0.0, 0.0]];
     /// let mask = [[true, true], [true, false]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = EstimatorConfig::Gdpo(GrpoConfig::verl()).build()?.estimate(&input)?;
+    /// let out = EstimatorConfig::Gdpo(GrpoConfig::default()).build()?.estimate(&input)?;
     /// // Masked tokens are whitened to mean 0 over the batch; padding stays 0.
     /// let total: f64 = out.advantages.iter().sum();
     /// assert!(total.abs() < 1e-9);
@@ -386,7 +377,7 @@ mod tests {
         // Group of 4 with scores 1, 0, 0, 1: mean 0.5, Σ(s−μ)² = 4 · 0.25 = 1,
         // unbiased var 1/3, std 0.5773502691896258; A = ±0.5 / (0.5773502691896258 + 1e-6).
         let a = run(
-            &Grpo::new(GrpoConfig::verl()).unwrap(),
+            &Grpo::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0, 0],
             &[1.0, 0.0, 0.0, 1.0],
         )
@@ -407,7 +398,7 @@ mod tests {
     #[test]
     fn grpo_singleton_divides_by_f32_one_plus_eps() {
         // f32(1 + 1e-6) = 1 + 8 · 2^-23 = 1.00000095367431640625.
-        let a = run(&Grpo::new(GrpoConfig::verl()).unwrap(), &[0], &[2.0]).unwrap();
+        let a = run(&Grpo::new(GrpoConfig::default()).unwrap(), &[0], &[2.0]).unwrap();
         assert_eq!(a[0], 2.0 / 1.000_000_953_674_316_4);
         let d = run(&Grpo::new(GrpoConfig::dr_grpo()).unwrap(), &[0], &[2.0]).unwrap();
         assert_eq!(d[0], 2.0);
@@ -416,7 +407,7 @@ mod tests {
     #[test]
     fn grpo_all_equal_group_is_zero_in_f64() {
         let a = run(
-            &Grpo::new(GrpoConfig::verl()).unwrap(),
+            &Grpo::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0],
             &[0.9, 0.9, 0.9],
         )
@@ -435,7 +426,7 @@ mod tests {
         // floor (σ ≥ √1e-6) gave 5.95e-5.
         let x = f64::from(0.9f32);
         let a = run(
-            &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+            &GrpoVectorized::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0],
             &[x, x, x],
         )
@@ -454,7 +445,7 @@ mod tests {
         // A ≈ ±d / (√2·d + 1e-6) = ±1 / (1.41421 + 0.004) = ±0.7051 (verl 0.9.1: ±0.705, the
         // crate's `grpo` agrees); the old floor gave ±0.2497.
         let a = run(
-            &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+            &GrpoVectorized::new(GrpoConfig::default()).unwrap(),
             &[0, 0],
             &[0.5, 0.5005],
         )
@@ -463,7 +454,12 @@ mod tests {
             (a[0] + 0.7051).abs() < 2e-4 && (a[1] - 0.7051).abs() < 2e-4,
             "{a:?}"
         );
-        let g = run(&Grpo::new(GrpoConfig::verl()).unwrap(), &[0, 0], &[0.5, 0.5005]).unwrap();
+        let g = run(
+            &Grpo::new(GrpoConfig::default()).unwrap(),
+            &[0, 0],
+            &[0.5, 0.5005],
+        )
+        .unwrap();
         assert!((a[1] - g[1]).abs() < 1e-3, "{a:?} vs grpo {g:?}");
     }
 
@@ -474,7 +470,7 @@ mod tests {
         // (struct-rounded Python): 0.00738903037466948.
         let x = f64::from(0.12f32);
         let a = run(
-            &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+            &GrpoVectorized::new(GrpoConfig::default()).unwrap(),
             &[0; 5],
             &[x; 5],
         )
@@ -488,13 +484,13 @@ mod tests {
     fn grpo_vectorized_matches_grpo_on_simple_scores() {
         // 0/1 scores are exact in f32; group 0: 1, 0, 1 -> mean 2/3, var (2 − 4/3)/2 = 1/3.
         let v = run(
-            &GrpoVectorized::new(GrpoConfig::verl()).unwrap(),
+            &GrpoVectorized::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0, 1],
             &[1.0, 0.0, 1.0, 3.0],
         )
         .unwrap();
         let g = run(
-            &Grpo::new(GrpoConfig::verl()).unwrap(),
+            &Grpo::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0, 1],
             &[1.0, 0.0, 1.0, 3.0],
         )
@@ -509,7 +505,7 @@ mod tests {
         // Scores 0.2, 1.0, 0.6: r_max − r_second = 0.4; mean 0.6, Σ(s−μ)² = 0.16 + 0.16 + 0
         // = 0.32, unbiased var 0.16, std 0.4 -> A = 0.4 / (0.4 + 1e-6).
         let a = run(
-            &GrpoPassk::new(GrpoConfig::verl()).unwrap(),
+            &GrpoPassk::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0],
             &[0.2, 1.0, 0.6],
         )
@@ -519,14 +515,14 @@ mod tests {
         assert!((a[1] - 0.4 / (0.4 + 1e-6)).abs() < 1e-12);
         // Ties at the top: r_max − r_second = 0 for everyone.
         let t = run(
-            &GrpoPassk::new(GrpoConfig::verl()).unwrap(),
+            &GrpoPassk::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 0],
             &[1.0, 1.0, 0.0],
         )
         .unwrap();
         assert_eq!(t, vec![0.0, 0.0, 0.0]);
         let err = run(
-            &GrpoPassk::new(GrpoConfig::verl()).unwrap(),
+            &GrpoPassk::new(GrpoConfig::default()).unwrap(),
             &[0, 0, 1],
             &[1.0, 0.0, 1.0],
         )
@@ -548,7 +544,10 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
-        let out = Gdpo::new(GrpoConfig::verl()).unwrap().estimate(&input).unwrap();
+        let out = Gdpo::new(GrpoConfig::default())
+            .unwrap()
+            .estimate(&input)
+            .unwrap();
         let a = 0.5 / (0.5f64.sqrt() + 1e-6);
         let var = 4.0 * a * a / 3.0;
         let s = 1.0 / (var + 1e-8).sqrt();
@@ -580,7 +579,7 @@ mod tests {
         // unbiased var 0.5 / 2 = 0.25, σ = 0.5; A = (s − 0.5) / (0.5 + 1e-6) on every row.
         let (uid, traj) = ([0; 6], [1, 2, 1, 3, 1, 3]);
         let scores = [1.0, 0.0, 1.0, 0.5, 1.0, 0.5];
-        let a = run_steps(trajectories(GrpoConfig::verl()), &uid, &traj, &scores).unwrap();
+        let a = run_steps(trajectories(GrpoConfig::default()), &uid, &traj, &scores).unwrap();
         let d = 0.5 + 1e-6;
         assert_eq!(a, vec![0.5 / d, -0.5 / d, 0.5 / d, 0.0, 0.5 / d, 0.0]);
         // Dr.GRPO: s − μ = 0.5, −0.5, 0.
@@ -600,7 +599,7 @@ mod tests {
         let uid = [7, 8, 7, 8, 8];
         let traj = [0, 1, 0, 2, 2];
         let scores = [2.0, 3.0, 2.0, 1.0, 1.0];
-        let a = run_steps(trajectories(GrpoConfig::verl()), &uid, &traj, &scores).unwrap();
+        let a = run_steps(trajectories(GrpoConfig::default()), &uid, &traj, &scores).unwrap();
         let s = 2.0 / 1.000_000_953_674_316_4;
         let t = 1.0 / (2f64.sqrt() + 1e-6);
         assert_eq!(a, vec![s, t, s, -t, -t]);
@@ -618,7 +617,7 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
-        let grpo = Grpo::new(trajectories(GrpoConfig::verl())).unwrap();
+        let grpo = Grpo::new(trajectories(GrpoConfig::default())).unwrap();
         assert_eq!(
             grpo.estimate(&input),
             Err(Error::InconsistentTerminalReward {
@@ -628,9 +627,9 @@ mod tests {
             })
         );
         // verl's row statistics take each row as it is.
-        assert!(Grpo::new(GrpoConfig::verl()).unwrap().estimate(&input).is_ok());
+        assert!(Grpo::new(GrpoConfig::default()).unwrap().estimate(&input).is_ok());
         // Only grpo and gdpo implement trajectory statistics.
-        let c = trajectories(GrpoConfig::verl());
+        let c = trajectories(GrpoConfig::default());
         assert!(Gdpo::new(c).is_ok());
         assert!(matches!(
             GrpoVectorized::new(c),
@@ -647,7 +646,7 @@ mod tests {
         for eps in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
             let c = GrpoConfig {
                 std_eps: eps,
-                ..GrpoConfig::verl()
+                ..GrpoConfig::default()
             };
             assert!(matches!(
                 Grpo::new(c),

@@ -318,14 +318,14 @@ impl<'a> EstimatorInput<'a> {
     /// let input = EstimatorInput::new(&batch).with_row_scores(&[0.9, 1.0, 0.0]);
     /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
     /// let mut adv = [0.0; 3];
-    /// grpo.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+    /// grpo.estimate_steps_into(&input, &mut adv, &mut Workspace::default())?;
     /// // Row mean 1.9 / 3; unbiased std √(Σ (s − μ)² / 2) = 0.5508; row 0: (0.9 − μ) / (σ + ε).
     /// let (mean, std) = (1.9 / 3.0, 0.550757054728611);
     /// assert!((adv[0] - (0.9 - mean) / (std + 1e-6)).abs() < 1e-9);
     /// // Token rewards, when given too, must sum to each row's entry.
     /// let tokens = [[0.0, 0.9], [0.0, 1.0], [0.0, 0.5]];
     /// let bad = input.with_token_level_rewards(&tokens);
-    /// assert!(grpo.estimate_steps_into(&bad, &mut adv, &mut Workspace::new()).is_err());
+    /// assert!(grpo.estimate_steps_into(&bad, &mut adv, &mut Workspace::default()).is_err());
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     #[must_use]

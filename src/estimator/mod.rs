@@ -358,7 +358,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
     /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
     ///
-    /// let mut ws = Workspace::new(); // kept across batches, like the buffer
+    /// let mut ws = Workspace::default(); // kept across batches, like the buffer
     /// let mut adv = Array2::<f32>::from_elem((2, 2), f32::NAN);
     /// grpo.estimate_into(&input, (&mut adv).into(), None, &mut ws)?;
     /// let fresh = grpo.estimate(&input)?; // f64
@@ -401,7 +401,7 @@ pub trait AdvantageEstimator: Send + Sync {
             input,
             FloatViewMut::F64(advantages.view_mut()),
             returns.as_mut().map(|r| FloatViewMut::F64(r.view_mut())),
-            &mut Workspace::new(),
+            &mut Workspace::default(),
         )?;
         Ok(Advantages { advantages, returns })
     }
@@ -456,7 +456,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// // Two trajectories of one task, 2 and 1 steps, rewards 1 and 0.
     /// let batch = RolloutBatch::from_row_keys(&["t"; 3], &["a", "b", "a"], &[1.0, 0.0, 1.0])?;
     /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
-    /// let mut ws = Workspace::new();
+    /// let mut ws = Workspace::default();
     /// let mut step = [0.0; 3];
     /// grpo.estimate_steps_into(&EstimatorInput::new(&batch), &mut step, &mut ws)?;
     /// assert!(step[0] > 0.0 && step[1] < 0.0 && step[2] == step[0]);
@@ -529,7 +529,7 @@ mod tests {
     #[test]
     fn missing_and_misshapen_inputs_are_typed() {
         let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0, 1.0]).unwrap();
-        let est = Grpo::new(GrpoConfig::verl()).unwrap();
+        let est = Grpo::new(GrpoConfig::default()).unwrap();
         let input = EstimatorInput::new(&batch);
         assert_eq!(
             est.estimate(&input),

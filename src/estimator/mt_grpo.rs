@@ -17,11 +17,11 @@ pub enum TurnBaseline {
     RewardToGo,
 }
 
-/// Parameters of `mt_grpo`, with the authors' defaults ([`authors`](Self::authors)).
+/// Parameters of `mt_grpo`, with the authors' defaults ([`Default`](Self::default)).
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, MtGrpoConfig, TurnBaseline};
-/// let c = MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo);
+/// let c = MtGrpoConfig::default().with_turn_baseline(TurnBaseline::RewardToGo);
 /// assert!(EstimatorConfig::MtGrpo(c).build().is_ok());
 /// assert!(EstimatorConfig::MtGrpo(c.with_std_eps(0.0)).build().is_err());
 /// ```
@@ -40,20 +40,6 @@ pub struct MtGrpoConfig {
 }
 
 impl MtGrpoConfig {
-    /// The authors' settings: c = 1, ε = 1e-4, per-index normalisation.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::MtGrpoConfig;
-    /// assert_eq!(MtGrpoConfig::authors(), MtGrpoConfig::default());
-    /// ```
-    pub const fn authors() -> Self {
-        Self {
-            turn_advantage_coef: 1.0,
-            std_eps: 1e-4,
-            turn_baseline: TurnBaseline::PerIndex,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -66,13 +52,18 @@ impl MtGrpoConfig {
 }
 
 impl Default for MtGrpoConfig {
+    /// The authors' settings: c = 1, ε = 1e-4, per-index normalisation.
     fn default() -> Self {
-        Self::authors()
+        Self {
+            turn_advantage_coef: 1.0,
+            std_eps: 1e-4,
+            turn_baseline: TurnBaseline::PerIndex,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    MtGrpoConfig, "use beacon_rl::estimator::*;", MtGrpoConfig::authors();
+    MtGrpoConfig, "use beacon_rl::estimator::*;", MtGrpoConfig::default();
     /// Sets c, the turn advantage's weight (default 1.0; finite, ≥ 0).
     with_turn_advantage_coef(turn_advantage_coef: f64) = 0.5;
     /// Sets ε added to σ (default 1e-4; > 0).
@@ -148,7 +139,7 @@ crate::setters::with_setters! {
 /// let rewards = [[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]];
 /// let mask = [[true, true, false, true], [true, true, false, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let out = EstimatorConfig::MtGrpo(MtGrpoConfig::authors()).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::MtGrpo(MtGrpoConfig::default()).build()?.estimate(&input)?;
 /// // O = 1, 0 and r^T = 1, 0 (the second has no tool turn): μ = ½, σ = √½, so
 /// // A^O = A^T = ±½/(√½ + ε); C = 2, 0: A^C = ±1/(√2 + ε).
 /// let a = 0.5 / (0.5f64.sqrt() + 1e-4);
@@ -170,7 +161,7 @@ impl MtGrpo {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, MtGrpoConfig};
-    /// assert!(EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_std_eps(f64::NAN)).build().is_err());
+    /// assert!(EstimatorConfig::MtGrpo(MtGrpoConfig::default().with_std_eps(f64::NAN)).build().is_err());
     /// ```
     pub(crate) fn new(config: MtGrpoConfig) -> Result<Self> {
         config.validate()?;
@@ -371,7 +362,7 @@ mod tests {
             .estimate_steps_into(
                 &EstimatorInput::new(&batch).with_step_rewards(&rewards),
                 &mut out,
-                &mut Workspace::new(),
+                &mut Workspace::default(),
             )
             .unwrap();
         let mut it = out.into_iter();
@@ -386,7 +377,7 @@ mod tests {
         // Four rollouts: stop with O = 1, stop with O = 0, tool turn 1 then O = 0, tool turn 1
         // then O = −1. σ's below are unbiased over the 4 rollouts, ε = 1e-4.
         let got = run(
-            MtGrpoConfig::authors(),
+            MtGrpoConfig::default(),
             &[&[1.0], &[0.0], &[1.0, 0.0], &[1.0, -1.0]],
         );
         let eps = 1e-4;
@@ -414,7 +405,7 @@ mod tests {
         // baselines (2 − G)/3 = 1/3, 2/3, 1/3, 2/3. Turn 1, reached by the last two: G = 0,
         // −1; baselines −1 and 0.
         let got = run(
-            MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo),
+            MtGrpoConfig::default().with_turn_baseline(TurnBaseline::RewardToGo),
             &[&[1.0], &[0.0], &[1.0, 0.0], &[1.0, -1.0]],
         );
         let (p, m) = (2.0 / 3.0, -2.0 / 3.0);
@@ -428,17 +419,21 @@ mod tests {
 
     #[test]
     fn one_trajectory_groups_get_zero_and_missing_rewards_are_typed() {
-        let got = run(MtGrpoConfig::authors(), &[&[0.5, 2.0]]);
+        let got = run(MtGrpoConfig::default(), &[&[0.5, 2.0]]);
         assert_eq!(got, vec![vec![0.0, 0.0]]);
         let got = run(
-            MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo),
+            MtGrpoConfig::default().with_turn_baseline(TurnBaseline::RewardToGo),
             &[&[0.5, 2.0]],
         );
         assert_eq!(got, vec![vec![2.5, 2.0]]);
         let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
-        let est = MtGrpo::new(MtGrpoConfig::authors()).unwrap();
+        let est = MtGrpo::new(MtGrpoConfig::default()).unwrap();
         assert_eq!(
-            est.estimate_steps_into(&EstimatorInput::new(&batch), &mut [0.0], &mut Workspace::new()),
+            est.estimate_steps_into(
+                &EstimatorInput::new(&batch),
+                &mut [0.0],
+                &mut Workspace::default()
+            ),
             Err(Error::MissingInput("step_rewards"))
         );
     }

@@ -63,7 +63,7 @@ pub enum ZeroTail {
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig, ZeroTail};
-/// let c = OptimalTokenBaselineConfig::verl();
+/// let c = OptimalTokenBaselineConfig::default();
 /// assert_eq!((c.zero_tail, c.denominator_eps), (ZeroTail::ZeroBaseline, 1e-8));
 /// assert!(EstimatorConfig::OptimalTokenBaseline(c.with_denominator_eps(0.0)).build().is_err());
 /// ```
@@ -79,19 +79,6 @@ pub struct OptimalTokenBaselineConfig {
 }
 
 impl OptimalTokenBaselineConfig {
-    /// verl's defaults: `handle_zero_tail = True`, `epsilon = 1e-8`.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::OptimalTokenBaselineConfig;
-    /// assert_eq!(OptimalTokenBaselineConfig::verl(), OptimalTokenBaselineConfig::default());
-    /// ```
-    pub const fn verl() -> Self {
-        Self {
-            zero_tail: ZeroTail::ZeroBaseline,
-            denominator_eps: 1e-8,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -103,13 +90,17 @@ impl OptimalTokenBaselineConfig {
 }
 
 impl Default for OptimalTokenBaselineConfig {
+    /// verl's defaults: `handle_zero_tail = True`, `epsilon = 1e-8`.
     fn default() -> Self {
-        Self::verl()
+        Self {
+            zero_tail: ZeroTail::ZeroBaseline,
+            denominator_eps: 1e-8,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    OptimalTokenBaselineConfig, "use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::verl();
+    OptimalTokenBaselineConfig, "use beacon_rl::estimator::{OptimalTokenBaselineConfig, ZeroTail};", OptimalTokenBaselineConfig::default();
     /// Sets the tail handling of the unique longest row (default [`ZeroTail::ZeroBaseline`]).
     with_zero_tail(zero_tail: ZeroTail) = ZeroTail::KeepBaseline;
     /// Sets ε added to the baseline's denominator (default 1e-8; finite, > 0).
@@ -134,7 +125,7 @@ crate::setters::with_setters! {
 ///     .with_response_mask(&mask)
 ///     .with_old_log_probs(&log_probs)
 ///     .with_sum_pi_squared(&sum_pi_sq);
-/// let out = EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::default()).build()?.estimate(&input)?;
 /// // Equal weights: B_t = mean return = 0.5 (up to ε), so A = ±0.5.
 /// assert!((out.advantages[[0, 0]] - 0.5).abs() < 1e-7);
 /// assert!((out.advantages[[1, 1]] + 0.5).abs() < 1e-7);
@@ -156,7 +147,7 @@ impl OptimalTokenBaseline {
     ///
     /// ```
     /// use beacon_rl::estimator::{EstimatorConfig, OptimalTokenBaselineConfig};
-    /// assert!(EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build().is_ok());
+    /// assert!(EstimatorConfig::OptimalTokenBaseline(OptimalTokenBaselineConfig::default()).build().is_ok());
     /// ```
     pub(crate) fn new(config: OptimalTokenBaselineConfig) -> Result<Self> {
         config.validate()?;
@@ -183,7 +174,7 @@ impl OptimalTokenBaseline {
 ///     .with_response_mask(&mask)
 ///     .with_old_log_probs(&log_probs)
 ///     .with_sum_pi_squared(&sum_pi_sq);
-/// let out = EstimatorConfig::TirOptimalTokenBaseline(OptimalTokenBaselineConfig::verl()).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::TirOptimalTokenBaseline(OptimalTokenBaselineConfig::default()).build()?.estimate(&input)?;
 /// // Generated tokens line up by their index k: B_k = 0.5, A = ±0.5; observation stays 0.
 /// assert!((out.advantages[[0, 2]] - 0.5).abs() < 1e-7);
 /// assert_eq!(out.advantages[[0, 1]], 0.0);
@@ -464,11 +455,11 @@ mod tests {
             .with_old_log_probs(&lp)
             .with_sum_pi_squared(&spsq);
         for out in [
-            OptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl())
+            OptimalTokenBaseline::new(OptimalTokenBaselineConfig::default())
                 .unwrap()
                 .estimate(&input)
                 .unwrap(),
-            TirOptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl())
+            TirOptimalTokenBaseline::new(OptimalTokenBaselineConfig::default())
                 .unwrap()
                 .estimate(&input)
                 .unwrap(),
@@ -483,7 +474,7 @@ mod tests {
         }
         let keep = OptimalTokenBaselineConfig {
             zero_tail: ZeroTail::KeepBaseline,
-            ..OptimalTokenBaselineConfig::verl()
+            ..OptimalTokenBaselineConfig::default()
         };
         let out = OptimalTokenBaseline::new(keep).unwrap().estimate(&input).unwrap();
         // t=1: B = 1·2/(2 + 1e-8) -> A = 1 − 2/(2 + 1e-8) ≈ 5e-9.
@@ -506,7 +497,7 @@ mod tests {
             .with_old_log_probs(&lp)
             .with_sum_pi_squared(&spsq)
             .with_rollout_is_weights(&is);
-        let est = OptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl()).unwrap();
+        let est = OptimalTokenBaseline::new(OptimalTokenBaselineConfig::default()).unwrap();
         let a = est.estimate(&input).unwrap().advantages;
         assert!((a[[0, 0]] - (1.0 - 25.0 / 13.0)).abs() < 1e-8);
         let bad = array![[1.0, 1.0], [1.0, 1.0]];
@@ -541,7 +532,7 @@ mod tests {
             .with_response_mask(&mask)
             .with_old_log_probs(&lp)
             .with_sum_pi_squared(&spsq);
-        let out = TirOptimalTokenBaseline::new(OptimalTokenBaselineConfig::verl())
+        let out = TirOptimalTokenBaseline::new(OptimalTokenBaselineConfig::default())
             .unwrap()
             .estimate(&input)
             .unwrap();

@@ -41,8 +41,8 @@ use crate::tensor::{FloatView, MaskView};
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
-/// assert_eq!(ReinforcePlusPlusConfig::verl().discount, 1.0);
-/// assert!(EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(1.1)).build().is_err());
+/// assert_eq!(ReinforcePlusPlusConfig::default().discount, 1.0);
+/// assert!(EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(1.1)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -54,16 +54,6 @@ pub struct ReinforcePlusPlusConfig {
 }
 
 impl ReinforcePlusPlusConfig {
-    /// verl's default: `gamma = 1.0`.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::ReinforcePlusPlusConfig;
-    /// assert_eq!(ReinforcePlusPlusConfig::verl(), ReinforcePlusPlusConfig::default());
-    /// ```
-    pub const fn verl() -> Self {
-        Self { discount: 1.0 }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -74,13 +64,14 @@ impl ReinforcePlusPlusConfig {
 }
 
 impl Default for ReinforcePlusPlusConfig {
+    /// verl's default: `gamma = 1.0`.
     fn default() -> Self {
-        Self::verl()
+        Self { discount: 1.0 }
     }
 }
 
 crate::setters::with_setters! {
-    ReinforcePlusPlusConfig, "use beacon_rl::estimator::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::verl();
+    ReinforcePlusPlusConfig, "use beacon_rl::estimator::ReinforcePlusPlusConfig;", ReinforcePlusPlusConfig::default();
     /// Sets the per-token discount γ of the reward-to-go (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.99;
 }
@@ -96,7 +87,7 @@ crate::setters::with_setters! {
 /// let rewards = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]];
 /// let mask = [[true, false, true], [true, true, false]];
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-/// let est = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(0.5)).build()?;
+/// let est = EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(0.5)).build()?;
 /// let out = est.estimate(&input)?;
 /// // The return crosses the observation token without decaying there: 0.5 · 1.
 /// assert_eq!(out.returns().row(0).to_vec(), vec![0.5, 0.0, 1.0]);
@@ -116,7 +107,7 @@ impl ReinforcePlusPlus {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, ReinforcePlusPlusConfig};
-    /// assert!(EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(-0.1)).build().is_err());
+    /// assert!(EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(-0.1)).build().is_err());
     /// ```
     pub(crate) fn new(config: ReinforcePlusPlusConfig) -> Result<Self> {
         config.validate()?;
@@ -317,7 +308,7 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
-        let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig::verl()).unwrap();
+        let est = ReinforcePlusPlus::new(ReinforcePlusPlusConfig::default()).unwrap();
         assert!(matches!(est.estimate(&input), Err(Error::Undefined(_))));
         assert!(matches!(
             ReinforcePlusPlusBaseline.estimate(&input),

@@ -28,11 +28,11 @@ pub enum Grouping {
     Group,
 }
 
-/// Parameters of `step_reinforce`, with ROLL's defaults ([`roll`](Self::roll)).
+/// Parameters of `step_reinforce`, with ROLL's defaults ([`Default`](Self::default)).
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, Grouping, NormScope, StepReinforceConfig};
-/// let c = StepReinforceConfig::roll()
+/// let c = StepReinforceConfig::default()
 ///     .with_grouping(Grouping::Group)
 ///     .with_norm_mean(Some(NormScope::Group));
 /// assert!(EstimatorConfig::StepReinforce(c).build().is_ok());
@@ -61,25 +61,6 @@ pub struct StepReinforceConfig {
 }
 
 impl StepReinforceConfig {
-    /// ROLL's defaults: γ_s = 0.95, batch grouping, no mean, no σ, no clips, no whitening.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::StepReinforceConfig;
-    /// assert_eq!(StepReinforceConfig::roll(), StepReinforceConfig::default());
-    /// assert_eq!(StepReinforceConfig::roll().step_discount, 0.95);
-    /// ```
-    pub const fn roll() -> Self {
-        Self {
-            step_discount: 0.95,
-            grouping: Grouping::Batch,
-            norm_mean: None,
-            norm_std: None,
-            reward_clip: None,
-            whiten_advantages: false,
-            advantage_clip: None,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -98,13 +79,22 @@ impl StepReinforceConfig {
 }
 
 impl Default for StepReinforceConfig {
+    /// ROLL's defaults: γ_s = 0.95, batch grouping, no mean, no σ, no clips, no whitening.
     fn default() -> Self {
-        Self::roll()
+        Self {
+            step_discount: 0.95,
+            grouping: Grouping::Batch,
+            norm_mean: None,
+            norm_std: None,
+            reward_clip: None,
+            whiten_advantages: false,
+            advantage_clip: None,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    StepReinforceConfig, "use beacon_rl::estimator::*;", StepReinforceConfig::roll();
+    StepReinforceConfig, "use beacon_rl::estimator::*;", StepReinforceConfig::default();
     /// Sets γ_s, the discount of the turn returns (default 0.95; in [0, 1]).
     with_step_discount(step_discount: f64) = 1.0;
     /// Sets the normalisation sets (default [`Grouping::Batch`]).
@@ -179,10 +169,10 @@ crate::setters::with_setters! {
 ///
 /// // One trajectory of two turns (rows), turn rewards 0 and 1, γ_s = 0.5: returns 0.5, 1.
 /// let batch = RolloutBatch::from_row_keys(&["t", "t"], &["a", "a"], &[1.0, 1.0])?;
-/// let est = EstimatorConfig::StepReinforce(StepReinforceConfig::roll().with_step_discount(0.5)).build()?;
+/// let est = EstimatorConfig::StepReinforce(StepReinforceConfig::default().with_step_discount(0.5)).build()?;
 /// let mut adv = [0.0; 2];
 /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 1.0]);
-/// est.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+/// est.estimate_steps_into(&input, &mut adv, &mut Workspace::default())?;
 /// assert_eq!(adv, [0.5, 1.0]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -199,7 +189,7 @@ impl StepReinforce {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, StepReinforceConfig};
-    /// assert!(EstimatorConfig::StepReinforce(StepReinforceConfig::roll().with_step_discount(-1.0)).build().is_err());
+    /// assert!(EstimatorConfig::StepReinforce(StepReinforceConfig::default().with_step_discount(-1.0)).build().is_err());
     /// ```
     pub(crate) fn new(config: StepReinforceConfig) -> Result<Self> {
         config.validate()?;
@@ -334,7 +324,7 @@ mod tests {
         est.estimate_steps_into(
             &EstimatorInput::new(batch).with_step_rewards(rewards),
             &mut out,
-            &mut Workspace::new(),
+            &mut Workspace::default(),
         )
         .unwrap();
         out
@@ -345,7 +335,7 @@ mod tests {
         // Trajectory a: rows 0, 2, 3 (rewards 1, 0, 2); b: row 1 (reward 3). γ_s = 0.5:
         // a: G = 1 + 0.5·(0 + 0.5·2) = 1.5, 0 + 0.5·2 = 1, 2; b: 3. No normalisation.
         let batch = RolloutBatch::from_row_keys(&["u"; 4], &["a", "b", "a", "a"], &[0.0; 4]).unwrap();
-        let est = StepReinforce::new(StepReinforceConfig::roll().with_step_discount(0.5)).unwrap();
+        let est = StepReinforce::new(StepReinforceConfig::default().with_step_discount(0.5)).unwrap();
         assert_eq!(
             steps(&est, &batch, &[1.0, 3.0, 0.0, 2.0]),
             vec![1.5, 3.0, 1.0, 2.0]
@@ -356,7 +346,7 @@ mod tests {
     fn batch_mean_std_hand_computed() {
         // γ_s = 1, one-turn trajectories: G = r = 1, 2, 3, 6. μ = 3, σ = √((4 + 1 + 0 + 9)/3).
         let batch = RolloutBatch::from_group_keys(&[0, 0, 1, 1], &[0.0; 4]).unwrap();
-        let c = StepReinforceConfig::roll()
+        let c = StepReinforceConfig::default()
             .with_step_discount(1.0)
             .with_norm_mean(Some(NormScope::Batch))
             .with_norm_std(Some(NormScope::Batch));
@@ -371,7 +361,7 @@ mod tests {
     fn group_statistics_and_the_single_turn_guard() {
         // Groups {1, 3} and {5}: group mean/σ: (1 − 2)/(√2 + 1e-6), +…; the singleton → 0.
         let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[0.0; 3]).unwrap();
-        let c = StepReinforceConfig::roll()
+        let c = StepReinforceConfig::default()
             .with_grouping(Grouping::Group)
             .with_norm_mean(Some(NormScope::Group))
             .with_norm_std(Some(NormScope::Group));
@@ -397,7 +387,7 @@ mod tests {
     #[test]
     fn clips_apply_in_order() {
         let batch = RolloutBatch::from_group_keys(&[0, 0], &[0.0; 2]).unwrap();
-        let c = StepReinforceConfig::roll()
+        let c = StepReinforceConfig::default()
             .with_reward_clip(Some(2.0))
             .with_advantage_clip(Some(1.5));
         assert_eq!(
@@ -416,7 +406,7 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
-        let est = StepReinforce::new(StepReinforceConfig::roll().with_whiten_advantages(true)).unwrap();
+        let est = StepReinforce::new(StepReinforceConfig::default().with_whiten_advantages(true)).unwrap();
         let out = est.estimate(&input).unwrap().advantages;
         // The 1e-8 of n + 1e-8 moves μ by 5e-9: compared to 1e-7.
         let mu = 5.0 / 3.0;
@@ -430,7 +420,7 @@ mod tests {
         let mut adv = [0.0; 2];
         let steps = EstimatorInput::new(&batch).with_step_rewards(&[1.0, 3.0]);
         assert!(matches!(
-            est.estimate_steps_into(&steps, &mut adv, &mut Workspace::new()),
+            est.estimate_steps_into(&steps, &mut adv, &mut Workspace::default()),
             Err(Error::InvalidConfig {
                 name: "whiten_advantages",
                 ..
@@ -445,12 +435,12 @@ mod tests {
         let batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
         let rewards = array![[0.0, 0.5, 0.0, 1.0]];
         let mask = array![[1i64, 1, 0, 1]];
-        let est = StepReinforce::new(StepReinforceConfig::roll().with_step_discount(0.5)).unwrap();
+        let est = StepReinforce::new(StepReinforceConfig::default().with_step_discount(0.5)).unwrap();
         let input = EstimatorInput::new(&batch)
             .with_token_level_rewards(&rewards)
             .with_response_mask(&mask);
         let mut out = ndarray::Array2::<f32>::from_elem((1, 4), f32::NAN);
-        est.estimate_into(&input, (&mut out).into(), None, &mut Workspace::new())
+        est.estimate_into(&input, (&mut out).into(), None, &mut Workspace::default())
             .unwrap();
         assert_eq!(out, array![[1.0f32, 1.0, 0.0, 1.0]]);
     }

@@ -22,11 +22,11 @@ pub enum TreeGrpoVariant {
     Nested,
 }
 
-/// Parameters of `tree_grpo`, with the authors' defaults ([`authors`](Self::authors)).
+/// Parameters of `tree_grpo`, with the authors' defaults ([`Default`](Self::default)).
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, TreeGrpoConfig, TreeGrpoVariant};
-/// let c = TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra);
+/// let c = TreeGrpoConfig::default().with_variant(TreeGrpoVariant::Intra);
 /// assert!(EstimatorConfig::TreeGrpo(c).build().is_ok());
 /// assert!(EstimatorConfig::TreeGrpo(c.with_std_eps(-1.0)).build().is_err());
 /// ```
@@ -44,20 +44,6 @@ pub struct TreeGrpoConfig {
 }
 
 impl TreeGrpoConfig {
-    /// The authors' settings: ε = 1e-6, singletons pass through, inter- plus intra-tree.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::TreeGrpoConfig;
-    /// assert_eq!(TreeGrpoConfig::authors(), TreeGrpoConfig::default());
-    /// ```
-    pub const fn authors() -> Self {
-        Self {
-            std_eps: 1e-6,
-            singleton: SingletonRule::PassThrough,
-            variant: TreeGrpoVariant::Sum,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -68,13 +54,18 @@ impl TreeGrpoConfig {
 }
 
 impl Default for TreeGrpoConfig {
+    /// The authors' settings: ε = 1e-6, singletons pass through, inter- plus intra-tree.
     fn default() -> Self {
-        Self::authors()
+        Self {
+            std_eps: 1e-6,
+            singleton: SingletonRule::PassThrough,
+            variant: TreeGrpoVariant::Sum,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    TreeGrpoConfig, "use beacon_rl::estimator::*;", TreeGrpoConfig::authors();
+    TreeGrpoConfig, "use beacon_rl::estimator::*;", TreeGrpoConfig::default();
     /// Sets ε added to σ (default 1e-6; > 0).
     with_std_eps(std_eps: f64) = 1e-4;
     /// Sets what a group of one rollout gives (default pass-through).
@@ -167,7 +158,7 @@ crate::setters::with_setters! {
 ///     .with_token_level_rewards(&rewards)
 ///     .with_response_mask(&mask)
 ///     .with_tree_parents(&[-1, 0, -1]);
-/// let out = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors()).build()?.estimate(&input)?;
+/// let out = EstimatorConfig::TreeGrpo(TreeGrpoConfig::default()).build()?.estimate(&input)?;
 /// // R = 1, 0, 1: prompt μ = 2/3, σ = √(1/3); tree {0, 1}: μ = ½, σ = √½; tree {2} alone.
 /// let (sp, st, eps) = ((1.0f64 / 3.0).sqrt(), 0.5f64.sqrt(), 1e-6);
 /// let a0 = (1.0 / 3.0) / (sp + eps) + 0.5 / (st + eps);
@@ -190,7 +181,7 @@ impl TreeGrpo {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, TreeGrpoConfig};
-    /// assert!(EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_std_eps(0.0)).build().is_err());
+    /// assert!(EstimatorConfig::TreeGrpo(TreeGrpoConfig::default().with_std_eps(0.0)).build().is_err());
     /// ```
     pub(crate) fn new(config: TreeGrpoConfig) -> Result<Self> {
         config.validate()?;
@@ -406,7 +397,7 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_step_rewards(steps)
             .with_tree_parents(parents);
-        TreeGrpo::new(cfg)?.estimate_steps_into(&input, &mut out, &mut Workspace::new())?;
+        TreeGrpo::new(cfg)?.estimate_steps_into(&input, &mut out, &mut Workspace::default())?;
         Ok(out)
     }
 
@@ -424,7 +415,7 @@ mod tests {
 
     fn authors(variant: TreeGrpoVariant) -> Vec<f64> {
         run(
-            TreeGrpoConfig::authors().with_variant(variant),
+            TreeGrpoConfig::default().with_variant(variant),
             &[0; 4],
             &[0, 1, 2, 3],
             &R,
@@ -479,14 +470,14 @@ mod tests {
     #[test]
     fn zero_singletons_and_multi_row_rollouts() {
         let (s, e) = ((1.0f64 / 3.0).sqrt(), 1e-6);
-        let cfg = TreeGrpoConfig::authors().with_singleton(SingletonRule::Zero);
+        let cfg = TreeGrpoConfig::default().with_singleton(SingletonRule::Zero);
         let got = run(cfg, &[0; 4], &[0, 1, 2, 3], &R, &PARENTS).unwrap();
         assert_eq!(got[3], 0.5 / (s + e));
         // Rollout 0 on rows 0 and 2 (turn rewards 0.25 + 0.75 = 1), rollout 1 on rows 1 and 3
         // branched off rollout 0 (both rows name a row of it): R = 1, 0. Prompt and tree
         // are the same pair: z = ±½ / (√½ + ε) twice.
         let got = run(
-            TreeGrpoConfig::authors(),
+            TreeGrpoConfig::default(),
             &[0; 4],
             &[0, 1, 0, 1],
             &[0.25, 0.0, 0.75, 0.0],
@@ -499,7 +490,7 @@ mod tests {
 
     #[test]
     fn bad_layouts_are_typed_errors() {
-        let cfg = TreeGrpoConfig::authors();
+        let cfg = TreeGrpoConfig::default();
         let err = |groups: &[u32], trajs: &[u32], parents: &[i64]| {
             run(cfg, groups, trajs, &vec![0.0; parents.len()], parents).unwrap_err()
         };
@@ -532,7 +523,7 @@ mod tests {
         assert_eq!(
             TreeGrpo::new(cfg)
                 .unwrap()
-                .estimate_steps_into(&input, &mut [0.0], &mut Workspace::new()),
+                .estimate_steps_into(&input, &mut [0.0], &mut Workspace::default()),
             Err(Error::MissingInput("tree_parents"))
         );
     }
@@ -545,7 +536,7 @@ mod tests {
         let trajs: Vec<u32> = (0..n as u32).collect();
         let steps: Vec<f64> = (0..n).map(|r| (r % 2) as f64).collect();
         let got = run(
-            TreeGrpoConfig::authors().with_variant(TreeGrpoVariant::Intra),
+            TreeGrpoConfig::default().with_variant(TreeGrpoVariant::Intra),
             &vec![0; n],
             &trajs,
             &steps,

@@ -10,8 +10,8 @@ use crate::tensor::FloatView;
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, TurnGaeConfig};
-/// assert_eq!(TurnGaeConfig::verl().discount, 1.0);
-/// assert!(EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_lam(1.5)).build().is_err());
+/// assert_eq!(TurnGaeConfig::default().discount, 1.0);
+/// assert!(EstimatorConfig::TurnGae(TurnGaeConfig::default().with_lam(1.5)).build().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -28,20 +28,6 @@ pub struct TurnGaeConfig {
 }
 
 impl TurnGaeConfig {
-    /// verl's defaults for γ and λ (1.0 each), no whitening.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::TurnGaeConfig;
-    /// assert_eq!(TurnGaeConfig::verl(), TurnGaeConfig::default());
-    /// ```
-    pub const fn verl() -> Self {
-        Self {
-            discount: 1.0,
-            lam: 1.0,
-            whiten: false,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -53,13 +39,18 @@ impl TurnGaeConfig {
 }
 
 impl Default for TurnGaeConfig {
+    /// verl's defaults for γ and λ (1.0 each), no whitening.
     fn default() -> Self {
-        Self::verl()
+        Self {
+            discount: 1.0,
+            lam: 1.0,
+            whiten: false,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    TurnGaeConfig, "use beacon_rl::estimator::TurnGaeConfig;", TurnGaeConfig::verl();
+    TurnGaeConfig, "use beacon_rl::estimator::TurnGaeConfig;", TurnGaeConfig::default();
     /// Sets γ per turn (default 1.0; in [0, 1]).
     with_discount(discount: f64) = 0.9;
     /// Sets λ per turn (default 1.0; in [0, 1]).
@@ -116,7 +107,7 @@ crate::setters::with_setters! {
 /// let batch = RolloutBatch::from_row_keys(&["t", "t"], &["a", "a"], &[0.0, 0.0])?;
 /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 1.0]).with_turn_values(&[0.5, 0.25]);
 /// let mut adv = [0.0; 2];
-/// EstimatorConfig::TurnGae(TurnGaeConfig::verl()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::new())?;
+/// EstimatorConfig::TurnGae(TurnGaeConfig::default()).build()?.estimate_steps_into(&input, &mut adv, &mut Workspace::default())?;
 /// assert_eq!(adv, [0.5, 0.75]);
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -133,7 +124,7 @@ impl TurnGae {
     ///
     /// ```
     /// # use beacon_rl::estimator::{EstimatorConfig, TurnGaeConfig};
-    /// assert!(EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(2.0)).build().is_err());
+    /// assert!(EstimatorConfig::TurnGae(TurnGaeConfig::default().with_discount(2.0)).build().is_err());
     /// ```
     pub(crate) fn new(config: TurnGaeConfig) -> Result<Self> {
         config.validate()?;
@@ -316,9 +307,9 @@ mod tests {
         let input = EstimatorInput::new(&batch)
             .with_step_rewards(&[1.0, 3.0, 0.0, 2.0])
             .with_turn_values(&[0.5, 1.0, 1.0, 1.5]);
-        let est = TurnGae::new(TurnGaeConfig::verl().with_discount(0.5).with_lam(0.5)).unwrap();
+        let est = TurnGae::new(TurnGaeConfig::default().with_discount(0.5).with_lam(0.5)).unwrap();
         let mut adv = [f64::NAN; 4];
-        est.estimate_steps_into(&input, &mut adv, &mut Workspace::new())
+        est.estimate_steps_into(&input, &mut adv, &mut Workspace::default())
             .unwrap();
         assert_eq!(adv, [0.96875, 2.0, -0.125, 0.5]);
     }
@@ -336,7 +327,7 @@ mod tests {
             .with_token_level_rewards(&rewards)
             .with_values(&values)
             .with_response_mask(&mask);
-        let out = TurnGae::new(TurnGaeConfig::verl())
+        let out = TurnGae::new(TurnGaeConfig::default())
             .unwrap()
             .estimate(&input)
             .unwrap();
@@ -347,7 +338,7 @@ mod tests {
         assert!((r[[0, 0]] - 1.5).abs() < 1e-15 && (r[[0, 3]] - 1.0).abs() < 1e-15);
         // turn_values on multi-turn rows: refused.
         assert!(matches!(
-            TurnGae::new(TurnGaeConfig::verl())
+            TurnGae::new(TurnGaeConfig::default())
                 .unwrap()
                 .estimate(&input.with_turn_values(&[0.0])),
             Err(Error::ConflictingInputs { .. })

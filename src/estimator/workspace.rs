@@ -5,7 +5,7 @@ use super::{beacon, gigpo, turns, whiten};
 
 /// Scratch space for [`AdvantageEstimator::estimate_into`](crate::estimator::AdvantageEstimator::estimate_into): keep one per thread (or per
 /// estimator) across batches. Buffers grow to the largest batch seen and are then reused, so
-/// every later call allocates nothing. One type serves every estimator, so it is reachable
+/// every later call allocates nothing; `Workspace::default()` allocates nothing until used. One type serves every estimator, so it is reachable
 /// through `Box<dyn AdvantageEstimator>` without knowing the concrete type; its contents never
 /// change a result.
 ///
@@ -15,7 +15,7 @@ use super::{beacon, gigpo, turns, whiten};
 /// let est = "rloo".parse::<EstimatorConfig>()?.build()?;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0])?;
 /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&[[1.0], [0.0]]).with_response_lengths(&[1, 1], 1);
-/// let mut ws = Workspace::new();
+/// let mut ws = Workspace::default();
 /// let mut adv = ndarray::Array2::<f32>::zeros((2, 1));
 /// for _ in 0..3 {
 ///     est.estimate_into(&input, (&mut adv).into(), None, &mut ws)?;
@@ -32,17 +32,6 @@ pub struct Workspace {
     pub(crate) gigpo: gigpo::GigpoScratch,
     pub(crate) gigpo_out: super::GigpoOutput,
     pub(crate) turns: turns::TurnWorkspace,
-}
-
-impl Workspace {
-    /// An empty workspace (allocates nothing until used).
-    ///
-    /// ```
-    /// let _ws = beacon_rl::estimator::Workspace::new();
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
 }
 
 /// The kernels' reusable scratch (see [`Workspace`]).

@@ -51,11 +51,11 @@ impl std::fmt::Debug for Credit {
 /// The estimator configuration of each method.
 fn config(method: Method) -> EstimatorConfig {
     match method {
-        Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(GrpoConfig::verl()),
+        Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(GrpoConfig::default()),
         Method::GrpoTrajectory => {
             EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))
         }
-        Method::Gigpo | Method::GigpoMilestoneRewards => EstimatorConfig::Gigpo(GigpoConfig::verl_agent()),
+        Method::Gigpo | Method::GigpoMilestoneRewards => EstimatorConfig::Gigpo(GigpoConfig::default()),
         Method::Beacon => EstimatorConfig::Beacon(BeaconConfig::paper()),
         Method::BeaconOfficial => EstimatorConfig::Beacon(BeaconConfig::official()),
         Method::BeaconCompletion => {
@@ -75,7 +75,7 @@ impl Credit {
             method,
             estimator: config(method).build()?,
             advantages: Array2::zeros((0, 1)),
-            workspace: Workspace::new(),
+            workspace: Workspace::default(),
             mask: Vec::new(),
             scratch: Vec::new(),
         })

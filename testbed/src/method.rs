@@ -21,7 +21,7 @@ use beacon_rl::{Error, Result};
 /// |---|---|
 /// | `grpo` | verl's `grpo` on verl-agent's step rows: the terminal reward R on every step row, normalised over the rows of the task group |
 /// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`Ablation`](beacon_rl::estimator::Ablation)) |
-/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::verl_agent`](beacon_rl::estimator::GigpoConfig::verl_agent)), step reward 1 on the goal step, anchors = observation texts |
+/// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::default()`](beacon_rl::estimator::GigpoConfig::default)), step reward 1 on the goal step, anchors = observation texts |
 /// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::BeaconConfig::paper) with the trainer's milestones |
 /// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::BeaconConfig::official) (R_ms = 10, row statistics) |
 /// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::SegmentBaseline::Entered): completion credited against non-completion |

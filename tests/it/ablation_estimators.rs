@@ -118,7 +118,7 @@ fn estimate_at_and_into_agree_with_the_counter() {
         &input,
         (&mut adv).into(),
         Some((&mut ret).into()),
-        &mut Workspace::new(),
+        &mut Workspace::default(),
     )
     .unwrap(); // call 1
     assert_eq!(adv, at1.advantages);

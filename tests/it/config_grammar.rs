@@ -75,7 +75,7 @@ fn scope() -> impl Strategy<Value = NormScope> {
 
 fn config() -> impl Strategy<Value = EstimatorConfig> {
     let grpo = (num(), any::<bool>(), any::<bool>()).prop_map(|(eps, mean_only, traj)| {
-        let mut c = GrpoConfig::verl();
+        let mut c = GrpoConfig::default();
         c.std_eps = eps;
         c.norm = if mean_only {
             GrpoNorm::MeanOnly
@@ -96,7 +96,7 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         _ => EstimatorConfig::Gdpo(c),
     });
     let gigpo = (num(), num(), norm_mode(), num(), option(num())).prop_map(|(d, w, mode, eps, sim)| {
-        let mut c = GigpoConfig::verl_agent();
+        let mut c = GigpoConfig::default();
         (c.step_decay, c.step_advantage_weight, c.mode, c.std_eps) = (d, w, mode, eps);
         c.grouping = sim.map_or(StepGrouping::Exact, |threshold| StepGrouping::Similarity {
             threshold,
@@ -113,7 +113,7 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         (option(num()), any::<bool>(), option(num())),
     )
         .prop_map(|((d, group, mean, std), (rclip, whiten, aclip))| {
-            let mut c = StepReinforceConfig::roll();
+            let mut c = StepReinforceConfig::default();
             c.step_discount = d;
             c.grouping = if group { Grouping::Group } else { Grouping::Batch };
             (c.norm_mean, c.norm_std, c.reward_clip) = (mean, std, rclip);
@@ -122,7 +122,7 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         });
     let turn_level = (num(), num(), any::<bool>(), 0..2).prop_map(|(a, b, flag, k)| {
         if k == 0 {
-            let mut c = MtGrpoConfig::authors();
+            let mut c = MtGrpoConfig::default();
             (c.turn_advantage_coef, c.std_eps) = (a, b);
             c.turn_baseline = if flag {
                 TurnBaseline::RewardToGo
@@ -131,14 +131,14 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
             };
             EstimatorConfig::MtGrpo(c)
         } else {
-            let mut c = TurnGaeConfig::verl();
+            let mut c = TurnGaeConfig::default();
             (c.discount, c.lam, c.whiten) = (a, b, flag);
             EstimatorConfig::TurnGae(c)
         }
     });
     let empg = ((num(), num(), num()), (num(), any::<bool>(), any::<bool>())).prop_map(
         |((k, k_f, zeta), (eps, mean_only, traj))| {
-            let mut c = EmpgConfig::authors();
+            let mut c = EmpgConfig::default();
             (c.k, c.k_f, c.zeta, c.grpo.std_eps) = (k, k_f, zeta, eps);
             c.grpo.norm = if mean_only {
                 GrpoNorm::MeanOnly
@@ -155,22 +155,22 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
     );
     let outcome = (num(), num(), any::<bool>(), 0..4).prop_map(|(a, b, flag, k)| match k {
         0 => {
-            let mut c = GaeConfig::verl();
+            let mut c = GaeConfig::default();
             (c.discount, c.gae_lambda) = (a, b);
             EstimatorConfig::Gae(c)
         }
         1 => {
-            let mut c = GpgConfig::verl();
+            let mut c = GpgConfig::default();
             c.f_norm = a;
             EstimatorConfig::Gpg(c)
         }
         2 => {
-            let mut c = ReinforcePlusPlusConfig::verl();
+            let mut c = ReinforcePlusPlusConfig::default();
             c.discount = a;
             EstimatorConfig::ReinforcePlusPlus(c)
         }
         _ => {
-            let mut c = OptimalTokenBaselineConfig::verl();
+            let mut c = OptimalTokenBaselineConfig::default();
             c.denominator_eps = b;
             c.zero_tail = if flag {
                 ZeroTail::KeepBaseline

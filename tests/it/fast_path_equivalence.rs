@@ -903,17 +903,21 @@ fn configs() -> Vec<EstimatorConfig> {
         EstimatorConfig::Grpo(GrpoConfig::dr_grpo()),
         EstimatorConfig::GrpoVectorized(GrpoConfig::dr_grpo()),
         EstimatorConfig::GrpoPassk(GrpoConfig::dr_grpo()),
-        EstimatorConfig::Gdpo(GrpoConfig::verl().with_std_eps(1e-3).with_norm(GrpoNorm::MeanStd)),
-        EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(0.7)),
-        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(0.9)),
-        EstimatorConfig::Gae(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95)),
+        EstimatorConfig::Gdpo(
+            GrpoConfig::default()
+                .with_std_eps(1e-3)
+                .with_norm(GrpoNorm::MeanStd),
+        ),
+        EstimatorConfig::Gpg(GpgConfig::default().with_f_norm(0.7)),
+        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(0.9)),
+        EstimatorConfig::Gae(GaeConfig::default().with_discount(0.99).with_gae_lambda(0.95)),
         EstimatorConfig::OptimalTokenBaseline(
-            OptimalTokenBaselineConfig::verl()
+            OptimalTokenBaselineConfig::default()
                 .with_zero_tail(ZeroTail::KeepBaseline)
                 .with_denominator_eps(1e-6),
         ),
         EstimatorConfig::TirOptimalTokenBaseline(
-            OptimalTokenBaselineConfig::verl()
+            OptimalTokenBaselineConfig::default()
                 .with_zero_tail(ZeroTail::KeepBaseline)
                 .with_denominator_eps(1e-6),
         ),
@@ -1261,7 +1265,7 @@ fn run_into(
     let garbage = |(r, t): (usize, usize)| if (r + t) % 2 == 0 { f64::NAN } else { -1e300 };
     let mut a = Array2::from_shape_fn((dim.0, 2 * dim.1), garbage);
     let mut b = Array2::from_shape_fn((dim.0, 2 * dim.1), garbage);
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let result = match layout {
         Layout::Contiguous => {
             let mut a = Array2::from_shape_fn(dim, garbage);
@@ -1352,7 +1356,7 @@ fn estimate_into_rejects_misshapen_buffers() {
                     &input,
                     (&mut a).into(),
                     Some((&mut b).into()),
-                    &mut Workspace::new(),
+                    &mut Workspace::default(),
                 )
                 .unwrap_err();
             let given = if what == "advantages" { adv_dim } else { ret_dim };

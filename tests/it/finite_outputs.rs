@@ -365,7 +365,7 @@ fn check(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>) -> Result<(),
     }
     let mut step = vec![0.0; input.batch.num_steps()];
     if est
-        .estimate_steps_into(input, &mut step, &mut Workspace::new())
+        .estimate_steps_into(input, &mut step, &mut Workspace::default())
         .is_ok()
     {
         if let Some(bad) = first_non_finite(&step) {
@@ -378,7 +378,7 @@ fn check(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>) -> Result<(),
     let (mut a, mut r) = (Array2::<f32>::zeros(dim), Array2::<f32>::zeros(dim));
     let returns = est.has_returns().then_some((&mut r).into());
     if est
-        .estimate_into(input, (&mut a).into(), returns, &mut Workspace::new())
+        .estimate_into(input, (&mut a).into(), returns, &mut Workspace::default())
         .is_ok()
     {
         let widened: Vec<f64> = a.iter().chain(&r).map(|&x| f64::from(x)).collect();

@@ -11,7 +11,7 @@ fn gigpo(cfg: GigpoConfig) -> Gigpo {
 }
 
 fn sim(threshold: f64) -> GigpoConfig {
-    GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold })
+    GigpoConfig::default().with_grouping(StepGrouping::Similarity { threshold })
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -25,7 +25,7 @@ fn episode_statistics_are_over_rows_not_trajectories() {
     // Trajectory "a": 3 rows, R = 1; "b": 1 row, R = 0. Row mean = (1 + 1 + 1 + 0) / 4 = 0.75
     // (a trajectory-level mean would be 0.5). A_E = 1 - 0.75 = 0.25 and 0 - 0.75 = -0.75.
     let batch = RolloutBatch::from_row_keys(&["g"; 4], &["a", "a", "a", "b"], &[1.0, 1.0, 1.0, 0.0]).unwrap();
-    let out = gigpo(GigpoConfig::verl_agent())
+    let out = gigpo(GigpoConfig::default())
         .compute(&batch, &[0.0; 4], &["s0", "s1", "s2", "s3"])
         .unwrap();
     assert_eq!(out.episode_advantages, [0.25, 0.25, 0.25, -0.75]);
@@ -39,7 +39,7 @@ fn mean_std_norm_uses_unbiased_row_std() {
     // Rows R = 1, 1, 1, 0 (as above): mean 0.75, squared deviations 3 · 0.0625 + 0.5625 = 0.75,
     // unbiased var = 0.75 / 3 = 0.25, std = 0.5. A_E = 0.25 / (0.5 + 1e-6), -0.75 / (0.5 + 1e-6).
     let batch = RolloutBatch::from_row_keys(&["g"; 4], &["a", "a", "a", "b"], &[1.0, 1.0, 1.0, 0.0]).unwrap();
-    let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
+    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
     let out = gigpo(cfg).compute(&batch, &[0.0; 4], &["s"; 4]).unwrap();
     let d = 0.5 + 1e-6;
     assert_eq!(out.episode_advantages, [0.25 / d, 0.25 / d, 0.25 / d, -0.75 / d]);
@@ -53,16 +53,16 @@ fn step_returns_follow_row_order_within_each_trajectory() {
     // "a" rewards (rows 0, 2, 4) = 1, 0, 2: R_a2 = 2, R_a1 = 0 + 0.5·2 = 1, R_a0 = 1 + 0.5·1 = 1.5.
     // "b" rewards (rows 1, 3) = 4, 8: R_b1 = 8, R_b0 = 4 + 0.5·8 = 8.
     let batch = RolloutBatch::from_row_keys(&["g"; 5], &["a", "b", "a", "b", "a"], &[0.0; 5]).unwrap();
-    let out = gigpo(GigpoConfig::verl_agent().with_step_decay(0.5))
+    let out = gigpo(GigpoConfig::default().with_step_decay(0.5))
         .compute(&batch, &[1.0, 4.0, 0.0, 8.0, 2.0], &["x", "y", "z", "w", "v"])
         .unwrap();
     assert_eq!(out.step_returns, [1.5, 8.0, 1.0, 8.0, 2.0]);
     // gamma = 0: returns are the rewards; gamma = 1: suffix sums (a: 3, 2, 2; b: 12, 8).
-    let out0 = gigpo(GigpoConfig::verl_agent().with_step_decay(0.0))
+    let out0 = gigpo(GigpoConfig::default().with_step_decay(0.0))
         .compute(&batch, &[1.0, 4.0, 0.0, 8.0, 2.0], &["x"; 5])
         .unwrap();
     assert_eq!(out0.step_returns, [1.0, 4.0, 0.0, 8.0, 2.0]);
-    let out1 = gigpo(GigpoConfig::verl_agent().with_step_decay(1.0))
+    let out1 = gigpo(GigpoConfig::default().with_step_decay(1.0))
         .compute(&batch, &[1.0, 4.0, 0.0, 8.0, 2.0], &["x"; 5])
         .unwrap();
     assert_eq!(out1.step_returns, [3.0, 12.0, 2.0, 8.0, 2.0]);
@@ -82,7 +82,7 @@ fn step_groups_are_per_task_group_and_weighted() {
         &[1.0, 0.0, 0.0, 0.0],
     )
     .unwrap();
-    let out = gigpo(GigpoConfig::verl_agent().with_step_advantage_weight(0.5))
+    let out = gigpo(GigpoConfig::default().with_step_advantage_weight(0.5))
         .compute(&batch, &[2.0, 0.0, 5.0, 1.0], &["start"; 4])
         .unwrap();
     assert_eq!(out.step_groups, [0, 0, 1, 1]);
@@ -97,16 +97,16 @@ fn single_row_task_group_uses_mean_zero_std_one() {
     // One row: mean 0, std 1. mean_norm: A_E = R = 0.7; mean_std_norm: 0.7 / (1 + 1e-6).
     // The step group is a singleton: A_S = 0.
     let batch = RolloutBatch::from_row_keys(&["g"], &["a"], &[0.7]).unwrap();
-    let out = gigpo(GigpoConfig::verl_agent())
+    let out = gigpo(GigpoConfig::default())
         .compute(&batch, &[3.0], &["s"])
         .unwrap();
     assert_eq!(out.advantages, [0.7]);
-    let cfg = GigpoConfig::verl_agent().with_mode(NormMode::MeanStdNorm);
+    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
     let out = gigpo(cfg).compute(&batch, &[3.0], &["s"]).unwrap();
     assert_eq!(out.advantages, [0.7 / (1.0 + 1e-6)]);
     // A single trajectory of two rows is not a single-row group: mean 0.7, A_E = 0.
     let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "a"], &[0.7, 0.7]).unwrap();
-    let out = gigpo(GigpoConfig::verl_agent())
+    let out = gigpo(GigpoConfig::default())
         .compute(&batch, &[0.0, 0.0], &["s", "t"])
         .unwrap();
     assert_eq!(out.episode_advantages, [0.0, 0.0]);
@@ -186,7 +186,7 @@ fn similarity_threshold_edge_is_inclusive() {
 fn generic_keys_group_like_text() {
     // Anchors as (room, object) ids: rows 0 and 2 share (1, 2). Returns 4 and 0 -> ±2.
     let batch = RolloutBatch::from_row_keys(&[7u32; 3], &[0u32, 1, 2], &[0.0; 3]).unwrap();
-    let out = gigpo(GigpoConfig::verl_agent())
+    let out = gigpo(GigpoConfig::default())
         .compute_by_key(&batch, &[4.0, 9.0, 0.0], &[(1u8, 2u8), (3, 3), (1, 2)])
         .unwrap();
     assert_eq!(out.step_groups, [0, 1, 0]);
@@ -201,7 +201,7 @@ fn config_rejects_each_bad_parameter() {
         Err(Error::InvalidConfig { name, .. }) => name,
         other => panic!("expected InvalidConfig, got {other:?}"),
     };
-    let base = GigpoConfig::verl_agent();
+    let base = GigpoConfig::default();
     for v in [-0.1, 1.1, f64::NAN] {
         assert_eq!(bad(base.with_step_decay(v)), "step_decay");
     }
@@ -227,7 +227,7 @@ fn config_rejects_each_bad_parameter() {
 #[test]
 fn inputs_are_checked() {
     let batch = RolloutBatch::from_row_keys(&["g"; 2], &["a", "b"], &[1.0, 0.0]).unwrap();
-    let g = gigpo(GigpoConfig::verl_agent());
+    let g = gigpo(GigpoConfig::default());
     assert!(matches!(
         g.compute(&batch, &[0.0], &["s", "s"]),
         Err(Error::LengthMismatch {
@@ -271,7 +271,7 @@ fn inputs_are_checked() {
 fn overflow_is_reported_not_returned() {
     // Finite rewards whose discounted sum overflows: 1e308 + 1·1e308 = inf.
     let batch = RolloutBatch::from_row_keys(&["g"; 2], &["a", "a"], &[0.0; 2]).unwrap();
-    let err = gigpo(GigpoConfig::verl_agent().with_step_decay(1.0))
+    let err = gigpo(GigpoConfig::default().with_step_decay(1.0))
         .compute(&batch, &[1e308, 1e308], &["s", "t"])
         .unwrap_err();
     assert!(matches!(
@@ -381,7 +381,7 @@ proptest! {
 
     #[test]
     fn mean_norm_step_advantages_sum_to_zero_per_group(s in scenario(short_anchor())) {
-        let (out, _, _) = s.run(GigpoConfig::verl_agent(), &s.traj_major());
+        let (out, _, _) = s.run(GigpoConfig::default(), &s.traj_major());
         for label in 0..out.num_step_groups {
             let (mut sum, mut scale) = (0.0, 1.0f64);
             for r in 0..out.step_groups.len() {
@@ -397,7 +397,7 @@ proptest! {
     #[test]
     fn mean_norm_episode_advantages_sum_to_zero_per_task_group(s in scenario(short_anchor())) {
         let order = s.traj_major();
-        let (out, at, _) = s.run(GigpoConfig::verl_agent(), &order);
+        let (out, at, _) = s.run(GigpoConfig::default(), &order);
         for g in 0..3 {
             let rows: Vec<usize> = (0..at.len()).filter(|&r| s.trajs[at[r].0].0 == g).collect();
             if rows.len() > 1 {
@@ -413,7 +413,7 @@ proptest! {
         seed in any::<u64>(),
         std_norm in any::<bool>(),
     ) {
-        let cfg = GigpoConfig::verl_agent()
+        let cfg = GigpoConfig::default()
             .with_mode(if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm });
         let base_order = s.traj_major();
         // A seeded shuffle of the trajectory-major sequence keeps each trajectory's steps in
@@ -446,14 +446,14 @@ proptest! {
 
     #[test]
     fn zero_weight_gives_the_episode_term(s in scenario(short_anchor())) {
-        let (out, _, _) = s.run(GigpoConfig::verl_agent().with_step_advantage_weight(0.0), &s.traj_major());
+        let (out, _, _) = s.run(GigpoConfig::default().with_step_advantage_weight(0.0), &s.traj_major());
         prop_assert_eq!(&out.advantages, &out.episode_advantages);
     }
 
     #[test]
     fn similarity_clusters_satisfy_the_greedy_rule(s in scenario(text_anchor()), t in 0.5f64..0.99) {
         let (out, at, anchors) = s.run(sim(t), &s.traj_major());
-        let (exact, _, _) = s.run(GigpoConfig::verl_agent(), &s.traj_major());
+        let (exact, _, _) = s.run(GigpoConfig::default(), &s.traj_major());
         let group = |r: usize| s.trajs[at[r].0].0;
         // First member of each cluster.
         let mut first = vec![usize::MAX; out.num_step_groups];
@@ -497,7 +497,7 @@ proptest! {
         let ep: Vec<f64> = traj.iter().map(|&t| if t % 2 == 0 { episode } else { -episode / 3.0 }).collect();
         let anchors: Vec<String> = (0..n).map(|r| format!("s{}", r % 3)).collect();
         let batch = RolloutBatch::from_row_keys(&uid, &traj, &ep).unwrap();
-        let cfg = GigpoConfig::verl_agent()
+        let cfg = GigpoConfig::default()
             .with_step_decay(decay)
             .with_std_eps(eps)
             .with_mode(if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm });

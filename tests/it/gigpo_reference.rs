@@ -233,7 +233,7 @@ fn configs() -> Vec<GigpoConfig> {
     for mode in [NormMode::MeanNorm, NormMode::MeanStdNorm] {
         for grouping in [StepGrouping::Exact, StepGrouping::Similarity { threshold: 0.95 }] {
             out.push(
-                GigpoConfig::verl_agent()
+                GigpoConfig::default()
                     .with_mode(mode)
                     .with_grouping(grouping)
                     .with_step_decay(0.9)
@@ -247,7 +247,7 @@ fn configs() -> Vec<GigpoConfig> {
 #[test]
 fn text_anchors_match_the_row_loop_reference_bit_for_bit() {
     // One workspace across all cases: reuse must not leak state between batches.
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut out = GigpoOutput::default();
     for seed in 0..40 {
         let c = case(seed, 1 + (seed as usize % 9));
@@ -263,7 +263,7 @@ fn text_anchors_match_the_row_loop_reference_bit_for_bit() {
 
 #[test]
 fn integer_anchors_match_the_row_loop_reference_bit_for_bit() {
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut out = GigpoOutput::default();
     for seed in 100..140 {
         let c = case(seed, 1 + (seed as usize % 11));
@@ -299,7 +299,7 @@ fn trajectory_major(c: &Case) -> Case {
 
 #[test]
 fn rows_in_step_order_match_the_reference_bit_for_bit() {
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut out = GigpoOutput::default();
     for seed in 200..230 {
         let c = trajectory_major(&case(seed, 1 + (seed as usize % 7)));

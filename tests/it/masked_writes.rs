@@ -42,7 +42,7 @@ fn every_position_of_a_wide_row_is_tested_for_0_and_1() {
                 let input = EstimatorInput::new(&batch)
                     .with_token_level_rewards(&rewards)
                     .with_response_mask(view);
-                let got = grpo.estimate_into(&input, (&mut out32).into(), None, &mut Workspace::new());
+                let got = grpo.estimate_into(&input, (&mut out32).into(), None, &mut Workspace::default());
                 assert_eq!(got, Err(want), "grpo, token {token}, {view:?}");
             }
         }

@@ -85,7 +85,7 @@ fn c3_estimate_checks_the_rewards_against_a_claimed_mask_before_allocating_retur
         // The same error as the caller-buffer path.
         let mut a = Array2::<f64>::zeros((4, 3));
         assert_eq!(
-            est.estimate_into(&input, (&mut a).into(), None, &mut Workspace::new()),
+            est.estimate_into(&input, (&mut a).into(), None, &mut Workspace::default()),
             Err(want),
             "{name}"
         );
@@ -120,7 +120,12 @@ fn c4_an_output_shape_that_overflows_usize_is_an_error_not_a_panic() {
         // Into a caller buffer: the wrong shape is named, with the claimed shape as claimed.
         let mut a = Array2::<f64>::zeros((4, 3));
         let err = est
-            .estimate_into(&every.input(mask), (&mut a).into(), None, &mut Workspace::new())
+            .estimate_into(
+                &every.input(mask),
+                (&mut a).into(),
+                None,
+                &mut Workspace::default(),
+            )
             .unwrap_err();
         assert_eq!(
             err,
@@ -260,7 +265,7 @@ fn c7_estimate_into_checks_the_columns_before_sizing_by_a_claimed_row_count() {
         let est = common::build(name);
         let mut a = Array2::<f64>::zeros((1, 1));
         let err = est
-            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::default())
             .unwrap_err();
         let want = match *name {
             n if n.starts_with("beacon") => Error::LengthMismatch {
@@ -361,7 +366,7 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
     out.push(b.compute(batch, flags).map(|o| o.advantages));
     let mut parts = beacon_rl::estimator::BeaconOutput::default();
     out.push(
-        b.compute_into(batch, flags, &mut Workspace::new(), &mut parts)
+        b.compute_into(batch, flags, &mut Workspace::default(), &mut parts)
             .map(|()| parts.advantages.clone()),
     );
     let input = EstimatorInput::new(batch).with_milestones(flags);
@@ -372,13 +377,13 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
             &input,
             (&mut a).into(),
             Some((&mut r).into()),
-            &mut Workspace::new(),
+            &mut Workspace::default(),
         )
         .map(|()| a.column(0).to_vec()),
     );
     let mut step = vec![0.0; n];
     out.push(
-        b.estimate_steps_into(&input, &mut step, &mut Workspace::new())
+        b.estimate_steps_into(&input, &mut step, &mut Workspace::default())
             .map(|()| step.clone()),
     );
     out
@@ -496,8 +501,8 @@ fn w1_grpo_and_gdpo_overflowing_variance_give_the_exact_answer() {
     // plausible 0). Exact: ±1/√2 (module docs). GDPO whitens ±1/√2 over the two tokens:
     // mean 0, var = (1/2 + 1/2)/(2 + 1e-8)·f32(2/1) ≈ 1, so the output is ±1/√2 to 1e-8.
     for est in [
-        &EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap() as &dyn AdvantageEstimator,
-        &*EstimatorConfig::Gdpo(GrpoConfig::verl()).build().unwrap(),
+        &EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap() as &dyn AdvantageEstimator,
+        &*EstimatorConfig::Gdpo(GrpoConfig::default()).build().unwrap(),
     ] {
         let a = estimate(est, &[0, 0], &[1e155, -1e155]);
         assert!((a[0] - HALF_SQRT2).abs() < 1e-7, "{}: {a:?}", est.name());
@@ -507,7 +512,7 @@ fn w1_grpo_and_gdpo_overflowing_variance_give_the_exact_answer() {
     // deviations (5/6, 5/6, −5/3)·1e308, σ² = (25/36 + 25/36 + 100/36)/2 = 150/72 = 25/12,
     // σ = (5/√12)·1e308 = 1.4434e308: A = (5/6)/(5/√12) = √12/6 = 1/√3, and −2/√3.
     let a = estimate(
-        &EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap(),
+        &EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap(),
         &[0; 3],
         &[1.5e308, 1.5e308, -1e308],
     );
@@ -523,7 +528,7 @@ fn w2_grpo_vectorized_overflowing_f32_variance_gives_the_exact_answer() {
     // ±1e30 in float32: 1e60 overflows f32 (max 3.4e38). Exact: ±1/√2 (σ in f32 is
     // 1.4142135e30, so A = 1e30/1.4142135e30 agrees with 1/√2 to f32 precision).
     let a = estimate(
-        &*EstimatorConfig::GrpoVectorized(GrpoConfig::verl())
+        &*EstimatorConfig::GrpoVectorized(GrpoConfig::default())
             .build()
             .unwrap(),
         &[0, 0],
@@ -612,7 +617,7 @@ fn w_whitening_overflowing_variance_gives_the_exact_answer() {
     // μ = 0, σ² = 2/f32(2 + 1e-8) · f32(2/1) = 2, so the advantages are ±1/√2 (the old code
     // returned Error::NonFinite, verl zeros).
     let est = beacon_rl::estimator::EstimatorConfig::ReinforcePlusPlus(
-        beacon_rl::estimator::ReinforcePlusPlusConfig::verl().with_discount(1.0),
+        beacon_rl::estimator::ReinforcePlusPlusConfig::default().with_discount(1.0),
     )
     .build()
     .unwrap();
@@ -655,7 +660,7 @@ fn w_whitened_overflow_after_the_last_generated_token_is_reported_there() {
         .with_values(&values);
     for name in ["gae", "reinforce_plus_plus"] {
         let est = common::build(name);
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut adv = Array2::<f64>::zeros((1, 4));
         est.estimate_into(&before, (&mut adv).into(), None, &mut ws)
             .unwrap();
@@ -683,7 +688,7 @@ fn w_whitening_overflow_fallback_reads_only_this_calls_values() {
     let rewards = ndarray::array![[1e200, 0.0], [-1e200, 0.0]];
     let mask = ndarray::array![[true, false], [true, false]];
     let est = common::build("reinforce_plus_plus");
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut adv = Array2::<f64>::zeros((2, 2));
     let before = EstimatorInput::new(&batch)
         .with_token_level_rewards(&before_rewards)
@@ -809,7 +814,7 @@ fn f2_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
         let (mut a, mut r) = (Array2::<f32>::zeros((2, 1)), Array2::<f32>::zeros((2, 1)));
         let returns = est.has_returns().then_some((&mut r).into());
         let err = est
-            .estimate_into(&input, (&mut a).into(), returns, &mut Workspace::new())
+            .estimate_into(&input, (&mut a).into(), returns, &mut Workspace::default())
             .unwrap_err();
         assert_eq!(
             err,
@@ -854,7 +859,7 @@ fn f4_gae_into_f32_refuses_whitened_uncounted_tokens_past_f32_max() {
             &input,
             (&mut a).into(),
             Some((&mut ret).into()),
-            &mut Workspace::new(),
+            &mut Workspace::default(),
         );
         if fits {
             got.unwrap();
@@ -886,7 +891,7 @@ fn f3_step_estimators_into_f32_refuse_outputs_that_round_to_infinity() {
     for (input, dim, index) in [(base.with_response_mask(&mask), (2, 2), 1), (base, (2, 1), 0)] {
         let mut a = Array2::<f32>::zeros(dim);
         let err = est
-            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+            .estimate_into(&input, (&mut a).into(), None, &mut Workspace::default())
             .unwrap_err();
         assert_eq!(
             err,

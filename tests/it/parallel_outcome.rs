@@ -36,7 +36,7 @@ fn run(threads: usize, name: &str, input: &EstimatorInput<'_>) -> (Vec<u32>, Vec
         .build()
         .expect("build");
     pool(threads).install(|| {
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut a32 = Array2::<f32>::from_elem((ROWS, COLS), f32::NAN);
         let mut a64 = Array2::<f64>::from_elem((ROWS, COLS), f64::NAN);
         est.estimate_into(input, (&mut a32).into(), None, &mut ws)

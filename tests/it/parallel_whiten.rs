@@ -29,7 +29,7 @@ fn run(threads: usize, name: &str, input: &EstimatorInput<'_>) -> Result<Bits, E
         .build()
         .expect("build");
     pool(threads).install(|| {
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let (mut a32, mut r32) = (
             Array2::<f32>::from_elem((ROWS, COLS), f32::NAN),
             Array2::<f32>::from_elem((ROWS, COLS), f32::NAN),

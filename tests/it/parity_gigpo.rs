@@ -43,7 +43,7 @@ fn config(params: &Value) -> GigpoConfig {
     } else {
         StepGrouping::Exact
     };
-    GigpoConfig::verl_agent()
+    GigpoConfig::default()
         .with_step_decay(params["gamma"].as_f64().unwrap())
         .with_step_advantage_weight(params["step_advantage_w"].as_f64().unwrap())
         .with_std_eps(params["epsilon"].as_f64().unwrap())
@@ -64,7 +64,7 @@ fn every_official_gigpo_case() {
 
     let (mut max_adv, mut max_ret) = (0.0f64, 0.0f64);
     let (mut rows_checked, mut similarity_cases, mut shuffled_cases) = (0usize, 0usize, 0usize);
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut reused = GigpoOutput::default();
     for case in cases {
         let name = case["name"].as_str().unwrap();

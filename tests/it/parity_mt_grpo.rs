@@ -51,7 +51,7 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
         .unwrap()
         .starts_with("SiliangZeng/Multi-Turn-RL-Agent@"));
     let (mut worst, mut checked) = (0.0f64, 0usize);
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     for (i, case) in data["cases"].as_array().unwrap().iter().enumerate() {
         let g = case["num_generations"].as_u64().unwrap() as usize;
         let (rt, ro) = (floats(&case["turn_reward"]), floats(&case["outcome_reward"]));
@@ -69,7 +69,7 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
             .collect();
         let (n, cols) = (masks.len(), masks[0].len());
         let est = EstimatorConfig::MtGrpo(
-            MtGrpoConfig::authors().with_turn_advantage_coef(case["turn_advantage_coef"].as_f64().unwrap()),
+            MtGrpoConfig::default().with_turn_advantage_coef(case["turn_advantage_coef"].as_f64().unwrap()),
         )
         .build()
         .unwrap();

@@ -52,7 +52,7 @@ fn scope(v: &Value) -> Option<NormScope> {
 }
 
 fn config(p: &Value) -> StepReinforceConfig {
-    StepReinforceConfig::roll()
+    StepReinforceConfig::default()
         .with_step_discount(p["step_discount"].as_f64().unwrap())
         .with_grouping(match p["grouping"].as_str().unwrap() {
             "batch" => Grouping::Batch,
@@ -117,7 +117,7 @@ fn multi_turn(groups: &[String], trajs: &[String], scores: &[f64], mask: &Array2
 #[test]
 fn every_roll_case_on_step_rows_steps_and_multi_turn_rows() {
     let (mut worst, mut checked) = (0.0f64, 0usize);
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     for (i, case) in cases().iter().enumerate() {
         let inp = &case["inputs"];
         let (groups, trajs) = (strings(&inp["group"]), strings(&inp["traj"]));

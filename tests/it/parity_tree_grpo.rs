@@ -83,7 +83,7 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
         .unwrap()
         .starts_with("AMAP-ML/Tree-GRPO@"));
     let (mut worst, mut checked, mut variants) = (0.0f64, 0usize, [0usize; 3]);
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     for (i, case) in data["cases"].as_array().unwrap().iter().enumerate() {
         let variant = match case["variant"].as_str().unwrap() {
             "tree" => TreeGrpoVariant::Sum,
@@ -92,7 +92,7 @@ fn every_authors_case_on_multi_turn_and_step_rows() {
             v => panic!("{v}"),
         };
         variants[variant as usize] += 1;
-        let est = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_variant(variant))
+        let est = EstimatorConfig::TreeGrpo(TreeGrpoConfig::default().with_variant(variant))
             .build()
             .unwrap();
         let uids: Vec<String> = case["uid"]

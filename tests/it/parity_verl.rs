@@ -61,7 +61,7 @@ fn flag(case: &Value, name: &str, default: bool) -> bool {
 fn config_for(case: &Value) -> EstimatorConfig {
     let name = case["verl_name"].as_str().expect("verl_name");
     let grpo = || {
-        GrpoConfig::verl()
+        GrpoConfig::default()
             .with_std_eps(param(case, "epsilon").unwrap_or(1e-6))
             .with_norm(if flag(case, "norm_adv_by_std_in_grpo", true) {
                 GrpoNorm::MeanStd
@@ -70,7 +70,7 @@ fn config_for(case: &Value) -> EstimatorConfig {
             })
     };
     let otb = || {
-        OptimalTokenBaselineConfig::verl()
+        OptimalTokenBaselineConfig::default()
             .with_zero_tail(if flag(case, "handle_zero_tail", true) {
                 ZeroTail::ZeroBaseline
             } else {
@@ -84,14 +84,14 @@ fn config_for(case: &Value) -> EstimatorConfig {
         "grpo_passk" => EstimatorConfig::GrpoPassk(grpo()),
         "gdpo" => EstimatorConfig::Gdpo(grpo()),
         "gae" => EstimatorConfig::Gae(
-            GaeConfig::verl()
+            GaeConfig::default()
                 .with_discount(param(case, "gamma").expect("gamma"))
                 .with_gae_lambda(param(case, "lam").expect("lam")),
         ),
         "reinforce_plus_plus" => EstimatorConfig::ReinforcePlusPlus(
-            ReinforcePlusPlusConfig::verl().with_discount(param(case, "gamma").expect("gamma")),
+            ReinforcePlusPlusConfig::default().with_discount(param(case, "gamma").expect("gamma")),
         ),
-        "gpg" => EstimatorConfig::Gpg(GpgConfig::verl().with_f_norm(param(case, "f_norm").unwrap_or(1.0))),
+        "gpg" => EstimatorConfig::Gpg(GpgConfig::default().with_f_norm(param(case, "f_norm").unwrap_or(1.0))),
         "optimal_token_baseline" => EstimatorConfig::OptimalTokenBaseline(otb()),
         "tir_optimal_token_baseline" => EstimatorConfig::TirOptimalTokenBaseline(otb()),
         other => other.parse().unwrap_or_else(|e| panic!("{}: {e}", case["id"])),

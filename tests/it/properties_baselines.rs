@@ -113,12 +113,12 @@ fn all_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
         .map(|n| n.parse::<EstimatorConfig>().unwrap().build().unwrap())
         .collect();
     v.push(
-        EstimatorConfig::Gae(GaeConfig::verl().with_discount(0.99).with_gae_lambda(0.95))
+        EstimatorConfig::Gae(GaeConfig::default().with_discount(0.99).with_gae_lambda(0.95))
             .build()
             .unwrap(),
     );
     v.push(
-        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl().with_discount(0.9))
+        EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(0.9))
             .build()
             .unwrap(),
     );
@@ -204,7 +204,7 @@ proptest! {
     /// GRPO advantages of a group sum to ~0 when the group's scores are not all equal.
     #[test]
     fn grpo_group_advantages_sum_to_zero(case in case_strategy(2, true)) {
-        let out = case.run(&EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap()).unwrap();
+        let out = case.run(&EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap()).unwrap();
         let s = scalars(&case, &out);
         let scores: Vec<f64> = case.rewards.rows().into_iter().map(|r| r.sum()).collect();
         for g in 0..5u32 {
@@ -232,7 +232,7 @@ proptest! {
             shifted.rewards[[r, last]] += shifts[case.uids[r] as usize];
         }
         let ests: Vec<Box<dyn AdvantageEstimator>> = vec![
-            EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap(),
+            EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap(),
             EstimatorConfig::Grpo(GrpoConfig::dr_grpo()).build().unwrap(),
             EstimatorConfig::Rloo.build().unwrap(),
             EstimatorConfig::RlooVectorized.build().unwrap(),
@@ -260,7 +260,7 @@ proptest! {
     /// passk: at most one nonzero row per group, and it holds the group's maximum score.
     #[test]
     fn passk_rewards_only_the_best_row(case in case_strategy(2, true)) {
-        let out = case.run(&*EstimatorConfig::GrpoPassk(GrpoConfig::verl()).build().unwrap()).unwrap();
+        let out = case.run(&*EstimatorConfig::GrpoPassk(GrpoConfig::default()).build().unwrap()).unwrap();
         let s = scalars(&case, &out);
         let scores: Vec<f64> = case.rewards.rows().into_iter().map(|r| r.sum()).collect();
         for g in 0..5u32 {
@@ -279,8 +279,8 @@ proptest! {
     /// generated token, whatever the values; it equals REINFORCE++(γ = 1) and ReMax returns.
     #[test]
     fn gae_returns_telescope_to_reward_to_go(case in case_strategy(1, true)) {
-        let gae = case.run(&EstimatorConfig::Gae(GaeConfig::verl()).build().unwrap());
-        let rfpp = case.run(&EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::verl()).build().unwrap());
+        let gae = case.run(&EstimatorConfig::Gae(GaeConfig::default()).build().unwrap());
+        let rfpp = case.run(&EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default()).build().unwrap());
         let remax = case.run(&*EstimatorConfig::Remax.build().unwrap()).unwrap();
         if let (Ok(gae), Ok(rfpp)) = (gae, rfpp) {
             for ((r, t), &m) in case.mask.indexed_iter() {
@@ -314,7 +314,7 @@ proptest! {
     /// column-wise optimal token baseline.
     #[test]
     fn tir_equals_otb_without_gaps(case in case_strategy(1, true)) {
-        let cfg = OptimalTokenBaselineConfig::verl();
+        let cfg = OptimalTokenBaselineConfig::default();
         let a = case.run(&EstimatorConfig::OptimalTokenBaseline(cfg).build().unwrap()).unwrap();
         let b = case.run(&*EstimatorConfig::TirOptimalTokenBaseline(cfg).build().unwrap()).unwrap();
         for (x, y) in a.advantages.iter().zip(b.advantages.iter()) {

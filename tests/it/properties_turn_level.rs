@@ -106,7 +106,7 @@ fn step_reinforce_config() -> impl Strategy<Value = StepReinforceConfig> {
         prop::option::of(0.5f64..3.0),
     )
         .prop_map(|(g, grouping, mean, std, rclip, whiten, aclip)| {
-            StepReinforceConfig::roll()
+            StepReinforceConfig::default()
                 .with_step_discount(g)
                 .with_grouping(grouping)
                 .with_norm_mean(mean)
@@ -127,7 +127,7 @@ proptest! {
         let est = EstimatorConfig::StepReinforce(cfg).build().unwrap();
         let s = ep.step_rows();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards).with_response_mask(&s.mask);
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let steps = est.estimate(&input).unwrap().advantages;
         let (batch, rewards, mask, starts) = ep.multi_turn();
         let mt_input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
@@ -162,16 +162,16 @@ proptest! {
         let s = ep.step_rows();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards);
         let mut adv = vec![0.0; s.rewards.len()];
-        let plain = EstimatorConfig::StepReinforce(StepReinforceConfig::roll().with_step_discount(1.0)).build().unwrap();
-        plain.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
+        let plain = EstimatorConfig::StepReinforce(StepReinforceConfig::default().with_step_discount(1.0)).build().unwrap();
+        plain.estimate_steps_into(&input, &mut adv, &mut Workspace::default()).unwrap();
         for (r, &(j, k)) in s.at.iter().enumerate() {
             let to_go: f64 = ep.trajs[j].1[k..].iter().map(|x| x.0).sum();
             prop_assert!((adv[r] - to_go).abs() < 1e-12);
         }
         let centred = EstimatorConfig::StepReinforce(
-            StepReinforceConfig::roll().with_grouping(Grouping::Group).with_norm_mean(Some(NormScope::Group)),
+            StepReinforceConfig::default().with_grouping(Grouping::Group).with_norm_mean(Some(NormScope::Group)),
         ).build().unwrap();
-        centred.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
+        centred.estimate_steps_into(&input, &mut adv, &mut Workspace::default()).unwrap();
         for g in 0..3u32 {
             let sum: f64 = s.at.iter().zip(&adv).filter(|((j, _), _)| ep.trajs[*j].0 == g).map(|(_, a)| a).sum();
             prop_assert!(sum.abs() < 1e-9, "group {g}: {sum}");
@@ -188,11 +188,11 @@ proptest! {
         unbiased in any::<bool>(),
     ) {
         let baseline = if unbiased { TurnBaseline::RewardToGo } else { TurnBaseline::PerIndex };
-        let est = EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_turn_advantage_coef(coef).with_turn_baseline(baseline)).build().unwrap();
+        let est = EstimatorConfig::MtGrpo(MtGrpoConfig::default().with_turn_advantage_coef(coef).with_turn_baseline(baseline)).build().unwrap();
         let s = ep.step_rows();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards);
         let mut adv = vec![f64::NAN; s.rewards.len()];
-        est.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
+        est.estimate_steps_into(&input, &mut adv, &mut Workspace::default()).unwrap();
         let (batch, rewards, mask, starts) = ep.multi_turn();
         let mt_input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
         let mt = est.estimate(&mt_input).unwrap().advantages;
@@ -251,7 +251,7 @@ proptest! {
         picks in prop::collection::vec(any::<u32>(), 8),
         variant in prop_oneof![Just(TreeGrpoVariant::Sum), Just(TreeGrpoVariant::Intra), Just(TreeGrpoVariant::Nested)],
     ) {
-        let est = EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors().with_variant(variant)).build().unwrap();
+        let est = EstimatorConfig::TreeGrpo(TreeGrpoConfig::default().with_variant(variant)).build().unwrap();
         let parents = forest(&ep, &picks);
         let (batch, rewards, mask, starts) = ep.multi_turn();
         let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
@@ -270,7 +270,7 @@ proptest! {
             .collect();
         let input = EstimatorInput::new(&s.batch).with_step_rewards(&s.rewards).with_tree_parents(&step_parents);
         let mut adv = vec![f64::NAN; s.rewards.len()];
-        est.estimate_steps_into(&input, &mut adv, &mut Workspace::new()).unwrap();
+        est.estimate_steps_into(&input, &mut adv, &mut Workspace::default()).unwrap();
         for (r, &(j, k)) in s.at.iter().enumerate() {
             let v = mt[[j, starts[j][k]]];
             prop_assert!((v - adv[r]).abs() <= 1e-12 * v.abs().max(1.0), "{} vs {}", v, adv[r]);

@@ -32,7 +32,7 @@ fn row_mean_std() -> (f64, f64) {
 
 fn steps(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>) -> Result<Vec<f64>, Error> {
     let mut out = vec![f64::NAN; input.batch.num_steps()];
-    est.estimate_steps_into(input, &mut out, &mut Workspace::new())?;
+    est.estimate_steps_into(input, &mut out, &mut Workspace::default())?;
     Ok(out)
 }
 
@@ -131,7 +131,7 @@ fn row_statistics_hand_computed() {
 #[test]
 fn grpo_trajectory_statistics_take_each_trajectorys_first_row() {
     let batch = batch();
-    let grpo = EstimatorConfig::Grpo(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories))
+    let grpo = EstimatorConfig::Grpo(GrpoConfig::default().with_statistics(GrpoStatistics::Trajectories))
         .build()
         .unwrap();
     // First rows: a → row 0 (0.9), b → row 2 (0.0). μ = 0.45, σ = √((0.45² + 0.45²) / 1) =
@@ -331,7 +331,7 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
         .map(|n| build(n))
         .collect();
     v.push(
-        EstimatorConfig::Grpo(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories))
+        EstimatorConfig::Grpo(GrpoConfig::default().with_statistics(GrpoStatistics::Trajectories))
             .build()
             .unwrap(),
     );
@@ -340,7 +340,7 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
         mode: beacon_rl::estimator::NormMode::MeanStdNorm,
     };
     v.push(EstimatorConfig::Beacon(official).build().unwrap());
-    let mut gigpo = beacon_rl::estimator::GigpoConfig::verl_agent();
+    let mut gigpo = beacon_rl::estimator::GigpoConfig::default();
     gigpo.mode = beacon_rl::estimator::NormMode::MeanStdNorm;
     v.push(EstimatorConfig::Gigpo(gigpo).build().unwrap());
     v
@@ -420,8 +420,8 @@ proptest! {
         // relative apart, inside 1e-9·max(1, |A|) only for |A| < 0.02, so compare groups of
         // two rows or more exactly and singletons loosely.
         for (cross, est) in [
-            (true, EstimatorConfig::Grpo(GrpoConfig::verl()).build().unwrap()),
-            (false, EstimatorConfig::Grpo(GrpoConfig::verl().with_statistics(GrpoStatistics::Trajectories)).build().unwrap()),
+            (true, EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap()),
+            (false, EstimatorConfig::Grpo(GrpoConfig::default().with_statistics(GrpoStatistics::Trajectories)).build().unwrap()),
         ] {
             let got = steps(&est, &input).unwrap();
             let want = episode_norm_reward(&scores, &uid, &traj, false, cross);

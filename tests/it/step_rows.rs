@@ -22,7 +22,7 @@ fn every_step_level_estimator_checks_token_rewards_against_the_batch() {
         .with_anchor_ids(&[1, 2, 1, 3])
         .with_tree_parents(&[-1, 0, -1, 2])
         .with_step_entropy(&[0.5, 1.0, 1.5, 2.0]);
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut step_level = Vec::new();
     for name in EstimatorConfig::NAMES {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
@@ -205,7 +205,7 @@ fn step_path_checks_shapes_before_values_in_one_order() {
             _ => None,
         }
     };
-    let mut ws = Workspace::new();
+    let mut ws = Workspace::default();
     let mut checked = 0;
     for name in EstimatorConfig::NAMES {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();

@@ -128,7 +128,7 @@ fn every_dtype_gives_the_f64_path_rounded_once() {
                 f32_in.token_level_rewards = None;
             }
             let want = est.estimate(&reference);
-            let mut ws = Workspace::new();
+            let mut ws = Workspace::default();
             for (inputs, label) in [(reference, "f64"), (f32_in, "f32")] {
                 for mask in masks {
                     let input = inputs.with_response_mask(mask);
@@ -175,7 +175,7 @@ fn f32_rewards_are_not_f32_arithmetic() {
         .with_response_mask(&mask);
     let grpo = "grpo".parse::<EstimatorConfig>().unwrap().build().unwrap();
     let mut out = Array2::<f32>::zeros((2, 1));
-    grpo.estimate_into(&input, (&mut out).into(), None, &mut Workspace::new())
+    grpo.estimate_into(&input, (&mut out).into(), None, &mut Workspace::default())
         .unwrap();
     let (s0, s1) = (f64::from(0.1f32), f64::from(0.2f32));
     let mean = (s0 + s1) / 2.0;
@@ -226,8 +226,12 @@ fn step_rows_match_the_token_path() {
         for name in ["grpo", "grpo_vectorized", "rloo", "rloo_vectorized"] {
             let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
             let mut step = vec![f64::NAN; rows];
-            est.estimate_steps_into(&EstimatorInput::new(&c.batch), &mut step, &mut Workspace::new())
-                .unwrap();
+            est.estimate_steps_into(
+                &EstimatorInput::new(&c.batch),
+                &mut step,
+                &mut Workspace::default(),
+            )
+            .unwrap();
             let tokens = est.estimate(&token_input).unwrap().advantages;
             assert_eq!(
                 step.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
@@ -243,7 +247,7 @@ fn step_rows_match_the_token_path() {
             .with_anchor_obs(&c.anchors)
             .with_response_lengths(&c.lengths, 9);
         let beacon = Beacon::new(BeaconConfig::official()).unwrap();
-        let gigpo = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
+        let gigpo = Gigpo::new(GigpoConfig::default()).unwrap();
         let direct = [
             beacon.compute(&c.batch, &c.milestones).unwrap().advantages,
             gigpo
@@ -254,7 +258,7 @@ fn step_rows_match_the_token_path() {
         let ests: [&dyn AdvantageEstimator; 2] = [&beacon, &gigpo];
         for (est, want) in ests.iter().zip(direct) {
             let mut step = vec![f64::NAN; rows];
-            est.estimate_steps_into(&input, &mut step, &mut Workspace::new())
+            est.estimate_steps_into(&input, &mut step, &mut Workspace::default())
                 .unwrap();
             assert_eq!(step, want, "{}", est.name());
             let tokens = broadcast(
@@ -273,12 +277,12 @@ fn step_rows_match_the_token_path() {
     let gae = "gae".parse::<EstimatorConfig>().unwrap().build().unwrap();
     let input = EstimatorInput::new(&c.batch);
     assert_eq!(
-        gae.estimate_steps_into(&input, &mut [0.0; 30], &mut Workspace::new()),
+        gae.estimate_steps_into(&input, &mut [0.0; 30], &mut Workspace::default()),
         Err(Error::NotStepLevel { estimator: "gae" })
     );
     let grpo = "grpo".parse::<EstimatorConfig>().unwrap().build().unwrap();
     assert!(matches!(
-        grpo.estimate_steps_into(&input, &mut [0.0; 3], &mut Workspace::new()),
+        grpo.estimate_steps_into(&input, &mut [0.0; 3], &mut Workspace::default()),
         Err(Error::OutputShape { .. })
     ));
 }
@@ -340,7 +344,7 @@ fn integer_mask_entries_other_than_0_and_1_are_a_typed_error() {
                         &input,
                         (&mut a).into(),
                         Some((&mut b).into()),
-                        &mut Workspace::new(),
+                        &mut Workspace::default(),
                     )
                     .unwrap_err();
                 assert_eq!(err, *want, "{name} estimate_into {mask:?}");
@@ -386,7 +390,7 @@ fn bad_mask_entries_in_long_rows_are_a_typed_error() {
                 assert_eq!(est.estimate(&input).unwrap_err(), want, "{name} {mask:?}");
                 let mut a = Array2::<f32>::zeros((4, 19));
                 let err = est
-                    .estimate_into(&input, (&mut a).into(), None, &mut Workspace::new())
+                    .estimate_into(&input, (&mut a).into(), None, &mut Workspace::default())
                     .unwrap_err();
                 assert_eq!(err, want, "{name} estimate_into {mask:?}");
             }
@@ -459,7 +463,7 @@ fn a_bad_mask_entry_is_reported_in_a_fixed_order() {
                 input,
                 (&mut a).into(),
                 Some((&mut b).into()),
-                &mut Workspace::new(),
+                &mut Workspace::default(),
             )
             .unwrap_err();
         assert_eq!(format!("{fresh:?}"), format!("{into:?}"), "{}", est.name());

@@ -49,8 +49,8 @@ proptest! {
             .with_response_mask(&mask);
         let total: usize = trajs.iter().map(|t| t.1.len()).sum();
         prop_assume!(total >= 2);
-        let token = EstimatorConfig::Gae(GaeConfig::verl().with_discount(gamma).with_gae_lambda(lam)).build().unwrap().estimate(&input).unwrap();
-        let turn = EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(gamma).with_lam(lam).with_whiten(true)).build()
+        let token = EstimatorConfig::Gae(GaeConfig::default().with_discount(gamma).with_gae_lambda(lam)).build().unwrap().estimate(&input).unwrap();
+        let turn = EstimatorConfig::TurnGae(TurnGaeConfig::default().with_discount(gamma).with_lam(lam).with_whiten(true)).build()
             .unwrap()
             .estimate(&input)
             .unwrap();
@@ -79,9 +79,9 @@ proptest! {
             }
         }
         let steps = RolloutBatch::from_row_keys(&g, &j, &vec![0.0; g.len()]).unwrap();
-        let est = EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(gamma).with_lam(lam)).build().unwrap();
+        let est = EstimatorConfig::TurnGae(TurnGaeConfig::default().with_discount(gamma).with_lam(lam)).build().unwrap();
         let mut adv = vec![f64::NAN; sr.len()];
-        est.estimate_steps_into(&EstimatorInput::new(&steps).with_step_rewards(&sr).with_turn_values(&tv), &mut adv, &mut Workspace::new()).unwrap();
+        est.estimate_steps_into(&EstimatorInput::new(&steps).with_step_rewards(&sr).with_turn_values(&tv), &mut adv, &mut Workspace::default()).unwrap();
         let plain = est.estimate(&input).unwrap();
         for (a, &(r, t)) in adv.iter().zip(&at) {
             prop_assert!((a - plain.advantages[[r, t]]).abs() <= 1e-12 * a.abs().max(1.0));
@@ -126,13 +126,13 @@ fn nearly_equal_turns_whiten_as_token_level_gae() {
         .with_token_level_rewards(&rewards)
         .with_values(&values)
         .with_response_mask(&mask);
-    let token = EstimatorConfig::Gae(GaeConfig::verl().with_discount(0.0).with_gae_lambda(0.0))
+    let token = EstimatorConfig::Gae(GaeConfig::default().with_discount(0.0).with_gae_lambda(0.0))
         .build()
         .unwrap()
         .estimate(&input)
         .unwrap();
     let turn = EstimatorConfig::TurnGae(
-        TurnGaeConfig::verl()
+        TurnGaeConfig::default()
             .with_discount(0.0)
             .with_lam(0.0)
             .with_whiten(true),

@@ -26,7 +26,7 @@ fn first_turns(est: &dyn AdvantageEstimator, trajs: &[&[f64]]) -> Vec<f64> {
     est.estimate_steps_into(
         &EstimatorInput::new(&batch).with_step_rewards(&rewards),
         &mut adv,
-        &mut Workspace::new(),
+        &mut Workspace::default(),
     )
     .unwrap();
     first.iter().map(|&r| adv[r]).collect()
@@ -39,7 +39,7 @@ fn per_turn_index_normalisation_is_biased_and_reward_to_go_is_not() {
     let group: [&[f64]; 4] = [&[1.0], &[0.0], &[1.0, 0.0], &[1.0, -1.0]];
     let decision = |a: &[f64]| (a[2] + a[3]) - (a[0] + a[1]);
 
-    let authors = EstimatorConfig::MtGrpo(MtGrpoConfig::authors()).build().unwrap();
+    let authors = EstimatorConfig::MtGrpo(MtGrpoConfig::default()).build().unwrap();
     let biased = decision(&first_turns(&authors, &group));
     // By hand (ε = 1e-4): stoppers get A^C = ±0.5/(√(1/3) + ε), which cancel; continuers
     // A^O + A^T = 0 + 0.5/(√(1/3) + ε) and −1/(√(2/3) + ε) + 0.5/(√(1/3) + ε).
@@ -49,7 +49,7 @@ fn per_turn_index_normalisation_is_biased_and_reward_to_go_is_not() {
     assert!(biased > 0.25, "a hidden bonus for taking another turn: {biased}");
 
     let unbiased =
-        EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo))
+        EstimatorConfig::MtGrpo(MtGrpoConfig::default().with_turn_baseline(TurnBaseline::RewardToGo))
             .build()
             .unwrap();
     let a = first_turns(&unbiased, &group);
@@ -83,7 +83,7 @@ fn beacon_segment_term_is_blind_to_quitting() {
     est.estimate_steps_into(
         &EstimatorInput::new(&batch).with_milestones(&milestones),
         &mut adv,
-        &mut Workspace::new(),
+        &mut Workspace::default(),
     )
     .unwrap();
     assert_eq!(adv, [0.0; 8]);

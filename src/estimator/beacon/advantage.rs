@@ -657,7 +657,7 @@ mod tests {
         let input = EstimatorInput::new(&batch).with_milestones(&flags);
         let mut adv = vec![0.0; 9];
         entered(0.5)
-            .estimate_steps_into(&input, &mut adv, &mut Workspace::new())
+            .estimate_steps_into(&input, &mut adv, &mut Workspace::default())
             .unwrap();
         assert_eq!(adv, out.advantages);
     }

@@ -200,7 +200,7 @@ impl Beacon {
     /// ```
     pub fn compute(&self, batch: &RolloutBatch, milestones: &[bool]) -> Result<BeaconOutput> {
         let mut out = BeaconOutput::default();
-        self.compute_into(batch, milestones, &mut Workspace::new(), &mut out)?;
+        self.compute_into(batch, milestones, &mut Workspace::default(), &mut out)?;
         Ok(out)
     }
 
@@ -214,7 +214,7 @@ impl Beacon {
     /// use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     /// let beacon = Beacon::new(BeaconConfig::paper())?;
-    /// let (mut ws, mut out) = (Workspace::new(), BeaconOutput::default());
+    /// let (mut ws, mut out) = (Workspace::default(), BeaconOutput::default());
     /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
     /// beacon.compute_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
     /// assert_eq!(out.segments, vec![0, 0, 1, 0, 0, 0]);
@@ -348,7 +348,7 @@ impl AdvantageEstimator for Beacon {
         /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));
         /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_lengths(&[2, 1], 3);
         /// let mut tokens = ndarray::Array2::<f32>::zeros((2, 3));
-        /// beacon.estimate_into(&input, (&mut tokens).into(), None, &mut Workspace::new())?;
+        /// beacon.estimate_into(&input, (&mut tokens).into(), None, &mut Workspace::default())?;
         /// assert!(tokens[[0, 1]] > 0.0 && tokens[[0, 2]] == 0.0);
         /// # Ok::<(), beacon_rl::Error>(())
         /// ```
@@ -370,7 +370,7 @@ mod tests {
         for c in [BeaconConfig::paper(), BeaconConfig::official()] {
             let b = Beacon::new(c).unwrap();
             let full = b.compute(&batch, &flags).unwrap();
-            let (mut ws, mut adv, mut parts) = (Workspace::new(), vec![0.0; 5], BeaconOutput::default());
+            let (mut ws, mut adv, mut parts) = (Workspace::default(), vec![0.0; 5], BeaconOutput::default());
             let input = EstimatorInput::new(&batch).with_milestones(&flags);
             b.estimate_steps_into(&input, &mut adv, &mut ws).unwrap();
             assert_eq!(adv, full.advantages);

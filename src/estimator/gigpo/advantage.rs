@@ -410,7 +410,7 @@ mod tests {
         // but w · A_S = 1e308 · 2 overflows, so A = ±inf: the error names `advantages`, row 0.
         let batch = RolloutBatch::from_row_keys(&["g"; 2], &["a", "b"], &[1.0, 0.0]).unwrap();
         let g = Gigpo::new(
-            GigpoConfig::verl_agent()
+            GigpoConfig::default()
                 .with_step_advantage_weight(1e308)
                 .with_step_decay(0.0),
         )
@@ -433,10 +433,10 @@ mod tests {
     fn workspace_reuse_across_modes_and_sizes() {
         let batch = RolloutBatch::from_row_keys(&["g"; 3], &["a", "b", "c"], &[1.0, 0.0, 0.0]).unwrap();
         let sim =
-            Gigpo::new(GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.5 }))
+            Gigpo::new(GigpoConfig::default().with_grouping(StepGrouping::Similarity { threshold: 0.5 }))
                 .unwrap();
-        let exact = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
-        let mut ws = Workspace::new();
+        let exact = Gigpo::new(GigpoConfig::default()).unwrap();
+        let mut ws = Workspace::default();
         let mut out = GigpoOutput::default();
         let anchors = ["abcd", "abce", "zzzz"];
         sim.compute_into(&batch, &[1.0, 2.0, 3.0], &anchors, &mut ws, &mut out)

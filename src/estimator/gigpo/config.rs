@@ -27,12 +27,12 @@ pub enum StepGrouping {
     },
 }
 
-/// GiGPO parameters. Build with [`GigpoConfig::verl_agent`] and the `with_*` setters, then
+/// GiGPO parameters. Build with [`GigpoConfig::default()`](GigpoConfig::default) and the `with_*` setters, then
 /// validate through [`Gigpo::new`](crate::estimator::Gigpo::new).
 ///
 /// ```
 /// use beacon_rl::estimator::{Gigpo, GigpoConfig, NormMode, StepGrouping};
-/// let cfg = GigpoConfig::verl_agent()
+/// let cfg = GigpoConfig::default()
 ///     .with_mode(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
 /// assert!(Gigpo::new(cfg).is_ok());
@@ -56,26 +56,19 @@ pub struct GigpoConfig {
 }
 
 impl Default for GigpoConfig {
-    /// [`GigpoConfig::verl_agent`].
-    fn default() -> Self {
-        Self::verl_agent()
-    }
-}
-
-impl GigpoConfig {
     /// verl-agent's GiGPO settings: γ = 0.95 (its GiGPO example scripts' `algorithm.gamma`),
     /// w = 1.0, `mean_norm`, ε = 1e-6, exact anchor grouping.
     ///
     /// ```
     /// use beacon_rl::estimator::{GigpoConfig, NormMode, StepGrouping};
-    /// let cfg = GigpoConfig::verl_agent();
+    /// let cfg = GigpoConfig::default();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);
     /// assert_eq!(cfg.mode, NormMode::MeanNorm);
     /// assert_eq!(cfg.std_eps, 1e-6);
     /// assert_eq!(cfg.grouping, StepGrouping::Exact);
     /// ```
-    pub fn verl_agent() -> Self {
+    fn default() -> Self {
         Self {
             step_decay: 0.95,
             step_advantage_weight: 1.0,
@@ -84,7 +77,9 @@ impl GigpoConfig {
             grouping: StepGrouping::Exact,
         }
     }
+}
 
+impl GigpoConfig {
     /// Checks every parameter.
     ///
     /// # Errors
@@ -110,7 +105,7 @@ impl GigpoConfig {
 }
 
 crate::setters::with_setters! {
-    GigpoConfig, "use beacon_rl::estimator::{GigpoConfig, StepGrouping}; use beacon_rl::estimator::NormMode;", GigpoConfig::verl_agent();
+    GigpoConfig, "use beacon_rl::estimator::{GigpoConfig, StepGrouping}; use beacon_rl::estimator::NormMode;", GigpoConfig::default();
     /// Sets γ of the step returns (default 0.95; in [0, 1]).
     with_step_decay(step_decay: f64) = 1.0;
     /// Sets w, the weight of the step term (default 1.0; finite, ≥ 0).

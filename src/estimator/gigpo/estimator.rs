@@ -111,7 +111,7 @@ type NoText = fn(usize) -> &'static str;
 /// let batch = RolloutBatch::from_row_keys(&["g"; 4], &["a", "a", "b", "b"], &[1.0, 1.0, 0.0, 0.0])?;
 /// let step_rewards = [0.0, 1.0, 0.0, 0.0];
 /// let anchors = ["s0", "s1", "s0", "s2"];
-/// let gigpo = Gigpo::new(GigpoConfig::verl_agent().with_step_decay(0.5))?;
+/// let gigpo = Gigpo::new(GigpoConfig::default().with_step_decay(0.5))?;
 /// let out = gigpo.compute(&batch, &step_rewards, &anchors)?;
 ///
 /// // A_E: row mean (1 + 1 + 0 + 0) / 4 = 0.5.
@@ -141,7 +141,7 @@ type NoText = fn(usize) -> &'static str;
 /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
 /// use beacon_rl::RolloutBatch;
 ///
-/// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+/// let gigpo = Gigpo::new(GigpoConfig::default())?;
 /// let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[1.0, 0.0])?;
 /// let out = gigpo.compute(&batch, &[0.0, 0.0], &["start", "start"])?;
 /// // Row mean 0.5: A_E = ±0.5; equal returns in the shared anchor group: A_S = 0.
@@ -164,7 +164,7 @@ impl Gigpo {
     ///
     /// ```
     /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
-    /// assert!(Gigpo::new(GigpoConfig::verl_agent().with_step_advantage_weight(-1.0)).is_err());
+    /// assert!(Gigpo::new(GigpoConfig::default().with_step_advantage_weight(-1.0)).is_err());
     /// ```
     pub fn new(config: GigpoConfig) -> Result<Self> {
         config.validate()?;
@@ -191,7 +191,7 @@ impl Gigpo {
     /// use beacon_rl::estimator::{Gigpo, GigpoConfig, StepGrouping};
     /// use beacon_rl::RolloutBatch;
     ///
-    /// let cfg = GigpoConfig::verl_agent().with_grouping(StepGrouping::Similarity { threshold: 0.9 });
+    /// let cfg = GigpoConfig::default().with_grouping(StepGrouping::Similarity { threshold: 0.9 });
     /// let batch = RolloutBatch::from_row_keys(&["g"; 3], &["a", "b", "c"], &[1.0, 0.0, 0.0])?;
     /// let anchors = ["You see a mug 1.", "You see a mug 2.", "Nothing happens."];
     /// let out = Gigpo::new(cfg)?.compute(&batch, &[1.0, 0.0, 0.0], &anchors)?;
@@ -207,7 +207,7 @@ impl Gigpo {
         anchors: &[S],
     ) -> Result<GigpoOutput> {
         let mut out = GigpoOutput::default();
-        self.compute_into(batch, step_rewards, anchors, &mut Workspace::new(), &mut out)?;
+        self.compute_into(batch, step_rewards, anchors, &mut Workspace::default(), &mut out)?;
         Ok(out)
     }
 
@@ -221,8 +221,8 @@ impl Gigpo {
     /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
     /// use beacon_rl::RolloutBatch;
     ///
-    /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
-    /// let (mut ws, mut out) = (Workspace::new(), GigpoOutput::default());
+    /// let gigpo = Gigpo::new(GigpoConfig::default())?;
+    /// let (mut ws, mut out) = (Workspace::default(), GigpoOutput::default());
     /// for reward in [1.0, 0.0] {
     ///     let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[reward, 0.5])?;
     ///     gigpo.compute_into(&batch, &[0.0, 0.0], &["s", "s"], &mut ws, &mut out)?;
@@ -256,7 +256,7 @@ impl Gigpo {
     ///
     /// let batch = RolloutBatch::from_row_keys(&[0, 0, 0], &[0, 1, 1], &[1.0, 0.0, 0.0])?;
     /// let anchors = [(3u8, 7u8), (3, 7), (4, 1)];
-    /// let out = Gigpo::new(GigpoConfig::verl_agent())?.compute_by_key(&batch, &[2.0, 0.0, 0.0], &anchors)?;
+    /// let out = Gigpo::new(GigpoConfig::default())?.compute_by_key(&batch, &[2.0, 0.0, 0.0], &anchors)?;
     /// assert_eq!(out.step_groups, [0, 0, 1]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -267,7 +267,7 @@ impl Gigpo {
         anchors: &[K],
     ) -> Result<GigpoOutput> {
         let mut out = GigpoOutput::default();
-        self.compute_by_key_into(batch, step_rewards, anchors, &mut Workspace::new(), &mut out)?;
+        self.compute_by_key_into(batch, step_rewards, anchors, &mut Workspace::default(), &mut out)?;
         Ok(out)
     }
 
@@ -281,8 +281,8 @@ impl Gigpo {
     /// use beacon_rl::RolloutBatch;
     ///
     /// let batch = RolloutBatch::from_row_keys(&[0, 0], &[0, 1], &[1.0, 0.0])?;
-    /// let (mut ws, mut out) = (Workspace::new(), GigpoOutput::default());
-    /// Gigpo::new(GigpoConfig::verl_agent())?.compute_by_key_into(&batch, &[0.0, 0.0], &[9u64, 9], &mut ws, &mut out)?;
+    /// let (mut ws, mut out) = (Workspace::default(), GigpoOutput::default());
+    /// Gigpo::new(GigpoConfig::default())?.compute_by_key_into(&batch, &[0.0, 0.0], &[9u64, 9], &mut ws, &mut out)?;
     /// assert_eq!(out.num_step_groups, 1);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -430,7 +430,7 @@ impl AdvantageEstimator for Gigpo {
         /// use beacon_rl::estimator::{Gigpo, GigpoConfig};
         /// use beacon_rl::RolloutBatch;
         /// let batch = RolloutBatch::from_row_keys(&["u"; 2], &["a", "b"], &[1.0, 0.0])?;
-        /// let gigpo = Gigpo::new(GigpoConfig::verl_agent())?;
+        /// let gigpo = Gigpo::new(GigpoConfig::default())?;
         /// let anchors = ["start", "start"];
         /// let input = EstimatorInput::new(&batch).with_step_rewards(&[0.0, 0.0]).with_anchor_obs(&anchors);
         /// let out = gigpo.estimate(&input)?;
@@ -457,9 +457,9 @@ mod tests {
         .unwrap();
         let rewards = [0.0, 0.5, 1.0, 0.0, 0.0, 2.0];
         let anchors = ["s0", "s0", "s1", "s2", "s1", "s1"];
-        let g = Gigpo::new(GigpoConfig::verl_agent()).unwrap();
+        let g = Gigpo::new(GigpoConfig::default()).unwrap();
         let full = g.compute(&batch, &rewards, &anchors).unwrap();
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let mut adv = [f64::NAN; 6];
         let input = EstimatorInput::new(&batch)
             .with_step_rewards(&rewards)

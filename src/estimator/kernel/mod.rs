@@ -81,7 +81,7 @@ macro_rules! fill_estimator {
                 // As the trait's default, but the outcome estimators write each fresh element
                 // once (no zero-fill pass; see `Out::fresh`).
                 let dim = input.output_dim();
-                let mut workspace = $crate::estimator::Workspace::new();
+                let mut workspace = $crate::estimator::Workspace::default();
                 let mut advantages = Vec::new();
                 // Both outputs are allocated when the estimator asks for its buffers, after it
                 // has checked its inputs (see `Out::fresh`): a refused input allocates neither,
@@ -289,7 +289,7 @@ pub(crate) fn estimate_via_steps_fresh(
     check: impl FnOnce() -> Result<()>,
     steps: impl FnOnce(&mut [f64], &mut Workspace) -> Result<()>,
 ) -> Result<Advantages> {
-    with_steps(input, &mut Workspace::new(), check, steps, |step| {
+    with_steps(input, &mut Workspace::default(), check, steps, |step| {
         if let Some(mask) = &input.response_mask {
             crate::tensor::check_broadcast_mask(step, mask)?;
         }
