@@ -38,6 +38,7 @@ use crate::RolloutBatch;
 
 mod fused;
 mod runs;
+mod through;
 
 /// The [`AdvantageEstimator`](super::AdvantageEstimator) impl of a turn-level estimator:
 /// `estimate_into` and `estimate` run the type's `prepare(&self, input, &mut TurnWorkspace)`
@@ -73,6 +74,20 @@ macro_rules! turn_estimator {
                 workspace: &mut $crate::estimator::Workspace,
             ) -> $crate::error::Result<()> {
                 let ws = &mut workspace.turns;
+                let (mut advantages, mut returns) = (advantages, returns);
+                // Step rows: the values from the step columns, then one pass over the mask
+                // that writes each row as it reads it (`through`); else the two passes.
+                if ws.step_values(input, |input, out, ws| self.steps(input, out, ws))
+                    && ws.turns.write_through(
+                        input,
+                        &ws.values,
+                        &ws.$returns,
+                        advantages.reborrow(),
+                        returns.as_mut().map(|r| r.reborrow()),
+                    )?
+                {
+                    return Ok(());
+                }
                 self.prepare(input, ws)?;
                 // Without returns of their own, `returns` (if asked for) gets the advantages.
                 ws.write_outputs(input.output_dim(), advantages, returns, &ws.$returns)
@@ -127,6 +142,8 @@ pub(crate) struct TurnWorkspace {
     pub(crate) row_traj: Vec<usize>,
     pub(crate) group_stats: Vec<crate::stats::GroupStats>,
     pub(crate) tree_stats: Vec<crate::stats::GroupStats>,
+    /// The step path's output when step rows are written as they are read (`through`).
+    step_out: Vec<f64>,
 }
 
 impl TurnWorkspace {
@@ -513,29 +530,13 @@ fn lane_sum<T: Float>(x: &[T]) -> f64 {
 }
 
 fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::ArrayViewMut2<'_, T>) {
-    let mut s = spans.iter().peekable();
-    for (r, mut row) in out.rows_mut().into_iter().enumerate() {
-        match row.as_slice_mut() {
-            Some(o) => {
-                // Each element written once: the gap before a span, the span, the tail.
-                let mut at = 0;
-                while let Some(sp) = s.next_if(|sp| sp.row == r) {
-                    o[at..sp.start].fill(T::ZERO);
-                    o[sp.start..sp.end].fill(T::from_f64(values[sp.turn]));
-                    at = sp.end;
-                }
-                o[at..].fill(T::ZERO);
-            }
-            None => {
-                row.fill(T::ZERO);
-                while let Some(sp) = s.next_if(|sp| sp.row == r) {
-                    let v = T::from_f64(values[sp.turn]);
-                    for t in sp.start..sp.end {
-                        row[t] = v;
-                    }
-                }
-            }
+    let mut s = 0;
+    for (r, row) in out.rows_mut().into_iter().enumerate() {
+        let from = s;
+        while spans.get(s).is_some_and(|sp| sp.row == r) {
+            s += 1;
         }
+        through::write_row(row, &spans[from..s], |sp| T::from_f64(values[sp.turn]));
     }
 }
 
