@@ -29,12 +29,15 @@ impl TurnWorkspace {
         input: &EstimatorInput<'_>,
         steps: impl FnOnce(&EstimatorInput<'_>, &mut [f64], &mut TurnWorkspace) -> Result<()>,
     ) -> bool {
-        if input.step_rewards.is_none() {
+        // The buffer is sized by the step column (memory the caller holds), never by a row
+        // count the batch only claims: a mismatch goes to the two passes, which report it.
+        let rows = input.batch.num_steps();
+        if input.step_rewards.is_none_or(|s| s.len() != rows) {
             return false;
         }
         let mut out = std::mem::take(&mut self.step_out);
         out.clear();
-        out.resize(input.batch.num_steps(), 0.0);
+        out.resize(rows, 0.0);
         let done = steps(input, &mut out, self).is_ok();
         self.step_out = out;
         done
