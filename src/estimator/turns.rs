@@ -39,13 +39,15 @@ use crate::RolloutBatch;
 mod fused;
 mod runs;
 mod through;
+mod write;
 
 /// The [`AdvantageEstimator`](super::AdvantageEstimator) impl of a turn-level estimator:
-/// `estimate_into` and `estimate` run the type's `prepare(&self, input, &mut TurnWorkspace)`
-/// (every turn's advantage into `values`, its return into the named field when the estimator
-/// has returns), then write them over the turns' tokens ([`TurnWorkspace::write_outputs`],
-/// or a fresh output after every input was read); `estimate_steps_into` is the type's
-/// `steps(&self, input, &mut [f64], &mut TurnWorkspace)`.
+/// `estimate_steps_into` is the type's `steps(&self, input, &mut [f64], &mut TurnWorkspace)`;
+/// `estimate_into` runs it first on step rows and writes each row as it reads the mask
+/// (`through`). Else it, and `estimate`, run `prepare(&self, input, &mut TurnWorkspace)` (each
+/// turn's advantage into `values`, its return into the named field when the estimator has
+/// returns), then write them over the turns' tokens ([`TurnWorkspace::write_outputs`], or a
+/// fresh output after every input was read).
 ///
 /// `turn_estimator!(Type, "name")`, or `turn_estimator!(Type, "name", returns = field)` for
 /// an estimator whose returns differ from its advantages.
@@ -69,14 +71,12 @@ macro_rules! turn_estimator {
             fn estimate_into(
                 &self,
                 input: &$crate::estimator::EstimatorInput<'_>,
-                advantages: $crate::tensor::FloatViewMut<'_>,
-                returns: Option<$crate::tensor::FloatViewMut<'_>>,
+                mut advantages: $crate::tensor::FloatViewMut<'_>,
+                mut returns: Option<$crate::tensor::FloatViewMut<'_>>,
                 workspace: &mut $crate::estimator::Workspace,
             ) -> $crate::error::Result<()> {
                 let ws = &mut workspace.turns;
-                let (mut advantages, mut returns) = (advantages, returns);
-                // Step rows: the values from the step columns, then one pass over the mask
-                // that writes each row as it reads it (`through`); else the two passes.
+                // Step rows in one pass over the mask (`through`); else the two passes.
                 if ws.step_values(input, |input, out, ws| self.steps(input, out, ws))
                     && ws.turns.write_through(
                         input,
@@ -458,8 +458,8 @@ impl Turns {
             }
         }
         match out {
-            FloatViewMut::F32(o) => write_rows(&self.spans, values, o),
-            FloatViewMut::F64(o) => write_rows(&self.spans, values, o),
+            FloatViewMut::F32(o) => write::write_rows(&self.spans, values, o),
+            FloatViewMut::F64(o) => write::write_rows(&self.spans, values, o),
         }
         Ok(())
     }
@@ -527,17 +527,6 @@ fn lane_sum<T: Float>(x: &[T]) -> f64 {
         p[j % 4] += v.to_f64();
     }
     (p[0] + p[2]) + (p[1] + p[3])
-}
-
-fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::ArrayViewMut2<'_, T>) {
-    let mut s = 0;
-    for (r, row) in out.rows_mut().into_iter().enumerate() {
-        let from = s;
-        while spans.get(s).is_some_and(|sp| sp.row == r) {
-            s += 1;
-        }
-        through::write_row(row, &spans[from..s], |sp| T::from_f64(values[sp.turn]));
-    }
 }
 
 /// The step rows' columns, checked in the step path's order (`estimate_steps_into`'s docs):

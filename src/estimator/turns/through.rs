@@ -103,11 +103,7 @@ fn put_row(out: &mut FloatViewMut<'_>, r: usize, spans: &[Span], v: f64) {
 /// One output row: `value(span)` over each of `spans` (sorted, disjoint, all of this row) and 0
 /// elsewhere, each element written once where the row is contiguous.
 #[inline]
-pub(super) fn write_row<T: Float>(
-    mut row: ndarray::ArrayViewMut1<'_, T>,
-    spans: &[Span],
-    value: impl Fn(&Span) -> T,
-) {
+fn write_row<T: Float>(mut row: ndarray::ArrayViewMut1<'_, T>, spans: &[Span], value: impl Fn(&Span) -> T) {
     match row.as_slice_mut() {
         Some(o) => {
             // The gap before a span, the span, the tail.
