@@ -155,22 +155,27 @@ mod tests {
     }
 
     fn configs() -> Vec<EstimatorConfig> {
-        [
-            "step_reinforce",
-            r#"{"adv_estimator":"step_reinforce","grouping":"group","norm_mean":"group","norm_std":"group","advantage_clip":0.7}"#,
-            r#"{"adv_estimator":"step_reinforce","norm_mean":"batch","norm_std":"batch","whiten_advantages":true}"#,
-            "mt_grpo",
-            r#"{"adv_estimator":"mt_grpo","turn_baseline":"reward_to_go"}"#,
-            r#"{"adv_estimator":"turn_gae","discount":0.9,"lam":0.8}"#,
-            r#"{"adv_estimator":"turn_gae","whiten":true}"#,
-            "tree_grpo",
+        use crate::estimator::*;
+        let roll = StepReinforceConfig::roll();
+        vec![
+            EstimatorConfig::StepReinforce(roll),
+            EstimatorConfig::StepReinforce(
+                roll.with_grouping(Grouping::Group)
+                    .with_norm_mean(Some(NormScope::Group))
+                    .with_norm_std(Some(NormScope::Group))
+                    .with_advantage_clip(Some(0.7)),
+            ),
+            EstimatorConfig::StepReinforce(
+                roll.with_norm_mean(Some(NormScope::Batch))
+                    .with_norm_std(Some(NormScope::Batch))
+                    .with_whiten_advantages(true),
+            ),
+            EstimatorConfig::MtGrpo(MtGrpoConfig::authors()),
+            EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo)),
+            EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(0.9).with_lam(0.8)),
+            EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_whiten(true)),
+            EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors()),
         ]
-        .iter()
-        .map(|c| match c.starts_with('{') {
-            true => serde_json::from_str(c).unwrap(),
-            false => c.parse().unwrap(),
-        })
-        .collect()
     }
 
     fn bits(a: &Array2<f64>) -> Array2<u64> {
@@ -242,11 +247,8 @@ mod tests {
     fn errors_are_those_of_two_passes() {
         let (batch, steps, parents, mut mask) = layout();
         // Undiscounted: each row's value is its own reward.
-        let c = r#"{"adv_estimator":"step_reinforce","step_discount":0.0}"#;
-        let est = serde_json::from_str::<EstimatorConfig>(c)
-            .unwrap()
-            .build()
-            .unwrap();
+        let c = crate::estimator::StepReinforceConfig::roll().with_step_discount(0.0);
+        let est = EstimatorConfig::StepReinforce(c).build().unwrap();
         let mut ws = Workspace::new();
         let run = |steps: &[f64], mask: &Array2<i64>, dim: (usize, usize), ws: &mut Workspace| {
             let input = EstimatorInput::new(&batch)
