@@ -18,6 +18,13 @@
 //! measures the wait for a core. Memory-bandwidth contention still shows.
 //!
 //! `cargo bench --bench turn_level -- --warm-up-time 1 --measurement-time 3`
+//!
+//! - `paired NAME/LAYOUT` (printed, not a criterion bench; only when the filter names it:
+//!   `cargo bench --bench turn_level -- paired`): each estimator call alternated with a call
+//!   of its floor, 31 pairs, and the median and range of the ratio of each call to the floor
+//!   call beside it. Criterion measures the floor and each estimator seconds apart, so on a
+//!   shared machine its ratios move with the load in between; a pair of calls milliseconds
+//!   apart sees about the same load.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -215,6 +222,14 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+    paired_ratios(
+        &d,
+        &steps,
+        &step_rewards,
+        &turn_values,
+        &multi_parents,
+        &c_step_parents,
+    );
 
     let mut group = c.benchmark_group("turn_level_steps");
     group.sample_size(10);
@@ -243,6 +258,80 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
 }
+
+/// Calls of each estimator alternated with calls of its floor, [`PAIRS`] of each after one
+/// pair of warm-up, every call timed alone: the median and range of the ratio of each
+/// estimator call to the floor call before it, printed as `paired NAME/LAYOUT: median [min,
+/// max]` (see the module docs). Runs only when an argument names `paired`.
+fn paired_ratios(
+    d: &MultiTurn,
+    steps: &RolloutBatch,
+    step_rewards: &[f64],
+    turn_values: &[f64],
+    multi_parents: &[i64],
+    step_parents: &[i64],
+) {
+    if !std::env::args().skip(1).any(|a| a.contains("paired")) {
+        return;
+    }
+    let mut adv = Array2::<f32>::zeros((ROWS, TOKENS));
+    let floor = |tokens: bool, adv: &mut Array2<f32>| {
+        let t0 = cpu_now();
+        if tokens {
+            ndarray::Zip::from(&mut *adv)
+                .and(black_box(&d.rewards))
+                .and(black_box(&d.mask))
+                .for_each(|o, &r, &m| *o = if m != 0 { r } else { 0.0 });
+        } else {
+            ndarray::Zip::from(&mut *adv)
+                .and(black_box(&d.mask))
+                .for_each(|o, &m| *o = if m != 0 { 0.5 } else { 0.0 });
+        }
+        cpu_now() - t0
+    };
+    for name in NAMES {
+        let est = build(name);
+        let mut ws = Workspace::new();
+        let multi = EstimatorInput::new(&d.batch)
+            .with_token_level_rewards(&d.rewards)
+            .with_values(&d.values)
+            .with_response_mask(&d.mask)
+            .with_tree_parents(multi_parents);
+        let step = EstimatorInput::new(steps)
+            .with_step_rewards(step_rewards)
+            .with_turn_values(turn_values)
+            .with_step_entropy(turn_values)
+            .with_response_mask(&d.mask)
+            .with_tree_parents(step_parents);
+        for (layout, input, tokens) in [("multi_turn", &multi, true), ("step_rows", &step, false)] {
+            if *name == "empg" && tokens {
+                continue;
+            }
+            let mut ratios = Vec::with_capacity(PAIRS);
+            for k in 0..=PAIRS {
+                let f = floor(tokens, &mut adv);
+                let t0 = cpu_now();
+                est.estimate_into(black_box(input), (&mut adv).into(), None, &mut ws)
+                    .unwrap();
+                let e = cpu_now() - t0;
+                // The first pair warms the workspace and the caches.
+                if k > 0 {
+                    ratios.push(e.as_secs_f64() / f.as_secs_f64());
+                }
+            }
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "paired {name}/{layout}: {:.2} [{:.2}, {:.2}]",
+                ratios[PAIRS / 2],
+                ratios[0],
+                ratios[PAIRS - 1]
+            );
+        }
+    }
+}
+
+/// Pairs of calls per estimator and layout in [`paired_ratios`].
+const PAIRS: usize = 31;
 
 criterion_group!(benches, bench);
 criterion_main!(benches);

@@ -38,13 +38,16 @@ use crate::RolloutBatch;
 
 mod fused;
 mod runs;
+mod through;
+mod write;
 
 /// The [`AdvantageEstimator`](super::AdvantageEstimator) impl of a turn-level estimator:
-/// `estimate_into` and `estimate` run the type's `prepare(&self, input, &mut TurnWorkspace)`
-/// (every turn's advantage into `values`, its return into the named field when the estimator
-/// has returns), then write them over the turns' tokens ([`TurnWorkspace::write_outputs`],
-/// or a fresh output after every input was read); `estimate_steps_into` is the type's
-/// `steps(&self, input, &mut [f64], &mut TurnWorkspace)`.
+/// `estimate_steps_into` is the type's `steps(&self, input, &mut [f64], &mut TurnWorkspace)`;
+/// `estimate_into` runs it first on step rows and writes each row as it reads the mask
+/// (`through`). Else it, and `estimate`, run `prepare(&self, input, &mut TurnWorkspace)` (each
+/// turn's advantage into `values`, its return into the named field when the estimator has
+/// returns), then write them over the turns' tokens ([`TurnWorkspace::write_outputs`], or a
+/// fresh output after every input was read).
 ///
 /// `turn_estimator!(Type, "name")`, or `turn_estimator!(Type, "name", returns = field)` for
 /// an estimator whose returns differ from its advantages.
@@ -68,11 +71,23 @@ macro_rules! turn_estimator {
             fn estimate_into(
                 &self,
                 input: &$crate::estimator::EstimatorInput<'_>,
-                advantages: $crate::tensor::FloatViewMut<'_>,
-                returns: Option<$crate::tensor::FloatViewMut<'_>>,
+                mut advantages: $crate::tensor::FloatViewMut<'_>,
+                mut returns: Option<$crate::tensor::FloatViewMut<'_>>,
                 workspace: &mut $crate::estimator::Workspace,
             ) -> $crate::error::Result<()> {
                 let ws = &mut workspace.turns;
+                // Step rows in one pass over the mask (`through`); else the two passes.
+                if ws.step_values(input, |input, out, ws| self.steps(input, out, ws))
+                    && ws.turns.write_through(
+                        input,
+                        &ws.values,
+                        &ws.$returns,
+                        advantages.reborrow(),
+                        returns.as_mut().map(|r| r.reborrow()),
+                    )?
+                {
+                    return Ok(());
+                }
                 self.prepare(input, ws)?;
                 // Without returns of their own, `returns` (if asked for) gets the advantages.
                 ws.write_outputs(input.output_dim(), advantages, returns, &ws.$returns)
@@ -127,6 +142,8 @@ pub(crate) struct TurnWorkspace {
     pub(crate) row_traj: Vec<usize>,
     pub(crate) group_stats: Vec<crate::stats::GroupStats>,
     pub(crate) tree_stats: Vec<crate::stats::GroupStats>,
+    /// The step path's output when step rows are written as they are read (`through`).
+    step_out: Vec<f64>,
 }
 
 impl TurnWorkspace {
@@ -441,8 +458,8 @@ impl Turns {
             }
         }
         match out {
-            FloatViewMut::F32(o) => write_rows(&self.spans, values, o),
-            FloatViewMut::F64(o) => write_rows(&self.spans, values, o),
+            FloatViewMut::F32(o) => write::write_rows(&self.spans, values, o),
+            FloatViewMut::F64(o) => write::write_rows(&self.spans, values, o),
         }
         Ok(())
     }
@@ -510,33 +527,6 @@ fn lane_sum<T: Float>(x: &[T]) -> f64 {
         p[j % 4] += v.to_f64();
     }
     (p[0] + p[2]) + (p[1] + p[3])
-}
-
-fn write_rows<T: Float>(spans: &[Span], values: &[f64], out: &mut ndarray::ArrayViewMut2<'_, T>) {
-    let mut s = spans.iter().peekable();
-    for (r, mut row) in out.rows_mut().into_iter().enumerate() {
-        match row.as_slice_mut() {
-            Some(o) => {
-                // Each element written once: the gap before a span, the span, the tail.
-                let mut at = 0;
-                while let Some(sp) = s.next_if(|sp| sp.row == r) {
-                    o[at..sp.start].fill(T::ZERO);
-                    o[sp.start..sp.end].fill(T::from_f64(values[sp.turn]));
-                    at = sp.end;
-                }
-                o[at..].fill(T::ZERO);
-            }
-            None => {
-                row.fill(T::ZERO);
-                while let Some(sp) = s.next_if(|sp| sp.row == r) {
-                    let v = T::from_f64(values[sp.turn]);
-                    for t in sp.start..sp.end {
-                        row[t] = v;
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// The step rows' columns, checked in the step path's order (`estimate_steps_into`'s docs):
