@@ -291,7 +291,7 @@ fn paired_ratios(
     };
     for name in NAMES {
         let est = build(name);
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let multi = EstimatorInput::new(&d.batch)
             .with_token_level_rewards(&d.rewards)
             .with_values(&d.values)

@@ -156,7 +156,7 @@ mod tests {
 
     fn configs() -> Vec<EstimatorConfig> {
         use crate::estimator::*;
-        let roll = StepReinforceConfig::roll();
+        let roll = StepReinforceConfig::default();
         vec![
             EstimatorConfig::StepReinforce(roll),
             EstimatorConfig::StepReinforce(
@@ -170,11 +170,11 @@ mod tests {
                     .with_norm_std(Some(NormScope::Batch))
                     .with_whiten_advantages(true),
             ),
-            EstimatorConfig::MtGrpo(MtGrpoConfig::authors()),
-            EstimatorConfig::MtGrpo(MtGrpoConfig::authors().with_turn_baseline(TurnBaseline::RewardToGo)),
-            EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_discount(0.9).with_lam(0.8)),
-            EstimatorConfig::TurnGae(TurnGaeConfig::verl().with_whiten(true)),
-            EstimatorConfig::TreeGrpo(TreeGrpoConfig::authors()),
+            EstimatorConfig::MtGrpo(MtGrpoConfig::default()),
+            EstimatorConfig::MtGrpo(MtGrpoConfig::default().with_turn_baseline(TurnBaseline::RewardToGo)),
+            EstimatorConfig::TurnGae(TurnGaeConfig::default().with_discount(0.9).with_lam(0.8)),
+            EstimatorConfig::TurnGae(TurnGaeConfig::default().with_whiten(true)),
+            EstimatorConfig::TreeGrpo(TreeGrpoConfig::default()),
         ]
     }
 
@@ -209,7 +209,7 @@ mod tests {
                     .with_tree_parents(&parents)
                     .with_response_mask(*m);
                 let want = est.estimate(&input).unwrap();
-                let mut ws = Workspace::new();
+                let mut ws = Workspace::default();
                 for _ in 0..2 {
                     let before = input.with_step_rewards(&other).with_turn_values(&other);
                     let mut adv = Array2::from_elem((ROWS, COLS), f64::NAN);
@@ -247,9 +247,9 @@ mod tests {
     fn errors_are_those_of_two_passes() {
         let (batch, steps, parents, mut mask) = layout();
         // Undiscounted: each row's value is its own reward.
-        let c = crate::estimator::StepReinforceConfig::roll().with_step_discount(0.0);
+        let c = crate::estimator::StepReinforceConfig::default().with_step_discount(0.0);
         let est = EstimatorConfig::StepReinforce(c).build().unwrap();
-        let mut ws = Workspace::new();
+        let mut ws = Workspace::default();
         let run = |steps: &[f64], mask: &Array2<i64>, dim: (usize, usize), ws: &mut Workspace| {
             let input = EstimatorInput::new(&batch)
                 .with_step_rewards(steps)
