@@ -40,7 +40,7 @@ use beacon_rl::milestone::{frequency_baseline, DiscoveryConfig, MilestoneAgreeme
 use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Result, RolloutBatch};
 
-use protocol::{env_of, records_of, strip_all, Part};
+use protocol::{env_of, extra_str, records_of, strip_all, Part};
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -242,10 +242,7 @@ fn dump(path: &str, records: &[TrajectoryRecord], flags: &[bool], labels: &[bool
 
 /// The task of a record (`task` field), or its group id.
 fn task_of(r: &TrajectoryRecord) -> String {
-    r.extra
-        .get("task")
-        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-        .unwrap_or_else(|| r.group_id.clone())
+    extra_str(r, "task").unwrap_or_else(|| r.group_id.clone())
 }
 
 /// What each part holds, read from the records and their labels alone (no discovery): per

@@ -54,12 +54,16 @@ pub fn fnv1a(s: &str) -> u64 {
     })
 }
 
+/// A string field the record carries beside the schema's (`None` when absent or not a string).
+pub fn extra_str(r: &TrajectoryRecord, key: &str) -> Option<String> {
+    r.extra
+        .get(key)
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+}
+
 /// The environment of a record (`env` field), or `unknown`.
 pub fn env_of(r: &TrajectoryRecord) -> String {
-    r.extra
-        .get("env")
-        .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
-        .unwrap_or_else(|| "unknown".to_string())
+    extra_str(r, "env").unwrap_or_else(|| "unknown".to_string())
 }
 
 /// The part of every group id of `records` (module docs: the split).
