@@ -18,7 +18,7 @@
 //! - GRPO: verl's `grpo` on verl-agent's step rows (the episode reward on every step row,
 //!   normalised over all rows of the group).
 //! - GiGPO: [`GigpoConfig::default()`](GigpoConfig::default) (episode term + anchor-state step term).
-//! - BEACON: [`BeaconConfig::paper`], milestones from `--detector` (default `score`: the
+//! - BEACON: `BeaconConfig::default()` (the paper), milestones from `--detector` (default `score`: the
 //!   environment's score went up).
 //!
 //! Without `--trajectories`, a representative handful is drawn: the shortest success, the
@@ -157,7 +157,7 @@ fn build_picture(
 
     let grpo = "grpo".parse::<EstimatorConfig>()?.build()?.estimate(&input)?;
     let gigpo = Gigpo::new(GigpoConfig::default())?.estimate(&input)?;
-    let config = BeaconConfig::paper();
+    let config = BeaconConfig::default();
     let segment_weight = config.segment_weight;
     let beacon = Beacon::new(config)?.compute(rb.batch(), &flags)?;
 

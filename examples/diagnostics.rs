@@ -174,7 +174,7 @@ fn run() -> Result<(), Box<dyn StdError>> {
     let ablations: Option<Comparison> = if args.ablations {
         let mut rows = Vec::new();
         for a in Ablation::paper_table3() {
-            let beacon = Beacon::new(a.config(BeaconConfig::paper()))?;
+            let beacon = Beacon::new(a.config(BeaconConfig::default()))?;
             let out = beacon.compute(batch, &a.milestones(batch, &flags, args.seed)?)?;
             rows.push((a.label(), out.advantages));
         }

@@ -70,8 +70,8 @@ fn agreement(
         let n = r.steps.len();
         let one = RolloutBatch::from_blocks(1, &[n], vec![0.0])?;
         let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &labels[at..at + n])?;
-        out.entry(env_of(r)).or_default().merge(&a);
-        out.entry("overall".into()).or_default().merge(&a);
+        *out.entry(env_of(r)).or_default() += a;
+        *out.entry("overall".into()).or_default() += a;
         at += n;
     }
     Ok(out)

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use serde_json::error::Category;
 
-use super::schema::locate;
 use super::sealed::Sealed;
 use super::{record_error, JsonlRecord, RowRecord, TrajectoryRecord, Value};
 use crate::error::{Error, Result};
@@ -343,7 +342,7 @@ fn describe<T: Sealed>(e: &serde_json::Error, text: &[u8], line: usize) -> Error
             count_pass();
             let located = serde_json::from_slice::<Value>(text)
                 .ok()
-                .and_then(|v| locate(&v, T::SCHEMA, ""));
+                .and_then(|v| T::locate(&v));
             match located {
                 Some((field, message)) => record_error(line, field, message),
                 // A repeated key is raised right after the key: the path there names it.

@@ -368,19 +368,48 @@ impl TrajectoryRecord {
 
 /// Seals [`JsonlRecord`]: the record types and their schema tables.
 mod sealed {
-    use super::schema::{self, Field};
+    use super::{de, schema};
     use crate::error::Result;
+    use serde::Deserializer;
+    use serde_json::Value;
 
-    pub trait Sealed: super::de::Borrowing {
-        /// The record's named fields, for locating a type error on a field.
-        const SCHEMA: &'static [Field];
+    pub trait Sealed: Sized {
+        /// The field a type error is on, and its message: `value` (the line, parsed) against
+        /// the record's schema table (`schema::locate`).
+        fn locate(value: &Value) -> Option<(Option<String>, String)>;
 
         /// `validate` without the `extra` check, for records just read from a line.
         fn validate_values(&self, line: usize) -> Result<()>;
+
+        /// The record through serde, borrowing unknown fields' text (the JSON Lines reader's
+        /// path).
+        fn deserialize_borrowing<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> std::result::Result<Self, D::Error>;
+
+        /// The record read by a hand-written parser (into `reuse`'s allocations when given), or
+        /// `None` to read it through serde (which then gives the record or the error). Must give
+        /// what serde gives whenever it is `Some`.
+        fn parse_fast(_text: &str, _reuse: Option<Self>) -> Option<Self> {
+            None
+        }
     }
 
     impl Sealed for super::TrajectoryRecord {
-        const SCHEMA: &'static [Field] = schema::TRAJECTORY;
+        fn locate(value: &Value) -> Option<(Option<String>, String)> {
+            schema::locate(value, schema::TRAJECTORY, "")
+        }
+
+        fn deserialize_borrowing<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> std::result::Result<Self, D::Error> {
+            de::trajectory_borrowing(deserializer)
+        }
+
+        fn parse_fast(text: &str, reuse: Option<Self>) -> Option<Self> {
+            let mut rec = reuse.unwrap_or_default();
+            super::scan::trajectory_into(text, &mut rec).map(|()| rec)
+        }
 
         fn validate_values(&self, line: usize) -> Result<()> {
             self.check(line, false)
@@ -388,7 +417,15 @@ mod sealed {
     }
 
     impl Sealed for super::RowRecord {
-        const SCHEMA: &'static [Field] = schema::ROW;
+        fn locate(value: &Value) -> Option<(Option<String>, String)> {
+            schema::locate(value, schema::ROW, "")
+        }
+
+        fn deserialize_borrowing<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> std::result::Result<Self, D::Error> {
+            de::row_borrowing(deserializer)
+        }
 
         fn validate_values(&self, line: usize) -> Result<()> {
             // A row has few fields: the full check is cheap.

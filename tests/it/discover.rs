@@ -507,13 +507,12 @@ fn agreement(records: &[TrajectoryRecord], flags: &[bool], labels: &[bool]) -> [
         let n = r.steps.len();
         let one = RolloutBatch::from_blocks(1, &[n], vec![0.0]).unwrap();
         let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &labels[at..at + n]).unwrap();
-        out[0].merge(&a);
+        out[0] += a;
         out[if protocol::env_of(r) == "scienceworld" {
             1
         } else {
             2
-        }]
-        .merge(&a);
+        }] += a;
         at += n;
     }
     out
