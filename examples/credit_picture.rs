@@ -152,8 +152,7 @@ fn build_picture(
 ) -> BoxResult<Picture> {
     let rb = RecordBatch::new(records)?;
     let flags = detect_milestones(rb.batch(), &mut *detector.build()?, |row, _| rb.transition(row))?;
-    let cols = rb.columns();
-    let input = cols.input(rb.batch(), &flags);
+    let input = rb.input(&flags);
 
     let grpo = "grpo".parse::<EstimatorConfig>()?.build()?.estimate(&input)?;
     let gigpo = Gigpo::new(GigpoConfig::default())?.estimate(&input)?;

@@ -168,8 +168,7 @@ fn run() -> Result<(), Box<dyn StdError>> {
         .zip(&built)
         .map(|(name, est)| (name.as_str(), &**est))
         .collect();
-    let columns = rb.columns();
-    let main = diag.compare_estimators(&named, &columns.input(batch, &flags))?;
+    let main = diag.compare_estimators(&named, &rb.input(&flags))?;
 
     let ablations: Option<Comparison> = if args.ablations {
         let mut rows = Vec::new();

@@ -55,8 +55,7 @@ pub fn run(data: &[u8]) {
             assert_eq!(flags.len(), steps, "{preset}");
             milestones.iter_mut().zip(&flags).for_each(|(m, &f)| *m |= f);
         }
-        let columns = rb.columns();
-        let input = columns.input(rb.batch(), &milestones);
+        let input = rb.input(&milestones);
         for name in ["grpo", "gigpo", "beacon", "beacon_official"] {
             let est = name.parse::<EstimatorConfig>().and_then(|c| c.build());
             let est = est.expect("default configurations build");

@@ -116,7 +116,7 @@ mod rows;
 mod scan;
 mod schema;
 
-pub use convert::{RecordBatch, RecordColumns};
+pub use convert::RecordBatch;
 pub use extra::Extra;
 pub use groups::{RecordGroup, TrajectoryGroups};
 pub use jsonl::{open_jsonl, read_trajectories, write_jsonl, JsonlReader};

@@ -413,8 +413,7 @@ mod bundled {
             .unzip();
         let diag =
             Diagnostics::new(rb.batch(), &state, &action, &flags, DiagnosticsConfig::default()).unwrap();
-        let cols = rb.columns();
-        let input = cols.input(rb.batch(), &flags);
+        let input = rb.input(&flags);
         let names = ["grpo", "gigpo", "beacon", "beacon_official"];
         let built: Vec<_> = names.iter().map(|n| build(n)).collect();
         let list: Vec<(&str, &dyn AdvantageEstimator)> =
