@@ -220,7 +220,10 @@ fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
         .with_milestones(&a.flags)
         .with_step_rewards(&a.step_rewards)
         .with_anchor_obs(&text)
-        .with_response_lengths(&lengths, 64);
+        .with_response_mask(MaskView::Lengths {
+            lengths: &lengths,
+            cols: 64,
+        });
     for name in ["beacon", "beacon_official", "gigpo"] {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         same_bits_on_every_pool(name, || {

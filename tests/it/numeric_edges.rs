@@ -334,7 +334,10 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
             "{name}: {err:?}"
         );
         // The mask itself, checked after the values: 3 rows for 4, a length past L.
-        let short = input.with_response_lengths(&lengths[..3], UNALLOCATABLE_COLS);
+        let short = input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+            lengths: &lengths[..3],
+            cols: UNALLOCATABLE_COLS,
+        });
         assert_eq!(
             est.estimate(&short).unwrap_err(),
             Error::LengthMismatch {
@@ -345,7 +348,10 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
             "{name}"
         );
         let err = est
-            .estimate(&input.with_response_lengths(&long, UNALLOCATABLE_COLS))
+            .estimate(&input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+                lengths: &long,
+                cols: UNALLOCATABLE_COLS,
+            }))
             .unwrap_err();
         assert!(
             matches!(err, Error::InvalidMask { row: 1, .. }),

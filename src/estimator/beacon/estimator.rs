@@ -332,7 +332,7 @@ impl AdvantageEstimator for Beacon {
         /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
         /// let beacon = Beacon::new(BeaconConfig::default())?;
         /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));
-        /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_lengths(&[2, 1], 3);
+        /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_mask(beacon_rl::tensor::MaskView::Lengths { lengths: &[2, 1], cols: 3 });
         /// let mut tokens = ndarray::Array2::<f32>::zeros((2, 3));
         /// beacon.estimate_into(&input, (&mut tokens).into(), None, &mut Workspace::default())?;
         /// assert!(tokens[[0, 1]] > 0.0 && tokens[[0, 2]] == 0.0);
