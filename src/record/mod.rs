@@ -49,8 +49,7 @@
 //! [`read_trajectories`] streams records from any `BufRead` in constant memory (one line
 //! buffer, at most [`JsonlReader::DEFAULT_MAX_LINE_BYTES`] = 64 MiB unless set with
 //! [`JsonlReader::with_max_line_bytes`]; a longer line is an [`Error::LineTooLong`]),
-//! skipping blank lines; [`open_jsonl`] opens a path or stdin (`-`);
-//! [`write_jsonl`] writes one record a line. Every malformed record is an
+//! skipping blank lines; [`write_jsonl`] writes one record a line. Every malformed record is an
 //! [`Error::Record`] naming its line, its input (when the reader has a name,
 //! [`JsonlReader::with_source`]) and, where it can be told, the
 //! field path (`steps[3].reward`): invalid JSON or UTF-8, a missing, mistyped or repeated
@@ -119,7 +118,7 @@ mod schema;
 pub use convert::RecordBatch;
 pub use extra::Extra;
 pub use groups::{RecordGroup, TrajectoryGroups};
-pub use jsonl::{open_jsonl, read_trajectories, write_jsonl, JsonlReader};
+pub use jsonl::{read_trajectories, write_jsonl, JsonlReader};
 pub use rows::{group_rows, read_row_dump, RowRecord};
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///
