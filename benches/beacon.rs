@@ -32,7 +32,7 @@ fn step_level(c: &mut Criterion) {
     let mut group = c.benchmark_group("beacon_step");
     group.throughput(Throughput::Elements(batch.num_steps() as u64));
     for (name, cfg) in [
-        ("paper", BeaconConfig::paper()),
+        ("paper", BeaconConfig::default()),
         ("official", BeaconConfig::official()),
     ] {
         let beacon = Beacon::new(cfg).unwrap();
@@ -51,7 +51,7 @@ fn step_level(c: &mut Criterion) {
 
 fn token_level(c: &mut Criterion) {
     let (batch, flags) = batch();
-    let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
+    let beacon = Beacon::new(BeaconConfig::default()).unwrap();
     let adv = beacon.compute(&batch, &flags).unwrap().advantages;
     let mut rng = SplitMix64::new(7);
     // Response lengths 64..=512: a realistic ragged prefix mask.

@@ -11,7 +11,7 @@ use std::time::Duration;
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
 use beacon_rl::milestone::{
-    AnyOf, DetectorPreset, ExpertWalkthrough, MilestoneDetector, ScoreIncrease, TextPatterns, Transition,
+    AnyOf, DetectorPreset, ExpertWalkthrough, MilestoneDetector, ScoreIncrease, Transition,
 };
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use splitmix64::SplitMix64;
@@ -152,7 +152,7 @@ fn benches(c: &mut Criterion) {
     let steps = synthetic(100_000);
     let mut g = c.benchmark_group("synthetic_1e5x600");
     g.throughput(Throughput::Elements(steps.len() as u64));
-    let mut alfworld = TextPatterns::alfworld();
+    let mut alfworld = DetectorPreset::Alfworld.build().unwrap();
     assert!(
         run_flat(&mut alfworld, &steps) > 5_000,
         "the generator should plant ~10% feedback lines"
@@ -160,12 +160,12 @@ fn benches(c: &mut Criterion) {
     g.bench_function("alfworld", |b| {
         b.iter(|| black_box(run_flat(&mut alfworld, black_box(&steps))))
     });
-    let mut textworld = TextPatterns::textworld_score();
+    let mut textworld = DetectorPreset::TextWorldScore.build().unwrap();
     g.bench_function("textworld-score", |b| {
         b.iter(|| black_box(run_flat(&mut textworld, black_box(&steps))))
     });
     let children: Vec<Box<dyn MilestoneDetector + Send>> =
-        vec![Box::new(ScoreIncrease), Box::new(TextPatterns::alfworld())];
+        vec![Box::new(ScoreIncrease), DetectorPreset::Alfworld.build().unwrap()];
     let mut any = AnyOf::new(children).expect("non-empty");
     g.bench_function("any_of(score, alfworld)", |b| {
         b.iter(|| black_box(run_flat(&mut any, black_box(&steps))))

@@ -14,7 +14,7 @@ use std::time::Duration;
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
 use beacon_rl::milestone::{
-    detect_milestones, frequency_baseline, DiscoveryConfig, MilestoneDiscovery, TextPatterns, Transition,
+    detect_milestones, frequency_baseline, DetectorPreset, DiscoveryConfig, MilestoneDiscovery, Transition,
 };
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -116,18 +116,12 @@ fn bench_data(c: &mut Criterion, name: &str, data: &Data) {
     let mut g = c.benchmark_group(name);
     g.throughput(Throughput::Elements(data.batch.num_steps() as u64));
     let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default()).expect("config");
-    let mut flags = vec![false; data.batch.num_steps()];
     g.bench_function("discover", |b| {
         b.iter(|| {
-            discovery
-                .discover_into(
-                    black_box(&data.batch),
-                    &data.tasks,
-                    |row, _| data.transition(row),
-                    &mut flags,
-                )
+            let flags = discovery
+                .discover(black_box(&data.batch), &data.tasks, |row, _| data.transition(row))
                 .expect("discover");
-            black_box(&flags);
+            black_box(flags)
         })
     });
     g.bench_function("frequency_baseline", |b| {
@@ -137,7 +131,7 @@ fn bench_data(c: &mut Criterion, name: &str, data: &Data) {
             }))
         })
     });
-    let mut alfworld = TextPatterns::alfworld();
+    let mut alfworld = DetectorPreset::Alfworld.build().unwrap();
     g.bench_function("alfworld_text_detector", |b| {
         b.iter(|| {
             black_box(detect_milestones(

@@ -5,13 +5,16 @@
 //! `cargo bench --bench gigpo` (short: sample size 10, 2 s measurement). The scaling group
 //! (`gigpo_scaling/{u64,str}/N`, N trajectories in groups of 8, throughput in steps) holds
 //! 3·10⁷ rows at N = 10⁶; `GIGPO_SCALING_MAX=100000` caps it on small machines.
+//!
+//! Both run the trainer's path, `estimate_steps_into` (one value per row, buffers and
+//! workspace reused across iterations).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 #[path = "../tests/support/splitmix64.rs"]
 mod splitmix64;
-use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, StepGrouping, Workspace};
+use beacon_rl::estimator::{AdvantageEstimator, EstimatorInput, Gigpo, GigpoConfig, StepGrouping, Workspace};
 use beacon_rl::RolloutBatch;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use splitmix64::SplitMix64;
@@ -82,20 +85,17 @@ fn bench_gigpo(c: &mut Criterion) {
         ("similarity_0.95", StepGrouping::Similarity { threshold: 0.95 }),
     ] {
         let gigpo = Gigpo::new(GigpoConfig::default().with_grouping(grouping)).unwrap();
-        let mut ws = Workspace::default();
-        let mut out = GigpoOutput::default();
+        let anchors: Vec<&str> = data.anchors.iter().map(String::as_str).collect();
+        let input = EstimatorInput::new(&rb)
+            .with_step_rewards(&data.rewards)
+            .with_anchor_obs(&anchors);
+        let (mut ws, mut out) = (Workspace::default(), vec![0.0; rb.num_steps()]);
         group.bench_function(name, |bch| {
             bch.iter(|| {
                 gigpo
-                    .compute_into(
-                        &rb,
-                        black_box(&data.rewards),
-                        black_box(&data.anchors),
-                        &mut ws,
-                        &mut out,
-                    )
+                    .estimate_steps_into(black_box(&input), &mut out, &mut ws)
                     .unwrap();
-                black_box(out.advantages[0])
+                black_box(out[0])
             })
         });
     }
@@ -140,32 +140,31 @@ fn bench_scaling(c: &mut Criterion) {
         }
         let (batch, rewards, states) = scaling_batch(n);
         group.throughput(Throughput::Elements(batch.num_steps() as u64));
-        let mut ws = Workspace::default();
-        let mut out = GigpoOutput::default();
+        let (mut ws, mut out) = (Workspace::default(), vec![0.0; batch.num_steps()]);
+        let input = EstimatorInput::new(&batch)
+            .with_step_rewards(&rewards)
+            .with_anchor_ids(&states);
         group.bench_with_input(BenchmarkId::new("u64", n), &n, |bch, _| {
             bch.iter(|| {
                 gigpo
-                    .compute_by_key_into(&batch, black_box(&rewards), black_box(&states), &mut ws, &mut out)
+                    .estimate_steps_into(black_box(&input), &mut out, &mut ws)
                     .unwrap();
-                black_box(out.advantages[0])
+                black_box(out[0])
             })
         });
         let anchors: Vec<&str> = states
             .iter()
             .map(|&s| texts[(s % 64) as usize].as_str())
             .collect();
+        let input = EstimatorInput::new(&batch)
+            .with_step_rewards(&rewards)
+            .with_anchor_obs(&anchors);
         group.bench_with_input(BenchmarkId::new("str", n), &n, |bch, _| {
             bch.iter(|| {
                 gigpo
-                    .compute_into(
-                        &batch,
-                        black_box(&rewards),
-                        black_box(&anchors),
-                        &mut ws,
-                        &mut out,
-                    )
+                    .estimate_steps_into(black_box(&input), &mut out, &mut ws)
                     .unwrap();
-                black_box(out.advantages[0])
+                black_box(out[0])
             })
         });
     }

@@ -158,10 +158,16 @@ impl Trainer {
         let input = match mask {
             Mask::I64 => input.with_response_mask(&d.mask),
             Mask::Bool => input.with_response_mask(&d.mask_bool),
-            Mask::Lengths => input.with_response_lengths(&d.lengths, TOKENS),
+            Mask::Lengths => input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+                lengths: &d.lengths,
+                cols: TOKENS,
+            }),
             Mask::I64ToLengths => {
                 prefix_lengths_into(&d.mask, &mut self.lengths).expect("prefix mask");
-                input.with_response_lengths(&self.lengths, TOKENS)
+                input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+                    lengths: &self.lengths,
+                    cols: TOKENS,
+                })
             }
         };
         est.estimate_into(&input, (&mut self.out).into(), None, &mut self.ws)

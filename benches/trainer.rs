@@ -172,7 +172,10 @@ fn bench_size(c: &mut Criterion, label: &str, rows: usize) {
             "i64" => i.with_response_mask(&d.mask),
             "u8" => i.with_response_mask(&d.mask_u8),
             "bool" => i.with_response_mask(&d.mask_bool),
-            _ => i.with_response_lengths(&d.lens, TOKENS),
+            _ => i.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+                lengths: &d.lens,
+                cols: TOKENS,
+            }),
         }
     };
     let mut ws = Workspace::default();
@@ -278,7 +281,10 @@ fn bench_parallel(c: &mut Criterion) {
             let input = EstimatorInput::new(&d.batch).with_token_level_rewards(&d.rewards);
             let input = match m {
                 "i64" => input.with_response_mask(&d.mask),
-                _ => input.with_response_lengths(&d.lens, TOKENS),
+                _ => input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+                    lengths: &d.lens,
+                    cols: TOKENS,
+                }),
             };
             group.bench_function(format!("{name}/{m}/threads_{threads}"), |b| {
                 pool.install(|| {

@@ -18,7 +18,7 @@
 //! - GRPO: verl's `grpo` on verl-agent's step rows (the episode reward on every step row,
 //!   normalised over all rows of the group).
 //! - GiGPO: [`GigpoConfig::default()`](GigpoConfig::default) (episode term + anchor-state step term).
-//! - BEACON: [`BeaconConfig::paper`], milestones from `--detector` (default `score`: the
+//! - BEACON: `BeaconConfig::default()` (the paper), milestones from `--detector` (default `score`: the
 //!   environment's score went up).
 //!
 //! Without `--trajectories`, a representative handful is drawn: the shortest success, the
@@ -31,7 +31,7 @@ use std::path::PathBuf;
 
 use beacon_rl::estimator::{AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig, Gigpo, GigpoConfig};
 use beacon_rl::milestone::{detect_milestones, DetectorPreset};
-use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
+use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryRecord};
 use clap::Parser;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -112,7 +112,8 @@ fn main() -> BoxResult<()> {
             "/data/sample_trajectories.jsonl"
         ))
     });
-    let records = read_trajectories(open_jsonl(&file)?).collect::<Result<Vec<_>, _>>()?;
+    let records = read_trajectories(std::io::BufReader::new(std::fs::File::open(&file)?))
+        .collect::<Result<Vec<_>, _>>()?;
     let picture = build_picture(&records, &args.group, &args.trajectories, args.detector)?;
     let svg = render_svg(&picture, args.width)?;
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -152,12 +153,11 @@ fn build_picture(
 ) -> BoxResult<Picture> {
     let rb = RecordBatch::new(records)?;
     let flags = detect_milestones(rb.batch(), &mut *detector.build()?, |row, _| rb.transition(row))?;
-    let cols = rb.columns();
-    let input = cols.input(rb.batch(), &flags);
+    let input = rb.input(&flags);
 
     let grpo = "grpo".parse::<EstimatorConfig>()?.build()?.estimate(&input)?;
     let gigpo = Gigpo::new(GigpoConfig::default())?.estimate(&input)?;
-    let config = BeaconConfig::paper();
+    let config = BeaconConfig::default();
     let segment_weight = config.segment_weight;
     let beacon = Beacon::new(config)?.compute(rb.batch(), &flags)?;
 
@@ -655,7 +655,7 @@ mod tests {
 
     fn sample() -> Vec<TrajectoryRecord> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
-        read_trajectories(open_jsonl(path).unwrap())
+        read_trajectories(std::io::BufReader::new(std::fs::File::open(path).unwrap()))
             .collect::<Result<Vec<_>, _>>()
             .unwrap()
     }

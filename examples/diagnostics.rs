@@ -36,7 +36,7 @@ use std::process::ExitCode;
 use beacon_rl::diagnostics::{Comparison, Diagnostics, DiagnosticsConfig};
 use beacon_rl::estimator::{Ablation, AdvantageEstimator, Beacon, BeaconConfig, EstimatorConfig};
 use beacon_rl::milestone::{detect_milestones, DetectorPreset};
-use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
+use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryRecord};
 
 const USAGE: &str = "usage: diagnostics [--json] [--ablations] [--failures-only] [--seed N] \
      [--estimators NAME,NAME,...] [--detector PRESET] [FILE.jsonl | - ...]";
@@ -116,7 +116,7 @@ fn load(files: &[String], failures_only: bool) -> Result<Vec<TrajectoryRecord>, 
     let mut records = Vec::new();
     for path in files {
         let name = if path == "-" { "<stdin>" } else { path.as_str() };
-        for rec in read_trajectories(open_jsonl(path)?) {
+        for rec in read_trajectories(std::io::BufReader::new(std::fs::File::open(path)?)) {
             let rec = rec.map_err(|e| format!("{name}: {e}"))?;
             if !(failures_only && rec.terminal_reward > 0.0) {
                 records.push(rec);
@@ -168,13 +168,12 @@ fn run() -> Result<(), Box<dyn StdError>> {
         .zip(&built)
         .map(|(name, est)| (name.as_str(), &**est))
         .collect();
-    let columns = rb.columns();
-    let main = diag.compare_estimators(&named, &columns.input(batch, &flags))?;
+    let main = diag.compare_estimators(&named, &rb.input(&flags))?;
 
     let ablations: Option<Comparison> = if args.ablations {
         let mut rows = Vec::new();
         for a in Ablation::paper_table3() {
-            let beacon = Beacon::new(a.config(BeaconConfig::paper()))?;
+            let beacon = Beacon::new(a.config(BeaconConfig::default()))?;
             let out = beacon.compute(batch, &a.milestones(batch, &flags, args.seed)?)?;
             rows.push((a.label(), out.advantages));
         }

@@ -381,7 +381,8 @@ pub enum Error {
     /// The terminal reward has two sources that disagree: the batch's terminal reward R(τ) of
     /// row `row`'s trajectory and the row's own score (the sum of its `token_level_rewards`),
     /// both given to an estimator that reads R(τ). `row` is the first such row in caller order.
-    /// See [`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores).
+    /// The two must agree to a relative 1e-6 (|a − b| ≤ 1e-6 · max(1, |a|, |b|), so that
+    /// float32 token rewards of the same terminal reward pass).
     #[error("row {row}: token_level_rewards sum to {tokens}, but the batch's terminal reward of its trajectory is {batch}")]
     TerminalRewardMismatch {
         /// The first disagreeing caller row.
@@ -395,7 +396,7 @@ pub enum Error {
     /// A row's two scores disagree: its `row_scores` entry (the score the caller declares,
     /// e.g. verl-agent's reward sum after the invalid-action penalty) and the sum of its
     /// `token_level_rewards`, both given. `row` is the first such row in caller order; the
-    /// tolerance is [`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)'s.
+    /// tolerance is [`TerminalRewardMismatch`](Self::TerminalRewardMismatch)'s.
     #[error("row {row}: token_level_rewards sum to {tokens}, but its row_scores entry is {row_score}")]
     RowScoreMismatch {
         /// The first disagreeing caller row.

@@ -5,7 +5,7 @@
 //! The headline method is **BEACON**, milestone-anchored credit assignment: detect milestones
 //! in each trajectory, partition it at them, shape rewards within segments with temporal
 //! decay, and estimate advantages at two scales (trajectory and segment). Two flavours are
-//! offered as presets: the paper's equations ([`BeaconConfig::paper`](estimator::BeaconConfig::paper)) and the behaviour of
+//! offered as presets: the paper's equations ([`BeaconConfig::default`](estimator::BeaconConfig::default)) and the behaviour of
 //! the paper's public code release ([`BeaconConfig::official`](estimator::BeaconConfig::official)), reproduced to 1e-5 on the
 //! release's own vectors.
 //!
@@ -39,7 +39,7 @@
 //! })?;
 //! assert_eq!(flags, [true, true, false, false, true]);
 //!
-//! let out = Beacon::new(BeaconConfig::paper())?.compute(&batch, &flags)?;
+//! let out = Beacon::new(BeaconConfig::default())?.compute(&batch, &flags)?;
 //! assert_eq!(out.segments, [0, 0, 1, 1, 1]); // per row, in the caller's order
 //! // Both reached milestone 1 in one step: equal segment credit there.
 //! assert_eq!(out.segment_advantages[0], out.segment_advantages[1]);
@@ -128,7 +128,7 @@
 //! range:
 //!
 //! - The accessors that take an index ([`RolloutBatch::group_trajectories`],
-//!   [`RolloutBatch::trajectory_steps`], [`RolloutBatch::trajectory_rows`], and `RecordBatch`'s
+//!   [`RolloutBatch::trajectory_rows`], and `RecordBatch`'s
 //!   `row_location` and `transition`) panic on an index past the end, like slice indexing;
 //!   their docs say so.
 //! - A panic in code the caller passes in (a milestone detector, the closure that builds each

@@ -135,7 +135,10 @@ fn an_input_refused_by_estimate_allocates_nothing() {
     // probabilities) and allocated their returns before finding it missing.
     let batch = RolloutBatch::from_group_keys(&[0, 0, 1], &[1.0, 0.0, 0.5]).unwrap();
     let lengths = [1, 2, 0];
-    let bare = EstimatorInput::new(&batch).with_response_lengths(&lengths, 4);
+    let bare = EstimatorInput::new(&batch).with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+        lengths: &lengths,
+        cols: 4,
+    });
     let rewards = Array2::from_shape_fn((3, 4), |(r, t)| (r + t) as f64);
     let mask = Array2::from_elem((3, 4), true);
     let tokens = EstimatorInput::new(&batch)

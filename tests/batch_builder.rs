@@ -60,7 +60,7 @@ fn rebuilds_equal_fresh_builds_and_the_reference() {
         let (offsets, traj_offsets, steps, rewards) = reference(&uid, &traj, &reward);
         assert_eq!(&group_offsets(&batch)[..], &offsets[..]);
         assert_eq!(&trajectory_offsets(&batch)[..], &traj_offsets[..]);
-        assert_eq!(batch.step_rows(), &steps[..]);
+        assert_eq!(batch.try_step_rows().unwrap(), &steps[..]);
         assert_eq!(batch.terminal_rewards(), &rewards[..]);
         // Rows of each trajectory in row order, trajectories as the reference orders them.
         for j in 0..batch.num_trajectories() {
@@ -144,9 +144,9 @@ fn no_allocation_after_warm_up() {
             builder.rebuild_from_row_keys(batch, us, ts, r).unwrap();
             builder.rebuild_from_group_keys(batch, u, r).unwrap();
             builder.rebuild_from_group_keys(batch, sorted, r).unwrap();
-            assert!(batch.rows_in_step_order());
+            assert!(in_step_order(batch));
             builder.rebuild_from_group_keys(batch, text, r).unwrap();
-            assert!(batch.rows_in_step_order());
+            assert!(in_step_order(batch));
         }
     };
     for _ in 0..2 {
@@ -271,9 +271,11 @@ fn group_offsets(b: &RolloutBatch) -> Vec<usize> {
 
 /// The batch's trajectory offsets into steps (`num_trajectories + 1` entries).
 fn trajectory_offsets(b: &RolloutBatch) -> Vec<usize> {
-    let n = b.num_trajectories();
-    let end = if n == 0 { 0 } else { b.trajectory_steps(n - 1).end };
-    (0..n).map(|j| b.trajectory_steps(j).start).chain([end]).collect()
+    let mut offsets = vec![0];
+    for j in 0..b.num_trajectories() {
+        offsets.push(offsets[j] + b.trajectory_rows(j).len());
+    }
+    offsets
 }
 
 fn contiguous<G: Eq>(g: &[G]) -> bool {
@@ -325,9 +327,9 @@ proptest! {
         let (offsets, steps, terminal) = group_reference(&keys, &rewards);
         prop_assert_eq!(&group_offsets(&fresh)[..], &offsets[..]);
         prop_assert_eq!(&trajectory_offsets(&fresh)[..], &row_ids.iter().copied().chain([rows]).collect::<Vec<_>>()[..]);
-        prop_assert_eq!(fresh.step_rows(), &steps[..]);
+        prop_assert_eq!(fresh.try_step_rows().unwrap(), &steps[..]);
         prop_assert_eq!(fresh.terminal_rewards(), &terminal[..]);
-        prop_assert_eq!(fresh.rows_in_step_order(), contiguous(&keys));
+        prop_assert_eq!(in_step_order(&fresh), contiguous(&keys));
 
         // In place, after a group-key batch and after a row-key batch of other keys.
         let mut builder = BatchBuilder::default();
@@ -458,9 +460,9 @@ proptest! {
             let fresh = RolloutBatch::from_row_keys(&g, &t, &r).unwrap();
             prop_assert_eq!(&group_offsets(&fresh)[..], &offsets[..]);
             prop_assert_eq!(&trajectory_offsets(&fresh)[..], &traj_offsets[..]);
-            prop_assert_eq!(fresh.step_rows(), &steps[..]);
+            prop_assert_eq!(fresh.try_step_rows().unwrap(), &steps[..]);
             prop_assert_eq!(fresh.terminal_rewards(), &rewards[..]);
-            prop_assert_eq!(fresh.rows_in_step_order(), identity);
+            prop_assert_eq!(in_step_order(&fresh), identity);
             builder.rebuild_from_row_keys(&mut batch, &g, &t, &r).unwrap();
             prop_assert_eq!(&batch, &fresh);
             let text: Vec<String> = t.iter().map(|x| format!("traj-{x}")).collect();
@@ -501,9 +503,9 @@ fn no_allocation_alternating_identity_and_sorted_layouts() {
         for layouts in &cases {
             for (g, t, r) in layouts {
                 builder.rebuild_from_row_keys(batch, g, t, r).unwrap();
-                in_order.push(batch.rows_in_step_order());
+                in_order.push(in_step_order(batch));
                 builder.rebuild_from_group_keys(batch, g, r).unwrap();
-                in_order.push(batch.rows_in_step_order());
+                in_order.push(in_step_order(batch));
             }
         }
     };
@@ -520,4 +522,14 @@ fn no_allocation_alternating_identity_and_sorted_layouts() {
         }
     });
     assert_eq!(warm, 0);
+}
+
+/// Whether the batch's rows are already in step order (its row index is the identity).
+fn in_step_order(batch: &RolloutBatch) -> bool {
+    batch
+        .try_step_rows()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .all(|(s, &row)| s == row)
 }

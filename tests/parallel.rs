@@ -112,7 +112,7 @@ fn beacon_configs() -> Vec<BeaconConfig> {
     std_norm.flavour = BeaconFlavour::Official {
         mode: NormMode::MeanStdNorm,
     };
-    vec![BeaconConfig::paper(), BeaconConfig::official(), std_norm]
+    vec![BeaconConfig::default(), BeaconConfig::official(), std_norm]
 }
 
 #[test]
@@ -124,9 +124,7 @@ fn beacon_is_bit_identical_on_every_pool() {
         for cfg in beacon_configs() {
             let b = Beacon::new(cfg).unwrap();
             same_bits_on_every_pool("beacon parts", || {
-                let mut out = BeaconOutput::default();
-                b.compute_into(&a.batch, &a.flags, &mut Workspace::default(), &mut out)
-                    .unwrap();
+                let out = b.compute(&a.batch, &a.flags).unwrap();
                 (
                     bits(&out.advantages),
                     bits(&out.trajectory_advantages),
@@ -222,7 +220,10 @@ fn trait_path_is_bit_identical_and_allocation_free_after_warm_up() {
         .with_milestones(&a.flags)
         .with_step_rewards(&a.step_rewards)
         .with_anchor_obs(&text)
-        .with_response_lengths(&lengths, 64);
+        .with_response_mask(MaskView::Lengths {
+            lengths: &lengths,
+            cols: 64,
+        });
     for name in ["beacon", "beacon_official", "gigpo"] {
         let est: Box<dyn AdvantageEstimator> = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         same_bits_on_every_pool(name, || {

@@ -37,7 +37,7 @@ mod protocol;
 use std::collections::{BTreeMap, HashSet};
 
 use beacon_rl::milestone::{frequency_baseline, DiscoveryConfig, MilestoneAgreement, MilestoneDiscovery};
-use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
+use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Result, RolloutBatch};
 
 use protocol::{env_of, extra_str, records_of, strip_all, Part};
@@ -70,8 +70,8 @@ fn agreement(
         let n = r.steps.len();
         let one = RolloutBatch::from_blocks(1, &[n], vec![0.0])?;
         let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &labels[at..at + n])?;
-        out.entry(env_of(r)).or_default().merge(&a);
-        out.entry("overall".into()).or_default().merge(&a);
+        *out.entry(env_of(r)).or_default() += a;
+        *out.entry("overall".into()).or_default() += a;
         at += n;
     }
     Ok(out)
@@ -292,7 +292,8 @@ fn main() -> BoxResult<()> {
     let bundled = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
     let path = arg("--data").unwrap_or_else(|| bundled.to_string());
     let cfg = config()?;
-    let all = read_trajectories(open_jsonl(&path)?).collect::<Result<Vec<_>>>()?;
+    let all = read_trajectories(std::io::BufReader::new(std::fs::File::open(&path)?))
+        .collect::<Result<Vec<_>>>()?;
     println!("{path}: {} trajectories; config {cfg:?}\n", all.len());
     print_composition(&all);
     println!(

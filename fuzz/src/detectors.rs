@@ -102,8 +102,7 @@ fn presets(u: &mut Bytes<'_>) {
         let presets = presets.get_or_insert_with(|| {
             DetectorPreset::ALL
                 .iter()
-                .filter(|p| !p.needs_task_input())
-                .map(|p| p.build().expect("presets without task input build"))
+                .filter_map(|p| p.build().ok())
                 .collect()
         });
         for detector in presets {

@@ -435,7 +435,7 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
             .with_denominator_eps(u.f64())
     };
     let beacon = |u: &mut Bytes<'_>, flavour: BeaconFlavour| {
-        BeaconConfig::paper()
+        BeaconConfig::default()
             .with_flavour(flavour)
             .with_milestone_reward(u.f64())
             .with_segment_decay(u.f64())

@@ -45,15 +45,17 @@ pub fn run(data: &[u8]) {
         let steps: usize = records.iter().map(|r| r.steps.len()).sum();
         assert_eq!(rb.batch().num_steps(), steps);
         let mut milestones = vec![false; steps];
-        for preset in DetectorPreset::ALL.iter().filter(|p| !p.needs_task_input()) {
-            let mut detector = preset.build().expect("presets without task input build");
+        for preset in DetectorPreset::ALL {
+            // The presets that need per-task input refuse to build without it.
+            let Ok(mut detector) = preset.build() else {
+                continue;
+            };
             let flags = detect_milestones(rb.batch(), &mut detector, |row, _| rb.transition(row))
                 .expect("records back every row");
             assert_eq!(flags.len(), steps, "{preset}");
             milestones.iter_mut().zip(&flags).for_each(|(m, &f)| *m |= f);
         }
-        let columns = rb.columns();
-        let input = columns.input(rb.batch(), &milestones);
+        let input = rb.input(&milestones);
         for name in ["grpo", "gigpo", "beacon", "beacon_official"] {
             let est = name.parse::<EstimatorConfig>().and_then(|c| c.build());
             let est = est.expect("default configurations build");

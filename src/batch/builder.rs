@@ -43,7 +43,7 @@ use crate::hash::KeyHasher;
 ///     let reward = [1.0, 1.0, 0.0, 0.0];
 ///     builder.rebuild_from_row_keys(&mut batch, &uid, &traj, &reward)?;
 ///     assert_eq!(batch, RolloutBatch::from_row_keys(&uid, &traj, &reward)?);
-///     assert!(batch.rows_in_step_order()); // trajectory-major rows: no sort
+///     assert_eq!(batch.try_step_rows()?, &[0, 1, 2, 3]); // trajectory-major rows: no sort
 /// }
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -143,13 +143,11 @@ impl BatchBuilder {
     /// let mut batch = RolloutBatch::from_row_keys(&[0u64], &[0u64], &[0.0])?;
     /// // Group 3 recurs after group 4: its rows are gathered.
     /// builder.rebuild_from_group_keys(&mut batch, &[3u64, 4, 3], &[1.0, 0.0, 0.0])?;
-    /// assert_eq!(batch.step_rows(), &[0, 2, 1]);
-    /// assert!(!batch.rows_in_step_order());
+    /// assert_eq!(batch.try_step_rows()?, &[0, 2, 1]);
     /// // verl's layout, a prompt's rows adjacent: group offsets at the runs, rows in order.
     /// builder.rebuild_from_group_keys(&mut batch, &["p", "p", "q", "r", "r"], &[1.0, 0.0, 1.0, 0.5, 0.0])?;
     /// assert_eq!((batch.group_trajectories(0), batch.group_trajectories(2)), (0..2, 3..5));
-    /// assert_eq!(batch.step_rows(), &[0, 1, 2, 3, 4]);
-    /// assert!(batch.rows_in_step_order());
+    /// assert_eq!(batch.try_step_rows()?, &[0, 1, 2, 3, 4]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn rebuild_from_group_keys<G: Hash + Eq>(
@@ -936,5 +934,37 @@ mod tests {
                 .unwrap();
             assert_eq!(batch.group_offsets(), &[0, 2, 3]);
         }
+    }
+
+    #[test]
+    fn the_in_order_flag_is_exactly_an_identity_row_index() {
+        // Row and group keys, fresh and rebuilt, in order and not: the flag that lets the
+        // estimators skip the gather is true exactly when the row index is the identity.
+        let layouts: [(&[u64], &[u64]); 5] = [
+            (&[0, 0, 1, 1], &[0, 0, 1, 2]),
+            (&[0, 1, 0, 1], &[0, 1, 2, 3]),
+            (&[0, 0, 0, 0], &[0, 1, 0, 1]),
+            (&[5, 5, 2, 2], &[9, 9, 8, 7]),
+            (&[1, 2, 2, 1], &[1, 2, 3, 4]),
+        ];
+        let identity = |b: &RolloutBatch| b.step_rows().iter().enumerate().all(|(s, &r)| s == r);
+        let mut builder = BatchBuilder::default();
+        let mut batch = RolloutBatch::from_group_keys(&[0], &[0.0]).unwrap();
+        let mut seen = [false; 2];
+        for (g, t) in layouts {
+            let r = [0.0; 4];
+            for fresh in [
+                RolloutBatch::from_row_keys(g, t, &r).unwrap(),
+                RolloutBatch::from_group_keys(g, &r).unwrap(),
+            ] {
+                assert_eq!(fresh.rows_in_step_order(), identity(&fresh), "{g:?} {t:?}");
+                seen[usize::from(identity(&fresh))] = true;
+            }
+            builder.rebuild_from_row_keys(&mut batch, g, t, &r).unwrap();
+            assert_eq!(batch.rows_in_step_order(), identity(&batch), "{g:?} {t:?}");
+            builder.rebuild_from_group_keys(&mut batch, g, &r).unwrap();
+            assert_eq!(batch.rows_in_step_order(), identity(&batch), "{g:?}");
+        }
+        assert_eq!(seen, [true, true], "both kinds of layout");
     }
 }

@@ -68,8 +68,8 @@ use crate::error::{check_finite, check_len, Error, Result};
 /// `token_level_rewards` too, both sources are present: it then checks every
 /// row's token sum against its trajectory's R(τ) and returns
 /// [`Error::TerminalRewardMismatch`] for the first row (in caller order) where they differ, so a
-/// trainer never silently trains on one reward while logging another
-/// ([`RolloutBatch::check_row_scores`]). Where the rows of one trajectory carry different
+/// trainer never silently trains on one reward while logging another (to a relative 1e-6).
+/// Where the rows of one trajectory carry different
 /// scores (verl-agent's invalid-action penalty), the caller gives each row's own score with
 /// [`EstimatorInput::with_row_scores`](crate::estimator::EstimatorInput::with_row_scores): the
 /// step paths then read those instead of R(τ), and token sums are checked against them.
@@ -90,7 +90,7 @@ impl RolloutBatch {
     /// step count from caller-supplied offsets or lengths, not from data already in memory, so
     /// they check it against this limit and allocate nothing per claimed step: their memory is
     /// that of the arrays passed. The row index of such a batch (the identity) is built on the
-    /// first call of [`step_rows`](Self::step_rows) or
+    /// first call of [`try_step_rows`](Self::try_step_rows) or
     /// [`trajectory_rows`](Self::trajectory_rows), 8 bytes a step; estimators call them after
     /// checking that the caller's per-step columns have that many rows.
     ///
@@ -146,7 +146,7 @@ impl RolloutBatch {
     /// let batch = RolloutBatch::from_group_keys(&["q1", "q2", "q1"], &[1.0, 0.0, 0.0])?;
     /// assert_eq!(batch.num_groups(), 2);
     /// assert_eq!(batch.num_trajectories(), 3);
-    /// assert_eq!(batch.step_rows(), &[0, 2, 1]);
+    /// assert_eq!(batch.try_step_rows()?, &[0, 2, 1]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn from_group_keys<G: Hash + Eq>(group_keys: &[G], rewards: &[f64]) -> Result<Self> {
@@ -171,7 +171,7 @@ impl RolloutBatch {
     /// // One group of two trajectories with 3 and 2 steps.
     /// let batch = RolloutBatch::from_offsets(vec![0, 2], vec![0, 3, 5], vec![1.0, 0.0])?;
     /// assert_eq!(batch.num_steps(), 5);
-    /// assert_eq!(batch.trajectory_steps(1), 3..5);
+    /// assert_eq!(batch.trajectory_rows(1), &[3, 4]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn from_offsets(
@@ -311,18 +311,8 @@ impl RolloutBatch {
         self.group_offsets[g]..self.group_offsets[g + 1]
     }
 
-    /// Internal step range of trajectory `j`.
-    ///
-    /// # Panics
-    /// If `j >= num_trajectories()`, like slice indexing.
-    ///
-    /// ```
-    /// # use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_blocks(2, &[2, 3], vec![0.0; 2])?;
-    /// assert_eq!(b.trajectory_steps(1), 2..5);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn trajectory_steps(&self, j: usize) -> std::ops::Range<usize> {
+    /// Internal step range of trajectory `j` (panics if `j >= num_trajectories()`).
+    pub(crate) fn trajectory_steps(&self, j: usize) -> std::ops::Range<usize> {
         self.traj_offsets[j]..self.traj_offsets[j + 1]
     }
 
@@ -332,7 +322,8 @@ impl RolloutBatch {
     /// If `j >= num_trajectories()`, like slice indexing.
     ///
     /// # Aborts
-    /// As [`step_rows`](Self::step_rows), whose index it reads: call
+    /// As any allocation does, when the row index it reads cannot be allocated (a claim of
+    /// [`MAX_STEPS`](Self::MAX_STEPS) steps needs 34 GB): call
     /// [`try_step_rows`](Self::try_step_rows) first for a batch of untrusted offsets.
     ///
     /// ```
@@ -355,31 +346,19 @@ impl RolloutBatch {
         &self.traj_offsets
     }
 
-    /// For each internal step (trajectory-major order), the caller's row.
-    ///
-    /// A batch from [`from_offsets`](Self::from_offsets) or [`from_blocks`](Self::from_blocks)
-    /// builds this index (the identity, 8 bytes a step) on the first call; where the step
-    /// count comes from untrusted offsets, call [`try_step_rows`](Self::try_step_rows) first.
-    ///
-    /// # Aborts
-    /// As any allocation does, when the index of such a batch cannot be allocated (a claim of
-    /// [`MAX_STEPS`](Self::MAX_STEPS) steps needs 34 GB). [`try_step_rows`](Self::try_step_rows)
-    /// returns an error instead.
-    ///
-    /// ```
-    /// # use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_row_keys(&[0, 1, 0], &[0, 1, 0], &[1.0, 0.0, 1.0])?;
-    /// assert_eq!(b.step_rows(), &[0, 2, 1]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn step_rows(&self) -> &[usize] {
+    /// [`try_step_rows`](Self::try_step_rows), built (every batch but one from offsets or
+    /// blocks builds it at construction; the crate's entry points call `try_step_rows` first).
+    pub(crate) fn step_rows(&self) -> &[usize] {
         &self.step_rows
     }
 
-    /// [`step_rows`](Self::step_rows), with an error where the allocator refuses the row
-    /// index instead of an abort. The index of a batch from offsets or blocks is built on
-    /// first use, and its size is whatever step count the offsets claim; after this succeeds,
-    /// `step_rows` and [`trajectory_rows`](Self::trajectory_rows) allocate nothing.
+    /// For each internal step (trajectory-major order), the caller's row.
+    ///
+    /// The index of a batch from [`from_offsets`](Self::from_offsets) or
+    /// [`from_blocks`](Self::from_blocks) (the identity, 8 bytes a step) is built on first use,
+    /// and its size is whatever step count the offsets claim: where the allocator refuses it,
+    /// this is an error, not an abort. After it succeeds,
+    /// [`trajectory_rows`](Self::trajectory_rows) allocates nothing.
     ///
     /// # Errors
     /// [`Error::CapacityExceeded`] (`requested` = the step count, `≤ limit`) when the row index
@@ -389,6 +368,8 @@ impl RolloutBatch {
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_offsets(vec![0, 1], vec![0, 3], vec![1.0])?;
     /// assert_eq!(batch.try_step_rows()?, &[0, 1, 2]);
+    /// let b = RolloutBatch::from_row_keys(&[0, 1, 0], &[0, 1, 0], &[1.0, 0.0, 1.0])?;
+    /// assert_eq!(b.try_step_rows()?, &[0, 2, 1]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn try_step_rows(&self) -> Result<&[usize]> {
@@ -397,14 +378,7 @@ impl RolloutBatch {
 
     /// True when caller rows are already in internal (trajectory-major) order, so no gather
     /// is needed.
-    ///
-    /// ```
-    /// # use beacon_rl::RolloutBatch;
-    /// let b = RolloutBatch::from_blocks(1, &[2], vec![0.0])?;
-    /// assert!(b.rows_in_step_order());
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn rows_in_step_order(&self) -> bool {
+    pub(crate) fn rows_in_step_order(&self) -> bool {
         self.identity_rows
     }
 

@@ -13,24 +13,13 @@ impl RolloutBatch {
     /// # Errors
     /// [`Error::LengthMismatch`] unless there is one score per row;
     /// [`Error::TerminalRewardMismatch`] naming the first disagreeing row in caller order.
-    ///
-    /// ```
-    /// use beacon_rl::{Error, RolloutBatch};
-    /// let batch = RolloutBatch::from_row_keys(&[0; 4], &["a", "b", "a", "b"], &[1.0, 0.0, 1.0, 0.0])?;
-    /// assert!(batch.check_row_scores(&[1.0, 0.0, 1.0, 0.0]).is_ok());
-    /// assert!(batch.check_row_scores(&[1.0, 0.0, f64::from(1.0f32), 0.0]).is_ok());
-    /// assert_eq!(
-    ///     batch.check_row_scores(&[1.0, 0.0, 1.0, 0.5]),
-    ///     Err(Error::TerminalRewardMismatch { row: 3, batch: 0.0, tokens: 0.5 })
-    /// );
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn check_row_scores(&self, scores: &[f64]) -> Result<()> {
+    #[cfg(test)]
+    pub(crate) fn check_row_scores(&self, scores: &[f64]) -> Result<()> {
         check_len("row scores", self.num_steps(), scores.len())?;
         self.check_scores_by(|r| scores[r])
     }
 
-    /// [`check_row_scores`](Self::check_row_scores) for `token_level_rewards` (rows × L, each
+    /// The same check for `token_level_rewards` (rows × L, each
     /// row's score its sum), when given; nothing to check otherwise. With `row_scores` (the
     /// caller's per-row scores, one per row, finite: checked by the caller) each row's sum is
     /// checked against its own entry instead of its trajectory's R(τ)
@@ -60,6 +49,7 @@ impl RolloutBatch {
         }
     }
 
+    #[cfg(test)]
     fn check_scores_by(&self, score: impl Fn(usize) -> f64) -> Result<()> {
         match self.first_disagreement(None, score) {
             Some((row, batch, tokens)) => Err(Error::TerminalRewardMismatch { row, batch, tokens }),

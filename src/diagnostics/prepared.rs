@@ -320,7 +320,7 @@ impl<'a> Diagnostics<'a> {
     ///     .with_response_mask(&mask)
     ///     .with_milestones(&milestones);
     /// let grpo = "grpo".parse::<EstimatorConfig>()?.build()?;
-    /// let beacon = Beacon::new(BeaconConfig::paper())?;
+    /// let beacon = Beacon::new(BeaconConfig::default())?;
     /// let table = diag.compare_estimators(&[("grpo", &*grpo), ("beacon", &beacon)], &input)?;
     /// // verl's GRPO scores the group's 4 rows [1, 1, 0, 0]: μ = 0.5, σ = √(1/3) (unbiased),
     /// // A = ±0.5/σ = ±0.866 on the success's / the failure's rows: "go" at "s" is pushed

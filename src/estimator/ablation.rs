@@ -51,11 +51,11 @@
 //! let flags = [true, false, true, false, false, true, false, false];
 //! // A row's parts: BEACON of the row's config on the row's milestones.
 //! for ablation in Ablation::paper_table3() {
-//!     let beacon = Beacon::new(ablation.config(BeaconConfig::paper()))?;
+//!     let beacon = Beacon::new(ablation.config(BeaconConfig::default()))?;
 //!     let out = beacon.compute(&batch, &ablation.milestones(&batch, &flags, 7)?)?;
 //!     println!("{:<28} {:?}", ablation.label(), out.advantages);
 //! }
-//! let grpo = Beacon::new(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))?.compute(&batch, &flags)?;
+//! let grpo = Beacon::new(Ablation::NoSegmentAdvantage.config(BeaconConfig::default()))?.compute(&batch, &flags)?;
 //! assert_eq!(grpo.advantages, grpo.trajectory_advantages);
 //! # Ok::<(), beacon_rl::Error>(())
 //! ```
@@ -248,7 +248,7 @@ impl Ablation {
     ///
     /// ```
     /// use beacon_rl::estimator::{Ablation, BeaconConfig};
-    /// let c = Ablation::NoTemporalDecay.config(BeaconConfig::paper());
+    /// let c = Ablation::NoTemporalDecay.config(BeaconConfig::default());
     /// assert_eq!(c.segment_decay, 0.0);
     /// assert_eq!(Ablation::Full.config(BeaconConfig::official()), BeaconConfig::official());
     /// ```
@@ -368,7 +368,7 @@ impl Ablation {
 /// use beacon_rl::estimator::{Ablation, BeaconAblationConfig, BeaconConfig, EstimatorConfig, EstimatorInput};
 /// use beacon_rl::RolloutBatch;
 ///
-/// let mut row = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.5 });
+/// let mut row = BeaconAblationConfig::new(BeaconConfig::default(), Ablation::MilestoneDropout { p: 0.5 });
 /// row.seed = 1;
 /// let config = EstimatorConfig::BeaconAblation(row);
 /// assert_eq!(config.to_string(), "beacon:ablation=milestone_dropout(p=0.5),seed=1");
@@ -395,7 +395,7 @@ pub struct BeaconAblationConfig {
 impl Default for BeaconAblationConfig {
     /// The paper's BEACON, no ablation, seed 0.
     fn default() -> Self {
-        Self::new(BeaconConfig::paper(), Ablation::Full)
+        Self::new(BeaconConfig::default(), Ablation::Full)
     }
 }
 

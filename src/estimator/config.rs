@@ -37,7 +37,7 @@ macro_rules! registry {
             $( $(#[$va])* $v $(($vt))?, )*
             /// `beacon` (paper flavour) or `beacon_official` (the release's), after the config's
             /// [`flavour`](super::BeaconConfig::flavour) ([`Beacon`](super::Beacon)). The bare
-            /// names give [`BeaconConfig::paper`](super::BeaconConfig::paper) and
+            /// names give [`BeaconConfig::default`](super::BeaconConfig::default) (the paper) and
             /// [`BeaconConfig::official`](super::BeaconConfig::official).
             Beacon(super::BeaconConfig),
             /// BEACON under a row of the paper's Table 3: `beacon` or `beacon_official` with the
@@ -147,7 +147,7 @@ registry! {
     /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig, GrpoConfig, GrpoNorm};
     ///
     /// let c: EstimatorConfig = "beacon:segment_decay=0.9".parse()?;
-    /// assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9)));
+    /// assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::default().with_segment_decay(0.9)));
     /// assert_eq!(c.to_string(), "beacon:segment_decay=0.9");
     ///
     /// let official = EstimatorConfig::Beacon(BeaconConfig::official());
@@ -239,7 +239,7 @@ fn beacon_name(c: &super::BeaconConfig) -> &'static str {
 /// The preset of `c`'s name: what `Display` leaves out.
 fn beacon_preset(c: &super::BeaconConfig) -> super::BeaconConfig {
     match c.flavour {
-        super::BeaconFlavour::Paper => super::BeaconConfig::paper(),
+        super::BeaconFlavour::Paper => super::BeaconConfig::default(),
         super::BeaconFlavour::Official { .. } => super::BeaconConfig::official(),
     }
 }
@@ -263,7 +263,7 @@ impl EstimatorConfig {
     /// The config of `name` with `pairs` set on its defaults.
     fn from_parts(name: &str, pairs: &[(String, Raw)]) -> Result<Self> {
         let preset = match name {
-            "beacon" => super::BeaconConfig::paper(),
+            "beacon" => super::BeaconConfig::default(),
             "beacon_official" => super::BeaconConfig::official(),
             _ => {
                 return Self::from_table(name, pairs).unwrap_or_else(|| {
@@ -461,7 +461,7 @@ mod tests {
         let c = parse("beacon:segment_decay=0.9");
         assert_eq!(
             c,
-            EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_decay(0.9))
+            EstimatorConfig::Beacon(BeaconConfig::default().with_segment_decay(0.9))
         );
         assert_eq!(c.to_string(), "beacon:segment_decay=0.9");
         // Spaces around items are allowed; printing is canonical (table order).
@@ -508,7 +508,7 @@ mod tests {
         // The flavour key over the paper preset: the name follows the flavour, the other
         // keys print against the new name's preset.
         let c = parse("beacon:flavour=official(mode=mean_std_norm)");
-        let want = BeaconConfig::paper().with_flavour(BeaconFlavour::Official {
+        let want = BeaconConfig::default().with_flavour(BeaconFlavour::Official {
             mode: NormMode::MeanStdNorm,
         });
         assert_eq!(c, EstimatorConfig::Beacon(want));
@@ -524,7 +524,7 @@ mod tests {
     fn ablations_are_keys_of_beacon() {
         let c = parse("beacon:ablation=milestone_dropout(p=0.3),seed=3");
         let mut want =
-            BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.3 });
+            BeaconAblationConfig::new(BeaconConfig::default(), Ablation::MilestoneDropout { p: 0.3 });
         want.seed = 3;
         assert_eq!(c, EstimatorConfig::BeaconAblation(want));
         assert_eq!(c.to_string(), "beacon:ablation=milestone_dropout(p=0.3),seed=3");
@@ -545,7 +545,7 @@ mod tests {
         assert_eq!(c.to_string(), "beacon:ablation=full");
         assert_eq!(parse("beacon:seed=4").to_string(), "beacon:ablation=full,seed=4");
         for a in Ablation::paper_table3() {
-            let row = EstimatorConfig::BeaconAblation(BeaconAblationConfig::new(BeaconConfig::paper(), a));
+            let row = EstimatorConfig::BeaconAblation(BeaconAblationConfig::new(BeaconConfig::default(), a));
             assert_eq!(parse(&row.to_string()), row);
             assert_eq!(a.to_string().parse::<Ablation>().unwrap(), a);
         }

@@ -395,9 +395,12 @@ mod tests {
         let b = two_by_two();
         let h = [1.0, 3.0, 2.0, 1.0];
         let steps = run(EmpgConfig::default(), &b, &h).unwrap();
-        let input = EstimatorInput::new(&b)
-            .with_step_entropy(&h)
-            .with_response_lengths(&[2, 1, 0, 3], 3);
+        let input = EstimatorInput::new(&b).with_step_entropy(&h).with_response_mask(
+            crate::tensor::MaskView::Lengths {
+                lengths: &[2, 1, 0, 3],
+                cols: 3,
+            },
+        );
         let out = Empg::new(EmpgConfig::default())
             .unwrap()
             .estimate(&input)

@@ -121,13 +121,18 @@ impl<'a> EstimatorInput<'a> {
     }
 
     /// Sets verl's `response_mask` (rows × L): true for tokens the policy generated, false for
-    /// padding and (multi-turn) observation tokens.
+    /// padding and (multi-turn) observation tokens. Per-row lengths
+    /// ([`MaskView::Lengths`]: row r's first `lengths[r]` of L tokens) are the cheapest form:
+    /// nothing rows × L is read.
     ///
     /// ```
     /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
+    /// use beacon_rl::tensor::MaskView;
     /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
     /// let input = EstimatorInput::new(&batch).with_response_mask(&[[true, false]]);
     /// assert!(input.response_mask.is_some());
+    /// let lengths = EstimatorInput::new(&batch).with_response_mask(MaskView::Lengths { lengths: &[1], cols: 2 });
+    /// assert_eq!(lengths.response_mask.map(|m| m.dim()), Some((1, 2)));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     #[must_use]
@@ -385,22 +390,6 @@ impl<'a> EstimatorInput<'a> {
         self
     }
 
-    /// Sets the response mask as per-row lengths: row r's first `lengths[r]` of `cols` tokens
-    /// are generated (a prefix mask, [`MaskView::Lengths`]). Nothing rows × L is read.
-    ///
-    /// ```
-    /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
-    /// # let batch = RolloutBatch::from_group_keys(&[0], &[1.0])?;
-    /// let input = EstimatorInput::new(&batch).with_response_lengths(&[1], 2);
-    /// assert_eq!(input.response_mask.map(|m| m.dim()), Some((1, 2)));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    #[must_use]
-    pub fn with_response_lengths(mut self, lengths: &'a [usize], cols: usize) -> Self {
-        self.response_mask = Some(MaskView::Lengths { lengths, cols });
-        self
-    }
-
     /// The shape of the outputs [`estimate`](crate::estimator::AdvantageEstimator::estimate) allocates: the
     /// response mask's, else one column per row (step-level estimators without a mask; every
     /// token-level estimator requires the mask).
@@ -409,7 +398,7 @@ impl<'a> EstimatorInput<'a> {
     /// # use beacon_rl::{estimator::EstimatorInput, RolloutBatch};
     /// # let batch = RolloutBatch::from_group_keys(&[0, 1], &[1.0, 0.0])?;
     /// assert_eq!(EstimatorInput::new(&batch).output_dim(), (2, 1));
-    /// assert_eq!(EstimatorInput::new(&batch).with_response_lengths(&[1, 3], 4).output_dim(), (2, 4));
+    /// assert_eq!(EstimatorInput::new(&batch).with_response_mask(beacon_rl::tensor::MaskView::Lengths { lengths: &[1, 3], cols: 4 }).output_dim(), (2, 4));
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn output_dim(&self) -> (usize, usize) {

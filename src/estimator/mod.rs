@@ -51,15 +51,11 @@
 //! read an advantage's terms (a trajectory and a segment term, shaped rewards, segment ids;
 //! an episode and a step term, step returns, step groups):
 //!
-//! | method | writes |
-//! |---|---|
-//! | `compute(batch, ..)` | a fresh full output ([`BeaconOutput`], [`GigpoOutput`]) |
-//! | `compute_into(batch, .., &mut Workspace, &mut output)` | the full output, reusing its buffers |
-//!
-//! ([`Beacon::compute`](crate::estimator::Beacon::compute), [`Beacon::compute_into`](crate::estimator::Beacon::compute_into),
-//! [`Gigpo::compute`](crate::estimator::Gigpo::compute), [`Gigpo::compute_into`](crate::estimator::Gigpo::compute_into);
-//! GiGPO's non-text anchors: [`Gigpo::compute_by_key`](crate::estimator::Gigpo::compute_by_key) and
-//! [`compute_by_key_into`](crate::estimator::Gigpo::compute_by_key_into).)
+//! [`Beacon::compute`](crate::estimator::Beacon::compute) and
+//! [`Gigpo::compute`](crate::estimator::Gigpo::compute) return the full output
+//! ([`BeaconOutput`], [`GigpoOutput`]); GiGPO's non-text anchors go through
+//! [`Gigpo::compute_by_key`](crate::estimator::Gigpo::compute_by_key). They allocate their output:
+//! the trait is the path that reuses buffers.
 //!
 //! # The trainer's path
 //! [`estimate_into`](AdvantageEstimator::estimate_into) writes into buffers the caller keeps
@@ -420,7 +416,7 @@ pub trait AdvantageEstimator: Send + Sync {
     /// score from [`EstimatorInput::row_scores`] when given (verl-agent's penalised step rows, see
     /// [`with_row_scores`](EstimatorInput::with_row_scores)); when `token_level_rewards` are
     /// given too, each row's sum must equal the row's score
-    /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).
+    /// (to a relative 1e-6: [`Error::TerminalRewardMismatch`]).
     ///
     /// # Errors
     /// [`Error::NotStepLevel`] for token-level estimators (the default);

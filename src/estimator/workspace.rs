@@ -14,7 +14,7 @@ use super::{beacon, gigpo, turns, whiten};
 /// use beacon_rl::RolloutBatch;
 /// let est = "rloo".parse::<EstimatorConfig>()?.build()?;
 /// let batch = RolloutBatch::from_group_keys(&[0, 0], &[1.0, 0.0])?;
-/// let input = EstimatorInput::new(&batch).with_token_level_rewards(&[[1.0], [0.0]]).with_response_lengths(&[1, 1], 1);
+/// let input = EstimatorInput::new(&batch).with_token_level_rewards(&[[1.0], [0.0]]).with_response_mask(beacon_rl::tensor::MaskView::Lengths { lengths: &[1, 1], cols: 1 });
 /// let mut ws = Workspace::default();
 /// let mut adv = ndarray::Array2::<f32>::zeros((2, 1));
 /// for _ in 0..3 {

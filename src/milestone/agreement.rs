@@ -13,8 +13,8 @@
 //!
 //! **Position error.** For every reference milestone at step t of a trajectory that has at
 //! least one discovered milestone, the error is min |t − t′| over the discovered steps t′ of
-//! that trajectory. The report keeps the count, sum and maximum, so reports merge exactly
-//! ([`MilestoneAgreement::merge`]); references in trajectories with nothing discovered are
+//! that trajectory. The report keeps the count, sum and maximum, so reports add up exactly
+//! (`+=`); references in trajectories with nothing discovered are
 //! counted apart (`unplaced`).
 
 use crate::batch::RolloutBatch;
@@ -34,8 +34,7 @@ use crate::error::{check_len, Result};
 /// assert_eq!((a.true_positives, a.false_positives, a.false_negatives), (1, 1, 1));
 /// assert_eq!((a.precision(), a.recall(), a.f1()), (0.5, 0.5, 0.5));
 /// // Step 1 is found exactly (0); step 4's nearest discovery is step 2 (2 steps away).
-/// assert_eq!(a.mean_position_error(), Some(1.0));
-/// assert_eq!(a.max_position_error, 2);
+/// assert_eq!((a.position_error_sum, a.placed, a.max_position_error), (2, 2, 2));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,26 +110,6 @@ impl MilestoneAgreement {
         Ok(a)
     }
 
-    /// Adds another report's counts (e.g. per environment into overall).
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::MilestoneAgreement;
-    /// let a = MilestoneAgreement { true_positives: 2, false_positives: 1, ..Default::default() };
-    /// let b = MilestoneAgreement { true_positives: 1, false_negatives: 3, ..Default::default() };
-    /// let mut all = a;
-    /// all.merge(&b);
-    /// assert_eq!((all.true_positives, all.false_positives, all.false_negatives), (3, 1, 3));
-    /// ```
-    pub fn merge(&mut self, other: &Self) {
-        self.true_positives += other.true_positives;
-        self.false_positives += other.false_positives;
-        self.false_negatives += other.false_negatives;
-        self.placed += other.placed;
-        self.unplaced += other.unplaced;
-        self.position_error_sum += other.position_error_sum;
-        self.max_position_error = self.max_position_error.max(other.max_position_error);
-    }
-
     /// TP / (TP + FP); 1 when nothing was discovered and nothing was to be found, 0 when
     /// nothing was discovered but something was to be found.
     pub fn precision(&self) -> f64 {
@@ -152,11 +131,28 @@ impl MilestoneAgreement {
             0.0
         }
     }
+}
 
-    /// Mean position error in steps over the placed reference milestones; `None` when none
-    /// is placed.
-    pub fn mean_position_error(&self) -> Option<f64> {
-        (self.placed > 0).then(|| self.position_error_sum as f64 / self.placed as f64)
+impl std::ops::AddAssign for MilestoneAgreement {
+    /// Adds another report's counts (e.g. per environment into overall); the largest position
+    /// error is the larger of the two.
+    ///
+    /// ```
+    /// # use beacon_rl::milestone::MilestoneAgreement;
+    /// let a = MilestoneAgreement { true_positives: 2, false_positives: 1, ..Default::default() };
+    /// let b = MilestoneAgreement { true_positives: 1, false_negatives: 3, ..Default::default() };
+    /// let mut all = a;
+    /// all += b;
+    /// assert_eq!((all.true_positives, all.false_positives, all.false_negatives), (3, 1, 3));
+    /// ```
+    fn add_assign(&mut self, other: Self) {
+        self.true_positives += other.true_positives;
+        self.false_positives += other.false_positives;
+        self.false_negatives += other.false_negatives;
+        self.placed += other.placed;
+        self.unplaced += other.unplaced;
+        self.position_error_sum += other.position_error_sum;
+        self.max_position_error = self.max_position_error.max(other.max_position_error);
     }
 }
 
@@ -193,7 +189,6 @@ mod tests {
             (a.placed, a.unplaced, a.position_error_sum, a.max_position_error),
             (2, 1, 3, 2)
         );
-        assert_eq!(a.mean_position_error(), Some(1.5));
         assert_eq!((a.precision(), a.recall(), a.f1()), (0.0, 0.0, 0.0));
     }
 
@@ -209,7 +204,6 @@ mod tests {
         assert_eq!(a.precision(), 0.75);
         assert_eq!(a.recall(), 0.6);
         assert!((a.f1() - 2.0 / 3.0).abs() < 1e-12);
-        assert_eq!(a.mean_position_error(), None);
     }
 
     #[test]
@@ -235,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn merge_adds_counts_and_keeps_the_larger_maximum() {
+    fn adding_sums_counts_and_keeps_the_larger_maximum() {
         let mut a = MilestoneAgreement {
             placed: 1,
             position_error_sum: 4,
@@ -249,9 +243,8 @@ mod tests {
             unplaced: 1,
             ..Default::default()
         };
-        a.merge(&b);
-        // (4 + 2) / (1 + 2) = 2
-        assert_eq!(a.mean_position_error(), Some(2.0));
+        a += b;
+        assert_eq!((a.placed, a.position_error_sum), (3, 6));
         assert_eq!((a.max_position_error, a.unplaced), (4, 1));
     }
 }

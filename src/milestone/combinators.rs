@@ -113,10 +113,10 @@ impl fmt::Debug for AnyOf {
 ///
 /// ```
 /// use beacon_rl::milestone::AllOf;
-/// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, ScoreIncrease, Transition};
+/// use beacon_rl::milestone::{DetectorPreset, MilestoneDetector, ScoreIncrease, Transition};
 ///
 /// // A score increase that TextWorld also announced in the response.
-/// let mut d = AllOf::new(vec![Box::new(ScoreIncrease), Box::new(TextPatterns::textworld_score())])?;
+/// let mut d = AllOf::new(vec![Box::new(ScoreIncrease), DetectorPreset::TextWorldScore.build()?])?;
 /// let t = Transition {
 ///     next_observation: "You dice the tomato.\n\nYour score has just gone up by one point.",
 ///     score: Some(3.0),

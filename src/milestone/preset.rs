@@ -5,8 +5,8 @@
 //! | `score` | [`DetectorPreset::Score`] | [`ScoreIncrease`] | ScienceWorld, TextWorld (score fields) |
 //! | `flag` | [`DetectorPreset::Flag`] | [`EnvFlag`] | any environment that reports a milestone flag |
 //! | `subgoals` | [`DetectorPreset::Subgoals`] | [`NewSubgoals`] | ScienceWorld (newly completed subgoals) |
-//! | `textworld-score` | [`DetectorPreset::TextWorldScore`] | [`TextPatterns::textworld_score`] | TextWorld from the response text alone |
-//! | `alfworld` | [`DetectorPreset::Alfworld`] | [`TextPatterns::alfworld`] | ALFWorld |
+//! | `textworld-score` | [`DetectorPreset::TextWorldScore`] | [`TextPatterns`] (one rule) | TextWorld from the response text alone |
+//! | `alfworld` | [`DetectorPreset::Alfworld`] | [`TextPatterns`] (the rules listed on the variant) | ALFWorld |
 //! | `webshop` | [`DetectorPreset::WebShop`] | [`WebShopPhases`](super::WebShopPhases) (needs a goal: [`WebShopPhases::new`](super::WebShopPhases::new)) | WebShop |
 //!
 //! The names are the same for [`FromStr`], [`Display`](fmt::Display) and serde.
@@ -45,10 +45,37 @@ pub enum DetectorPreset {
     /// Newly completed subgoals reported by the environment ([`NewSubgoals`]).
     #[cfg_attr(feature = "serde", serde(rename = "subgoals"))]
     Subgoals,
-    /// TextWorld's "Your score has just gone up" message ([`TextPatterns::textworld_score`]).
+    /// TextWorld's "Your score has just gone up by … point(s)." message: a [`TextPatterns`]
+    /// set with that one rule.
     #[cfg_attr(feature = "serde", serde(rename = "textworld-score"))]
     TextWorldScore,
-    /// ALFWorld subgoal feedback ([`TextPatterns::alfworld`]).
+    /// ALFWorld subgoal feedback: a [`TextPatterns`] set with one rule per subgoal kind of
+    /// ALFWorld's feedback, case-sensitive.
+    ///
+    /// Wording is the ALFWorld TextWorld grammar (`alfworld/data/alfred.twl2`, actions
+    /// `PickupObject`, `PutObject`, `HeatObject`, `CoolObject`, `CleanObject`, `SliceObject`,
+    /// `ToggleObject`); every pattern starts at an ASCII word boundary and is matched anywhere in
+    /// the response, because the receptacle-object variants of the grammar prefix the sentence
+    /// (`"PutObjectInReceptacleObject: You put the …"`).
+    ///
+    /// | name | matches | real feedback line |
+    /// |---|---|---|
+    /// | `pick_up` | `You pick up the …` | `You pick up the egg 2 from the countertop 3.` |
+    /// | `put` | `You put the … in/on the …` (game files 2.1.1, the ReAct/verl-agent setting) | `You put the lettuce 1 in/on the diningtable 1.` |
+    /// | `move` | `You move the … to the …` (game files patched to 2.1.2, `move {o} to {r}`) | `You move the mug 2 to the coffeemachine 1.` |
+    /// | `heat` | `You heat the … using the …` | `You heat the egg 2 using the microwave 1.` |
+    /// | `cool` | `You cool the … using the …` | `You cool the pan 1 using the fridge 1.` |
+    /// | `clean` | `You clean the … using the …` | `You clean the lettuce 1 using the sinkbasin 1.` |
+    /// | `slice` | `You slice(d) the … with the …` | `You sliced the apple 1 with the knife 1.` (grammar template `You sliced the {co.name} with the {ko.name}.`) |
+    /// | `light` | `You turn on the desklamp/floorlamp` | `You turn on the desklamp 1.` |
+    ///
+    /// TextWorld's own games answer `take` with the same pick-up sentence (bundled sample:
+    /// `You pick up the knife from the ground.`), a check of that wording on a real run.
+    ///
+    /// Near misses that do not match: `Nothing happens.` (inadmissible command),
+    /// `You turn off the desklamp 1.`, `You open the fridge 1. …`, `You arrive at loc 10. …`,
+    /// `You don't see any switch on the apple 1.`, `This is a hot egg.` (examining a state is no
+    /// progress).
     #[cfg_attr(feature = "serde", serde(rename = "alfworld"))]
     Alfworld,
     /// WebShop page phases ([`WebShopPhases`](super::WebShopPhases)); needs the task's goal, so it is built with
@@ -96,18 +123,6 @@ impl DetectorPreset {
             Self::WebShop => "webshop",
             Self::Walkthrough => "walkthrough",
         }
-    }
-
-    /// Whether [`build`](Self::build) needs per-task input it does not have (WebShop's goal,
-    /// an expert walkthrough).
-    ///
-    /// ```
-    /// use beacon_rl::milestone::DetectorPreset;
-    /// assert!(DetectorPreset::WebShop.needs_task_input());
-    /// assert!(!DetectorPreset::Score.needs_task_input());
-    /// ```
-    pub fn needs_task_input(self) -> bool {
-        matches!(self, Self::WebShop | Self::Walkthrough)
     }
 
     /// A fresh detector for this preset.

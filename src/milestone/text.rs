@@ -11,11 +11,11 @@
 //! once per step (`is_match` only: no capture, no allocation). Rules restricted to an action
 //! are checked only when the set did not already fire, action first (actions are short).
 //!
-//! Built-in rule lists: [`TextPatterns::alfworld`] (subgoal feedback of the ALFWorld TextWorld
-//! grammar `alfworld/data/alfred.twl2`, listed in its docs) and
-//! [`TextPatterns::textworld_score`] (the Inform 7 "notify score changes" rule of TextWorld
-//! games). To combine one with rules of your own, put both detectors in an
-//! [`AnyOf`](super::AnyOf).
+//! Built-in rule lists, built through their presets: [`DetectorPreset::Alfworld`](super::DetectorPreset::Alfworld)
+//! (subgoal feedback of the ALFWorld TextWorld grammar `alfworld/data/alfred.twl2`, listed in
+//! its docs) and [`DetectorPreset::TextWorldScore`](super::DetectorPreset::TextWorldScore) (the
+//! Inform 7 "notify score changes" rule of TextWorld games). To combine one with rules of your
+//! own, put both detectors in an [`AnyOf`](super::AnyOf).
 
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
@@ -291,12 +291,13 @@ struct RestrictedRule {
 /// are read.
 ///
 /// ```
-/// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, Transition};
+/// use beacon_rl::milestone::{DetectorPreset, MilestoneDetector, Transition};
 ///
-/// let mut d = TextPatterns::alfworld();
+/// let mut d = DetectorPreset::Alfworld.build()?; // a boxed `TextPatterns`
 /// let step = |obs| Transition { next_observation: obs, ..Default::default() };
 /// assert!(d.detect(&step("You cool the pan 1 using the fridge 1.")));
 /// assert!(!d.detect(&step("Nothing happens.")));
+/// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct TextPatterns {
@@ -323,55 +324,13 @@ impl TextPatterns {
         }
     }
 
-    /// The ALFWorld preset: one rule per subgoal kind of ALFWorld's feedback, case-sensitive.
-    ///
-    /// Wording is the ALFWorld TextWorld grammar (`alfworld/data/alfred.twl2`, actions
-    /// `PickupObject`, `PutObject`, `HeatObject`, `CoolObject`, `CleanObject`, `SliceObject`,
-    /// `ToggleObject`); every pattern starts at an ASCII word boundary and is matched anywhere in
-    /// the response, because the receptacle-object variants of the grammar prefix the sentence
-    /// (`"PutObjectInReceptacleObject: You put the …"`).
-    ///
-    /// | name | matches | real feedback line |
-    /// |---|---|---|
-    /// | `pick_up` | `You pick up the …` | `You pick up the egg 2 from the countertop 3.` |
-    /// | `put` | `You put the … in/on the …` (game files 2.1.1, the ReAct/verl-agent setting) | `You put the lettuce 1 in/on the diningtable 1.` |
-    /// | `move` | `You move the … to the …` (game files patched to 2.1.2, `move {o} to {r}`) | `You move the mug 2 to the coffeemachine 1.` |
-    /// | `heat` | `You heat the … using the …` | `You heat the egg 2 using the microwave 1.` |
-    /// | `cool` | `You cool the … using the …` | `You cool the pan 1 using the fridge 1.` |
-    /// | `clean` | `You clean the … using the …` | `You clean the lettuce 1 using the sinkbasin 1.` |
-    /// | `slice` | `You slice(d) the … with the …` | `You sliced the apple 1 with the knife 1.` (grammar template `You sliced the {co.name} with the {ko.name}.`) |
-    /// | `light` | `You turn on the desklamp/floorlamp` | `You turn on the desklamp 1.` |
-    ///
-    /// TextWorld's own games answer `take` with the same pick-up sentence (bundled sample:
-    /// `You pick up the knife from the ground.`), a check of that wording on a real run.
-    ///
-    /// Near misses that do not match: `Nothing happens.` (inadmissible command),
-    /// `You turn off the desklamp 1.`, `You open the fridge 1. …`, `You arrive at loc 10. …`,
-    /// `You don't see any switch on the apple 1.`, `This is a hot egg.` (examining a state is no
-    /// progress).
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, Transition};
-    /// let mut d = TextPatterns::alfworld();
-    /// let t = Transition { next_observation: "You turn on the desklamp 1.", ..Default::default() };
-    /// assert!(d.detect(&t));
-    /// ```
-    pub fn alfworld() -> Self {
+    /// [`DetectorPreset::Alfworld`](super::DetectorPreset::Alfworld)'s patterns (listed there).
+    pub(crate) fn alfworld() -> Self {
         Self::from_builtin(ALFWORLD_PATTERNS)
     }
 
-    /// The TextWorld preset: one rule, TextWorld's "Your score has just gone up by … point(s)."
-    ///
-    /// ```
-    /// use beacon_rl::milestone::{TextPatterns, MilestoneDetector, Transition};
-    /// let mut d = TextPatterns::textworld_score();
-    /// let t = Transition {
-    ///     next_observation: "You slice the lettuce.\n\n\n\nYour score has just gone up by one point.",
-    ///     ..Default::default()
-    /// };
-    /// assert!(d.detect(&t));
-    /// ```
-    pub fn textworld_score() -> Self {
+    /// [`DetectorPreset::TextWorldScore`](super::DetectorPreset::TextWorldScore)'s pattern.
+    pub(crate) fn textworld_score() -> Self {
         Self::from_builtin(std::slice::from_ref(&TEXTWORLD_SCORE_PATTERN))
     }
 
@@ -394,9 +353,10 @@ impl TextPatterns {
     ///
     /// ```
     /// use beacon_rl::milestone::TextPatterns;
-    /// let d = TextPatterns::alfworld();
+    /// let d = TextPatterns::builder().response(r"^You pick up the ").build()?;
     /// assert!(d.matches("take egg 2 from countertop 3", "You pick up the egg 2 from the countertop 3."));
     /// assert!(!d.matches("take egg 2 from countertop 3", "Nothing happens."));
+    /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn matches(&self, action: &str, response: &str) -> bool {
         if let Some(set) = &self.set {

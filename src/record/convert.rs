@@ -2,6 +2,7 @@
 //! [`Transition`] per row, borrowing the records' text.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use super::schema::name;
 use super::sealed::Sealed;
@@ -63,6 +64,8 @@ pub struct RecordBatch<'a> {
     row_record: Vec<usize>,
     /// For each record, its first row (length records + 1).
     first_row: Vec<usize>,
+    /// The estimator columns, built on the first [`input`](Self::input).
+    columns: OnceLock<Columns<'a>>,
 }
 
 impl<'a> RecordBatch<'a> {
@@ -122,6 +125,7 @@ impl<'a> RecordBatch<'a> {
             batch,
             row_record: traj_keys,
             first_row,
+            columns: OnceLock::new(),
         })
     }
 
@@ -217,31 +221,56 @@ impl<'a> RecordBatch<'a> {
         }
     }
 
-    /// The per-row columns every estimator reads, derived from the records the way
-    /// verl-agent feeds its estimators (see [`RecordColumns`]).
+    /// An [`EstimatorInput`] over the batch with the columns the records give, one row per
+    /// step, and the given milestone flags:
+    ///
+    /// - `token_level_rewards` (rows × 1): the trajectory's terminal reward on every row, as
+    ///   verl-agent places the terminal reward on each step row's last token, so that verl's
+    ///   outcome estimators (GRPO, RLOO, ...) group and normalise step rows by `uid`;
+    /// - `response_mask` (rows × 1): all true (one "token" per row: the step's advantage);
+    /// - `step_rewards`: each step's environment `reward` (GiGPO's step returns);
+    /// - `anchor_obs`: the observation the action answered (s_t, see [`RecordBatch`]), GiGPO's
+    ///   anchor state.
+    ///
+    /// The columns are built on the first call and kept (the text is borrowed from the
+    /// records); later calls only set the flags.
     ///
     /// ```
     /// use beacon_rl::estimator::EstimatorConfig;
     /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
     /// # let mut a = TrajectoryRecord::new("g", "a", 1.0);
-    /// # a.steps = vec![StepRecord::new("go", "Hall.", 0.0, false)];
+    /// # a.initial_observation = Some("Kitchen.".into());
+    /// # a.steps = vec![StepRecord::new("go", "Hall.", 0.5, false)];
     /// # let mut b = TrajectoryRecord::new("g", "b", 0.0);
     /// # b.steps = vec![StepRecord::new("go", "Hall.", 0.0, false)];
     /// # let records = [a, b];
     /// let rb = RecordBatch::new(&records)?;
-    /// let cols = rb.columns();
     /// let flags = vec![false; rb.batch().num_steps()];
+    /// let input = rb.input(&flags);
+    /// assert_eq!(input.anchor_obs, Some(&["Kitchen.", ""][..]));
+    /// assert_eq!(input.step_rewards, Some(&[0.5, 0.0][..]));
+    /// assert_eq!(input.token_level_rewards.unwrap().get(0, 0), Some(1.0));
     /// // Every estimator but those needing a critic, a greedy baseline, log-probabilities,
     /// // a rollout tree or step entropies.
     /// let needs_more = ["gae", "turn_gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline", "tree_grpo", "empg"];
     /// for name in EstimatorConfig::NAMES.iter().filter(|n| !needs_more.contains(n)) {
     ///     let est = name.parse::<EstimatorConfig>()?.build()?;
-    ///     let out = est.estimate(&cols.input(rb.batch(), &flags))?;
+    ///     let out = est.estimate(&rb.input(&flags))?;
     ///     assert_eq!(out.advantages.dim(), (2, 1), "{name}");
     /// }
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
-    pub fn columns(&self) -> RecordColumns<'a> {
+    pub fn input<'b>(&'b self, milestones: &'b [bool]) -> EstimatorInput<'b> {
+        let c = self.columns.get_or_init(|| self.build_columns());
+        EstimatorInput::new(&self.batch)
+            .with_token_level_rewards(c.terminal_rewards.view())
+            .with_response_mask(c.response_mask.view())
+            .with_step_rewards(&c.step_rewards)
+            .with_anchor_obs(&c.anchor_obs)
+            .with_milestones(milestones)
+    }
+
+    fn build_columns(&self) -> Columns<'a> {
         let rows = self.batch.num_steps();
         let mut terminal = Array2::zeros((rows, 1));
         let mut step_rewards = Vec::with_capacity(rows);
@@ -253,7 +282,7 @@ impl<'a> RecordBatch<'a> {
             step_rewards.push(self.records[record].steps[step].reward);
             anchors.push(t.observation);
         }
-        RecordColumns {
+        Columns {
             terminal_rewards: terminal,
             response_mask: Array2::from_elem((rows, 1), true),
             step_rewards,
@@ -262,60 +291,11 @@ impl<'a> RecordBatch<'a> {
     }
 }
 
-/// Per-row estimator columns derived from records ([`RecordBatch::columns`]), one row per step:
-///
-/// - `terminal_rewards` (rows × 1): the trajectory's terminal reward on every row, as
-///   verl-agent places the terminal reward on each step row's last token, so that verl's
-///   outcome estimators (GRPO, RLOO, ...) group and normalise step rows by `uid`;
-/// - `response_mask` (rows × 1): all true (one "token" per row: the step's advantage);
-/// - `step_rewards`: each step's environment `reward` (GiGPO's step returns);
-/// - `anchor_obs`: the observation the action answered (s_t, see [`RecordBatch`]), GiGPO's
-///   anchor state.
-///
-/// ```
-/// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-/// # let mut a = TrajectoryRecord::new("g", "a", 1.0);
-/// # a.initial_observation = Some("Kitchen.".into());
-/// # a.steps = vec![StepRecord::new("go", "Hall.", 0.5, false)];
-/// # let records = [a];
-/// let cols = RecordBatch::new(&records)?.columns();
-/// assert_eq!(cols.anchor_obs, ["Kitchen."]);
-/// assert_eq!(cols.step_rewards, [0.5]);
-/// assert_eq!(cols.terminal_rewards[[0, 0]], 1.0);
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
+/// Per-row estimator columns derived from records ([`RecordBatch::input`] lists them).
 #[derive(Debug, Clone)]
-pub struct RecordColumns<'a> {
-    /// Terminal reward per row, rows × 1.
-    pub terminal_rewards: Array2<f64>,
-    /// All-true mask, rows × 1.
-    pub response_mask: Array2<bool>,
-    /// Environment reward of each step.
-    pub step_rewards: Vec<f64>,
-    /// Observation before each step (borrowed from the records).
-    pub anchor_obs: Vec<&'a str>,
-}
-
-impl<'a> RecordColumns<'a> {
-    /// An [`EstimatorInput`] over `batch` with these columns and the given milestone flags.
-    ///
-    /// ```
-    /// # use beacon_rl::record::{RecordBatch, StepRecord, TrajectoryRecord};
-    /// # let mut a = TrajectoryRecord::new("g", "a", 1.0);
-    /// # a.steps = vec![StepRecord::new("go", "Hall.", 0.5, false)];
-    /// # let records = [a];
-    /// let rb = RecordBatch::new(&records)?;
-    /// let cols = rb.columns();
-    /// let input = cols.input(rb.batch(), &[true]);
-    /// assert_eq!(input.milestones, Some(&[true][..]));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn input<'b>(&'b self, batch: &'b RolloutBatch, milestones: &'b [bool]) -> EstimatorInput<'b> {
-        EstimatorInput::new(batch)
-            .with_token_level_rewards(self.terminal_rewards.view())
-            .with_response_mask(self.response_mask.view())
-            .with_step_rewards(&self.step_rewards)
-            .with_anchor_obs(&self.anchor_obs)
-            .with_milestones(milestones)
-    }
+struct Columns<'a> {
+    terminal_rewards: Array2<f64>,
+    response_mask: Array2<bool>,
+    step_rewards: Vec<f64>,
+    anchor_obs: Vec<&'a str>,
 }

@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 
 use super::extra::{ExtraBuilder, Key};
 use super::schema::name::*;
+use super::sealed::Sealed;
 use super::{RowRecord, StepRecord, TrajectoryRecord, Value};
 
 /// Reads the next value into `slot`, refusing a second occurrence of `name`.
@@ -47,40 +48,23 @@ fn unknown<'de, A: MapAccess<'de>>(
 
 /// Reads a record from serde_json's in-memory reader, borrowing unknown fields' text (the
 /// JSON Lines reader's path; the `Deserialize` impls work with any deserializer).
-pub(crate) fn from_str_borrowing<T: Borrowing>(text: &str) -> serde_json::Result<T> {
+pub(crate) fn from_str_borrowing<T: Sealed>(text: &str) -> serde_json::Result<T> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value = T::deserialize_borrowing(&mut de)?;
     de.end()?;
     Ok(value)
 }
 
-/// Record types with a borrowing read path.
-pub trait Borrowing: Sized {
-    fn deserialize_borrowing<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
-
-    /// The record read by a hand-written parser (into `reuse`'s allocations when given), or
-    /// `None` to read it through serde (which then gives the record or the error). Must give
-    /// what serde gives whenever it is `Some`.
-    fn parse_fast(_text: &str, _reuse: Option<Self>) -> Option<Self> {
-        None
-    }
+/// A trajectory record, borrowing unknown fields' text ([`Sealed::deserialize_borrowing`]).
+pub(super) fn trajectory_borrowing<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<TrajectoryRecord, D::Error> {
+    deserializer.deserialize_map(TrajectoryVisitor { borrow: true })
 }
 
-impl Borrowing for TrajectoryRecord {
-    fn deserialize_borrowing<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(TrajectoryVisitor { borrow: true })
-    }
-
-    fn parse_fast(text: &str, reuse: Option<Self>) -> Option<Self> {
-        let mut rec = reuse.unwrap_or_default();
-        super::scan::trajectory_into(text, &mut rec).map(|()| rec)
-    }
-}
-
-impl Borrowing for RowRecord {
-    fn deserialize_borrowing<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(RowVisitor { borrow: true })
-    }
+/// A verl-agent row record, borrowing unknown fields' text.
+pub(super) fn row_borrowing<'de, D: Deserializer<'de>>(deserializer: D) -> Result<RowRecord, D::Error> {
+    deserializer.deserialize_map(RowVisitor { borrow: true })
 }
 
 impl<'de> Deserialize<'de> for StepRecord {

@@ -46,8 +46,7 @@ use crate::error::Error;
 /// A record read holds no unknown field nested (arrays and objects inside one another) deeper
 /// than 100 levels: a deeper one is a record error naming the field, not a field that reads
 /// back as absent. So every field of a record read parses as a serde_json [`Value`] (whose
-/// parser stops at 128 levels); a value set through [`insert`](Self::insert) or
-/// [`insert_raw`](Self::insert_raw) may not.
+/// parser stops at 128 levels); a value set through [`insert`](Self::insert) may not.
 ///
 /// ```
 /// use beacon_rl::record::read_trajectories;
@@ -119,20 +118,6 @@ impl Extra {
         // A Value always serializes (its map keys are strings).
         let text = value.to_string();
         self.set(key, &text);
-    }
-
-    /// Sets field `key` to raw JSON `value` (minified), replacing an earlier value in place.
-    ///
-    /// ```
-    /// use beacon_rl::record::Extra;
-    /// use serde_json::value::RawValue;
-    /// let mut extra = Extra::default();
-    /// let v = RawValue::from_string("[1.50, 2e3]".into()).unwrap();
-    /// extra.insert_raw("x", &v);
-    /// assert_eq!(extra.get("x").unwrap().get(), "[1.50,2e3]");
-    /// ```
-    pub fn insert_raw(&mut self, key: &str, value: &RawValue) {
-        self.set(key, value.get());
     }
 
     /// Removes field `key`; returns whether it was there.
@@ -558,8 +543,7 @@ mod tests {
         assert!(err.contains("field `m` nests deeper than 100 levels"), "{err}");
         // Set by hand past serde_json's own limit: present, and an error, not `None`.
         let mut by_hand = Extra::default();
-        let deep = RawValue::from_string(nested(200)).unwrap();
-        by_hand.insert_raw("m", &deep);
+        by_hand.set("m", &nested(200));
         assert!(matches!(
             by_hand.value("m"),
             Err(Error::Parse { what: "extra field value", ref reason }) if reason.starts_with("field `m`: recursion limit")

@@ -1,13 +1,10 @@
 //! JSON Lines reading and writing, with errors located on a line and a field.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::marker::PhantomData;
-use std::path::Path;
 
 use serde_json::error::Category;
 
-use super::schema::locate;
 use super::sealed::Sealed;
 use super::{record_error, JsonlRecord, RowRecord, TrajectoryRecord, Value};
 use crate::error::{Error, Result};
@@ -222,32 +219,6 @@ pub(crate) fn read_rows<R: BufRead>(reader: R) -> JsonlReader<R, RowRecord> {
     JsonlReader::new(reader)
 }
 
-/// Opens a JSON Lines input: a file path, or standard input for `-`.
-///
-/// # Errors
-/// [`Error::Io`] when the file cannot be opened (the message names the path).
-///
-/// ```
-/// use beacon_rl::record::{open_jsonl, read_trajectories};
-/// use beacon_rl::Error;
-///
-/// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
-/// let first = read_trajectories(open_jsonl(path)?).next().unwrap()?;
-/// assert_eq!(first.group_id, "sw/find-animal/v146");
-///
-/// let err = open_jsonl("no/such/file.jsonl").err().unwrap();
-/// assert!(matches!(err, Error::Io { kind: std::io::ErrorKind::NotFound, .. }));
-/// # Ok::<(), beacon_rl::Error>(())
-/// ```
-pub fn open_jsonl(path: impl AsRef<Path>) -> Result<Box<dyn BufRead>> {
-    let path = path.as_ref();
-    if path == Path::new("-") {
-        return Ok(Box::new(io::stdin().lock()));
-    }
-    let file = File::open(path).map_err(|e| io_error(&e, &format!("opening {}", path.display())))?;
-    Ok(Box::new(BufReader::new(file)))
-}
-
 /// Writes records as JSON Lines, one a line, and flushes; returns the number written.
 ///
 /// Each record is validated ([`JsonlRecord::validate`], line = its 1-based position) and
@@ -343,7 +314,7 @@ fn describe<T: Sealed>(e: &serde_json::Error, text: &[u8], line: usize) -> Error
             count_pass();
             let located = serde_json::from_slice::<Value>(text)
                 .ok()
-                .and_then(|v| locate(&v, T::SCHEMA, ""));
+                .and_then(|v| T::locate(&v));
             match located {
                 Some((field, message)) => record_error(line, field, message),
                 // A repeated key is raised right after the key: the path there names it.

@@ -49,8 +49,7 @@
 //! [`read_trajectories`] streams records from any `BufRead` in constant memory (one line
 //! buffer, at most [`JsonlReader::DEFAULT_MAX_LINE_BYTES`] = 64 MiB unless set with
 //! [`JsonlReader::with_max_line_bytes`]; a longer line is an [`Error::LineTooLong`]),
-//! skipping blank lines; [`open_jsonl`] opens a path or stdin (`-`);
-//! [`write_jsonl`] writes one record a line. Every malformed record is an
+//! skipping blank lines; [`write_jsonl`] writes one record a line. Every malformed record is an
 //! [`Error::Record`] naming its line, its input (when the reader has a name,
 //! [`JsonlReader::with_source`]) and, where it can be told, the
 //! field path (`steps[3].reward`): invalid JSON or UTF-8, a missing, mistyped or repeated
@@ -116,10 +115,10 @@ mod rows;
 mod scan;
 mod schema;
 
-pub use convert::{RecordBatch, RecordColumns};
+pub use convert::RecordBatch;
 pub use extra::Extra;
 pub use groups::{RecordGroup, TrajectoryGroups};
-pub use jsonl::{open_jsonl, read_trajectories, write_jsonl, JsonlReader};
+pub use jsonl::{read_trajectories, write_jsonl, JsonlReader};
 pub use rows::{group_rows, read_row_dump, RowRecord};
 /// One recorded trajectory: a line of a trajectory JSON Lines file.
 ///
@@ -368,19 +367,48 @@ impl TrajectoryRecord {
 
 /// Seals [`JsonlRecord`]: the record types and their schema tables.
 mod sealed {
-    use super::schema::{self, Field};
+    use super::{de, schema};
     use crate::error::Result;
+    use serde::Deserializer;
+    use serde_json::Value;
 
-    pub trait Sealed: super::de::Borrowing {
-        /// The record's named fields, for locating a type error on a field.
-        const SCHEMA: &'static [Field];
+    pub trait Sealed: Sized {
+        /// The field a type error is on, and its message: `value` (the line, parsed) against
+        /// the record's schema table (`schema::locate`).
+        fn locate(value: &Value) -> Option<(Option<String>, String)>;
 
         /// `validate` without the `extra` check, for records just read from a line.
         fn validate_values(&self, line: usize) -> Result<()>;
+
+        /// The record through serde, borrowing unknown fields' text (the JSON Lines reader's
+        /// path).
+        fn deserialize_borrowing<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> std::result::Result<Self, D::Error>;
+
+        /// The record read by a hand-written parser (into `reuse`'s allocations when given), or
+        /// `None` to read it through serde (which then gives the record or the error). Must give
+        /// what serde gives whenever it is `Some`.
+        fn parse_fast(_text: &str, _reuse: Option<Self>) -> Option<Self> {
+            None
+        }
     }
 
     impl Sealed for super::TrajectoryRecord {
-        const SCHEMA: &'static [Field] = schema::TRAJECTORY;
+        fn locate(value: &Value) -> Option<(Option<String>, String)> {
+            schema::locate(value, schema::TRAJECTORY, "")
+        }
+
+        fn deserialize_borrowing<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> std::result::Result<Self, D::Error> {
+            de::trajectory_borrowing(deserializer)
+        }
+
+        fn parse_fast(text: &str, reuse: Option<Self>) -> Option<Self> {
+            let mut rec = reuse.unwrap_or_default();
+            super::scan::trajectory_into(text, &mut rec).map(|()| rec)
+        }
 
         fn validate_values(&self, line: usize) -> Result<()> {
             self.check(line, false)
@@ -388,7 +416,15 @@ mod sealed {
     }
 
     impl Sealed for super::RowRecord {
-        const SCHEMA: &'static [Field] = schema::ROW;
+        fn locate(value: &Value) -> Option<(Option<String>, String)> {
+            schema::locate(value, schema::ROW, "")
+        }
+
+        fn deserialize_borrowing<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> std::result::Result<Self, D::Error> {
+            de::row_borrowing(deserializer)
+        }
 
         fn validate_values(&self, line: usize) -> Result<()> {
             // A row has few fields: the full check is cheap.

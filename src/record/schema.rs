@@ -41,7 +41,7 @@ use name::*;
 
 /// A field's expected JSON type.
 #[derive(Clone, Copy)]
-pub enum Kind {
+pub(crate) enum Kind {
     Str,
     Num,
     Bool,
@@ -52,10 +52,10 @@ pub enum Kind {
 }
 
 /// One named field of a record type: its names (first = canonical), type, requiredness.
-pub struct Field {
-    pub names: &'static [&'static str],
-    pub kind: Kind,
-    pub required: bool,
+pub(crate) struct Field {
+    pub(crate) names: &'static [&'static str],
+    pub(crate) kind: Kind,
+    pub(crate) required: bool,
 }
 
 const fn f(names: &'static [&'static str], kind: Kind, required: bool) -> Field {

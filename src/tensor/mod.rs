@@ -37,9 +37,9 @@
 //!
 //! let mask = array![[1i64, 1], [1, 0]];
 //! let mask = MaskView::from(mask.view());
-//! assert_eq!(mask.row_count(1), 1);
-//! let prefix = MaskView::Lengths { lengths: &[2, 1], cols: 2 };
-//! assert_eq!(prefix.row_count(1), 1);
+//! assert_eq!(mask.dim(), (2, 2));
+//! let prefix = MaskView::Lengths { lengths: &[2, 1], cols: 2 }; // the same mask, as lengths
+//! assert_eq!(prefix.dim(), (2, 2));
 //! ```
 
 mod elem;

@@ -53,15 +53,15 @@ fn config(method: Method) -> EstimatorConfig {
     match method {
         Method::Grpo | Method::GrpoProgress => EstimatorConfig::Grpo(GrpoConfig::default()),
         Method::GrpoTrajectory => {
-            EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::paper()))
+            EstimatorConfig::Beacon(Ablation::NoSegmentAdvantage.config(BeaconConfig::default()))
         }
         Method::Gigpo | Method::GigpoMilestoneRewards => EstimatorConfig::Gigpo(GigpoConfig::default()),
-        Method::Beacon => EstimatorConfig::Beacon(BeaconConfig::paper()),
+        Method::Beacon => EstimatorConfig::Beacon(BeaconConfig::default()),
         Method::BeaconOfficial => EstimatorConfig::Beacon(BeaconConfig::official()),
         Method::BeaconCompletion => {
-            EstimatorConfig::Beacon(BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered))
+            EstimatorConfig::Beacon(BeaconConfig::default().with_segment_baseline(SegmentBaseline::Entered))
         }
-        Method::Ablation(a) => EstimatorConfig::Beacon(a.config(BeaconConfig::paper())),
+        Method::Ablation(a) => EstimatorConfig::Beacon(a.config(BeaconConfig::default())),
     }
 }
 

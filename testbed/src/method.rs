@@ -22,7 +22,7 @@ use beacon_rl::{Error, Result};
 /// | `grpo` | verl's `grpo` on verl-agent's step rows: the terminal reward R on every step row, normalised over the rows of the task group |
 /// | `grpo_trajectory` | trajectory-level GRPO, (R_i − μ)/(σ + ε) over the G episodes. **Stand-in**: main has no `grpo` parameter for it yet, so it runs as `beacon` with λ = 0, whose output is exactly that term (see [`Ablation`](beacon_rl::estimator::Ablation)) |
 /// | `gigpo` | verl-agent's GiGPO ([`GigpoConfig::default()`](beacon_rl::estimator::GigpoConfig::default)), step reward 1 on the goal step, anchors = observation texts |
-/// | `beacon` | [`BeaconConfig::paper`](beacon_rl::estimator::BeaconConfig::paper) with the trainer's milestones |
+/// | `beacon` | [`BeaconConfig::default`](beacon_rl::estimator::BeaconConfig::default) (the paper) with the trainer's milestones |
 /// | `beacon_official` | [`BeaconConfig::official`](beacon_rl::estimator::BeaconConfig::official) (R_ms = 10, row statistics) |
 /// | `beacon_completion` | the paper preset with [`SegmentBaseline::Entered`](beacon_rl::estimator::SegmentBaseline::Entered): completion credited against non-completion |
 /// | `beacon/<ablation>` | a Table 3 row: [`Ablation::config`] of the paper preset and [`Ablation::milestones`] of the trainer's flags |

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 #[test]
 fn configs_override_exactly_one_parameter() {
-    let base = BeaconConfig::paper();
+    let base = BeaconConfig::default();
     let with = |a: Ablation| a.config(base);
     assert_eq!(with(Ablation::Full), base);
     assert_eq!(with(Ablation::MilestoneDropout { p: 0.5 }), base);
@@ -125,7 +125,7 @@ fn invalid_inputs_are_errors() {
             a.milestones(&batch, &[true; 3], 0),
             Err(Error::InvalidConfig { name: "p", .. })
         ));
-        assert!(common::ablation_output(a, BeaconConfig::paper(), &batch, &[true; 3], 0).is_err());
+        assert!(common::ablation_output(a, BeaconConfig::default(), &batch, &[true; 3], 0).is_err());
     }
     for a in Ablation::paper_table3() {
         assert!(matches!(
@@ -172,7 +172,7 @@ fn random_partition_positions_are_uniform() {
 fn estimator_level_ablations_change_the_output_as_named() {
     let batch = RolloutBatch::from_blocks(2, &[4, 4], vec![1.0, 0.0]).unwrap();
     let flags = [false, true, false, true, false, false, true, false];
-    let base = BeaconConfig::paper();
+    let base = BeaconConfig::default();
     let run = |a: Ablation| common::ablation_output(a, base, &batch, &flags, 3).unwrap();
     let grpo = run(Ablation::NoSegmentAdvantage);
     assert_eq!(grpo.advantages, grpo.trajectory_advantages);
@@ -217,7 +217,7 @@ fn no_temporal_decay_hand_case() {
     let (batch, flags) = edge_batch();
     let out = common::ablation_output(
         Ablation::NoTemporalDecay,
-        BeaconConfig::paper(),
+        BeaconConfig::default(),
         &batch,
         &flags,
         0,
@@ -244,7 +244,7 @@ fn uniform_shaping_is_grpo_exactly_for_any_milestone_reward() {
     // 0.30000000000000004/3 = 0.10000000000000002, which left A_seg = −1.4e-17, not 0.
     let (batch, flags) = edge_batch();
     for r_ms in [0.1, 0.7, 1.0, 3.3] {
-        let base = BeaconConfig::paper().with_milestone_reward(r_ms);
+        let base = BeaconConfig::default().with_milestone_reward(r_ms);
         let uniform = common::ablation_output(Ablation::UniformShaping, base, &batch, &flags, 0).unwrap();
         assert_eq!(uniform.segment_advantages, [0.0; 8], "R_ms = {r_ms}");
         let grpo = common::ablation_output(Ablation::NoSegmentAdvantage, base, &batch, &flags, 0).unwrap();
@@ -277,7 +277,7 @@ fn seeded_transforms_match_an_independent_splitmix64() {
     assert_eq!(bits(five), [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1]);
     // The estimator's call k runs the transform with seed SplitMix64::stream(seed, k)'s first
     // output (same Python): seed 3 gives these for calls 0 and 1.
-    let mut row = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.5 });
+    let mut row = BeaconAblationConfig::new(BeaconConfig::default(), Ablation::MilestoneDropout { p: 0.5 });
     row.seed = 3;
     let est = EstimatorConfig::BeaconAblation(row).build().unwrap();
     let batch = RolloutBatch::from_blocks(2, &[5, 3, 4, 6], vec![1.0, 0.0, 0.0, 1.0]).unwrap();

@@ -32,14 +32,14 @@ fn column(est: &dyn AdvantageEstimator, input: &EstimatorInput<'_>) -> Vec<f64> 
 fn every_table3_row_is_an_estimator_config_that_matches_ablation_compute() {
     let (batch, flags) = batch();
     let input = EstimatorInput::new(&batch).with_milestones(&flags);
-    for base in [BeaconConfig::paper(), BeaconConfig::official()] {
+    for base in [BeaconConfig::default(), BeaconConfig::official()] {
         for ablation in Ablation::paper_table3() {
             let mut row = BeaconAblationConfig::new(base, ablation);
             row.seed = 11;
             let config = EstimatorConfig::BeaconAblation(row);
             assert_eq!(
                 config.name(),
-                if base == BeaconConfig::paper() {
+                if base == BeaconConfig::default() {
                     "beacon"
                 } else {
                     "beacon_official"
@@ -139,7 +139,7 @@ fn strings_round_trip_and_bad_rows_are_errors() {
             .parse::<EstimatorConfig>()
             .unwrap(),
         EstimatorConfig::BeaconAblation(BeaconAblationConfig::new(
-            BeaconConfig::paper(),
+            BeaconConfig::default(),
             Ablation::RandomPartition { positions: 3 }
         ))
     );
@@ -174,7 +174,7 @@ fn serde_uses_the_same_keys_with_defaults() {
         r#"{"adv_estimator":"beacon","ablation":{"milestone_dropout":{"p":0.25}},"seed":9}"#,
     )
     .unwrap();
-    let mut want = BeaconAblationConfig::new(BeaconConfig::paper(), Ablation::MilestoneDropout { p: 0.25 });
+    let mut want = BeaconAblationConfig::new(BeaconConfig::default(), Ablation::MilestoneDropout { p: 0.25 });
     want.seed = 9;
     assert_eq!(c, EstimatorConfig::BeaconAblation(want));
     let back: EstimatorConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();

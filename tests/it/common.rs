@@ -119,3 +119,10 @@ pub fn pool(threads: usize) -> rayon::ThreadPool {
         .build()
         .expect("pool")
 }
+
+/// The internal step range of trajectory `j` (trajectory-major: the lengths of the
+/// trajectories before it, then its own). For a batch built from blocks these are its rows.
+pub fn trajectory_steps(batch: &RolloutBatch, j: usize) -> std::ops::Range<usize> {
+    let start: usize = (0..j).map(|i| batch.trajectory_rows(i).len()).sum();
+    start..start + batch.trajectory_rows(j).len()
+}

@@ -32,7 +32,7 @@ fn build(groups: &[Group]) -> (RolloutBatch, Vec<bool>) {
 }
 
 fn entered(milestone_reward: f64, decay: f64) -> BeaconConfig {
-    BeaconConfig::paper()
+    BeaconConfig::default()
         .with_milestone_reward(milestone_reward)
         .with_segment_decay(decay)
         .with_segment_baseline(SegmentBaseline::Entered)
@@ -110,7 +110,7 @@ proptest! {
         for g in 0..batch.num_groups() {
             let mut sums: Vec<f64> = Vec::new();
             for j in batch.group_trajectories(g) {
-                let steps = batch.trajectory_steps(j);
+                let steps = crate::common::trajectory_steps(&batch, j);
                 let last = out.segments[steps.end - 1];
                 for k in 0..=last {
                     let seg: Vec<usize> = steps.clone().filter(|&s| out.segments[s] == k).collect();
@@ -135,7 +135,7 @@ proptest! {
             // (segment id, finished, mean A^seg) of every segment in the group.
             let mut segs = Vec::new();
             for j in batch.group_trajectories(g) {
-                let steps = batch.trajectory_steps(j);
+                let steps = crate::common::trajectory_steps(&batch, j);
                 let last = out.segments[steps.end - 1];
                 for k in 0..=last {
                     let seg: Vec<usize> = steps.clone().filter(|&s| out.segments[s] == k).collect();
@@ -160,7 +160,7 @@ proptest! {
     #[test]
     fn entered_is_the_paper_without_unfinished_segments(mut groups in batch_strategy(), decay in 0.0..=1.0f64) {
         let (batch, flags) = build(&groups);
-        let paper = BeaconConfig::paper().with_segment_decay(decay);
+        let paper = BeaconConfig::default().with_segment_decay(decay);
         let a = Beacon::new(paper).unwrap().compute(&batch, &flags).unwrap();
         let b = Beacon::new(entered(1.0, decay)).unwrap().compute(&batch, &flags).unwrap();
         prop_assert_eq!(a.trajectory_advantages, b.trajectory_advantages);
@@ -197,7 +197,7 @@ fn selected_by_name_and_by_serde_and_refused_with_the_official_flavour() {
     let text = serde_json::to_string(&want).unwrap();
     assert!(text.contains(r#""segment_baseline":"entered""#), "{text}");
     assert_eq!(serde_json::from_str::<EstimatorConfig>(&text).unwrap(), want);
-    let paper = EstimatorConfig::Beacon(BeaconConfig::paper());
+    let paper = EstimatorConfig::Beacon(BeaconConfig::default());
     assert!(serde_json::to_string(&paper)
         .unwrap()
         .contains(r#""segment_baseline":"completed""#));

@@ -32,7 +32,7 @@ fn beacon() -> impl Strategy<Value = BeaconConfig> {
         let base = if preset {
             BeaconConfig::official()
         } else {
-            BeaconConfig::paper()
+            BeaconConfig::default()
         };
         base.with_flavour(flavour)
             .with_milestone_reward(x[0])

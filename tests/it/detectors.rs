@@ -58,7 +58,7 @@ const ALFWORLD_NEGATIVES: &[&str] = &[
 
 #[test]
 fn alfworld_near_misses_do_not_fire() {
-    let mut d = TextPatterns::alfworld();
+    let mut d = DetectorPreset::Alfworld.build().unwrap();
     for line in ALFWORLD_NEGATIVES {
         assert!(!d.detect(&response(line)), "fired on {line:?}");
     }
@@ -66,7 +66,7 @@ fn alfworld_near_misses_do_not_fire() {
 
 #[test]
 fn alfworld_feedback_is_found_inside_a_wrapped_response() {
-    let mut d = TextPatterns::alfworld();
+    let mut d = DetectorPreset::Alfworld.build().unwrap();
     let wrapped = "Your current observation is: You heat the apple 1 using the microwave 1. Admissible: ['go to countertop 1'].";
     assert!(d.detect(&response(wrapped)));
     // Only s' counts: the same sentence in the action or in s is ignored.
@@ -85,7 +85,7 @@ fn alfworld_feedback_is_found_inside_a_wrapped_response() {
 
 #[test]
 fn textworld_score_message() {
-    let mut d = TextPatterns::textworld_score();
+    let mut d = DetectorPreset::TextWorldScore.build().unwrap();
     for line in [
         "You take the lettuce from the fridge.\n\n\n\nYour score has just gone up by one point.\n\n>",
         "Your score has just gone up by two points.",
@@ -782,20 +782,17 @@ fn presets_build_the_documented_detectors() {
             !d.detect(&Transition::default()),
             "{preset} fired on an empty step"
         );
-        assert!(!preset.needs_task_input());
     }
     assert!(matches!(
         DetectorPreset::WebShop.build(),
         Err(Error::MissingInput(_))
     ));
-    assert!(DetectorPreset::WebShop.needs_task_input());
 }
 
 #[test]
 fn boxed_detectors_are_send() {
     fn assert_send<T: Send>(_: &T) {}
-    for p in DetectorPreset::ALL.iter().filter(|p| !p.needs_task_input()) {
-        let d = p.build().unwrap();
+    for d in DetectorPreset::ALL.iter().filter_map(|p| p.build().ok()) {
         assert_send(&d);
         std::thread::spawn(move || drop(d)).join().unwrap();
     }
@@ -837,8 +834,7 @@ fn tricky_text() -> impl Strategy<Value = String> {
 fn all_detectors() -> Vec<BoxedDetector> {
     let mut v: Vec<BoxedDetector> = DetectorPreset::ALL
         .iter()
-        .filter(|p| !p.needs_task_input())
-        .map(|p| p.build().unwrap())
+        .filter_map(|p| p.build().ok())
         .collect();
     v.push(Box::new(WebShopPhases::new(goal()).unwrap()));
     v.push(Box::new(

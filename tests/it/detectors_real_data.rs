@@ -4,8 +4,7 @@
 //! scores; each detector is checked against it on every step.
 
 use beacon_rl::milestone::{
-    detect_milestones, DetectorPreset, MilestoneDetector, NewSubgoals, ScoreIncrease, TextPatterns,
-    Transition,
+    detect_milestones, DetectorPreset, MilestoneDetector, NewSubgoals, ScoreIncrease, Transition,
 };
 use beacon_rl::RolloutBatch;
 use serde_json::Value;
@@ -151,7 +150,11 @@ fn new_subgoals_equals_recorded_flags_on_every_scienceworld_step() {
 #[test]
 fn textworld_score_message_equals_recorded_flags_on_every_textworld_step() {
     assert_eq!(
-        check_env("textworld", &mut TextPatterns::textworld_score(), 0.0),
+        check_env(
+            "textworld",
+            &mut DetectorPreset::TextWorldScore.build().unwrap(),
+            0.0
+        ),
         TW
     );
     assert_eq!(check_env("textworld", &mut ScoreIncrease, 0.0), TW);
@@ -161,7 +164,7 @@ fn textworld_score_message_equals_recorded_flags_on_every_textworld_step() {
 fn alfworld_pick_up_wording_is_the_textworld_engines() {
     // ALFWorld runs on the TextWorld engine, whose recorded feedback here shares the pick-up
     // sentence ("You pick up the knife from the ground."): a real-run check of that pattern.
-    let mut d = TextPatterns::alfworld();
+    let mut d = DetectorPreset::Alfworld.build().unwrap();
     let mut pick_ups = 0;
     for traj in load().iter().filter(|t| t.env == "textworld") {
         for s in &traj.steps {

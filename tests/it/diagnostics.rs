@@ -198,7 +198,7 @@ fn grpo_on_a_group_contradicts_every_shared_pair() {
     // GRPO: R = [1, 0], μ = 0.5, σ = 0.7071, A = ±0.5/0.7071 = ±0.70711 on every step.
     let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0]).unwrap();
     let flags = [true, false, true, true, false, false];
-    let grpo = Beacon::new(BeaconConfig::paper().with_segment_weight(0.0))
+    let grpo = Beacon::new(BeaconConfig::default().with_segment_weight(0.0))
         .unwrap()
         .compute(&batch, &flags)
         .unwrap();

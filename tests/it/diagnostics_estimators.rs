@@ -223,7 +223,7 @@ fn failures_name_the_estimator() {
         .with_response_mask(&mask)
         .with_milestones(&c.milestones);
     let grpo = build("grpo");
-    let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
+    let beacon = Beacon::new(BeaconConfig::default()).unwrap();
 
     // The estimator's own error: GiGPO needs step rewards and anchors.
     let gigpo = build("gigpo");
@@ -335,7 +335,7 @@ fn the_input_milestones_must_be_the_diagnosed_ones() {
     let diag = c.diagnostics();
     let rewards = Array2::from_shape_fn((7, 1), |(r, _)| c.reward[r]);
     let mask = Array2::from_elem((7, 1), true);
-    let beacon = Beacon::new(BeaconConfig::paper()).unwrap();
+    let beacon = Beacon::new(BeaconConfig::default()).unwrap();
     let base = EstimatorInput::new(&c.batch)
         .with_token_level_rewards(&rewards)
         .with_response_mask(&mask);
@@ -413,8 +413,7 @@ mod bundled {
             .unzip();
         let diag =
             Diagnostics::new(rb.batch(), &state, &action, &flags, DiagnosticsConfig::default()).unwrap();
-        let cols = rb.columns();
-        let input = cols.input(rb.batch(), &flags);
+        let input = rb.input(&flags);
         let names = ["grpo", "gigpo", "beacon", "beacon_official"];
         let built: Vec<_> = names.iter().map(|n| build(n)).collect();
         let list: Vec<(&str, &dyn AdvantageEstimator)> =

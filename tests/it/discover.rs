@@ -5,7 +5,7 @@
 use beacon_rl::milestone::{
     frequency_baseline, DiscoveryConfig, MilestoneAgreement, MilestoneDiscovery, Transition,
 };
-use beacon_rl::record::{open_jsonl, read_trajectories, RecordBatch, TrajectoryRecord};
+use beacon_rl::record::{read_trajectories, RecordBatch, TrajectoryRecord};
 use beacon_rl::{Error, RolloutBatch};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -494,7 +494,7 @@ fn bad_input_is_a_typed_error_and_leaves_memory_unchanged() {
 
 fn sample() -> Vec<TrajectoryRecord> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
-    read_trajectories(open_jsonl(path).unwrap())
+    read_trajectories(std::io::BufReader::new(std::fs::File::open(path).unwrap()))
         .collect::<Result<Vec<_>, _>>()
         .unwrap()
 }
@@ -507,13 +507,12 @@ fn agreement(records: &[TrajectoryRecord], flags: &[bool], labels: &[bool]) -> [
         let n = r.steps.len();
         let one = RolloutBatch::from_blocks(1, &[n], vec![0.0]).unwrap();
         let a = MilestoneAgreement::compare(&one, &flags[at..at + n], &labels[at..at + n]).unwrap();
-        out[0].merge(&a);
+        out[0] += a;
         out[if protocol::env_of(r) == "scienceworld" {
             1
         } else {
             2
-        }]
-        .merge(&a);
+        }] += a;
         at += n;
     }
     out

@@ -229,8 +229,9 @@ mod reference {
 
     fn group_rows(batch: &RolloutBatch, g: usize) -> &[usize] {
         let trajs = batch.group_trajectories(g);
-        let steps = batch.trajectory_steps(trajs.start).start..batch.trajectory_steps(trajs.end - 1).end;
-        &batch.step_rows()[steps]
+        let steps = crate::common::trajectory_steps(batch, trajs.start).start
+            ..crate::common::trajectory_steps(batch, trajs.end - 1).end;
+        &batch.try_step_rows().unwrap()[steps]
     }
 
     fn row_groups(batch: &RolloutBatch) -> Vec<usize> {

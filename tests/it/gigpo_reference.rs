@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::common::SplitMix64;
 use crate::difflib_reference::ratio;
-use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, NormMode, StepGrouping, Workspace};
+use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, NormMode, StepGrouping};
 use beacon_rl::RolloutBatch;
 
 struct Case {
@@ -246,16 +246,12 @@ fn configs() -> Vec<GigpoConfig> {
 
 #[test]
 fn text_anchors_match_the_row_loop_reference_bit_for_bit() {
-    // One workspace across all cases: reuse must not leak state between batches.
-    let mut ws = Workspace::default();
-    let mut out = GigpoOutput::default();
     for seed in 0..40 {
         let c = case(seed, 1 + (seed as usize % 9));
         let batch = RolloutBatch::from_row_keys(&c.uid, &c.traj, &c.episode).unwrap();
         for cfg in configs() {
             let g = Gigpo::new(cfg).unwrap();
-            g.compute_into(&batch, &c.rewards, &c.anchors, &mut ws, &mut out)
-                .unwrap();
+            let out = g.compute(&batch, &c.rewards, &c.anchors).unwrap();
             assert_same(&out, &reference(&cfg, &c, false), &format!("seed {seed} {cfg:?}"));
         }
     }
@@ -263,8 +259,6 @@ fn text_anchors_match_the_row_loop_reference_bit_for_bit() {
 
 #[test]
 fn integer_anchors_match_the_row_loop_reference_bit_for_bit() {
-    let mut ws = Workspace::default();
-    let mut out = GigpoOutput::default();
     for seed in 100..140 {
         let c = case(seed, 1 + (seed as usize % 11));
         let batch = RolloutBatch::from_row_keys(&c.uid, &c.traj, &c.episode).unwrap();
@@ -273,8 +267,7 @@ fn integer_anchors_match_the_row_loop_reference_bit_for_bit() {
             .filter(|c| c.grouping == StepGrouping::Exact)
         {
             let g = Gigpo::new(cfg).unwrap();
-            g.compute_by_key_into(&batch, &c.rewards, &c.anchor_ids, &mut ws, &mut out)
-                .unwrap();
+            let out = g.compute_by_key(&batch, &c.rewards, &c.anchor_ids).unwrap();
             assert_same(&out, &reference(&cfg, &c, true), &format!("seed {seed} {cfg:?}"));
         }
     }
@@ -299,17 +292,24 @@ fn trajectory_major(c: &Case) -> Case {
 
 #[test]
 fn rows_in_step_order_match_the_reference_bit_for_bit() {
-    let mut ws = Workspace::default();
-    let mut out = GigpoOutput::default();
     for seed in 200..230 {
         let c = trajectory_major(&case(seed, 1 + (seed as usize % 7)));
         let batch = RolloutBatch::from_row_keys(&c.uid, &c.traj, &c.episode).unwrap();
-        assert!(batch.rows_in_step_order());
+        assert!(in_step_order(&batch));
         for cfg in configs() {
             let g = Gigpo::new(cfg).unwrap();
-            g.compute_into(&batch, &c.rewards, &c.anchors, &mut ws, &mut out)
-                .unwrap();
+            let out = g.compute(&batch, &c.rewards, &c.anchors).unwrap();
             assert_same(&out, &reference(&cfg, &c, false), &format!("seed {seed} {cfg:?}"));
         }
     }
+}
+
+/// Whether the batch's rows are already in step order (its row index is the identity).
+fn in_step_order(batch: &RolloutBatch) -> bool {
+    batch
+        .try_step_rows()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .all(|(s, &row)| s == row)
 }

@@ -334,7 +334,10 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
             "{name}: {err:?}"
         );
         // The mask itself, checked after the values: 3 rows for 4, a length past L.
-        let short = input.with_response_lengths(&lengths[..3], UNALLOCATABLE_COLS);
+        let short = input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+            lengths: &lengths[..3],
+            cols: UNALLOCATABLE_COLS,
+        });
         assert_eq!(
             est.estimate(&short).unwrap_err(),
             Error::LengthMismatch {
@@ -345,7 +348,10 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
             "{name}"
         );
         let err = est
-            .estimate(&input.with_response_lengths(&long, UNALLOCATABLE_COLS))
+            .estimate(&input.with_response_mask(beacon_rl::tensor::MaskView::Lengths {
+                lengths: &long,
+                cols: UNALLOCATABLE_COLS,
+            }))
             .unwrap_err();
         assert!(
             matches!(err, Error::InvalidMask { row: 1, .. }),
@@ -356,19 +362,13 @@ fn c8_estimate_checks_the_step_inputs_before_allocating_a_claimed_output() {
 
 // ---------------------------------------------------------------- N1–N4: BEACON outputs
 
-/// Every BEACON entry point on one batch: `compute`, `compute_into`,
-/// the trait's `estimate` and `estimate_into`. Returns the per-row advantages of each (or
+/// Every BEACON entry point on one batch: `compute`, the trait's `estimate` and `estimate_into`. Returns the per-row advantages of each (or
 /// its error).
 fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> Vec<Result<Vec<f64>, Error>> {
     let b = Beacon::new(cfg).expect("valid config");
     let n = batch.num_steps();
     let mut out = Vec::new();
     out.push(b.compute(batch, flags).map(|o| o.advantages));
-    let mut parts = beacon_rl::estimator::BeaconOutput::default();
-    out.push(
-        b.compute_into(batch, flags, &mut Workspace::default(), &mut parts)
-            .map(|()| parts.advantages.clone()),
-    );
     let input = EstimatorInput::new(batch).with_milestones(flags);
     out.push(b.estimate(&input).map(|a| a.advantages.column(0).to_vec()));
     let (mut a, mut r) = (Array2::<f64>::zeros((n, 1)), Array2::<f64>::zeros((n, 1)));
@@ -403,7 +403,7 @@ fn n1_paper_rewards_near_max_give_the_exact_advantages() {
     // −(4/3)/(2/√3) = −2/√3 for the third. The old code gave Ok([0, 0, NaN]).
     let batch = RolloutBatch::from_blocks(3, &[1, 1, 1], vec![1e308, 1e308, -1e308]).unwrap();
     let want = [1.0 / 3f64.sqrt(), 1.0 / 3f64.sqrt(), -2.0 / 3f64.sqrt()];
-    for (i, got) in all_entry_points(BeaconConfig::paper(), &batch, &[false; 3])
+    for (i, got) in all_entry_points(BeaconConfig::default(), &batch, &[false; 3])
         .into_iter()
         .enumerate()
     {
@@ -436,7 +436,7 @@ fn n3_paper_huge_milestone_reward_is_a_typed_error() {
     // −∞). The mean return 1e308 is representable only by reassociating the release's sum,
     // which would change its bits: a typed error instead.
     let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0]).unwrap();
-    let mut cfg = BeaconConfig::paper();
+    let mut cfg = BeaconConfig::default();
     cfg.milestone_reward = 1e308;
     cfg.segment_decay = 1.0;
     for (i, got) in all_entry_points(cfg, &batch, &[false, true, false, false])
@@ -544,7 +544,7 @@ fn w2_grpo_vectorized_overflowing_f32_variance_gives_the_exact_answer() {
 fn w3_beacon_paper_overflowing_variance_gives_the_exact_answer() {
     // Terminal rewards ±1e155, one step each, no milestone: A = A^traj = ±1/√2 (was ±0).
     let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1e155, -1e155]).unwrap();
-    for cfg in [BeaconConfig::paper(), official(NormMode::MeanStdNorm)] {
+    for cfg in [BeaconConfig::default(), official(NormMode::MeanStdNorm)] {
         let a = Beacon::new(cfg)
             .unwrap()
             .compute(&batch, &[false, false])

@@ -131,7 +131,7 @@ fn paper_reference(groups: &[Group], c: &BeaconConfig) -> Vec<f64> {
 }
 
 fn paper(decay: f64, weight: f64) -> Beacon {
-    let mut c = BeaconConfig::paper();
+    let mut c = BeaconConfig::default();
     c.segment_decay = decay;
     c.segment_weight = weight;
     Beacon::new(c).unwrap()
@@ -149,7 +149,7 @@ proptest! {
         traj_weight in prop_oneof![Just(1.0), Just(0.0), 0.0..5.0f64],
     ) {
         let (batch, flags) = build(&groups);
-        let c = BeaconConfig::paper()
+        let c = BeaconConfig::default()
             .with_milestone_reward(milestone_reward)
             .with_segment_decay(decay)
             .with_segment_weight(weight)
@@ -236,7 +236,7 @@ proptest! {
         for (d, check) in [(decay, 0u8), (1.0, 1), (0.0, 2)] {
             let out = paper(d, 1.0).compute(&batch, &flags).unwrap();
             for j in 0..batch.num_trajectories() {
-                let steps = batch.trajectory_steps(j);
+                let steps = crate::common::trajectory_steps(&batch, j);
                 let last_ms = steps.clone().rev().find(|&s| flags[s]);
                 for s in steps.clone() {
                     let r = out.shaped_rewards[s];
@@ -263,7 +263,7 @@ proptest! {
         for g in 0..batch.num_groups() {
             let mut sums: Vec<f64> = Vec::new();
             for j in batch.group_trajectories(g) {
-                let steps = batch.trajectory_steps(j);
+                let steps = crate::common::trajectory_steps(&batch, j);
                 let k_total = steps.clone().filter(|&s| flags[s]).count();
                 for k in 0..k_total {
                     let seg: Vec<usize> = steps.clone().filter(|&s| out.segments[s] == k).collect();
@@ -289,7 +289,7 @@ proptest! {
         let mut rew = Vec::new();
         for j in 0..batch.num_trajectories() {
             let g = (0..batch.num_groups()).find(|&g| batch.group_trajectories(g).contains(&j)).unwrap();
-            for _ in batch.trajectory_steps(j) {
+            for _ in crate::common::trajectory_steps(&batch, j) {
                 uid.push(g);
                 traj.push(j);
                 rew.push(batch.terminal_rewards()[j]);
@@ -315,7 +315,7 @@ proptest! {
         let p_flags: Vec<_> = perm.iter().map(|&i| flags[i]).collect();
         let shuffled = RolloutBatch::from_row_keys(&p_uid, &p_traj, &p_rew).unwrap();
         let mode = if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm };
-        for cfg in [BeaconConfig::paper(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { mode })] {
+        for cfg in [BeaconConfig::default(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { mode })] {
             let b = Beacon::new(cfg).unwrap();
             let base = b.compute(&batch, &flags).unwrap();
             let out = b.compute(&shuffled, &p_flags).unwrap();
@@ -331,7 +331,7 @@ proptest! {
     fn finite_in_finite_out(groups in batch_strategy(), decay in 0.0..=1.0f64, std_norm in any::<bool>()) {
         let (batch, flags) = build(&groups);
         let mode = if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm };
-        for cfg in [BeaconConfig::paper(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { mode }).with_segment_decay(decay)] {
+        for cfg in [BeaconConfig::default(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { mode }).with_segment_decay(decay)] {
             let out = Beacon::new(cfg).unwrap().compute(&batch, &flags).unwrap();
             prop_assert!(out.advantages.iter().all(|a| a.is_finite()));
         }

@@ -190,7 +190,10 @@ fn lengths_past_the_row_are_a_typed_error() {
     let rewards = ndarray::array![[1.0f32, 0.0], [0.0, 0.0]];
     let input = EstimatorInput::new(&batch)
         .with_token_level_rewards(&rewards)
-        .with_response_lengths(&[2, 3], 2);
+        .with_response_mask(MaskView::Lengths {
+            lengths: &[2, 3],
+            cols: 2,
+        });
     for name in ["grpo", "gae", "reinforce_plus_plus", "opo"] {
         let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
         let err = est.estimate(&input.with_values(&rewards)).unwrap_err();
@@ -222,7 +225,10 @@ fn step_rows_match_the_token_path() {
         let ones = vec![1usize; rows];
         let token_input = EstimatorInput::new(&c.batch)
             .with_token_level_rewards(&rewards)
-            .with_response_lengths(&ones, 1);
+            .with_response_mask(MaskView::Lengths {
+                lengths: &ones,
+                cols: 1,
+            });
         for name in ["grpo", "grpo_vectorized", "rloo", "rloo_vectorized"] {
             let est = name.parse::<EstimatorConfig>().unwrap().build().unwrap();
             let mut step = vec![f64::NAN; rows];
@@ -245,7 +251,10 @@ fn step_rows_match_the_token_path() {
             .with_milestones(&c.milestones)
             .with_step_rewards(&c.step_rewards)
             .with_anchor_obs(&c.anchors)
-            .with_response_lengths(&c.lengths, 9);
+            .with_response_mask(MaskView::Lengths {
+                lengths: &c.lengths,
+                cols: 9,
+            });
         let beacon = Beacon::new(BeaconConfig::official()).unwrap();
         let gigpo = Gigpo::new(GigpoConfig::default()).unwrap();
         let direct = [

@@ -73,7 +73,7 @@ fn beacon_segment_term_is_blind_to_quitting() {
     let batch = RolloutBatch::from_row_keys(&[0; 8], &[0, 0, 1, 1, 2, 2, 3, 3], &[0.0; 8]).unwrap();
     let milestones = [false, true, false, true, false, false, false, false];
     let est = EstimatorConfig::Beacon(
-        beacon_rl::estimator::BeaconConfig::paper()
+        beacon_rl::estimator::BeaconConfig::default()
             .with_segment_decay(1.0)
             .with_milestone_reward(1.0),
     )

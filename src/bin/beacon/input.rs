@@ -4,7 +4,7 @@
 use std::io::BufRead;
 use std::sync::mpsc;
 
-use beacon_rl::record::{open_jsonl, read_trajectories, RecordGroup, TrajectoryGroups};
+use beacon_rl::record::{read_trajectories, RecordGroup, TrajectoryGroups};
 
 /// The sample read when no file is given, built into the program so that an installed
 /// `beacon` has it too.
@@ -33,6 +33,18 @@ impl Input {
             Input::Bundled => Ok(Box::new(BUNDLED.as_bytes())),
         }
     }
+}
+
+/// Opens a JSON Lines input: a file path, or standard input for `-`.
+fn open_jsonl(path: &str) -> beacon_rl::Result<Box<dyn BufRead>> {
+    if path == "-" {
+        return Ok(Box::new(std::io::stdin().lock()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| beacon_rl::Error::Io {
+        kind: e.kind(),
+        message: format!("opening {path}: {e}"),
+    })?;
+    Ok(Box::new(std::io::BufReader::new(file)))
 }
 
 /// Groups read and parsed on a second thread while this one computes and writes: parsing

@@ -38,10 +38,14 @@ impl Run<'_> {
         }
         let rb = RecordBatch::new(records)?;
         let flags = detector.flags(&rb)?;
-        let cols = rb.columns();
-        let input = cols.input(rb.batch(), &flags);
+        let input = rb.input(&flags);
+        // `RecordBatch::input` sets both columns.
+        let (step_rewards, anchor_obs) = (
+            input.step_rewards.unwrap_or_default(),
+            input.anchor_obs.unwrap_or_default(),
+        );
         // BEACON and GiGPO are run once, for their parts; their advantages are among them.
-        let parts = parts(self.config, &rb, &cols.step_rewards, &cols.anchor_obs, &flags)?;
+        let parts = parts(self.config, &rb, step_rewards, anchor_obs, &flags)?;
         let estimated;
         let adv: &[f64] = match &parts {
             Parts::Beacon(p) => &p.advantages,
@@ -64,12 +68,7 @@ impl Run<'_> {
         if self.diagnostics {
             // State key: (task, observation before the step); action key: the action text.
             let states: Vec<(&str, &str)> = (0..rb.batch().num_steps())
-                .map(|row| {
-                    (
-                        records[rb.row_location(row).0].group_id.as_str(),
-                        cols.anchor_obs[row],
-                    )
-                })
+                .map(|row| (records[rb.row_location(row).0].group_id.as_str(), anchor_obs[row]))
                 .collect();
             let actions: Vec<&str> = (0..rb.batch().num_steps())
                 .map(|row| rb.transition(row).action)

@@ -484,8 +484,10 @@ mod tests {
         // a: r = [1, 0.5, 1, 0] -> A_seg = [1-0.875, 0.5-0.75, 1-0.75, 0] = [0.125, -0.25, 0.25, 0]
         // b: r = [0.5, 1, 0]    -> A_seg = [0.5-0.875, 1-0.875, 0] = [-0.375, 0.125, 0]
         // c: A_seg = [0, 0]
-        let mut c = BeaconConfig::paper();
-        c.segment_decay = 0.5;
+        let c = BeaconConfig {
+            segment_decay: 0.5,
+            ..BeaconConfig::default()
+        };
         let batch = RolloutBatch::from_blocks(3, &[4, 3, 2], vec![1.0, 0.0, 0.0]).unwrap();
         let flags = [true, false, true, false, false, true, false, false, false];
         let out = beacon(c).compute(&batch, &flags).unwrap();
@@ -521,10 +523,12 @@ mod tests {
         // A_seg: a [1 − 31/36 = 5/36]; b [0]; c [5/36, 1 − 1 = 0, 0 (unfinished)];
         //        d [9/36 − 31/36 = −22/36, 18/36 − 31/36 = −13/36, 5/36].
         // Zero sum over G_1 of the per-segment means: 5/36 + 5/36 + (−30/36)/3 = 0.
-        let mut c = BeaconConfig::paper();
-        c.segment_decay = 0.5;
-        c.segment_weight = 2.0;
-        c.trajectory_weight = 0.5;
+        let c = BeaconConfig {
+            segment_decay: 0.5,
+            segment_weight: 2.0,
+            trajectory_weight: 0.5,
+            ..BeaconConfig::default()
+        };
         let batch = RolloutBatch::from_blocks(4, &[1, 1, 3, 3], vec![1.0, 0.0, 0.0, 1.0]).unwrap();
         let flags = [true, false, true, true, false, false, false, true];
         let out = beacon(c).compute(&batch, &flags).unwrap();
@@ -547,8 +551,10 @@ mod tests {
         // A_seg = [−0.25, 0.25, 0 (unfinished)]. Under SingletonRule::Zero only A_traj is 0.
         let batch = RolloutBatch::from_blocks(1, &[3], vec![0.7]).unwrap();
         let flags = [false, true, false];
-        let mut c = BeaconConfig::paper();
-        c.segment_decay = 0.5;
+        let mut c = BeaconConfig {
+            segment_decay: 0.5,
+            ..BeaconConfig::default()
+        };
         let out = beacon(c).compute(&batch, &flags).unwrap();
         assert_eq!(out.segment_advantages, vec![-0.25, 0.25, 0.0]);
         assert_eq!(out.trajectory_advantages, vec![0.7 / (1.0 + 1e-6); 3]);
@@ -573,9 +579,11 @@ mod tests {
             assert_abs_diff_eq!(out.trajectory_advantages[i], traj[i], epsilon = 1e-12);
             assert_abs_diff_eq!(out.segment_advantages[i], seg[i], epsilon = 1e-12);
         }
-        let mut p = BeaconConfig::paper();
-        p.milestone_reward = 10.0;
-        p.segment_decay = 0.5;
+        let p = BeaconConfig {
+            milestone_reward: 10.0,
+            segment_decay: 0.5,
+            ..BeaconConfig::default()
+        };
         let out = beacon(p).compute(&batch, &flags).unwrap();
         // std of (1, 0) = 0.7071..; a's segment 1 is alone in G_1 -> A_seg = 10 - 10 = 0
         let t = 0.5 / (0.5f64.sqrt() + 1e-6);
@@ -585,7 +593,7 @@ mod tests {
     }
 
     fn entered(decay: f64) -> Beacon {
-        let c = BeaconConfig::paper()
+        let c = BeaconConfig::default()
             .with_segment_decay(decay)
             .with_segment_baseline(SegmentBaseline::Entered);
         beacon(c)
@@ -606,8 +614,10 @@ mod tests {
         //   c = [−7/12]: quitting is now the worst.
         let batch = RolloutBatch::from_blocks(3, &[3, 2, 1], vec![0.0; 3]).unwrap();
         let flags = [false, true, false, true, false, false];
-        let mut p = BeaconConfig::paper();
-        p.segment_decay = 0.5;
+        let p = BeaconConfig {
+            segment_decay: 0.5,
+            ..BeaconConfig::default()
+        };
         let out = beacon(p).compute(&batch, &flags).unwrap();
         let want = [-0.375, 0.125, 0.0, 0.125, 0.0, 0.0];
         for (got, want) in out.segment_advantages.iter().zip(want) {
@@ -667,8 +677,10 @@ mod tests {
         // No unfinished segment anywhere: E_k = G_k, the same numbers bit for bit.
         let batch = RolloutBatch::from_blocks(3, &[2, 3, 1], vec![1.0, 0.0, 1.0]).unwrap();
         let flags = [false, true, true, false, true, true];
-        let mut p = BeaconConfig::paper();
-        p.segment_decay = 0.5;
+        let p = BeaconConfig {
+            segment_decay: 0.5,
+            ..BeaconConfig::default()
+        };
         let a = beacon(p).compute(&batch, &flags).unwrap();
         let b = entered(0.5).compute(&batch, &flags).unwrap();
         assert_eq!(a, b);
@@ -684,7 +696,7 @@ mod tests {
                 ..
             })
         ));
-        let c = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
+        let c = BeaconConfig::default().with_segment_baseline(SegmentBaseline::Entered);
         assert_eq!(Beacon::new(c).unwrap().name(), "beacon");
     }
 
@@ -729,13 +741,15 @@ mod tests {
     #[test]
     fn singleton_rules() {
         let batch = RolloutBatch::from_blocks(1, &[2], vec![0.7]).unwrap();
-        let out = beacon(BeaconConfig::paper())
+        let out = beacon(BeaconConfig::default())
             .compute(&batch, &[false, false])
             .unwrap();
         // μ = 0, σ = 1: 0.7 / (1 + 1e-6)
         assert_eq!(out.trajectory_advantages[0], 0.7 / (1.0 + 1e-6));
-        let mut c = BeaconConfig::paper();
-        c.singleton = SingletonRule::Zero;
+        let c = BeaconConfig {
+            singleton: SingletonRule::Zero,
+            ..BeaconConfig::default()
+        };
         let out = beacon(c).compute(&batch, &[false, false]).unwrap();
         assert_eq!(out.advantages, vec![0.0, 0.0]);
         // Official, a single row: mean 0 -> A = R in mean_norm

@@ -37,8 +37,8 @@ pub enum BeaconFlavour {
 ///
 /// ```
 /// use beacon_rl::estimator::{BeaconConfig, SegmentBaseline};
-/// assert_eq!(BeaconConfig::paper().segment_baseline, SegmentBaseline::Completed);
-/// let c = BeaconConfig::paper().with_segment_baseline(SegmentBaseline::Entered);
+/// assert_eq!(BeaconConfig::default().segment_baseline, SegmentBaseline::Completed);
+/// let c = BeaconConfig::default().with_segment_baseline(SegmentBaseline::Entered);
 /// assert_eq!(c.segment_baseline, SegmentBaseline::Entered);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -67,7 +67,7 @@ impl SegmentBaseline {
 ///
 /// ```
 /// use beacon_rl::estimator::{Beacon, BeaconConfig};
-/// let mut cfg = BeaconConfig::paper();
+/// let mut cfg = BeaconConfig::default();
 /// cfg.segment_decay = 0.9;
 /// Beacon::new(cfg)?;
 ///
@@ -111,28 +111,9 @@ pub struct BeaconConfig {
 }
 
 impl BeaconConfig {
-    /// The paper's equations and hyperparameters: γ = 0.95, λ = 1 (its Table of
-    /// hyperparameters), and R_ms = 1, ε = 1e-6, which the paper leaves open.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
-    /// let c = BeaconConfig::paper();
-    /// assert_eq!((c.flavour, c.milestone_reward, c.segment_decay), (BeaconFlavour::Paper, 1.0, 0.95));
-    /// ```
-    pub fn paper() -> Self {
-        Self {
-            flavour: BeaconFlavour::Paper,
-            milestone_reward: 1.0,
-            segment_decay: 0.95,
-            segment_weight: 1.0,
-            trajectory_weight: 1.0,
-            std_eps: 1e-6,
-            singleton: SingletonRule::PassThrough,
-            segment_baseline: SegmentBaseline::Completed,
-        }
-    }
-
-    /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`.
+    /// The public code release's defaults: R_ms = 10, γ = 0.95, w = 1, `mean_norm`. Its ALFWorld
+    /// script sets γ = 0.9, w = 10: `BeaconConfig { segment_decay: 0.9, segment_weight: 10.0,
+    /// ..BeaconConfig::official() }`.
     ///
     /// ```
     /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, NormMode};
@@ -146,22 +127,7 @@ impl BeaconConfig {
                 mode: NormMode::MeanNorm,
             },
             milestone_reward: 10.0,
-            ..Self::paper()
-        }
-    }
-
-    /// The release's ALFWorld scripts: [`official`](Self::official) with γ = 0.9, w = 10.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::BeaconConfig;
-    /// let c = BeaconConfig::official_alfworld();
-    /// assert_eq!((c.segment_decay, c.segment_weight), (0.9, 10.0));
-    /// ```
-    pub fn official_alfworld() -> Self {
-        Self {
-            segment_decay: 0.9,
-            segment_weight: 10.0,
-            ..Self::official()
+            ..Self::default()
         }
     }
 
@@ -190,14 +156,30 @@ impl BeaconConfig {
 }
 
 impl Default for BeaconConfig {
-    /// [`BeaconConfig::paper`].
+    /// The paper's equations and hyperparameters: γ = 0.95, λ = 1 (its Table of
+    /// hyperparameters), and R_ms = 1, ε = 1e-6, which the paper leaves open.
+    ///
+    /// ```
+    /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour};
+    /// let c = BeaconConfig::default();
+    /// assert_eq!((c.flavour, c.milestone_reward, c.segment_decay), (BeaconFlavour::Paper, 1.0, 0.95));
+    /// ```
     fn default() -> Self {
-        Self::paper()
+        Self {
+            flavour: BeaconFlavour::Paper,
+            milestone_reward: 1.0,
+            segment_decay: 0.95,
+            segment_weight: 1.0,
+            trajectory_weight: 1.0,
+            std_eps: 1e-6,
+            singleton: SingletonRule::PassThrough,
+            segment_baseline: SegmentBaseline::Completed,
+        }
     }
 }
 
 crate::setters::with_setters! {
-    BeaconConfig, "use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::estimator::{NormMode, SingletonRule};", BeaconConfig::paper();
+    BeaconConfig, "use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::estimator::{NormMode, SingletonRule};", BeaconConfig::default();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
     with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
@@ -234,7 +216,7 @@ mod tests {
             (|c| c.std_eps = -1e-6, "std_eps"),
         ];
         for (edit, name) in cases {
-            let mut c = BeaconConfig::paper();
+            let mut c = BeaconConfig::default();
             edit(&mut c);
             match Beacon::new(c) {
                 Err(Error::InvalidConfig { name: n, .. }) => assert_eq!(n, name),

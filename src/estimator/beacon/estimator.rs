@@ -1,5 +1,5 @@
 //! The [`Beacon`] estimator: the trait's entry points, and the parts API
-//! ([`Beacon::compute`], [`Beacon::compute_into`]) that returns Â_{i,t} = w_traj·A^traj_i +
+//! ([`Beacon::compute`]) that returns Â_{i,t} = w_traj·A^traj_i +
 //! λ·A^seg_{i,t} with its terms, shaped rewards and segment ids for inspection.
 
 use crate::batch::RolloutBatch;
@@ -26,7 +26,7 @@ use super::config::{BeaconConfig, BeaconFlavour};
 ///
 /// (w_traj = 1 in the paper; 0 is the "w/o trajectory-level advantage" ablation).
 ///
-/// # Paper flavour ([`BeaconConfig::paper`])
+/// # Paper flavour (`BeaconConfig::default()`)
 ///
 /// - A^traj_i = (R_i − μ) / (σ + ε) over the G trajectories of the group, σ unbiased; a group of
 ///   one trajectory follows [`SingletonRule`](crate::estimator::SingletonRule) (μ = 0, σ = 1 by default).
@@ -122,7 +122,7 @@ use super::config::{BeaconConfig, BeaconFlavour};
 /// // "b" fails (2 steps, no milestone).
 /// let batch = RolloutBatch::from_row_keys(&["task"; 4], &["a", "a", "b", "b"], &[1.0, 1.0, 0.0, 0.0])?;
 /// let flags = [true, false, false, false];
-/// let out = Beacon::new(BeaconConfig::paper())?.compute(&batch, &flags)?;
+/// let out = Beacon::new(BeaconConfig::default())?.compute(&batch, &flags)?;
 ///
 /// // A^traj = ±(0.5 / (0.7071 + 1e-6)); a's milestone step is alone in G_1, so A^seg = 0 there.
 /// assert!((out.trajectory_advantages[0] - 0.70710578).abs() < 1e-6);
@@ -204,23 +204,9 @@ impl Beacon {
         Ok(out)
     }
 
-    /// Like [`compute`](Self::compute), reusing `out`'s and `ws`'s buffers (no allocation
-    /// once they are large enough).
-    ///
-    /// # Errors
-    /// As [`compute`](Self::compute).
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Beacon, BeaconConfig, BeaconOutput, Workspace};
-    /// use beacon_rl::RolloutBatch;
-    /// let beacon = Beacon::new(BeaconConfig::paper())?;
-    /// let (mut ws, mut out) = (Workspace::default(), BeaconOutput::default());
-    /// let batch = RolloutBatch::from_blocks(2, &[3, 3], vec![1.0, 0.0])?;
-    /// beacon.compute_into(&batch, &[false, true, false, false, false, false], &mut ws, &mut out)?;
-    /// assert_eq!(out.segments, vec![0, 0, 1, 0, 0, 0]);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn compute_into(
+    /// [`compute`](Self::compute) into `out`, reusing its and `ws`'s buffers (the trait's
+    /// paths and the tests share it).
+    pub(crate) fn compute_into(
         &self,
         batch: &RolloutBatch,
         milestones: &[bool],
@@ -335,7 +321,7 @@ impl AdvantageEstimator for Beacon {
         /// trajectory to agree), and `milestones` (required); when `token_level_rewards` are
         /// given as well, every row's sum must equal its score, its `row_scores` entry or else
         /// its trajectory's R(τ)
-        /// ([`RolloutBatch::check_row_scores`](crate::RolloutBatch::check_row_scores)).
+        /// (to a relative 1e-6: [`Error::TerminalRewardMismatch`]).
         /// Broadcasts the per-row advantages under `response_mask` when given (else one
         /// column). Returns equal advantages, as in the release.
         ///
@@ -344,9 +330,9 @@ impl AdvantageEstimator for Beacon {
         /// use beacon_rl::estimator::{Beacon, BeaconConfig};
         /// use beacon_rl::{Error, RolloutBatch};
         /// let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1.0, 0.0])?;
-        /// let beacon = Beacon::new(BeaconConfig::paper())?;
+        /// let beacon = Beacon::new(BeaconConfig::default())?;
         /// assert_eq!(beacon.estimate(&EstimatorInput::new(&batch)), Err(Error::MissingInput("milestones")));
-        /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_lengths(&[2, 1], 3);
+        /// let input = EstimatorInput::new(&batch).with_milestones(&[false, false]).with_response_mask(beacon_rl::tensor::MaskView::Lengths { lengths: &[2, 1], cols: 3 });
         /// let mut tokens = ndarray::Array2::<f32>::zeros((2, 3));
         /// beacon.estimate_into(&input, (&mut tokens).into(), None, &mut Workspace::default())?;
         /// assert!(tokens[[0, 1]] > 0.0 && tokens[[0, 2]] == 0.0);
@@ -367,7 +353,7 @@ mod tests {
             RolloutBatch::from_row_keys(&[1, 2, 1, 2, 1], &[1, 2, 3, 2, 1], &[1.0, 0.0, 0.0, 0.0, 1.0])
                 .unwrap();
         let flags = [true, false, true, true, false];
-        for c in [BeaconConfig::paper(), BeaconConfig::official()] {
+        for c in [BeaconConfig::default(), BeaconConfig::official()] {
             let b = Beacon::new(c).unwrap();
             let full = b.compute(&batch, &flags).unwrap();
             let (mut ws, mut adv, mut parts) = (Workspace::default(), vec![0.0; 5], BeaconOutput::default());

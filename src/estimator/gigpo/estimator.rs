@@ -1,6 +1,5 @@
-//! The [`Gigpo`] estimator: the trait's entry points, and the parts API ([`Gigpo::compute`],
-//! [`Gigpo::compute_into`]; [`Gigpo::compute_by_key`], [`Gigpo::compute_by_key_into`] for
-//! non-text anchors) that returns A = A_E + w·A_S with its terms, step returns and step
+//! The [`Gigpo`] estimator: the trait's entry points, and the parts API ([`Gigpo::compute`];
+//! [`Gigpo::compute_by_key`] for non-text anchors) that returns A = A_E + w·A_S with its terms, step returns and step
 //! groups for inspection.
 
 use std::hash::Hash;
@@ -211,26 +210,8 @@ impl Gigpo {
         Ok(out)
     }
 
-    /// [`Gigpo::compute`] into a reusable output and workspace (vectors are resized to the
-    /// batch; their capacity is kept).
-    ///
-    /// # Errors
-    /// As [`Gigpo::compute`]. On error `out` holds unspecified values.
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
-    /// use beacon_rl::RolloutBatch;
-    ///
-    /// let gigpo = Gigpo::new(GigpoConfig::default())?;
-    /// let (mut ws, mut out) = (Workspace::default(), GigpoOutput::default());
-    /// for reward in [1.0, 0.0] {
-    ///     let batch = RolloutBatch::from_row_keys(&["g", "g"], &["a", "b"], &[reward, 0.5])?;
-    ///     gigpo.compute_into(&batch, &[0.0, 0.0], &["s", "s"], &mut ws, &mut out)?;
-    ///     assert_eq!(out.advantages[0], -out.advantages[1]);
-    /// }
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn compute_into<S: AsRef<str> + Sync>(
+    /// [`Gigpo::compute`] into `out`, reusing its and `workspace`'s buffers.
+    pub(crate) fn compute_into<S: AsRef<str> + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -271,22 +252,8 @@ impl Gigpo {
         Ok(out)
     }
 
-    /// [`Gigpo::compute_by_key`] into a reusable output and workspace.
-    ///
-    /// # Errors
-    /// As [`Gigpo::compute_by_key`].
-    ///
-    /// ```
-    /// use beacon_rl::estimator::{Gigpo, GigpoConfig, GigpoOutput, Workspace};
-    /// use beacon_rl::RolloutBatch;
-    ///
-    /// let batch = RolloutBatch::from_row_keys(&[0, 0], &[0, 1], &[1.0, 0.0])?;
-    /// let (mut ws, mut out) = (Workspace::default(), GigpoOutput::default());
-    /// Gigpo::new(GigpoConfig::default())?.compute_by_key_into(&batch, &[0.0, 0.0], &[9u64, 9], &mut ws, &mut out)?;
-    /// assert_eq!(out.num_step_groups, 1);
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn compute_by_key_into<K: Hash + Eq + Sync>(
+    /// [`Gigpo::compute_by_key`] into `out`, reusing its and `workspace`'s buffers.
+    pub(crate) fn compute_by_key_into<K: Hash + Eq + Sync>(
         &self,
         batch: &RolloutBatch,
         step_rewards: &[f64],
@@ -421,7 +388,7 @@ impl AdvantageEstimator for Gigpo {
         /// `anchor_ids` (required; integer ids need [`StepGrouping::Exact`]). When
         /// `token_level_rewards` are given as well, every row's sum must equal its score: its
         /// `row_scores` entry, else its trajectory's terminal reward
-        /// ([`RolloutBatch::check_row_scores`]). Broadcasts the per-row advantages under
+        /// (to a relative 1e-6: [`Error::TerminalRewardMismatch`]). Broadcasts the per-row advantages under
         /// `response_mask` when given (else one column). Returns equal advantages, as in
         /// verl-agent.
         ///
@@ -479,5 +446,47 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn one_workspace_across_batches_gives_fresh_outputs_bit_for_bit() {
+        // Batches of different sizes and groupings through one workspace and one output:
+        // what a batch leaves in them must not reach the next one.
+        let (mut ws, mut out) = (Workspace::default(), GigpoOutput::default());
+        let mut x = 7u64;
+        let mut draw = |n: u64| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
+        };
+        for grouping in [StepGrouping::Exact, StepGrouping::Similarity { threshold: 0.6 }] {
+            let g = Gigpo::new(GigpoConfig::default().with_grouping(grouping)).unwrap();
+            for rows in [1usize, 9, 40, 3, 64] {
+                let groups: Vec<u64> = (0..rows).map(|_| draw(3)).collect();
+                let trajs: Vec<u64> = groups.iter().map(|g| g * 10 + draw(4)).collect();
+                let rewards: Vec<f64> = (0..rows).map(|_| draw(3) as f64).collect();
+                let keys: Vec<u64> = (0..rows).map(|_| draw(5)).collect();
+                let text: Vec<String> = keys.iter().map(|k| format!("room {k} abc")).collect();
+                let episode: Vec<f64> = trajs.iter().map(|t| (t % 2) as f64).collect();
+                let batch = RolloutBatch::from_row_keys(&groups, &trajs, &episode).unwrap();
+                g.compute_into(&batch, &rewards, &text, &mut ws, &mut out)
+                    .unwrap();
+                assert_eq!(
+                    out,
+                    g.compute(&batch, &rewards, &text).unwrap(),
+                    "text, {rows} rows"
+                );
+                if grouping == StepGrouping::Exact {
+                    g.compute_by_key_into(&batch, &rewards, &keys, &mut ws, &mut out)
+                        .unwrap();
+                    assert_eq!(
+                        out,
+                        g.compute_by_key(&batch, &rewards, &keys).unwrap(),
+                        "keys, {rows} rows"
+                    );
+                }
+            }
+        }
     }
 }

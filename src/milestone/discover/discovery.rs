@@ -257,27 +257,9 @@ impl MilestoneDiscovery {
         Ok(flags)
     }
 
-    /// [`discover`](Self::discover) into a caller-owned buffer of one flag per row (every
-    /// row is written).
-    ///
-    /// # Errors
-    /// [`Error::LengthMismatch`] when `tasks.len() != batch.num_groups()`,
-    /// [`Error::OutputShape`] when `flags.len() != batch.num_steps()`,
-    /// [`Error::CapacityExceeded`] when the batch's row index cannot be allocated. On error
-    /// the memory is unchanged.
-    ///
-    /// ```
-    /// # use beacon_rl::milestone::{DiscoveryConfig, MilestoneDiscovery};
-    /// # use beacon_rl::milestone::Transition;
-    /// # use beacon_rl::{Error, RolloutBatch};
-    /// let mut d = MilestoneDiscovery::new(DiscoveryConfig::default())?;
-    /// let batch = RolloutBatch::from_blocks(1, &[2], vec![1.0])?;
-    /// let mut flags = [false; 3];
-    /// let err = d.discover_into(&batch, &["t"], |_, _| Transition::default(), &mut flags);
-    /// assert!(matches!(err, Err(Error::OutputShape { .. })));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn discover_into<'a, T, F>(
+    /// [`discover`](Self::discover) into `flags`, one per row (every row is written; on
+    /// error the memory is unchanged).
+    pub(crate) fn discover_into<'a, T, F>(
         &mut self,
         batch: &RolloutBatch,
         tasks: &[T],
