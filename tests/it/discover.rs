@@ -359,6 +359,15 @@ fn a_response_many_times_longer_than_the_groups_is_a_description_not_progress() 
     ];
     let f = run(&mut fresh(), &["t"], &[vec![(1.0, w.clone()), (1.0, w)]]);
     assert_eq!(f, [[true, true, true], [true, true, true]]);
+    // Before any success too: the listing is a state not seen before, reached by a move
+    // nobody undid, but no first visit worth flagging.
+    let walk = vec![
+        ("go to kitchen", "You move to the kitchen."),
+        ("look around", room),
+        ("take apple", "You take the apple."),
+    ];
+    let f = run_from(&mut fresh(), "You are in the hall.", &[(0.0, walk)]);
+    assert_eq!(f, [[true, false, true]]);
 }
 
 #[test]

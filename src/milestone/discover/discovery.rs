@@ -92,7 +92,9 @@ use crate::Error;
 /// longer (the environment stopped it, not the step budget), and from which no rollout has
 /// been seen to go on. A trapdoor that ends the episode in failure is a first visit nobody
 /// undoes; it precedes failure every time and success never, so it is a decoy, not a
-/// milestone. Dead ends are remembered over all tasks (at most `max_edges`). It fits environments whose
+/// milestone. Nor is a **description** (above) flagged: a room listed by `look around` is a
+/// state not seen before, but the agent only looked. Dead ends are remembered over all tasks
+/// (at most `max_edges`). It fits environments whose
 /// responses describe the state; where responses only echo the action (most text games)
 /// little is ever seen reversed and it over-flags, so it is used only until the task's first
 /// success.
