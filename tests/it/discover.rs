@@ -331,6 +331,46 @@ fn a_response_two_actions_of_one_verb_get_in_a_group_is_no_progress_for_either()
 }
 
 #[test]
+fn a_response_many_times_longer_than_the_groups_is_a_description_not_progress() {
+    // Effects take one sentence; `look around` lists the room (10 sentences: at least 10
+    // and 3 times the median of 1): the agent looked, which is no progress, though every
+    // success did it.
+    let room = "This room is called the kitchen. In it, you see:\n\ta table\n\ta fridge\n\ta stove\n\
+                \ta sink\n\ta cup\n\ta chair\nYou also see:\n\tA door to the hallway";
+    let w = vec![
+        ("go to kitchen", "You move to the kitchen."),
+        ("look around", room),
+        ("take apple", "You take the apple."),
+    ];
+    let lose = vec![("sing", "You sing.")];
+    let group = [vec![(1.0, w.clone()), (1.0, w), (0.0, lose)]];
+    assert_eq!(
+        run(&mut fresh(), &["t"], &group),
+        [vec![true, false, true], vec![true, false, true], vec![false]]
+    );
+    // The length is judged against the group's own too: where every response takes four
+    // sentences, one of eleven (below 3 x 4) is an effect like the others.
+    let long = "You eat the meal. Not bad. It was tasty. The end. Well played. Bye. Again? \
+                Restart. Restore. Quit. Undo.";
+    let w = vec![
+        ("go east", "You go east. It is dark. Mind the step. Go on."),
+        ("take meal", "You take the meal. It is hot. Careful. Eat it."),
+        ("eat meal", long),
+    ];
+    let f = run(&mut fresh(), &["t"], &[vec![(1.0, w.clone()), (1.0, w)]]);
+    assert_eq!(f, [[true, true, true], [true, true, true]]);
+    // Before any success too: the listing is a state not seen before, reached by a move
+    // nobody undid, but no first visit worth flagging.
+    let walk = vec![
+        ("go to kitchen", "You move to the kitchen."),
+        ("look around", room),
+        ("take apple", "You take the apple."),
+    ];
+    let f = run_from(&mut fresh(), "You are in the hall.", &[(0.0, walk)]);
+    assert_eq!(f, [[true, false, true]]);
+}
+
+#[test]
 fn a_feedback_sentence_is_found_and_replaces_the_support_rule() {
     // "Well done." follows three verbs, twice or more in each success, less often in the
     // failure, and in 5 of 9 steps (<= 0.75).
@@ -582,11 +622,13 @@ fn without_any_environment_signal_discovery_beats_the_baseline_on_the_evaluation
     // Measured with examples/discover_eval (its `batch` protocol). Deterministic: pinned
     // exactly. ScienceWorld's group here is a find task, whose rubric scores the doors opened
     // on the way: their "The door is now open." is an acknowledgement two doors share, which
-    // discovery refuses (`shared_responses`), so 7 scored steps are missed (F1 0.64; 0.75
-    // with `shared_responses` off, below). The goal (F1 >= 0.7) is checked for TextWorld;
+    // discovery refuses (`shared_responses`), so 7 scored steps are missed (F1 0.66; 0.76
+    // with `shared_responses` off, below). `look around` and TextWorld's room on entering it
+    // are descriptions, no event (ScienceWorld 2 and TextWorld 11 false positives fewer than
+    // before that rule). The goal (F1 >= 0.7) is checked for TextWorld;
     // ScienceWorld's is measured on the recorded evaluation part (docs/discovery.md).
     let counts = |a: &MilestoneAgreement| (a.true_positives, a.false_positives, a.false_negatives);
-    assert_eq!([counts(&sw), counts(&tw)], [(27, 23, 7), (66, 18, 0)], "{all:?}");
+    assert_eq!([counts(&sw), counts(&tw)], [(27, 21, 7), (66, 7, 0)], "{all:?}");
     assert!(tw.f1() >= 0.7, "{tw:?}");
     let off = DiscoveryConfig::default().with_shared_responses(false);
     let kept = MilestoneDiscovery::new(off)
@@ -594,11 +636,11 @@ fn without_any_environment_signal_discovery_beats_the_baseline_on_the_evaluation
         .discover_records(&RecordBatch::new(&records).unwrap())
         .unwrap();
     let [_, sw_off, tw_off] = agreement(&records, &kept, &labels);
-    assert_eq!([counts(&sw_off), counts(&tw_off)], [(34, 23, 0), (66, 18, 0)]);
+    assert_eq!([counts(&sw_off), counts(&tw_off)], [(34, 21, 0), (66, 7, 0)]);
     let rb = RecordBatch::new(&records).unwrap();
     let base = frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row)).unwrap();
     let [base_all, base_sw, base_tw] = agreement(&records, &base, &labels);
-    // Measured: overall F1 0.795 against the baseline's 0.660 (0.830 with `shared_responses`
+    // Measured: overall F1 0.842 against the baseline's 0.660 (0.877 with `shared_responses`
     // off); in each environment discovery is ahead.
     assert!(
         sw.f1() > base_sw.f1() && tw.f1() > base_tw.f1(),

@@ -34,8 +34,16 @@ use crate::Error;
 ///   a room's listing, may differ). Either it changes nothing (`look`, `inventory`) or what
 ///   it changed was undone right after (`drop knife`, `take knife`, `drop knife`): no
 ///   progress in both cases, and the data shows it, no word list is involved. No-ops are
-///   remembered across tasks; and
-/// - it is not a **prompt**: a step the next step answers with a bare number.
+///   remembered across tasks;
+/// - it is not a **prompt**: a step the next step answers with a bare number; and
+/// - its response is not a **description**: a response of at least 10 sentences and at
+///   least 3 times as many as the median response of its group (the batch's rollouts of the
+///   task; the median counted as at least 1). An effect is reported in a line or a few ("You
+///   move to the kitchen."); a response many times longer lists a place or what it holds
+///   (ScienceWorld's `look around`, TextWorld's room on entering it): the agent looked, and
+///   looking is no progress. The floor of 10 keeps a line an environment appends to some
+///   responses (its progress message) from turning a short response into a description or
+///   from moving the median's bound below the listings.
 ///
 /// An action that is only digits answers the previous step's prompt (`0` to "which one do you
 /// mean?") and is keyed as the previous action combined with the digits, so two answers to
@@ -84,7 +92,9 @@ use crate::Error;
 /// longer (the environment stopped it, not the step budget), and from which no rollout has
 /// been seen to go on. A trapdoor that ends the episode in failure is a first visit nobody
 /// undoes; it precedes failure every time and success never, so it is a decoy, not a
-/// milestone. Dead ends are remembered over all tasks (at most `max_edges`). It fits environments whose
+/// milestone. Nor is a **description** (above) flagged: a room listed by `look around` is a
+/// state not seen before, but the agent only looked. Dead ends are remembered over all tasks
+/// (at most `max_edges`). It fits environments whose
 /// responses describe the state; where responses only echo the action (most text games)
 /// little is ever seen reversed and it over-flags, so it is used only until the task's first
 /// success.
@@ -362,6 +372,7 @@ impl MilestoneDiscovery {
                 prev_action = action;
                 let start = ws.sentences.len();
                 let keys = response_keys(tr.next_observation, &mut ws.sentences, &mut ws.shaped);
+                let length = u32::try_from(ws.sentences.len() - start).unwrap_or(u32::MAX);
                 if !self.config.feedback {
                     ws.sentences.truncate(start);
                 }
@@ -374,6 +385,7 @@ impl MilestoneDiscovery {
                     from,
                     sentences: (start, ws.sentences.len()),
                     answered: false,
+                    length,
                 });
                 from = keys.whole;
             }

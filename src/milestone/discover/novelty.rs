@@ -62,7 +62,8 @@ impl MilestoneDiscovery {
         }
     }
 
-    /// Flags the irreversible first visits of trajectory `j` (a task without success).
+    /// Flags the irreversible first visits of trajectory `j` (a task without success), but no
+    /// description (`ws.description_from`, set for its group by `remember_successes`).
     pub(super) fn flag_novelty(&mut self, batch: &RolloutBatch, j: usize, flags: &mut [bool]) {
         let ws = &mut self.ws;
         let rows = batch.trajectory_rows(j);
@@ -77,7 +78,8 @@ impl MilestoneDiscovery {
             flags[rows[t]] = first_visit
                 && s.from != s.whole
                 && !self.reversed.contains(&pair(s.from, s.whole))
-                && !self.dead_ends.contains(&s.whole);
+                && !self.dead_ends.contains(&s.whole)
+                && s.length < ws.description_from;
         }
     }
 }

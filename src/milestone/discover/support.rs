@@ -8,6 +8,31 @@ use super::text::{KeyMap, KeySet};
 use super::workspace::{Event, StepKeys};
 use crate::batch::RolloutBatch;
 
+/// A response of at least this many times the group's median number of sentences, and of
+/// at least [`DESCRIPTION_MIN`] sentences, is a description, not an effect (module docs:
+/// events).
+pub(crate) const DESCRIPTION_RATIO: u32 = 3;
+
+/// The fewest sentences a description has. Effects take one to three; a listing far more. The
+/// floor keeps a line an environment appends to some responses (a progress message) from
+/// moving a short response across the bound.
+pub(crate) const DESCRIPTION_MIN: u32 = 10;
+
+/// The number of sentences from which a response of `steps` (one group) is a description:
+/// [`DESCRIPTION_RATIO`] times their median length (at least 1 sentence), and at least
+/// [`DESCRIPTION_MIN`]. `lengths` is a reused buffer.
+fn description_from(steps: impl Iterator<Item = u32>, lengths: &mut Vec<u32>) -> u32 {
+    lengths.clear();
+    lengths.extend(steps);
+    let mid = lengths.len() / 2;
+    let median = if mid < lengths.len() {
+        *lengths.select_nth_unstable(mid).1
+    } else {
+        0
+    };
+    DESCRIPTION_MIN.max(median.max(1).saturating_mul(DESCRIPTION_RATIO))
+}
+
 /// Adds to `shared` the gists that two different actions with the same verb got in
 /// `steps` (one rollout; called for every rollout of a group with `first_action` kept in
 /// between, so the pair may be in two rollouts): "The door is now open." after opening two
@@ -68,7 +93,8 @@ impl MilestoneDiscovery {
             let s = ws.steps[i];
             let novel = ws.seen_gists.insert(s.gist) && !ws.shared.contains(&s.gist);
             let first = ws.seen_actions.insert(s.action);
-            if !first || s.answered || self.noops.contains(&s.action) {
+            let description = s.length >= ws.description_from;
+            if !first || s.answered || description || self.noops.contains(&s.action) {
                 ws.events_of[i] = Event::default();
                 continue;
             }
@@ -115,6 +141,10 @@ impl MilestoneDiscovery {
         ends.clear();
         let max_events = self.config.max_events;
         let ws = &mut self.ws;
+        let lengths = batch
+            .group_trajectories(g)
+            .flat_map(|j| ws.steps[batch.trajectory_steps(j)].iter().map(|s| s.length));
+        ws.description_from = description_from(lengths, &mut ws.lengths);
         ws.shared.clear();
         if self.config.shared_responses {
             ws.gist_action.clear();

@@ -34,6 +34,8 @@ pub(super) struct StepKeys {
     pub(super) sentences: (usize, usize),
     /// The next step answers this one with a bare number: this step was a prompt.
     pub(super) answered: bool,
+    /// Number of sentences of the response (a description when many: module docs).
+    pub(super) length: u32,
 }
 
 /// Buffers reused across calls.
@@ -50,6 +52,10 @@ pub(super) struct Workspace {
     pub(super) gist_action: KeyMap<(u64, u64)>,
     /// Gists two different actions of one verb got in the current group (not novel).
     pub(super) shared: KeySet,
+    /// Response lengths of the current group, sorted for their median.
+    pub(super) lengths: Vec<u32>,
+    /// Responses of the current group with at least this many sentences are descriptions.
+    pub(super) description_from: u32,
     pub(super) events: Vec<u64>,
     /// End of each success's events in `events`.
     pub(super) ends: Vec<usize>,
