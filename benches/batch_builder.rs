@@ -17,7 +17,10 @@
 //!
 //! `cargo bench --bench batch_builder -- --warm-up-time 1 --measurement-time 3`
 
+#[path = "../tests/support/step_order.rs"]
+mod step_order;
 use std::hint::black_box;
+use step_order::in_step_order;
 
 use beacon_rl::{BatchBuilder, RolloutBatch};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -136,13 +139,3 @@ fn bench_distinct_keys(c: &mut Criterion) {
 
 criterion_group!(benches, bench_builder, bench_distinct_keys);
 criterion_main!(benches);
-
-/// Whether the batch's rows are already in step order (its row index is the identity).
-fn in_step_order(batch: &RolloutBatch) -> bool {
-    batch
-        .try_step_rows()
-        .unwrap()
-        .iter()
-        .enumerate()
-        .all(|(s, &row)| s == row)
-}

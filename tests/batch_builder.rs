@@ -12,10 +12,13 @@ use std::hash::Hash;
 
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
+#[path = "support/step_order.rs"]
+mod step_order;
 use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GigpoConfig, StepGrouping};
 use beacon_rl::{BatchBuilder, Error, RolloutBatch};
 use proptest::prelude::*;
 use splitmix64::SplitMix64;
+use step_order::in_step_order;
 
 // The shared counting allocator; this binary counts the measuring thread only (the test
 // harness runs other tests concurrently).
@@ -522,14 +525,4 @@ fn no_allocation_alternating_identity_and_sorted_layouts() {
         }
     });
     assert_eq!(warm, 0);
-}
-
-/// Whether the batch's rows are already in step order (its row index is the identity).
-fn in_step_order(batch: &RolloutBatch) -> bool {
-    batch
-        .try_step_rows()
-        .unwrap()
-        .iter()
-        .enumerate()
-        .all(|(s, &row)| s == row)
 }

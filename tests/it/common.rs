@@ -59,10 +59,13 @@ pub fn parity_ok(ours: f64, expected: f64) -> bool {
 use beacon_rl::estimator::EstimatorInput;
 #[path = "../support/splitmix64.rs"]
 mod splitmix64;
+#[path = "../support/step_order.rs"]
+mod step_order;
 use beacon_rl::tensor::MaskView;
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
 pub use splitmix64::SplitMix64;
+pub use step_order::in_step_order;
 
 /// A small batch with every column some estimator reads, for tests that run every
 /// estimator in the registry on one input: 4 rows in 2 groups ({0, 1}, {2, 3}), L = 3

@@ -295,21 +295,11 @@ fn rows_in_step_order_match_the_reference_bit_for_bit() {
     for seed in 200..230 {
         let c = trajectory_major(&case(seed, 1 + (seed as usize % 7)));
         let batch = RolloutBatch::from_row_keys(&c.uid, &c.traj, &c.episode).unwrap();
-        assert!(in_step_order(&batch));
+        assert!(crate::common::in_step_order(&batch));
         for cfg in configs() {
             let g = Gigpo::new(cfg).unwrap();
             let out = g.compute(&batch, &c.rewards, &c.anchors).unwrap();
             assert_same(&out, &reference(&cfg, &c, false), &format!("seed {seed} {cfg:?}"));
         }
     }
-}
-
-/// Whether the batch's rows are already in step order (its row index is the identity).
-fn in_step_order(batch: &RolloutBatch) -> bool {
-    batch
-        .try_step_rows()
-        .unwrap()
-        .iter()
-        .enumerate()
-        .all(|(s, &row)| s == row)
 }

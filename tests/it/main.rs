@@ -79,7 +79,11 @@ mod layout {
         // The counting allocator, and the random source the tests and benches share.
         assert_eq!(
             rust_files(&tests.join("support")),
-            BTreeSet::from(["counting.rs".to_string(), "splitmix64.rs".to_string()])
+            BTreeSet::from([
+                "counting.rs".to_string(),
+                "splitmix64.rs".to_string(),
+                "step_order.rs".to_string()
+            ])
         );
         for binary in &declared {
             let text = fs::read_to_string(tests.join(binary)).unwrap();
