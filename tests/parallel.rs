@@ -11,8 +11,8 @@
 #[path = "support/splitmix64.rs"]
 mod splitmix64;
 use beacon_rl::estimator::{
-    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, BeaconOutput, EstimatorConfig, EstimatorInput,
-    Gigpo, GigpoConfig, GigpoOutput, NormMode, Workspace,
+    AdvantageEstimator, Beacon, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, Gigpo,
+    GigpoConfig, GigpoOutput, NormMode, Workspace,
 };
 use beacon_rl::tensor::{broadcast_into, MaskView};
 use beacon_rl::RolloutBatch;
