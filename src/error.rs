@@ -317,17 +317,6 @@ pub enum Error {
         limit: usize,
     },
 
-    /// A whole-document input (an expert-walkthrough JSON file read from a reader) is longer
-    /// than the reader's limit: reading stops there instead of buffering an unbounded input
-    /// (an endless JSON string would otherwise grow memory until the process aborts).
-    #[error("{what} is longer than {limit} bytes (the maximum; read a larger input into memory and parse the string)")]
-    InputTooLarge {
-        /// The input being read.
-        what: &'static str,
-        /// The limit in bytes.
-        limit: usize,
-    },
-
     /// Trajectories of one group are not on contiguous lines: the group reappears after other
     /// groups' trajectories were read. Streaming group by group
     /// ([`TrajectoryGroups`](crate::record::TrajectoryGroups)) needs each group's lines together.

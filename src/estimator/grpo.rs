@@ -120,14 +120,18 @@ pub enum GrpoStatistics {
     Trajectories,
 }
 
-/// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`.
+/// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`. Dr.GRPO is GRPO without
+/// the division by the group standard deviation: `with_norm(GrpoNorm::MeanOnly)`, written
+/// `grpo:norm=mean_only`.
 ///
 /// ```
 /// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig, GrpoNorm};
 /// let c = GrpoConfig::default();
 /// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
-/// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
+/// let dr_grpo = EstimatorConfig::Grpo(c.with_norm(GrpoNorm::MeanOnly));
+/// assert_eq!(dr_grpo, "grpo:norm=mean_only".parse()?);
 /// assert!(EstimatorConfig::Grpo(c.with_std_eps(-1.0)).build().is_err());
+/// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -145,20 +149,6 @@ pub struct GrpoConfig {
 }
 
 impl GrpoConfig {
-    /// Dr.GRPO: no division by the group standard deviation.
-    ///
-    /// ```
-    /// # use beacon_rl::estimator::{GrpoConfig, GrpoNorm};
-    /// assert_eq!(GrpoConfig::dr_grpo().norm, GrpoNorm::MeanOnly);
-    /// ```
-    pub const fn dr_grpo() -> Self {
-        Self {
-            std_eps: 1e-6,
-            norm: GrpoNorm::MeanOnly,
-            statistics: GrpoStatistics::Rows,
-        }
-    }
-
     /// Checks the parameters.
     ///
     /// # Errors
@@ -298,13 +288,13 @@ grpo_variant!(
     /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig, GrpoNorm};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
     /// let rewards = [[0.2], [1.0], [0.6]];
     /// let mask = [[true], [true], [true]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = EstimatorConfig::GrpoPassk(GrpoConfig::dr_grpo()).build()?.estimate(&input)?;
+    /// let out = EstimatorConfig::GrpoPassk(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).build()?.estimate(&input)?;
     /// assert_eq!(out.advantages.column(0).to_vec(), vec![0.0, 1.0 - 0.6, 0.0]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -387,7 +377,7 @@ mod tests {
         assert!((a[1] + expect).abs() < 1e-15);
         // Dr.GRPO: just s − μ = ±0.5.
         let d = run(
-            &Grpo::new(GrpoConfig::dr_grpo()).unwrap(),
+            &Grpo::new(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).unwrap(),
             &[0, 0, 0, 0],
             &[1.0, 0.0, 0.0, 1.0],
         )
@@ -400,7 +390,12 @@ mod tests {
         // f32(1 + 1e-6) = 1 + 8 · 2^-23 = 1.00000095367431640625.
         let a = run(&Grpo::new(GrpoConfig::default()).unwrap(), &[0], &[2.0]).unwrap();
         assert_eq!(a[0], 2.0 / 1.000_000_953_674_316_4);
-        let d = run(&Grpo::new(GrpoConfig::dr_grpo()).unwrap(), &[0], &[2.0]).unwrap();
+        let d = run(
+            &Grpo::new(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).unwrap(),
+            &[0],
+            &[2.0],
+        )
+        .unwrap();
         assert_eq!(d[0], 2.0);
     }
 
@@ -583,10 +578,22 @@ mod tests {
         let d = 0.5 + 1e-6;
         assert_eq!(a, vec![0.5 / d, -0.5 / d, 0.5 / d, 0.0, 0.5 / d, 0.0]);
         // Dr.GRPO: s − μ = 0.5, −0.5, 0.
-        let a = run_steps(trajectories(GrpoConfig::dr_grpo()), &uid, &traj, &scores).unwrap();
+        let a = run_steps(
+            trajectories(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+            &uid,
+            &traj,
+            &scores,
+        )
+        .unwrap();
         assert_eq!(a, vec![0.5, -0.5, 0.5, 0.0, 0.5, 0.0]);
         // Row statistics (verl) weigh a three times: μ = (3 + 0 + 1) / 6 = 2/3, not 0.5.
-        let rows = run_steps(GrpoConfig::dr_grpo(), &uid, &traj, &scores).unwrap();
+        let rows = run_steps(
+            GrpoConfig::default().with_norm(GrpoNorm::MeanOnly),
+            &uid,
+            &traj,
+            &scores,
+        )
+        .unwrap();
         assert!((rows[1] + 2.0 / 3.0).abs() < 1e-15, "{rows:?}");
     }
 
@@ -603,7 +610,13 @@ mod tests {
         let s = 2.0 / 1.000_000_953_674_316_4;
         let t = 1.0 / (2f64.sqrt() + 1e-6);
         assert_eq!(a, vec![s, t, s, -t, -t]);
-        let d = run_steps(trajectories(GrpoConfig::dr_grpo()), &uid, &traj, &scores).unwrap();
+        let d = run_steps(
+            trajectories(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+            &uid,
+            &traj,
+            &scores,
+        )
+        .unwrap();
         assert_eq!(d, vec![2.0, 1.0, 2.0, -1.0, -1.0]);
     }
 

@@ -130,13 +130,14 @@ struct Rule {
 /// validates.
 ///
 /// ```
-/// use beacon_rl::milestone::TextPatterns;
-/// let d = TextPatterns::builder()
+/// use beacon_rl::milestone::{MilestoneDetector, TextPatterns, Transition};
+/// let mut d = TextPatterns::builder()
 ///     .response(r"You pick up the \S")
 ///     .response_after_action(r"You open the fridge", r"^open fridge")
 ///     .build()?;
-/// assert!(d.matches("open fridge 1", "You open the fridge 1."));
-/// assert!(!d.matches("go to fridge 1", "You open the fridge 1."));
+/// let step = |action, next_observation| Transition { action, next_observation, ..Default::default() };
+/// assert!(d.detect(&step("open fridge 1", "You open the fridge 1.")));
+/// assert!(!d.detect(&step("go to fridge 1", "You open the fridge 1.")));
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -311,9 +312,9 @@ impl TextPatterns {
     /// Starts a [`TextPatternsBuilder`].
     ///
     /// ```
-    /// use beacon_rl::milestone::TextPatterns;
-    /// let d = TextPatterns::builder().response("You win").build()?;
-    /// assert!(d.matches("go north", "You win!"));
+    /// use beacon_rl::milestone::{MilestoneDetector, TextPatterns, Transition};
+    /// let mut d = TextPatterns::builder().response("You win").build()?;
+    /// assert!(d.detect(&Transition { next_observation: "You win!", ..Default::default() }));
     /// assert!(TextPatterns::builder().build().is_err()); // at least one rule is required
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -348,17 +349,9 @@ impl TextPatterns {
         self.set.as_ref().map_or(0, RegexSet::len) + self.restricted.len()
     }
 
-    /// Whether the (action, response) pair fires a rule; what [`MilestoneDetector::detect`]
-    /// computes, without needing `&mut`.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::TextPatterns;
-    /// let d = TextPatterns::builder().response(r"^You pick up the ").build()?;
-    /// assert!(d.matches("take egg 2 from countertop 3", "You pick up the egg 2 from the countertop 3."));
-    /// assert!(!d.matches("take egg 2 from countertop 3", "Nothing happens."));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    pub fn matches(&self, action: &str, response: &str) -> bool {
+    /// Whether the (action, response) pair fires a rule: what [`MilestoneDetector::detect`]
+    /// computes (the detector keeps no state).
+    fn matches(&self, action: &str, response: &str) -> bool {
         if let Some(set) = &self.set {
             if set.is_match(response) {
                 return true;

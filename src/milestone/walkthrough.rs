@@ -202,59 +202,6 @@ pub struct WalkthroughMap {
 }
 
 impl WalkthroughMap {
-    /// The most bytes [`from_json_reader`](Self::from_json_reader) reads (its docs say why).
-    #[cfg(feature = "serde")]
-    const MAX_JSON_BYTES: usize = 32 << 20;
-
-    /// Reads the JSON format of [`WalkthroughMap`] from a reader (wrap files in a
-    /// `BufReader`), at most 32 MiB of it: about ten times the expert walkthroughs of every
-    /// ALFWorld training task. A longer input (or an endless one, such as a JSON string that
-    /// never closes) is refused once this many bytes were read, instead of growing memory
-    /// until the process aborts. To load a larger file, read it into a `String` and `parse` it.
-    ///
-    /// # Errors
-    /// [`Error::InputTooLarge`] (`limit` = 32 MiB) when the input is longer;
-    /// [`Error::Parse`] for I/O errors, invalid JSON or another shape.
-    ///
-    /// ```
-    /// use beacon_rl::milestone::WalkthroughMap;
-    /// use beacon_rl::Error;
-    /// use std::io::Read;
-    ///
-    /// let json = br#"{"t1": ["look"]}"#;
-    /// let map = WalkthroughMap::from_json_reader(&json[..])?;
-    /// assert_eq!(map.get("t1"), Some(&["look".to_string()][..]));
-    /// // A string that never ends: refused after 32 MiB, not read forever.
-    /// let endless = (&br#"{"t1": [""#[..]).chain(std::io::repeat(b'a'));
-    /// assert!(matches!(
-    ///     WalkthroughMap::from_json_reader(endless),
-    ///     Err(Error::InputTooLarge { limit: 33_554_432, .. })
-    /// ));
-    /// # Ok::<(), beacon_rl::Error>(())
-    /// ```
-    #[cfg(feature = "serde")]
-    pub fn from_json_reader<R: std::io::Read>(reader: R) -> Result<Self> {
-        Self::from_json_reader_capped(reader, Self::MAX_JSON_BYTES)
-    }
-
-    #[cfg(feature = "serde")]
-    fn from_json_reader_capped<R: std::io::Read>(reader: R, limit: usize) -> Result<Self> {
-        // One byte past the limit: reaching it means the input is longer than the limit,
-        // whatever the parser made of the cut text.
-        let mut capped = reader.take(limit as u64 + 1);
-        let parsed = serde_json::from_reader(&mut capped);
-        if capped.limit() == 0 {
-            return Err(Error::InputTooLarge {
-                what: "walkthrough JSON",
-                limit,
-            });
-        }
-        parsed.map_err(|e| Error::Parse {
-            what: "walkthrough JSON",
-            reason: e.to_string(),
-        })
-    }
-
     /// The expert actions of `task`, if known.
     ///
     /// ```
@@ -541,45 +488,5 @@ mod tests {
                 "{bad:?}"
             );
         }
-        let io_err = WalkthroughMap::from_json_reader(&b"{\"t\": [\"lo"[..]);
-        assert!(matches!(io_err, Err(Error::Parse { .. })));
-    }
-
-    #[cfg(feature = "serde")]
-    #[test]
-    fn json_reader_refuses_input_past_its_limit() {
-        use std::io::Read;
-        let limit = WalkthroughMap::MAX_JSON_BYTES;
-        // One byte past the limit, inside a string that never closes.
-        let open = br#"{"t": [""#;
-        let body = |len: usize| (&open[..]).chain(std::io::repeat(b'a').take((len - open.len()) as u64));
-        assert_eq!(
-            WalkthroughMap::from_json_reader(body(limit + 1)),
-            Err(Error::InputTooLarge {
-                what: "walkthrough JSON",
-                limit,
-            })
-        );
-        // At the limit, the same text is an ordinary parse error (unterminated string).
-        let small = 64;
-        assert!(matches!(
-            WalkthroughMap::from_json_reader_capped(body(small), small),
-            Err(Error::Parse { .. })
-        ));
-        // A valid document of exactly the limit reads; one byte more does not.
-        let doc = |len: usize| {
-            let mut text = br#"{"t": ["x"]}"#.to_vec();
-            text.resize(len, b' ');
-            text
-        };
-        let map = WalkthroughMap::from_json_reader_capped(&doc(small)[..], small).unwrap();
-        assert_eq!(map.get("t"), Some(&["x".to_string()][..]));
-        assert_eq!(
-            WalkthroughMap::from_json_reader_capped(&doc(small + 1)[..], small),
-            Err(Error::InputTooLarge {
-                what: "walkthrough JSON",
-                limit: small
-            })
-        );
     }
 }

@@ -901,9 +901,9 @@ fn configs() -> Vec<EstimatorConfig> {
         .map(|n| n.parse().unwrap())
         .collect();
     v.extend([
-        EstimatorConfig::Grpo(GrpoConfig::dr_grpo()),
-        EstimatorConfig::GrpoVectorized(GrpoConfig::dr_grpo()),
-        EstimatorConfig::GrpoPassk(GrpoConfig::dr_grpo()),
+        EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+        EstimatorConfig::GrpoVectorized(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+        EstimatorConfig::GrpoPassk(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
         EstimatorConfig::Gdpo(
             GrpoConfig::default()
                 .with_std_eps(1e-3)

@@ -1,7 +1,7 @@
 //! Property tests of verl's baseline estimators.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, GaeConfig, GrpoConfig,
+    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, GaeConfig, GrpoConfig, GrpoNorm,
     OptimalTokenBaselineConfig, ReinforcePlusPlusConfig,
 };
 use beacon_rl::{Error, RolloutBatch};
@@ -122,7 +122,11 @@ fn all_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
             .build()
             .unwrap(),
     );
-    v.push(EstimatorConfig::Grpo(GrpoConfig::dr_grpo()).build().unwrap());
+    v.push(
+        EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly))
+            .build()
+            .unwrap(),
+    );
     v
 }
 
@@ -233,7 +237,7 @@ proptest! {
         }
         let ests: Vec<Box<dyn AdvantageEstimator>> = vec![
             EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap(),
-            EstimatorConfig::Grpo(GrpoConfig::dr_grpo()).build().unwrap(),
+            EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).build().unwrap(),
             EstimatorConfig::Rloo.build().unwrap(),
             EstimatorConfig::RlooVectorized.build().unwrap(),
         ];

@@ -1,7 +1,5 @@
 //! The milestone detector chosen on the command line.
 
-use std::io;
-
 use beacon_rl::milestone::{
     detect_milestones, DetectorPreset, DiscoveryConfig, ExpertWalkthrough, MilestoneDetector,
     MilestoneDiscovery, TextPatterns, WalkthroughMap,
@@ -41,8 +39,7 @@ impl Detector {
                     .walkthrough
                     .as_ref()
                     .ok_or("--detector walkthrough needs --walkthrough FILE")?;
-                let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
-                let map = WalkthroughMap::from_json_reader(io::BufReader::new(file))?;
+                let map = crate::input::read_walkthroughs(path)?;
                 // The threshold is checked here, before any task is looked up.
                 ExpertWalkthrough::with_threshold(&[][..], args.threshold)?;
                 Detector::Walkthrough {

@@ -1,10 +1,13 @@
 //! The inputs of a run (files, stdin, the bundled sample), read and parsed on a second
 //! thread group by group.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::sync::mpsc;
 
+use beacon_rl::milestone::WalkthroughMap;
 use beacon_rl::record::{read_trajectories, RecordGroup, TrajectoryGroups};
+
+use crate::BoxError;
 
 /// The sample read when no file is given, built into the program so that an installed
 /// `beacon` has it too.
@@ -45,6 +48,34 @@ fn open_jsonl(path: &str) -> beacon_rl::Result<Box<dyn BufRead>> {
         message: format!("opening {path}: {e}"),
     })?;
     Ok(Box::new(std::io::BufReader::new(file)))
+}
+
+/// The most bytes of a walkthrough file read: about ten times the expert walkthroughs of
+/// every ALFWorld training task. A longer file (or an endless one, such as a named pipe) is
+/// refused once this many bytes were read, instead of growing memory until the process aborts.
+const MAX_WALKTHROUGH_BYTES: usize = 32 << 20;
+
+/// Reads the expert-walkthrough JSON file at `path` (at most `MAX_WALKTHROUGH_BYTES`).
+pub(crate) fn read_walkthroughs(path: &str) -> Result<WalkthroughMap, BoxError> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let text = read_capped(file, MAX_WALKTHROUGH_BYTES).map_err(|e| format!("{path}: {e}"))?;
+    Ok(text.parse()?)
+}
+
+/// The whole of `reader` as text, or an error once more than `limit` bytes were read.
+fn read_capped(reader: impl Read, limit: usize) -> Result<String, String> {
+    let mut text = String::new();
+    // One byte past the limit: reading it means the input is longer than the limit.
+    let read = reader
+        .take(limit as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if read > limit {
+        return Err(format!(
+            "longer than {limit} bytes, the most a walkthrough file may have"
+        ));
+    }
+    Ok(text)
 }
 
 /// Groups read and parsed on a second thread while this one computes and writes: parsing
@@ -97,4 +128,29 @@ pub(crate) fn read_in_background(
         }
     });
     (rx, done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walkthrough_file_is_read_up_to_its_limit_and_no_further() {
+        let doc = |len: usize| {
+            let mut text = br#"{"t": ["x"]}"#.to_vec();
+            text.resize(len, b' ');
+            text
+        };
+        let text = read_capped(&doc(64)[..], 64).unwrap();
+        assert_eq!(
+            text.parse::<WalkthroughMap>().unwrap().get("t"),
+            Some(&["x".to_string()][..])
+        );
+        let err = read_capped(&doc(65)[..], 64).unwrap_err();
+        assert_eq!(err, "longer than 64 bytes, the most a walkthrough file may have");
+        // An endless input (a JSON string that never closes) stops at the limit.
+        let endless = (&br#"{"t": [""#[..]).chain(std::io::repeat(b'a'));
+        assert!(read_capped(endless, MAX_WALKTHROUGH_BYTES).is_err());
+        assert!(read_capped(&[0xff, 0xfe][..], 64).unwrap_err().contains("UTF-8"));
+    }
 }
