@@ -10,7 +10,11 @@
 
 /// How a value is normalised against its group.
 ///
-/// The serde names are the peers' `mode` strings.
+/// The one normalisation setting of every estimator that has one: the `norm` key of `grpo`
+/// (and its variants), `gigpo` and the official BEACON flavour. The serde names are the
+/// strings of the peers' `mode` arguments (verl-agent's GiGPO, the paper's release); verl's
+/// `norm_adv_by_std_in_grpo = true` is `MeanStdNorm` (GRPO's default) and `false` is
+/// `MeanNorm` (Dr.GRPO).
 ///
 /// ```
 /// use beacon_rl::estimator::NormMode;

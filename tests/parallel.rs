@@ -110,7 +110,7 @@ fn agent(seed: u64, trajs: usize, interleaved: bool) -> Agent {
 fn beacon_configs() -> Vec<BeaconConfig> {
     let mut std_norm = BeaconConfig::official();
     std_norm.flavour = BeaconFlavour::Official {
-        mode: NormMode::MeanStdNorm,
+        norm: NormMode::MeanStdNorm,
     };
     vec![BeaconConfig::default(), BeaconConfig::official(), std_norm]
 }
@@ -144,7 +144,7 @@ fn gigpo_is_bit_identical_on_every_pool() {
         let a = agent(seed, 1500, interleaved);
         let text: Vec<String> = a.anchors.iter().map(|s| format!("state {}", s % 64)).collect();
         for mode in [NormMode::MeanNorm, NormMode::MeanStdNorm] {
-            let g = Gigpo::new(GigpoConfig::default().with_mode(mode)).unwrap();
+            let g = Gigpo::new(GigpoConfig::default().with_norm(mode)).unwrap();
             let run = |out: GigpoOutput| {
                 (
                     bits(&out.advantages),
@@ -273,7 +273,7 @@ fn row_scores_are_bit_identical_and_allocation_free_on_every_pool() {
         .with_row_scores(&scores);
     let mut std_norm = BeaconConfig::official();
     std_norm.flavour = BeaconFlavour::Official {
-        mode: NormMode::MeanStdNorm,
+        norm: NormMode::MeanStdNorm,
     };
     let estimators: Vec<Box<dyn AdvantageEstimator>> = vec![
         "beacon_official"

@@ -11,8 +11,8 @@
 
 use beacon_rl::estimator::{
     AdvantageEstimator, BeaconConfig, BeaconFlavour, EstimatorConfig, EstimatorInput, GaeConfig, GigpoConfig,
-    GpgConfig, GrpoConfig, GrpoNorm, GrpoStatistics, NormMode, OptimalTokenBaselineConfig,
-    ReinforcePlusPlusConfig, SingletonRule, StepGrouping, Workspace, ZeroTail,
+    GpgConfig, GrpoConfig, GrpoStatistics, NormMode, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig,
+    SingletonRule, StepGrouping, Workspace, ZeroTail,
 };
 use beacon_rl::tensor::MaskView;
 use beacon_rl::{Error, RolloutBatch};
@@ -408,9 +408,9 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
         GrpoConfig::default()
             .with_std_eps(u.f64())
             .with_norm(if u.bool() {
-                GrpoNorm::MeanStd
+                NormMode::MeanStdNorm
             } else {
-                GrpoNorm::MeanOnly
+                NormMode::MeanNorm
             })
             .with_statistics(if u.bool() {
                 GrpoStatistics::Rows
@@ -468,7 +468,7 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
             GigpoConfig::default()
                 .with_step_decay(u.f64())
                 .with_step_advantage_weight(u.f64())
-                .with_mode(mode(u))
+                .with_norm(mode(u))
                 .with_std_eps(u.f64())
                 .with_grouping(if u.bool() {
                     StepGrouping::Exact
@@ -479,7 +479,7 @@ fn fuzzed_config(name: &str, u: &mut Bytes<'_>) -> EstimatorConfig {
         "beacon" => EstimatorConfig::Beacon(beacon(u, BeaconFlavour::Paper)),
         "beacon_official" => {
             let mode = mode(u);
-            EstimatorConfig::Beacon(beacon(u, BeaconFlavour::Official { mode }))
+            EstimatorConfig::Beacon(beacon(u, BeaconFlavour::Official { norm: mode }))
         }
         // No parameters (rloo, rloo_vectorized, opo, reinforce_plus_plus_baseline, remax), or
         // default parameters only (names added later).

@@ -436,7 +436,7 @@ def estimate(
       ``terminal_rewards`` or the rows' scores) step by step with it. A non-1-D array is a
       ``TypeError``; a wrong length, NaN/inf, a negative entry, or ``step_entropy`` for
       another estimator is a ``ValueError``.
-    - ``config``: parameters in the crate's serde field names (e.g. ``{"norm": "mean_only"}``
+    - ``config``: parameters in the crate's serde field names (e.g. ``{"norm": "mean_norm"}``
       for grpo, ``{"segment_weight": 0.5}`` for beacon); omitted ones take verl's defaults.
     - ``out``: a pair ``(advantages, returns)`` of float32/float64 numpy arrays or CPU tensors
       of the output shape, written in place and returned. For estimators whose returns equal

@@ -163,7 +163,7 @@ def _make_own(skyrl_name: str) -> Any:
         if skyrl_name == "grpo":
             derived["std_eps"] = float(kwargs.get("epsilon", 1e-6))
             if not kwargs.get("grpo_norm_by_std", True):
-                derived["norm"] = "mean_only"
+                derived["norm"] = "mean_norm"
         elif skyrl_name == "gae":
             values = kwargs.get("values")
             if values is None:

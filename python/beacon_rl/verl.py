@@ -88,7 +88,7 @@ Parameters
                                             path that calls ``beacon_rl_grpo`` does not.
     beacon_rl_grpo_vectorized (epsilon=1e-6, ``config`` is not read, as in verl: verl's trainer never
     norm_adv_by_std_in_grpo=True, config)   passes the keyword here, so it normalises by the std.
-                                            ``+algorithm.beacon_rl.norm=mean_only`` deviates
+                                            ``+algorithm.beacon_rl.norm=mean_norm`` deviates
                                             explicitly.
     beacon_rl_grpo_passk (epsilon=1e-6,     ``config`` is required and its
     norm_adv_by_std_in_grpo, config)        ``norm_adv_by_std_in_grpo`` (default True) decides; the
@@ -239,7 +239,7 @@ def _grpo(token_level_rewards: Any, response_mask: Any, index: Any, epsilon: flo
     """A GRPO-family estimator with verl's ``epsilon`` and normalisation flag."""
     derived = {"std_eps": float(epsilon)}
     if not norm:
-        derived["norm"] = "mean_only"
+        derived["norm"] = "mean_norm"
     return _outcome(name, token_level_rewards, response_mask, index, config, derived)
 
 

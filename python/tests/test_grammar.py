@@ -38,7 +38,7 @@ def test_keys_in_the_name_equal_the_config_mapping():
 
 def test_flavour_presets_and_ablations_are_names_and_keys():
     np.testing.assert_array_equal(
-        run("beacon_official"), run("beacon", config={"flavour": {"official": {"mode": "mean_norm"}}, "milestone_reward": 10})
+        run("beacon_official"), run("beacon", config={"flavour": {"official": {"norm": "mean_norm"}}, "milestone_reward": 10})
     )
     # Without the segment term BEACON is its trajectory term: one value per trajectory.
     adv = run("beacon:ablation=no_segment_advantage").reshape(4, 3)
@@ -90,7 +90,7 @@ def test_a_key_in_the_name_and_in_config_is_refused():
 
 
 def test_validate_takes_the_grammar():
-    beacon_rl.validate("grpo:norm=mean_only")
+    beacon_rl.validate("grpo:norm=mean_norm")
     beacon_rl.validate("gigpo:grouping=similarity(threshold=0.9)")
-    with pytest.raises(ValueError, match="expected one of mean_std mean_only"):
+    with pytest.raises(ValueError, match="expected one of mean_norm mean_std_norm"):
         beacon_rl.validate("grpo:norm=median")

@@ -20,7 +20,7 @@ def crate_config(case: dict) -> dict:
     if name in ("grpo", "grpo_vectorized", "grpo_passk", "gdpo"):
         return {
             "std_eps": p.get("epsilon", 1e-6),
-            "norm": "mean_std" if p.get("norm_adv_by_std_in_grpo", True) else "mean_only",
+            "norm": "mean_std_norm" if p.get("norm_adv_by_std_in_grpo", True) else "mean_norm",
         }
     if name == "gae":
         return {"discount": p["gamma"], "gae_lambda": p["lam"]}

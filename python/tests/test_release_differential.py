@@ -333,7 +333,7 @@ def release_migpo(m, b, gamma, w, mode):
 
 def official_config(gamma, w, mode):
     return {
-        "flavour": {"official": {"mode": mode}},
+        "flavour": {"official": {"norm": mode}},
         "segment_decay": gamma,
         "segment_weight": w,
         "std_eps": EPS,
@@ -403,7 +403,7 @@ def gigpo_config(gamma, w, mode, threshold):
     return {
         "step_decay": gamma,
         "step_advantage_weight": w,
-        "mode": mode,
+        "norm": mode,
         "std_eps": EPS,
         "grouping": "exact" if threshold is None else {"similarity": {"threshold": threshold}},
     }

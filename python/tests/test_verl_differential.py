@@ -219,7 +219,7 @@ def crate_run(name, b, p):
     kwargs = dict(token_level_rewards=b.rewards.copy(), response_mask=mask, index=b.index.copy())
     config = {}
     if name in ("grpo", "grpo_vectorized", "grpo_passk", "gdpo"):
-        config = {"std_eps": p["epsilon"], "norm": "mean_std" if p["norm"] else "mean_only"}
+        config = {"std_eps": p["epsilon"], "norm": "mean_std_norm" if p["norm"] else "mean_norm"}
     elif name == "gpg":
         config = {"f_norm": p["f_norm"]}
     elif name == "reinforce_plus_plus":

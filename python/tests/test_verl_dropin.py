@@ -255,7 +255,7 @@ def test_grpo_vectorized_ignores_config_like_verl_unless_asked():
     # The deviation is explicit: algorithm.beacon_rl.norm.
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gamma": 1.0, "beacon_rl": {"norm": "mean_only"}})
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gamma": 1.0, "beacon_rl": {"norm": "mean_norm"}})
     got = run_trainer("beacon_rl_grpo_vectorized", rewards, mask, uid, cfg)
     want = ca.compute_grpo_vectorized_outcome_advantage(rewards, mask, uid, norm_adv_by_std_in_grpo=False)[0]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

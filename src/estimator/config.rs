@@ -144,7 +144,7 @@ registry! {
     /// ablations are the keys `ablation` and `seed` of `beacon`.
     ///
     /// ```
-    /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig, GrpoConfig, GrpoNorm};
+    /// use beacon_rl::estimator::{BeaconConfig, EstimatorConfig, GrpoConfig, NormMode};
     ///
     /// let c: EstimatorConfig = "beacon:segment_decay=0.9".parse()?;
     /// assert_eq!(c, EstimatorConfig::Beacon(BeaconConfig::default().with_segment_decay(0.9)));
@@ -154,8 +154,8 @@ registry! {
     /// assert_eq!(official, "beacon_official".parse()?);
     /// assert_eq!(official.build()?.name(), "beacon_official");
     ///
-    /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly));
-    /// assert_eq!(dr_grpo.to_string(), "grpo:norm=mean_only");
+    /// let dr_grpo = EstimatorConfig::Grpo(GrpoConfig::default().with_norm(NormMode::MeanNorm));
+    /// assert_eq!(dr_grpo.to_string(), "grpo:norm=mean_norm");
     ///
     /// let err = "beacon:gamma=0.9".parse::<EstimatorConfig>().unwrap_err();
     /// assert!(err.to_string().contains("its keys: flavour, milestone_reward, segment_decay"));
@@ -437,13 +437,13 @@ mod tests {
         assert_eq!(c.to_string(), "empg:k=2.0");
         assert_eq!(parse(&c.to_string()), c);
         assert_eq!(c.build().unwrap().name(), "empg");
-        let text = "empg:k=0.5,k_f=2.0,zeta=0.05,std_eps=0.001,norm=mean_only,statistics=trajectories";
+        let text = "empg:k=0.5,k_f=2.0,zeta=0.05,std_eps=0.001,norm=mean_norm,statistics=trajectories";
         let c = parse(text);
         let EstimatorConfig::Empg(e) = c else {
             panic!("{c:?}")
         };
         assert_eq!((e.k, e.k_f, e.zeta, e.grpo.std_eps), (0.5, 2.0, 0.05, 0.001));
-        assert_eq!(e.grpo.norm, crate::estimator::GrpoNorm::MeanOnly);
+        assert_eq!(e.grpo.norm, crate::estimator::NormMode::MeanNorm);
         assert_eq!(c.to_string(), text);
         let err = "empg:gamma=1".parse::<EstimatorConfig>().unwrap_err();
         assert_eq!(
@@ -481,16 +481,16 @@ mod tests {
         assert_eq!(c.to_string(), "grpo:std_eps=1e-9");
         assert_eq!(parse(&c.to_string()), c);
         // Enum values with fields: `variant(field=value)`; a bare variant takes its defaults.
-        let c = parse("gigpo:grouping=similarity(threshold=0.9),mode=mean_std_norm");
+        let c = parse("gigpo:grouping=similarity(threshold=0.9),norm=mean_std_norm");
         let want = GigpoConfig {
             grouping: StepGrouping::Similarity { threshold: 0.9 },
-            mode: NormMode::MeanStdNorm,
+            norm: NormMode::MeanStdNorm,
             ..GigpoConfig::default()
         };
         assert_eq!(c, EstimatorConfig::Gigpo(want));
         assert_eq!(
             c.to_string(),
-            "gigpo:mode=mean_std_norm,grouping=similarity(threshold=0.9)"
+            "gigpo:norm=mean_std_norm,grouping=similarity(threshold=0.9)"
         );
         let c = parse("step_reinforce:reward_clip=2.5,norm_std=none,whiten_advantages=true");
         assert_eq!(parse(&c.to_string()), c);
@@ -507,14 +507,14 @@ mod tests {
         assert_eq!(c.build().unwrap().name(), "beacon_official");
         // The flavour key over the paper preset: the name follows the flavour, the other
         // keys print against the new name's preset.
-        let c = parse("beacon:flavour=official(mode=mean_std_norm)");
+        let c = parse("beacon:flavour=official(norm=mean_std_norm)");
         let want = BeaconConfig::default().with_flavour(BeaconFlavour::Official {
-            mode: NormMode::MeanStdNorm,
+            norm: NormMode::MeanStdNorm,
         });
         assert_eq!(c, EstimatorConfig::Beacon(want));
         assert_eq!(
             c.to_string(),
-            "beacon_official:flavour=official(mode=mean_std_norm),milestone_reward=1.0"
+            "beacon_official:flavour=official(norm=mean_std_norm),milestone_reward=1.0"
         );
         assert_eq!(parse(&c.to_string()), c);
         assert_eq!(parse("beacon_official:flavour=paper").name(), "beacon");
@@ -627,7 +627,7 @@ mod tests {
             ("beacon:seed=-1", "seed"),
             ("beacon:ablation=dropout", "ablation"),
             ("beacon:ablation=milestone_dropout(q=1)", "ablation"),
-            ("beacon:flavour=official(mode=median)", "flavour"),
+            ("beacon:flavour=official(norm=median)", "flavour"),
             ("grpo:norm=none", "norm"),
             ("gigpo:grouping=similarity", "grouping"),
             ("turn_gae:whiten=1", "whiten"),
@@ -640,7 +640,7 @@ mod tests {
         let err = "grpo:norm=none".parse::<EstimatorConfig>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "estimator grpo: key norm = none: expected one of mean_std mean_only"
+            "estimator grpo: key norm = none: expected one of mean_norm mean_std_norm"
         );
         // Syntax: not key=value, unbalanced, a key twice.
         for s in [
@@ -679,12 +679,12 @@ mod tests {
         assert_eq!(c, parse("beacon:segment_decay=0.9"));
         // The name may come after the keys; nested enums are serde's externally tagged form.
         let c: EstimatorConfig = serde_json::from_str(
-            r#"{"segment_weight": 10, "flavour": {"official": {"mode": "mean_std_norm"}}, "adv_estimator": "beacon_official"}"#,
+            r#"{"segment_weight": 10, "flavour": {"official": {"norm": "mean_std_norm"}}, "adv_estimator": "beacon_official"}"#,
         )
         .unwrap();
         assert_eq!(
             c,
-            parse("beacon_official:flavour=official(mode=mean_std_norm),segment_weight=10")
+            parse("beacon_official:flavour=official(norm=mean_std_norm),segment_weight=10")
         );
         let c: EstimatorConfig = serde_json::from_str(
             r#"{"adv_estimator":"beacon","ablation":{"milestone_dropout":{"p":0.25}},"seed":9}"#,
@@ -712,7 +712,7 @@ mod tests {
         let json = serde_json::to_value(parse("grpo")).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"adv_estimator": "grpo", "std_eps": 1e-6, "norm": "mean_std", "statistics": "rows"})
+            serde_json::json!({"adv_estimator": "grpo", "std_eps": 1e-6, "norm": "mean_std_norm", "statistics": "rows"})
         );
         // The same errors as the string form.
         for (bad, starts) in [

@@ -59,7 +59,7 @@ impl Default for EmpgConfig {
 }
 
 crate::setters::with_setters! {
-    EmpgConfig, "use beacon_rl::estimator::{EmpgConfig, GrpoConfig, GrpoNorm};", EmpgConfig::default();
+    EmpgConfig, "use beacon_rl::estimator::{EmpgConfig, GrpoConfig, NormMode};", EmpgConfig::default();
     /// Sets k of the self-calibrating scaling (default 1; finite, ≥ 0).
     with_k(k: f64) = 0.5;
     /// Sets k_f of the future clarity bonus (default 1; finite, ≥ 0).
@@ -67,7 +67,7 @@ crate::setters::with_setters! {
     /// Sets ζ, the weight of the future clarity bonus (default 0.1; finite, ≥ 0).
     with_zeta(zeta: f64) = 0.05;
     /// Sets the GRPO of the outcome advantage (default [`GrpoConfig::default()`](GrpoConfig::default)).
-    with_grpo(grpo: GrpoConfig) = GrpoConfig::default().with_norm(GrpoNorm::MeanOnly);
+    with_grpo(grpo: GrpoConfig) = GrpoConfig::default().with_norm(NormMode::MeanNorm);
 }
 
 /// `empg`: Entropy-Modulated Policy Gradients (Wang et al., arXiv 2509.09265).

@@ -6,8 +6,8 @@
 //!
 //! # `grpo` ([`Grpo`], verl `compute_grpo_outcome_advantage`)
 //! ```text
-//! A_i = (s_i − μ_g) / (σ_g + ε)      (GrpoNorm::MeanStd, verl norm_adv_by_std_in_grpo = true)
-//! A_i =  s_i − μ_g                   (GrpoNorm::MeanOnly, Dr.GRPO)
+//! A_i = (s_i − μ_g) / (σ_g + ε)      (NormMode::MeanStdNorm, verl norm_adv_by_std_in_grpo = true)
+//! A_i =  s_i − μ_g                   (NormMode::MeanNorm, Dr.GRPO)
 //! ```
 //! μ_g the group mean, σ_g the **unbiased** (n − 1) standard deviation (`torch.std`), ε =
 //! `std_eps` (1e-6) added to σ, not to σ². A group of one row uses μ = 0, σ = 1. The scalar is
@@ -81,23 +81,7 @@ use scalars::{grpo_scalars, token_scalars};
 use super::kernel::step_scalars;
 use super::{fill_estimator, EstimatorInput, Out, Scratch};
 use crate::error::{Error, Range, Result};
-
-/// How GRPO normalizes a score against its group (verl's `norm_adv_by_std_in_grpo`).
-///
-/// ```
-/// use beacon_rl::estimator::GrpoNorm;
-/// assert_eq!(GrpoNorm::default(), GrpoNorm::MeanStd);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum GrpoNorm {
-    /// (s − μ) / (σ + ε): original GRPO (verl `norm_adv_by_std_in_grpo = true`, the default).
-    #[default]
-    MeanStd,
-    /// s − μ: Dr.GRPO (verl `norm_adv_by_std_in_grpo = false`).
-    MeanOnly,
-}
+use crate::stats::NormMode;
 
 /// Which rows GRPO's group statistics count (verl-agent's `compute_mean_std_cross_steps`).
 ///
@@ -121,15 +105,15 @@ pub enum GrpoStatistics {
 }
 
 /// Parameters of `grpo`, `grpo_vectorized`, `grpo_passk` and `gdpo`. Dr.GRPO is GRPO without
-/// the division by the group standard deviation: `with_norm(GrpoNorm::MeanOnly)`, written
-/// `grpo:norm=mean_only`.
+/// the division by the group standard deviation: `with_norm(NormMode::MeanNorm)`, written
+/// `grpo:norm=mean_norm`.
 ///
 /// ```
-/// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig, GrpoNorm};
+/// use beacon_rl::estimator::{EstimatorConfig, GrpoConfig, NormMode};
 /// let c = GrpoConfig::default();
-/// assert_eq!((c.std_eps, c.norm), (1e-6, GrpoNorm::MeanStd));
-/// let dr_grpo = EstimatorConfig::Grpo(c.with_norm(GrpoNorm::MeanOnly));
-/// assert_eq!(dr_grpo, "grpo:norm=mean_only".parse()?);
+/// assert_eq!((c.std_eps, c.norm), (1e-6, NormMode::MeanStdNorm));
+/// let dr_grpo = EstimatorConfig::Grpo(c.with_norm(NormMode::MeanNorm));
+/// assert_eq!(dr_grpo, "grpo:norm=mean_norm".parse()?);
 /// assert!(EstimatorConfig::Grpo(c.with_std_eps(-1.0)).build().is_err());
 /// # Ok::<(), beacon_rl::Error>(())
 /// ```
@@ -141,8 +125,8 @@ pub struct GrpoConfig {
     /// ε added to the group standard deviation (verl `epsilon`, default 1e-6). Must be finite
     /// and > 0 (an all-equal group would otherwise divide 0 by 0).
     pub std_eps: f64,
-    /// Normalization mode (default [`GrpoNorm::MeanStd`]).
-    pub norm: GrpoNorm,
+    /// Normalization mode (default [`NormMode::MeanStdNorm`]).
+    pub norm: NormMode,
     /// Rows or trajectories in the group statistics (default [`GrpoStatistics::Rows`]);
     /// `Trajectories` is supported by `grpo` and `gdpo`.
     pub statistics: GrpoStatistics,
@@ -177,18 +161,18 @@ impl Default for GrpoConfig {
     fn default() -> Self {
         Self {
             std_eps: 1e-6,
-            norm: GrpoNorm::MeanStd,
+            norm: NormMode::MeanStdNorm,
             statistics: GrpoStatistics::Rows,
         }
     }
 }
 
 crate::setters::with_setters! {
-    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoNorm, GrpoStatistics};", GrpoConfig::default();
+    GrpoConfig, "use beacon_rl::estimator::{GrpoConfig, GrpoStatistics, NormMode};", GrpoConfig::default();
     /// Sets ε added to the group standard deviation (default 1e-6; finite, > 0).
     with_std_eps(std_eps: f64) = 1e-3;
-    /// Sets the normalization mode (default [`GrpoNorm::MeanStd`]).
-    with_norm(norm: GrpoNorm) = GrpoNorm::MeanOnly;
+    /// Sets the normalization mode (default [`NormMode::MeanStdNorm`]).
+    with_norm(norm: NormMode) = NormMode::MeanNorm;
     /// Sets which rows the group statistics count (default [`GrpoStatistics::Rows`];
     /// `Trajectories` for `grpo` and `gdpo`).
     with_statistics(statistics: GrpoStatistics) = GrpoStatistics::Trajectories;
@@ -288,13 +272,13 @@ grpo_variant!(
     /// Needs `token_level_rewards` and `response_mask`; every group must hold ≥ 2 rows.
     ///
     /// ```
-    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig, GrpoNorm};
+    /// use beacon_rl::estimator::{AdvantageEstimator, EstimatorConfig, EstimatorInput, GrpoConfig, NormMode};
     /// use beacon_rl::RolloutBatch;
     /// let batch = RolloutBatch::from_group_keys(&[0, 0, 0], &[0.0; 3])?;
     /// let rewards = [[0.2], [1.0], [0.6]];
     /// let mask = [[true], [true], [true]];
     /// let input = EstimatorInput::new(&batch).with_token_level_rewards(&rewards).with_response_mask(&mask);
-    /// let out = EstimatorConfig::GrpoPassk(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).build()?.estimate(&input)?;
+    /// let out = EstimatorConfig::GrpoPassk(GrpoConfig::default().with_norm(NormMode::MeanNorm)).build()?.estimate(&input)?;
     /// assert_eq!(out.advantages.column(0).to_vec(), vec![0.0, 1.0 - 0.6, 0.0]);
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
@@ -377,7 +361,7 @@ mod tests {
         assert!((a[1] + expect).abs() < 1e-15);
         // Dr.GRPO: just s − μ = ±0.5.
         let d = run(
-            &Grpo::new(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).unwrap(),
+            &Grpo::new(GrpoConfig::default().with_norm(NormMode::MeanNorm)).unwrap(),
             &[0, 0, 0, 0],
             &[1.0, 0.0, 0.0, 1.0],
         )
@@ -391,7 +375,7 @@ mod tests {
         let a = run(&Grpo::new(GrpoConfig::default()).unwrap(), &[0], &[2.0]).unwrap();
         assert_eq!(a[0], 2.0 / 1.000_000_953_674_316_4);
         let d = run(
-            &Grpo::new(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).unwrap(),
+            &Grpo::new(GrpoConfig::default().with_norm(NormMode::MeanNorm)).unwrap(),
             &[0],
             &[2.0],
         )
@@ -579,7 +563,7 @@ mod tests {
         assert_eq!(a, vec![0.5 / d, -0.5 / d, 0.5 / d, 0.0, 0.5 / d, 0.0]);
         // Dr.GRPO: s − μ = 0.5, −0.5, 0.
         let a = run_steps(
-            trajectories(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+            trajectories(GrpoConfig::default().with_norm(NormMode::MeanNorm)),
             &uid,
             &traj,
             &scores,
@@ -588,7 +572,7 @@ mod tests {
         assert_eq!(a, vec![0.5, -0.5, 0.5, 0.0, 0.5, 0.0]);
         // Row statistics (verl) weigh a three times: μ = (3 + 0 + 1) / 6 = 2/3, not 0.5.
         let rows = run_steps(
-            GrpoConfig::default().with_norm(GrpoNorm::MeanOnly),
+            GrpoConfig::default().with_norm(NormMode::MeanNorm),
             &uid,
             &traj,
             &scores,
@@ -611,7 +595,7 @@ mod tests {
         let t = 1.0 / (2f64.sqrt() + 1e-6);
         assert_eq!(a, vec![s, t, s, -t, -t]);
         let d = run_steps(
-            trajectories(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+            trajectories(GrpoConfig::default().with_norm(NormMode::MeanNorm)),
             &uid,
             &traj,
             &scores,

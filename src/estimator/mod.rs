@@ -230,7 +230,7 @@ pub use gigpo::{
     estimator::{Gigpo, GigpoOutput},
 };
 pub use gpg::GpgConfig;
-pub use grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
+pub use grpo::{GrpoConfig, GrpoStatistics};
 pub use input::EstimatorInput;
 pub(crate) use input::{report_non_finite_input, validate_deferred, FiniteCheck, StepScores};
 #[cfg(test)]

@@ -100,7 +100,7 @@ fn grpo_gives_one_value_per_trajectory_and_gigpo_its_parts() {
         let adv = line["advantages"].as_array().unwrap();
         assert!(adv.iter().all(|a| a == &adv[0]), "{}", line["traj_id"]);
     }
-    let args = ["-e", "gigpo:mode=mean_std_norm", "--format", "jsonl"];
+    let args = ["-e", "gigpo:norm=mean_std_norm", "--format", "jsonl"];
     for line in jsonl(&run(&args, None)) {
         assert!(line["step_groups"].is_array() && line["episode_advantage"].is_f64());
     }
@@ -232,7 +232,7 @@ fn estimator_keys_change_the_credit_and_ablations_are_keys() {
             "-e",
             "beacon_official:segment_weight=10",
             "--beside",
-            "grpo:norm=mean_only",
+            "grpo:norm=mean_norm",
         ],
         None,
     );

@@ -4,9 +4,9 @@
 
 use beacon_rl::estimator::{
     Ablation, BeaconAblationConfig, BeaconConfig, BeaconFlavour, EmpgConfig, EstimatorConfig, GaeConfig,
-    GigpoConfig, GpgConfig, Grouping, GrpoConfig, GrpoNorm, GrpoStatistics, MtGrpoConfig, NormMode,
-    NormScope, OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, SingletonRule,
-    StepGrouping, StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail,
+    GigpoConfig, GpgConfig, Grouping, GrpoConfig, GrpoStatistics, MtGrpoConfig, NormMode, NormScope,
+    OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, SegmentBaseline, SingletonRule, StepGrouping,
+    StepReinforceConfig, TurnBaseline, TurnGaeConfig, ZeroTail,
 };
 use proptest::prelude::*;
 
@@ -25,7 +25,7 @@ fn norm_mode() -> impl Strategy<Value = NormMode> {
 fn beacon() -> impl Strategy<Value = BeaconConfig> {
     let flavour = prop_oneof![
         Just(BeaconFlavour::Paper),
-        norm_mode().prop_map(|mode| BeaconFlavour::Official { mode })
+        norm_mode().prop_map(|mode| BeaconFlavour::Official { norm: mode })
     ];
     let rest = (any::<bool>(), any::<bool>(), any::<bool>());
     (flavour, [num(), num(), num(), num(), num()], rest).prop_map(|(flavour, x, (preset, zero, entered))| {
@@ -78,9 +78,9 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
         let mut c = GrpoConfig::default();
         c.std_eps = eps;
         c.norm = if mean_only {
-            GrpoNorm::MeanOnly
+            NormMode::MeanNorm
         } else {
-            GrpoNorm::MeanStd
+            NormMode::MeanStdNorm
         };
         c.statistics = if traj {
             GrpoStatistics::Trajectories
@@ -97,7 +97,7 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
     });
     let gigpo = (num(), num(), norm_mode(), num(), option(num())).prop_map(|(d, w, mode, eps, sim)| {
         let mut c = GigpoConfig::default();
-        (c.step_decay, c.step_advantage_weight, c.mode, c.std_eps) = (d, w, mode, eps);
+        (c.step_decay, c.step_advantage_weight, c.norm, c.std_eps) = (d, w, mode, eps);
         c.grouping = sim.map_or(StepGrouping::Exact, |threshold| StepGrouping::Similarity {
             threshold,
         });
@@ -141,9 +141,9 @@ fn config() -> impl Strategy<Value = EstimatorConfig> {
             let mut c = EmpgConfig::default();
             (c.k, c.k_f, c.zeta, c.grpo.std_eps) = (k, k_f, zeta, eps);
             c.grpo.norm = if mean_only {
-                GrpoNorm::MeanOnly
+                NormMode::MeanNorm
             } else {
-                GrpoNorm::MeanStd
+                NormMode::MeanStdNorm
             };
             c.grpo.statistics = if traj {
                 GrpoStatistics::Trajectories

@@ -11,7 +11,7 @@
 //! see `masked_sum`), written naively here.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm,
+    AdvantageEstimator, EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, NormMode,
     OptimalTokenBaselineConfig, ReinforcePlusPlusConfig, Workspace, ZeroTail,
 };
 use beacon_rl::tensor::{FloatView, MaskView};
@@ -384,14 +384,14 @@ mod reference {
             if n == 1 {
                 let r = rows[0];
                 out[r] = match config.norm {
-                    GrpoNorm::MeanStd => scores[r] / singleton_denom,
+                    NormMode::MeanStdNorm => scores[r] / singleton_denom,
                     _ => scores[r],
                 };
                 continue;
             }
             let mean = group_mean(rows, scores);
             match config.norm {
-                GrpoNorm::MeanStd => {
+                NormMode::MeanStdNorm => {
                     let denom = unbiased_std(rows, scores, mean) + config.std_eps;
                     for &r in rows {
                         out[r] = (scores[r] - mean) / denom;
@@ -462,7 +462,7 @@ mod reference {
                 let (mean, denom) = stats[g];
                 let centered = s - f64::from(mean);
                 match config.norm {
-                    GrpoNorm::MeanStd => centered / f64::from(denom),
+                    NormMode::MeanStdNorm => centered / f64::from(denom),
                     _ => centered,
                 }
             })
@@ -511,7 +511,7 @@ mod reference {
                 .map(|&r| scores[r])
                 .fold(f64::NEG_INFINITY, f64::max);
             let mut adv = scores[best] - second;
-            if config.norm == GrpoNorm::MeanStd {
+            if config.norm == NormMode::MeanStdNorm {
                 let mean = group_mean(rows, scores);
                 adv /= unbiased_std(rows, scores, mean) + config.std_eps;
             }
@@ -901,13 +901,13 @@ fn configs() -> Vec<EstimatorConfig> {
         .map(|n| n.parse().unwrap())
         .collect();
     v.extend([
-        EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
-        EstimatorConfig::GrpoVectorized(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
-        EstimatorConfig::GrpoPassk(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)),
+        EstimatorConfig::Grpo(GrpoConfig::default().with_norm(NormMode::MeanNorm)),
+        EstimatorConfig::GrpoVectorized(GrpoConfig::default().with_norm(NormMode::MeanNorm)),
+        EstimatorConfig::GrpoPassk(GrpoConfig::default().with_norm(NormMode::MeanNorm)),
         EstimatorConfig::Gdpo(
             GrpoConfig::default()
                 .with_std_eps(1e-3)
-                .with_norm(GrpoNorm::MeanStd),
+                .with_norm(NormMode::MeanStdNorm),
         ),
         EstimatorConfig::Gpg(GpgConfig::default().with_f_norm(0.7)),
         EstimatorConfig::ReinforcePlusPlus(ReinforcePlusPlusConfig::default().with_discount(0.9)),

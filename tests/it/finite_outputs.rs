@@ -11,8 +11,8 @@
 //! within a trajectory), and errs in the others: the property is about the `Ok`s.
 
 use beacon_rl::estimator::{
-    Ablation, AdvantageEstimator, BeaconFlavour, EstimatorConfig, EstimatorInput, GrpoNorm, GrpoStatistics,
-    NormMode, StepGrouping, Workspace, ZeroTail,
+    Ablation, AdvantageEstimator, BeaconFlavour, EstimatorConfig, EstimatorInput, GrpoStatistics, NormMode,
+    StepGrouping, Workspace, ZeroTail,
 };
 use beacon_rl::RolloutBatch;
 use ndarray::Array2;
@@ -119,7 +119,11 @@ fn configured(name: &str, p: &Params) -> EstimatorConfig {
         | EstimatorConfig::GrpoPassk(g)
         | EstimatorConfig::Gdpo(g) => {
             g.std_eps = pos0;
-            g.norm = if s0 { GrpoNorm::MeanOnly } else { GrpoNorm::MeanStd };
+            g.norm = if s0 {
+                NormMode::MeanNorm
+            } else {
+                NormMode::MeanStdNorm
+            };
             if s1 && name == "grpo" {
                 g.statistics = GrpoStatistics::Trajectories;
             }
@@ -137,7 +141,7 @@ fn configured(name: &str, p: &Params) -> EstimatorConfig {
         EstimatorConfig::Gigpo(g) => {
             g.step_decay = u0;
             g.step_advantage_weight = nn0;
-            g.mode = mode;
+            g.norm = mode;
             g.std_eps = pos0;
             if s2 {
                 g.grouping = StepGrouping::Similarity { threshold: 0.5 };
@@ -150,7 +154,7 @@ fn configured(name: &str, p: &Params) -> EstimatorConfig {
             b.trajectory_weight = nn1;
             b.std_eps = pos2;
             if name == "beacon_official" {
-                b.flavour = BeaconFlavour::Official { mode };
+                b.flavour = BeaconFlavour::Official { norm: mode };
             }
         }
         EstimatorConfig::BeaconAblation(a) => {
@@ -161,7 +165,7 @@ fn configured(name: &str, p: &Params) -> EstimatorConfig {
             b.trajectory_weight = nn1;
             b.std_eps = pos2;
             if s0 {
-                b.flavour = BeaconFlavour::Official { mode };
+                b.flavour = BeaconFlavour::Official { norm: mode };
             }
             a.ablation = [
                 Ablation::Full,

@@ -39,7 +39,7 @@ fn mean_std_norm_uses_unbiased_row_std() {
     // Rows R = 1, 1, 1, 0 (as above): mean 0.75, squared deviations 3 · 0.0625 + 0.5625 = 0.75,
     // unbiased var = 0.75 / 3 = 0.25, std = 0.5. A_E = 0.25 / (0.5 + 1e-6), -0.75 / (0.5 + 1e-6).
     let batch = RolloutBatch::from_row_keys(&["g"; 4], &["a", "a", "a", "b"], &[1.0, 1.0, 1.0, 0.0]).unwrap();
-    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
+    let cfg = GigpoConfig::default().with_norm(NormMode::MeanStdNorm);
     let out = gigpo(cfg).compute(&batch, &[0.0; 4], &["s"; 4]).unwrap();
     let d = 0.5 + 1e-6;
     assert_eq!(out.episode_advantages, [0.25 / d, 0.25 / d, 0.25 / d, -0.75 / d]);
@@ -101,7 +101,7 @@ fn single_row_task_group_uses_mean_zero_std_one() {
         .compute(&batch, &[3.0], &["s"])
         .unwrap();
     assert_eq!(out.advantages, [0.7]);
-    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
+    let cfg = GigpoConfig::default().with_norm(NormMode::MeanStdNorm);
     let out = gigpo(cfg).compute(&batch, &[3.0], &["s"]).unwrap();
     assert_eq!(out.advantages, [0.7 / (1.0 + 1e-6)]);
     // A single trajectory of two rows is not a single-row group: mean 0.7, A_E = 0.
@@ -414,7 +414,7 @@ proptest! {
         std_norm in any::<bool>(),
     ) {
         let cfg = GigpoConfig::default()
-            .with_mode(if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm });
+            .with_norm(if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm });
         let base_order = s.traj_major();
         // A seeded shuffle of the trajectory-major sequence keeps each trajectory's steps in
         // order (the k-th occurrence of j is step k) while interleaving trajectories.
@@ -500,7 +500,7 @@ proptest! {
         let cfg = GigpoConfig::default()
             .with_step_decay(decay)
             .with_std_eps(eps)
-            .with_mode(if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm });
+            .with_norm(if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm });
         match Gigpo::new(cfg).unwrap().compute(&batch, &rewards, &anchors) {
             Ok(out) => prop_assert!(out.advantages.iter().all(|a| a.is_finite())),
             Err(e) => prop_assert!(matches!(e, Error::NonFinite { .. }), "{e:?}"),

@@ -130,7 +130,7 @@ fn reference(cfg: &GigpoConfig, c: &Case, by_id: bool) -> Reference {
         .map(|r| {
             let (n, mean, std) = stats(&by_uid[&c.uid[r]]);
             let (mean, std) = if n == 1 { (0.0, 1.0) } else { (mean, std) };
-            norm(cfg.mode, c.episode[r], mean, std, cfg.std_eps)
+            norm(cfg.norm, c.episode[r], mean, std, cfg.std_eps)
         })
         .collect();
     // Step groups, labels by first appearance; similarity against each cluster's first member.
@@ -172,7 +172,7 @@ fn reference(cfg: &GigpoConfig, c: &Case, by_id: bool) -> Reference {
             if n == 1 {
                 0.0
             } else {
-                norm(cfg.mode, ret[r], mean, std, cfg.std_eps)
+                norm(cfg.norm, ret[r], mean, std, cfg.std_eps)
             }
         })
         .collect();
@@ -234,7 +234,7 @@ fn configs() -> Vec<GigpoConfig> {
         for grouping in [StepGrouping::Exact, StepGrouping::Similarity { threshold: 0.95 }] {
             out.push(
                 GigpoConfig::default()
-                    .with_mode(mode)
+                    .with_norm(mode)
                     .with_grouping(grouping)
                     .with_step_decay(0.9)
                     .with_step_advantage_weight(0.7),

@@ -391,7 +391,7 @@ fn all_entry_points(cfg: BeaconConfig, batch: &RolloutBatch, flags: &[bool]) -> 
 
 fn official(mode: NormMode) -> BeaconConfig {
     let mut c = BeaconConfig::official();
-    c.flavour = BeaconFlavour::Official { mode };
+    c.flavour = BeaconFlavour::Official { norm: mode };
     c
 }
 
@@ -563,7 +563,7 @@ fn w_gigpo_overflowing_episode_variance_gives_the_exact_answer() {
     // task group, mean_std_norm, distinct anchors (singleton step groups: A^S = 0), so
     // A = A^E = ±1/√2 (was ±0).
     let batch = RolloutBatch::from_blocks(2, &[1, 1], vec![1e155, -1e155]).unwrap();
-    let cfg = GigpoConfig::default().with_mode(NormMode::MeanStdNorm);
+    let cfg = GigpoConfig::default().with_norm(NormMode::MeanStdNorm);
     let est = Gigpo::new(cfg).unwrap();
     let input = EstimatorInput::new(&batch)
         .with_step_rewards(&[0.0, 0.0])

@@ -44,7 +44,7 @@ fn every_migpo_case_matches_the_release() {
             m => panic!("{name}: unknown mode {m}"),
         };
         let mut cfg = BeaconConfig::official();
-        cfg.flavour = BeaconFlavour::Official { mode };
+        cfg.flavour = BeaconFlavour::Official { norm: mode };
         cfg.segment_decay = p["gamma"].as_f64().unwrap();
         cfg.segment_weight = p["step_advantage_w"].as_f64().unwrap();
         cfg.std_eps = p["epsilon"].as_f64().unwrap();

@@ -47,7 +47,7 @@ fn config(params: &Value) -> GigpoConfig {
         .with_step_decay(params["gamma"].as_f64().unwrap())
         .with_step_advantage_weight(params["step_advantage_w"].as_f64().unwrap())
         .with_std_eps(params["epsilon"].as_f64().unwrap())
-        .with_mode(mode)
+        .with_norm(mode)
         .with_grouping(grouping)
 }
 

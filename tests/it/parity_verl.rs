@@ -10,7 +10,7 @@
 //! Run with `--nocapture` to see the number of cases and the max relative error per family.
 
 use beacon_rl::estimator::{
-    EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, GrpoNorm, OptimalTokenBaselineConfig,
+    EstimatorConfig, EstimatorInput, GaeConfig, GpgConfig, GrpoConfig, NormMode, OptimalTokenBaselineConfig,
     ReinforcePlusPlusConfig, ZeroTail,
 };
 use beacon_rl::tensor::FloatView;
@@ -64,9 +64,9 @@ fn config_for(case: &Value) -> EstimatorConfig {
         GrpoConfig::default()
             .with_std_eps(param(case, "epsilon").unwrap_or(1e-6))
             .with_norm(if flag(case, "norm_adv_by_std_in_grpo", true) {
-                GrpoNorm::MeanStd
+                NormMode::MeanStdNorm
             } else {
-                GrpoNorm::MeanOnly
+                NormMode::MeanNorm
             })
     };
     let otb = || {

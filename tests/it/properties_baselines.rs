@@ -1,7 +1,7 @@
 //! Property tests of verl's baseline estimators.
 
 use beacon_rl::estimator::{
-    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, GaeConfig, GrpoConfig, GrpoNorm,
+    AdvantageEstimator, Advantages, EstimatorConfig, EstimatorInput, GaeConfig, GrpoConfig, NormMode,
     OptimalTokenBaselineConfig, ReinforcePlusPlusConfig,
 };
 use beacon_rl::{Error, RolloutBatch};
@@ -123,7 +123,7 @@ fn all_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
             .unwrap(),
     );
     v.push(
-        EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly))
+        EstimatorConfig::Grpo(GrpoConfig::default().with_norm(NormMode::MeanNorm))
             .build()
             .unwrap(),
     );
@@ -237,7 +237,7 @@ proptest! {
         }
         let ests: Vec<Box<dyn AdvantageEstimator>> = vec![
             EstimatorConfig::Grpo(GrpoConfig::default()).build().unwrap(),
-            EstimatorConfig::Grpo(GrpoConfig::default().with_norm(GrpoNorm::MeanOnly)).build().unwrap(),
+            EstimatorConfig::Grpo(GrpoConfig::default().with_norm(NormMode::MeanNorm)).build().unwrap(),
             EstimatorConfig::Rloo.build().unwrap(),
             EstimatorConfig::RlooVectorized.build().unwrap(),
         ];

@@ -315,7 +315,7 @@ proptest! {
         let p_flags: Vec<_> = perm.iter().map(|&i| flags[i]).collect();
         let shuffled = RolloutBatch::from_row_keys(&p_uid, &p_traj, &p_rew).unwrap();
         let mode = if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm };
-        for cfg in [BeaconConfig::default(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { mode })] {
+        for cfg in [BeaconConfig::default(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { norm: mode })] {
             let b = Beacon::new(cfg).unwrap();
             let base = b.compute(&batch, &flags).unwrap();
             let out = b.compute(&shuffled, &p_flags).unwrap();
@@ -331,7 +331,7 @@ proptest! {
     fn finite_in_finite_out(groups in batch_strategy(), decay in 0.0..=1.0f64, std_norm in any::<bool>()) {
         let (batch, flags) = build(&groups);
         let mode = if std_norm { NormMode::MeanStdNorm } else { NormMode::MeanNorm };
-        for cfg in [BeaconConfig::default(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { mode }).with_segment_decay(decay)] {
+        for cfg in [BeaconConfig::default(), BeaconConfig::official().with_flavour(BeaconFlavour::Official { norm: mode }).with_segment_decay(decay)] {
             let out = Beacon::new(cfg).unwrap().compute(&batch, &flags).unwrap();
             prop_assert!(out.advantages.iter().all(|a| a.is_finite()));
         }

@@ -337,11 +337,11 @@ fn step_estimators() -> Vec<Box<dyn AdvantageEstimator>> {
     );
     let mut official = beacon_rl::estimator::BeaconConfig::official();
     official.flavour = beacon_rl::estimator::BeaconFlavour::Official {
-        mode: beacon_rl::estimator::NormMode::MeanStdNorm,
+        norm: beacon_rl::estimator::NormMode::MeanStdNorm,
     };
     v.push(EstimatorConfig::Beacon(official).build().unwrap());
     let mut gigpo = beacon_rl::estimator::GigpoConfig::default();
-    gigpo.mode = beacon_rl::estimator::NormMode::MeanStdNorm;
+    gigpo.norm = beacon_rl::estimator::NormMode::MeanStdNorm;
     v.push(EstimatorConfig::Gigpo(gigpo).build().unwrap());
     v
 }

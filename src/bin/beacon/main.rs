@@ -24,7 +24,7 @@
 //! The estimator is given in the library's configuration grammar, `NAME` or
 //! `NAME:KEY=VALUE,KEY=VALUE` (`EstimatorConfig`'s `FromStr`): the keys are the fields of the
 //! estimator's config (for example `segment_decay`, `segment_weight`, `milestone_reward`,
-//! `ablation` for BEACON; `step_decay`, `mode` for GiGPO; `grpo:norm=mean_only` for Dr.GRPO).
+//! `ablation` for BEACON; `step_decay`, `mode` for GiGPO; `grpo:norm=mean_norm` for Dr.GRPO).
 //! An unknown name or key is an error listing the valid ones; an out-of-range value names its
 //! key.
 //!

@@ -202,7 +202,7 @@ fn groups(c: &BeaconConfig, batch: &RolloutBatch, groups: std::ops::Range<usize>
         let trajs = batch.group_trajectories(g);
         match c.flavour {
             BeaconFlavour::Paper => paper_group(c, batch, trajs, &mut part),
-            BeaconFlavour::Official { mode } => official_group(c, batch, trajs, mode, &mut part),
+            BeaconFlavour::Official { norm } => official_group(c, batch, trajs, norm, &mut part),
         }
     }
 }
@@ -708,7 +708,7 @@ mod tests {
         // Segment 1: a1 = 0, b1 = 0 (unfinished) -> 0
         let mut c = BeaconConfig::official();
         c.flavour = BeaconFlavour::Official {
-            mode: NormMode::MeanStdNorm,
+            norm: NormMode::MeanStdNorm,
         };
         c.segment_decay = 0.5;
         let batch = RolloutBatch::from_blocks(2, &[2, 2], vec![1.0, 0.0]).unwrap();
@@ -727,7 +727,7 @@ mod tests {
         // that ulp by ε and give ~1e-11 instead of 0. The trajectory term is likewise 0.
         let mut c = BeaconConfig::official();
         c.flavour = BeaconFlavour::Official {
-            mode: NormMode::MeanStdNorm,
+            norm: NormMode::MeanStdNorm,
         };
         c.milestone_reward = 0.1;
         c.segment_decay = 1.0;

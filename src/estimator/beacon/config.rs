@@ -14,7 +14,7 @@ use crate::stats::{NormMode, SingletonRule};
 ///
 /// ```
 /// use beacon_rl::estimator::{BeaconFlavour, NormMode};
-/// let f = BeaconFlavour::Official { mode: NormMode::MeanStdNorm };
+/// let f = BeaconFlavour::Official { norm: NormMode::MeanStdNorm };
 /// assert_ne!(f, BeaconFlavour::Paper);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,10 +25,10 @@ pub enum BeaconFlavour {
     /// unfinished segment A^seg = 0.
     Paper,
     /// The public code release: statistics over step rows, segment groups by (group, segment
-    /// id) including unfinished rows, `mode` at both levels.
+    /// id) including unfinished rows, `norm` at both levels.
     Official {
-        /// Normalisation at both levels.
-        mode: NormMode,
+        /// Normalisation at both levels (the release's `mode`).
+        norm: NormMode,
     },
 }
 
@@ -118,13 +118,13 @@ impl BeaconConfig {
     /// ```
     /// use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, NormMode};
     /// let c = BeaconConfig::official();
-    /// assert_eq!(c.flavour, BeaconFlavour::Official { mode: NormMode::MeanNorm });
+    /// assert_eq!(c.flavour, BeaconFlavour::Official { norm: NormMode::MeanNorm });
     /// assert_eq!(c.milestone_reward, 10.0);
     /// ```
     pub fn official() -> Self {
         Self {
             flavour: BeaconFlavour::Official {
-                mode: NormMode::MeanNorm,
+                norm: NormMode::MeanNorm,
             },
             milestone_reward: 10.0,
             ..Self::default()
@@ -181,7 +181,7 @@ impl Default for BeaconConfig {
 crate::setters::with_setters! {
     BeaconConfig, "use beacon_rl::estimator::{BeaconConfig, BeaconFlavour, SegmentBaseline}; use beacon_rl::estimator::{NormMode, SingletonRule};", BeaconConfig::default();
     /// Sets the flavour (default [`BeaconFlavour::Paper`]; the presets set it).
-    with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { mode: NormMode::MeanNorm };
+    with_flavour(flavour: BeaconFlavour) = BeaconFlavour::Official { norm: NormMode::MeanNorm };
     /// Sets R_ms, the shaped reward of a milestone step (default 1.0, release 10.0; > 0).
     with_milestone_reward(milestone_reward: f64) = 10.0;
     /// Sets γ, the temporal decay within a segment (default 0.95; in [0, 1]).

@@ -248,7 +248,7 @@ where
     /// (0 when every value written is finite).
     fn groups(&self, groups: std::ops::Range<usize>, ws: &mut GigpoScratch, mut o: Outs<'_>) -> (usize, f64) {
         let (batch, c) = (self.batch, self.c);
-        let (mode, eps, w) = (c.mode, c.std_eps, c.step_advantage_weight);
+        let (mode, eps, w) = (c.norm, c.std_eps, c.step_advantage_weight);
         let in_order = batch.rows_in_step_order();
         let b = o.base;
         let mut base = 0usize;
@@ -323,7 +323,7 @@ where
         let (mean, std) = if s.count == 1 { (0.0, 1.0) } else { (s.mean, s.std) };
         for &r in &ws.rows {
             let a = &mut o.episode[r - b];
-            *a = c.mode.normalize(*a, mean, std, c.std_eps);
+            *a = c.norm.normalize(*a, mean, std, c.std_eps);
         }
     }
 }

@@ -33,7 +33,7 @@ pub enum StepGrouping {
 /// ```
 /// use beacon_rl::estimator::{Gigpo, GigpoConfig, NormMode, StepGrouping};
 /// let cfg = GigpoConfig::default()
-///     .with_mode(NormMode::MeanStdNorm)
+///     .with_norm(NormMode::MeanStdNorm)
 ///     .with_grouping(StepGrouping::Similarity { threshold: 0.9 });
 /// assert!(Gigpo::new(cfg).is_ok());
 /// assert!(Gigpo::new(cfg.with_std_eps(0.0)).is_err());
@@ -47,8 +47,8 @@ pub struct GigpoConfig {
     pub step_decay: f64,
     /// w in `A = A_E + w · A_S`, finite and >= 0 (the peer's `step_advantage_w`).
     pub step_advantage_weight: f64,
-    /// Normalization of both terms.
-    pub mode: NormMode,
+    /// Normalization of both terms (the peer's `mode`).
+    pub norm: NormMode,
     /// ε added to the std in [`NormMode::MeanStdNorm`], > 0 (the peer's `epsilon`).
     pub std_eps: f64,
     /// Step grouping rule.
@@ -64,7 +64,7 @@ impl Default for GigpoConfig {
     /// let cfg = GigpoConfig::default();
     /// assert_eq!(cfg.step_decay, 0.95);
     /// assert_eq!(cfg.step_advantage_weight, 1.0);
-    /// assert_eq!(cfg.mode, NormMode::MeanNorm);
+    /// assert_eq!(cfg.norm, NormMode::MeanNorm);
     /// assert_eq!(cfg.std_eps, 1e-6);
     /// assert_eq!(cfg.grouping, StepGrouping::Exact);
     /// ```
@@ -72,7 +72,7 @@ impl Default for GigpoConfig {
         Self {
             step_decay: 0.95,
             step_advantage_weight: 1.0,
-            mode: NormMode::MeanNorm,
+            norm: NormMode::MeanNorm,
             std_eps: 1e-6,
             grouping: StepGrouping::Exact,
         }
@@ -111,7 +111,7 @@ crate::setters::with_setters! {
     /// Sets w, the weight of the step term (default 1.0; finite, ≥ 0).
     with_step_advantage_weight(step_advantage_weight: f64) = 0.5;
     /// Sets the normalization of both terms (default [`NormMode::MeanNorm`]).
-    with_mode(mode: NormMode) = NormMode::MeanStdNorm;
+    with_norm(norm: NormMode) = NormMode::MeanStdNorm;
     /// Sets ε added to σ (default 1e-6; > 0).
     with_std_eps(std_eps: f64) = 1e-8;
     /// Sets the step grouping (default [`StepGrouping::Exact`]).

@@ -1,7 +1,7 @@
 //! The GRPO scalar per row: group mean and unbiased standard deviation over rows or over
 //! trajectories (see the module docs of `grpo`), with the overflow fallbacks.
 
-use super::{GrpoConfig, GrpoNorm, GrpoStatistics};
+use super::{GrpoConfig, GrpoStatistics, NormMode};
 use crate::batch::RolloutBatch;
 use crate::error::Result;
 use crate::estimator::input::check_trajectories_agree;
@@ -37,19 +37,19 @@ pub(crate) fn grpo_scalars(
         if n == 1 {
             let r = rows[0];
             out[r] = match config.norm {
-                GrpoNorm::MeanStd => scores[r] / singleton_denom,
-                GrpoNorm::MeanOnly => scores[r],
+                NormMode::MeanStdNorm => scores[r] / singleton_denom,
+                NormMode::MeanNorm => scores[r],
             };
             continue;
         }
         let mean = group_mean(rows, scores);
         match config.norm {
-            GrpoNorm::MeanOnly => {
+            NormMode::MeanNorm => {
                 for &r in rows {
                     out[r] = scores[r] - mean;
                 }
             }
-            GrpoNorm::MeanStd => {
+            NormMode::MeanStdNorm => {
                 let denom = unbiased_std(rows, scores, mean) + config.std_eps;
                 for &r in rows {
                     out[r] = (scores[r] - mean) / denom;
@@ -96,8 +96,8 @@ fn grpo_trajectory_scalars(
         };
         for &r in group_rows(batch, g) {
             out[r] = match config.norm {
-                GrpoNorm::MeanStd => (scores[r] - mean) / denom,
-                GrpoNorm::MeanOnly => scores[r] - mean,
+                NormMode::MeanStdNorm => (scores[r] - mean) / denom,
+                NormMode::MeanNorm => scores[r] - mean,
             };
         }
     }

@@ -2,7 +2,7 @@
 //! (GRPO, then batch whitening): the variants of the module docs of `grpo`.
 
 use super::scalars::{group_mean, token_scalars, unbiased_std};
-use super::{Gdpo, GrpoConfig, GrpoNorm, GrpoPassk, GrpoVectorized};
+use super::{Gdpo, GrpoConfig, GrpoPassk, GrpoVectorized, NormMode};
 use crate::batch::RolloutBatch;
 use crate::error::{Error, Result};
 use crate::estimator::kernel::{outcome_scalars, step_scalars};
@@ -82,8 +82,8 @@ fn grpo_vectorized_scalars(
     for (o, (&g, &s)) in out.iter_mut().zip(groups.iter().zip(scores)) {
         let centered = s - f64::from(mean[g]);
         *o = match config.norm {
-            GrpoNorm::MeanStd => centered / f64::from(sq[g]),
-            GrpoNorm::MeanOnly => centered,
+            NormMode::MeanStdNorm => centered / f64::from(sq[g]),
+            NormMode::MeanNorm => centered,
         };
     }
 }
@@ -155,7 +155,7 @@ fn passk_scalars(
             .map(|&r| scores[r])
             .fold(f64::NEG_INFINITY, f64::max);
         let mut adv = scores[best] - second;
-        if config.norm == GrpoNorm::MeanStd {
+        if config.norm == NormMode::MeanStdNorm {
             let mean = group_mean(rows, scores);
             adv /= unbiased_std(rows, scores, mean) + config.std_eps;
         }

@@ -10,7 +10,7 @@
 //!
 //! A key is a config field by its serde name; a value is spelled as serde spells it, with an
 //! enum variant that has fields written `variant(field=value)` where serde writes
-//! `{"variant": {"field": value}}` (`flavour=official(mode=mean_std_norm)`,
+//! `{"variant": {"field": value}}` (`flavour=official(norm=mean_std_norm)`,
 //! `grouping=similarity(threshold=0.9)`). Serde values arrive as the same [`Raw`] tree, so a
 //! JSON number is read by the same parser as its text.
 
@@ -19,7 +19,7 @@ use std::fmt;
 use super::empg::EmpgConfig;
 use super::gae::GaeConfig;
 use super::gpg::GpgConfig;
-use super::grpo::{GrpoConfig, GrpoNorm, GrpoStatistics};
+use super::grpo::{GrpoConfig, GrpoStatistics};
 use super::mt_grpo::{MtGrpoConfig, TurnBaseline};
 use super::optimal_baseline::{OptimalTokenBaselineConfig, ZeroTail};
 use super::reinforce::ReinforcePlusPlusConfig;
@@ -243,7 +243,6 @@ unit_enum! {
     NormMode { MeanNorm => "mean_norm", MeanStdNorm => "mean_std_norm" };
     SingletonRule { PassThrough => "pass_through", Zero => "zero" };
     SegmentBaseline { Completed => "completed", Entered => "entered" };
-    GrpoNorm { MeanStd => "mean_std", MeanOnly => "mean_only" };
     GrpoStatistics { Rows => "rows", Trajectories => "trajectories" };
     ZeroTail { ZeroBaseline => "zero_baseline", KeepBaseline => "keep_baseline" };
     Grouping { Batch => "batch", Group => "group" };
@@ -275,12 +274,12 @@ fn field<T: Param>(fields: &[(String, Raw)], known: &[&str], name: &str, default
 }
 
 impl Param for BeaconFlavour {
-    const EXPECTED: &'static str = "paper or official(mode=mean_norm|mean_std_norm)";
+    const EXPECTED: &'static str = "paper or official(norm=mean_norm|mean_std_norm)";
     fn read(raw: &Raw) -> Option<Self> {
         match variant(raw) {
             ("paper", []) => Some(BeaconFlavour::Paper),
             ("official", f) => Some(BeaconFlavour::Official {
-                mode: field(f, &["mode"], "mode", Some(NormMode::MeanNorm))?,
+                norm: field(f, &["norm"], "norm", Some(NormMode::MeanNorm))?,
             }),
             _ => None,
         }
@@ -288,7 +287,7 @@ impl Param for BeaconFlavour {
     fn write(&self) -> Out {
         match self {
             BeaconFlavour::Paper => Out::Name("paper"),
-            BeaconFlavour::Official { mode } => Out::Variant("official", vec![("mode", mode.write())]),
+            BeaconFlavour::Official { norm } => Out::Variant("official", vec![("norm", norm.write())]),
         }
     }
 }
@@ -393,7 +392,7 @@ keyed! {
     GpgConfig { f_norm };
     ReinforcePlusPlusConfig { discount };
     OptimalTokenBaselineConfig { zero_tail, denominator_eps };
-    GigpoConfig { step_decay, step_advantage_weight, mode, std_eps, grouping };
+    GigpoConfig { step_decay, step_advantage_weight, norm, std_eps, grouping };
     BeaconConfig {
         flavour, milestone_reward, segment_decay, segment_weight, trajectory_weight, std_eps,
         singleton, segment_baseline,
