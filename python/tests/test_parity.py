@@ -111,7 +111,7 @@ def migpo_cases():
 def test_beacon_official_matches_the_release(case):
     p, rows = case["params"], case["rows"]
     config = {
-        "flavour": {"official": {"mode": p["mode"]}},
+        "flavour": {"official": {"norm": p["mode"]}},
         "segment_decay": p["gamma"],
         "segment_weight": p["step_advantage_w"],
         "std_eps": p["epsilon"],

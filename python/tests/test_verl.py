@@ -170,7 +170,7 @@ def test_verl_agent_step_batch_matches_the_release(official_migpo):
         },
     )
     config = {
-        "flavour": {"official": {"mode": p["mode"]}},
+        "flavour": {"official": {"norm": p["mode"]}},
         "segment_decay": p["gamma"],
         "segment_weight": p["step_advantage_w"],
         "std_eps": p["epsilon"],
