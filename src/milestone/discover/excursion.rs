@@ -83,7 +83,14 @@ mod tests {
     #[test]
     fn a_detour_back_to_where_the_rollout_was_is_dropped() {
         // hallway, bedroom, hallway, studio: the bedroom is a detour.
-        let steps = [(GO, HALL), (OPEN, OPENED), (GO, BED), (OPEN, OPENED), (GO, HALL), (GO, STUDIO)];
+        let steps = [
+            (GO, HALL),
+            (OPEN, OPENED),
+            (GO, BED),
+            (OPEN, OPENED),
+            (GO, HALL),
+            (GO, STUDIO),
+        ];
         let flags = [true, false, true, false, false, true];
         assert_eq!(run(&steps, &flags), [true, false, false, false, false, true]);
     }
