@@ -41,7 +41,7 @@ pub(super) fn drop_excursions(
         if gists.is_empty() {
             continue;
         }
-        let back = steps[t + 1..=to.max(t)]
+        let back = steps[t + 1..=to]
             .iter()
             .any(|s| s.verb == verb && gists.contains(&s.gist));
         if back {
