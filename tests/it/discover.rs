@@ -381,6 +381,16 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
         run(&mut fresh(), &["t"], &group),
         [[true, true, false, false, false, true]; 2]
     );
+    // Nor is a response two actions of the step's verb share: "You can't see any such thing."
+    // around the key answers two failed attempts, not a place come back to.
+    let w = vec![
+        ("take pork", "You can't see any such thing."),
+        ("take key", "You take the key."),
+        ("take onion", "You can't see any such thing."),
+        ("open door", "You win."),
+    ];
+    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
+    assert_eq!(run(&mut fresh(), &["t"], &group), [[false, true, false, true]; 2]);
 }
 
 #[test]

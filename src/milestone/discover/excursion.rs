@@ -4,7 +4,8 @@
 //! rollout got one response twice to that verb around it, with no other step flagged between:
 //!
 //! ```text
-//! ∃ s < t < u :  verb(s) = verb(u) = v,  gist(s) = gist(u),  no step of (s, u) but t flagged
+//! ∃ s < t < u :  verb(s) = verb(u) = v,  gist(s) = gist(u) ∉ shared,
+//!                no step of (s, u) but t flagged
 //! ```
 //!
 //! `go to hallway` ("You move to the hallway."), `go to bedroom`, `go to hallway` ("You move to
@@ -12,17 +13,22 @@
 //! counts, so the bedroom was a detour, not a subgoal, however many successes took it. A
 //! detour in which something counted (`go to kitchen`, `pick up thermometer`, `go to hallway`)
 //! keeps its steps. The verb must be t's: two steps of another verb with one response ("The
-//! door is already open.") say nothing about a move made between them.
+//! door is already open.") say nothing about a move made between them. And the response must
+//! not be *shared* (two different actions of one verb got it in the group, module docs of
+//! discovery): "You can't see any such thing." after `take pork chop` and `take red onion`
+//! answers two failed attempts, not a place come back to, so the `take key` between them stays.
 
 use super::text::KeySet;
 use super::workspace::StepKeys;
 
 /// Clears the flags that mark an excursion (module docs) in one trajectory: step t of
-/// `steps` is flagged in `flags[rows[t]]`. Judged on the flags as they come in: dropping one
-/// does not make its neighbour an excursion. `flagged` and `gists` are reused buffers.
+/// `steps` is flagged in `flags[rows[t]]`; `shared` holds its group's shared gists. Judged on
+/// the flags as they come in: dropping one does not make its neighbour an excursion.
+/// `flagged` and `gists` are reused buffers.
 pub(super) fn drop_excursions(
     steps: &[StepKeys],
     rows: &[usize],
+    shared: &KeySet,
     flags: &mut [bool],
     flagged: &mut Vec<usize>,
     gists: &mut KeySet,
@@ -37,7 +43,12 @@ pub(super) fn drop_excursions(
         let to = flagged.get(a + 1).copied().unwrap_or(last);
         let verb = steps[t].verb;
         gists.clear();
-        gists.extend(steps[from..t].iter().filter(|s| s.verb == verb).map(|s| s.gist));
+        gists.extend(
+            steps[from..t]
+                .iter()
+                .filter(|s| s.verb == verb && !shared.contains(&s.gist))
+                .map(|s| s.gist),
+        );
         if gists.is_empty() {
             continue;
         }
@@ -54,8 +65,12 @@ pub(super) fn drop_excursions(
 mod tests {
     use super::*;
 
-    /// Steps of (verb, gist), all flagged where `flags` says.
+    /// Steps of (verb, gist), flagged where `flags` says, no gist shared.
     fn run(steps: &[(u64, u64)], flags: &[bool]) -> Vec<bool> {
+        run_shared(steps, flags, &KeySet::default())
+    }
+
+    fn run_shared(steps: &[(u64, u64)], flags: &[bool], shared: &KeySet) -> Vec<bool> {
         let keys: Vec<StepKeys> = steps
             .iter()
             .map(|&(verb, gist)| StepKeys {
@@ -66,7 +81,14 @@ mod tests {
             .collect();
         let rows: Vec<usize> = (0..steps.len()).collect();
         let mut out = flags.to_vec();
-        drop_excursions(&keys, &rows, &mut out, &mut Vec::new(), &mut KeySet::default());
+        drop_excursions(
+            &keys,
+            &rows,
+            shared,
+            &mut out,
+            &mut Vec::new(),
+            &mut KeySet::default(),
+        );
         out
     }
 
@@ -79,6 +101,7 @@ mod tests {
     const KITCHEN: u64 = 13;
     const OPENED: u64 = 20;
     const TAKEN: u64 = 21;
+    const NOT_SEEN: u64 = 22;
 
     #[test]
     fn a_detour_back_to_where_the_rollout_was_is_dropped() {
@@ -117,5 +140,17 @@ mod tests {
         let flags = [true, true, true, false];
         assert_eq!(run(&steps, &flags), [true, true, true, false]);
         assert_eq!(run(&[], &[]), Vec::<bool>::new());
+    }
+
+    #[test]
+    fn a_shared_response_closes_no_loop() {
+        // take (failed), take key, take (failed): "You can't see any such thing." twice around
+        // the key. Shared by two actions, it answers failures, not a place: the key stays.
+        let steps = [(TAKE, NOT_SEEN), (TAKE, TAKEN), (TAKE, NOT_SEEN)];
+        let flags = [false, true, false];
+        let shared: KeySet = [NOT_SEEN].into_iter().collect();
+        assert_eq!(run_shared(&steps, &flags, &shared), flags);
+        // Particular to one action, the same response is a way back.
+        assert_eq!(run(&steps, &flags), [false, false, false]);
     }
 }

@@ -242,6 +242,7 @@ impl MilestoneDiscovery {
                 drop_excursions(
                     &ws.steps[batch.trajectory_steps(j)],
                     rows,
+                    &ws.shared,
                     flags,
                     &mut ws.flagged,
                     &mut ws.excursion_gists,
