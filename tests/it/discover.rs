@@ -331,6 +331,69 @@ fn a_response_two_actions_of_one_verb_get_in_a_group_is_no_progress_for_either()
 }
 
 #[test]
+fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursion() {
+    // Both successes step into the bedroom and back to the hall before the studio: every
+    // success shows the bedroom, but the rollout came back to where it was ("You move to the
+    // hall." before and after) and nothing counted there, so it was a detour.
+    let w = vec![
+        ("go to hall", "You move to the hall."),
+        ("go to bedroom", "You move to the bedroom."),
+        ("look", "A bedroom."),
+        ("look", "A bedroom."),
+        ("go to hall", "You move to the hall."),
+        ("go to studio", "You move to the studio."),
+        ("mix paint", "You make violet paint."),
+    ];
+    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
+    // (`look` twice in a row is a no-op, and keeps the hall's two visits further apart than
+    // the no-op window.)
+    assert_eq!(
+        run(&mut fresh(), &["t"], &group),
+        [[true, false, false, false, false, true, true]; 2]
+    );
+    // Something that counts done in the bedroom keeps the way there.
+    let w = vec![
+        ("go to hall", "You move to the hall."),
+        ("go to bedroom", "You move to the bedroom."),
+        ("take brush", "You take the brush."),
+        ("look", "A bedroom."),
+        ("look", "A bedroom."),
+        ("go to hall", "You move to the hall."),
+        ("go to studio", "You move to the studio."),
+    ];
+    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
+    assert_eq!(
+        run(&mut fresh(), &["t"], &group),
+        [[true, true, true, false, false, false, true]; 2]
+    );
+    // A response of another verb repeated around the step is no way back: the lamp's
+    // "Done." twice does not undo the move between.
+    let w = vec![
+        ("switch lamp", "Done."),
+        ("go to bedroom", "You move to the bedroom."),
+        ("look", "A bedroom."),
+        ("look", "A bedroom."),
+        ("switch lamp", "Done."),
+        ("mix paint", "You make violet paint."),
+    ];
+    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
+    assert_eq!(
+        run(&mut fresh(), &["t"], &group),
+        [[true, true, false, false, false, true]; 2]
+    );
+    // Nor is a response two actions of the step's verb share: "You can't see any such thing."
+    // around the key answers two failed attempts, not a place come back to.
+    let w = vec![
+        ("take pork", "You can't see any such thing."),
+        ("take key", "You take the key."),
+        ("take onion", "You can't see any such thing."),
+        ("open door", "You win."),
+    ];
+    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
+    assert_eq!(run(&mut fresh(), &["t"], &group), [[false, true, false, true]; 2]);
+}
+
+#[test]
 fn a_response_many_times_longer_than_the_groups_is_a_description_not_progress() {
     // Effects take one sentence; `look around` lists the room (10 sentences: at least 10
     // and 3 times the median of 1): the agent looked, which is no progress, though every

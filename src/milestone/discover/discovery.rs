@@ -71,7 +71,11 @@ use crate::Error;
 ///
 /// (`min_support` = 0.6 by default: with 1, a step one success reached another way would
 /// never count), and step t of any trajectory of the task (success or failure) is flagged
-/// when it is an event with key in M. A group without success uses the memory.
+/// when it is an event with key in M, unless it is an **excursion**: the trajectory got one
+/// response, not a shared one, to t's verb before and after it, with no other step flagged
+/// between (`go to hallway`, `go to bedroom`, `go to hallway`: "You move to the hallway."
+/// twice, the bedroom a detour however many successes took it). A detour in which something
+/// counted keeps its steps. A group without success uses the memory.
 ///
 /// # Before the first success
 ///

@@ -3,6 +3,7 @@
 pub(super) mod baseline;
 pub(super) mod config;
 pub(super) mod discovery;
+mod excursion;
 mod feedback;
 mod novelty;
 mod support;

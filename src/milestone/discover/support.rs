@@ -2,6 +2,7 @@
 //! successes of a task show (the support rule), or, with the feedback channel on, the events that carry a feedback sentence.
 
 use super::discovery::MilestoneDiscovery;
+use super::excursion::drop_excursions;
 use super::feedback;
 use super::text::pair;
 use super::text::{KeyMap, KeySet};
@@ -236,6 +237,17 @@ impl MilestoneDiscovery {
                     novel && counts.get(&key).is_some_and(|&c| c >= need)
                 };
             });
+            if !use_feedback {
+                let ws = &mut self.ws;
+                drop_excursions(
+                    &ws.steps[batch.trajectory_steps(j)],
+                    rows,
+                    &ws.shared,
+                    flags,
+                    &mut ws.flagged,
+                    &mut ws.excursion_gists,
+                );
+            }
         }
         counts.clear();
         self.ws.counts = counts;

@@ -66,6 +66,10 @@ pub(super) struct Workspace {
     pub(super) normalised: Vec<u8>,
     /// A first sentence with its numbers masked before it is hashed.
     pub(super) shaped: Vec<u8>,
+    /// Flagged positions of the current trajectory, and the gists of one excursion's start
+    /// (`excursion::drop_excursions`).
+    pub(super) flagged: Vec<usize>,
+    pub(super) excursion_gists: KeySet,
     /// Per internal step, the event found there by `for_each_event` (read back when flagging).
     pub(super) events_of: Vec<Event>,
 }
