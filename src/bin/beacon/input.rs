@@ -1,5 +1,5 @@
-//! The inputs of a run (files, stdin, the bundled sample), read and parsed on a second
-//! thread group by group.
+//! The inputs of a run: the trajectories (files, stdin, the bundled sample), read and parsed on a
+//! second thread group by group, and the expert-walkthrough file.
 
 use std::io::{BufRead, Read};
 use std::sync::mpsc;
