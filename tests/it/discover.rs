@@ -335,6 +335,7 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
     // Both successes step into the bedroom and back to the hall before the studio: every
     // success shows the bedroom, but the rollout came back to where it was ("You move to the
     // hall." before and after) and nothing counted there, so it was a detour.
+    let two_successes = |w: Vec<(&str, &str)>| run(&mut fresh(), &["t"], &[vec![(1.0, w.clone()), (1.0, w)]]);
     let w = vec![
         ("go to hall", "You move to the hall."),
         ("go to bedroom", "You move to the bedroom."),
@@ -344,11 +345,10 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
         ("go to studio", "You move to the studio."),
         ("mix paint", "You make violet paint."),
     ];
-    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
     // (`look` twice in a row is a no-op, and keeps the hall's two visits further apart than
     // the no-op window.)
     assert_eq!(
-        run(&mut fresh(), &["t"], &group),
+        two_successes(w),
         [[true, false, false, false, false, true, true]; 2]
     );
     // Something that counts done in the bedroom keeps the way there.
@@ -361,9 +361,8 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
         ("go to hall", "You move to the hall."),
         ("go to studio", "You move to the studio."),
     ];
-    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
     assert_eq!(
-        run(&mut fresh(), &["t"], &group),
+        two_successes(w),
         [[true, true, true, false, false, false, true]; 2]
     );
     // A response of another verb repeated around the step is no way back: the lamp's
@@ -376,11 +375,7 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
         ("switch lamp", "Done."),
         ("mix paint", "You make violet paint."),
     ];
-    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
-    assert_eq!(
-        run(&mut fresh(), &["t"], &group),
-        [[true, true, false, false, false, true]; 2]
-    );
+    assert_eq!(two_successes(w), [[true, true, false, false, false, true]; 2]);
     // Nor is a response two actions of the step's verb share: "You can't see any such thing."
     // around the key answers two failed attempts, not a place come back to.
     let w = vec![
@@ -389,8 +384,7 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
         ("take onion", "You can't see any such thing."),
         ("open door", "You win."),
     ];
-    let group = [vec![(1.0, w.clone()), (1.0, w.clone())]];
-    assert_eq!(run(&mut fresh(), &["t"], &group), [[false, true, false, true]; 2]);
+    assert_eq!(two_successes(w), [[false, true, false, true]; 2]);
 }
 
 #[test]

@@ -59,7 +59,7 @@ const MAX_WALKTHROUGH_BYTES: usize = 32 << 20;
 pub(crate) fn read_walkthroughs(path: &str) -> Result<WalkthroughMap, BoxError> {
     let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
     let text = read_capped(file, MAX_WALKTHROUGH_BYTES).map_err(|e| format!("{path}: {e}"))?;
-    Ok(text.parse()?)
+    text.parse().map_err(|e| format!("{path}: {e}").into())
 }
 
 /// The whole of `reader` as text, or an error once more than `limit` bytes were read.
