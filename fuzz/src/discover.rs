@@ -138,13 +138,16 @@ fn config(u: &mut Bytes<'_>) -> DiscoveryConfig {
     if pick(13) {
         c = c.with_shared_responses(u.bool());
     }
+    if pick(14) {
+        c = c.with_max_responses(size(u));
+    }
     c
 }
 
 /// The first field out of its documented range, in `validate`'s order, with its value.
 fn first_invalid(c: &DiscoveryConfig) -> Option<(&'static str, f64)> {
     let share = |v: f64| v > 0.0 && v <= 1.0;
-    let checks: [(&str, f64, bool); 11] = [
+    let checks: [(&str, f64, bool); 12] = [
         (
             "success_threshold",
             c.success_threshold,
@@ -157,6 +160,7 @@ fn first_invalid(c: &DiscoveryConfig) -> Option<(&'static str, f64)> {
         ("max_noops", c.max_noops as f64, c.max_noops >= 1),
         ("max_feedback", c.max_feedback as f64, c.max_feedback >= 1),
         ("max_edges", c.max_edges as f64, c.max_edges >= 1),
+        ("max_responses", c.max_responses as f64, c.max_responses >= 1),
         (
             "feedback_min_verbs",
             c.feedback_min_verbs as f64,

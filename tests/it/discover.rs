@@ -279,6 +279,51 @@ fn a_sentence_shown_by_a_no_op_is_not_feedback() {
 }
 
 #[test]
+fn a_response_two_actions_of_one_verb_get_in_two_tasks_is_no_progress_in_either() {
+    // Each task opens one door; the response says that some door opened, whichever task it
+    // was: which responses only acknowledge is the environment's, remembered across tasks.
+    let red = vec![
+        ("open red door", "The door is now open."),
+        ("go to hall", "You move to the hall."),
+    ];
+    let blue = vec![
+        ("open blue door", "The door is now open."),
+        ("go to attic", "You move to the attic."),
+    ];
+    let groups = [vec![(1.0, red.clone()); 2], vec![(1.0, blue.clone()); 2]];
+    assert_eq!(run(&mut fresh(), &["a", "b"], &groups), [[false, true]; 4]);
+    // Across calls: the first task alone keeps its door, until the second task shows the
+    // same response to another door; then the first task's door is refused too.
+    let mut d = fresh();
+    let a = [vec![(1.0, red.clone()); 2]];
+    assert_eq!(run(&mut d, &["a"], &a), [[true, true]; 2]);
+    assert_eq!(run(&mut d, &["b"], &[vec![(1.0, blue); 2]]), [[false, true]; 2]);
+    assert_eq!(run(&mut d, &["a"], &a), [[false, true]; 2]);
+    // `clear` forgets it.
+    d.clear();
+    assert_eq!(run(&mut d, &["a"], &a), [[true, true]; 2]);
+}
+
+#[test]
+fn responses_beyond_max_responses_are_not_remembered() {
+    // One response remembered ("You move to the hall.", the first): the door's response
+    // never is, so a second door cannot make it shared, and the first door stays a
+    // milestone. With room for both, it is refused.
+    let w = vec![
+        ("go to hall", "You move to the hall."),
+        ("open red door", "The door is now open."),
+        ("open blue door", "The door is now open."),
+    ];
+    let group = [vec![(1.0, w.clone()), (1.0, w)]];
+    let one = DiscoveryConfig::default().with_max_responses(1);
+    let mut d = MilestoneDiscovery::new(one).unwrap();
+    assert_eq!(run(&mut d, &["t"], &group), [[true, true, false]; 2]);
+    let two = DiscoveryConfig::default().with_max_responses(2);
+    let mut d = MilestoneDiscovery::new(two).unwrap();
+    assert_eq!(run(&mut d, &["t"], &group), [[true, false, false]; 2]);
+}
+
+#[test]
 fn a_repeated_response_is_not_new_progress() {
     // Both successes get "Done." twice; the second is no novelty.
     let w = vec![("open red door", "Done."), ("pull lever", "Done.")];
@@ -577,6 +622,7 @@ fn bad_input_is_a_typed_error_and_leaves_memory_unchanged() {
         DiscoveryConfig::default().with_feedback_min_verbs(9),
         DiscoveryConfig::default().with_feedback_max_step_fraction(0.0),
         DiscoveryConfig::default().with_max_edges(0),
+        DiscoveryConfig::default().with_max_responses(0),
         DiscoveryConfig::default().with_noop_window(0),
         DiscoveryConfig::default().with_noop_window(65),
     ] {

@@ -42,15 +42,20 @@ pub struct DiscoveryConfig {
     /// Flag irreversible first visits in tasks never seen succeeding (module docs,
     /// "Before the first success"). Default true.
     pub novelty: bool,
-    /// Treat a response that two different actions with the same verb got in one group
-    /// ("The door is now open." after two doors, in one rollout or in two) as no new
-    /// progress for either (module docs: novel events). Default true: such a response
-    /// acknowledges the kind of action, not which one. False keeps such steps, which some
-    /// environments score (ScienceWorld's find tasks score the first door opened).
+    /// Treat a response that two different actions with the same verb got anywhere in the
+    /// memory ("The door is now open." after two doors, in one rollout or in two, of one task
+    /// or of two) as no new progress for either (module docs: novel events). Default true:
+    /// such a response acknowledges the kind of action, not which one. False keeps such
+    /// steps, which some environments score (ScienceWorld's find tasks score the first door
+    /// opened).
     pub shared_responses: bool,
     /// Reversed transitions remembered over all tasks (later ones are ignored once full).
     /// Default 65536.
     pub max_edges: usize,
+    /// Responses remembered over all tasks with the first action that got each (what makes
+    /// a response shared: `shared_responses`); later ones are ignored once full. Default
+    /// 65536.
+    pub max_responses: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -70,6 +75,7 @@ impl Default for DiscoveryConfig {
             novelty: true,
             shared_responses: true,
             max_edges: 1 << 16,
+            max_responses: 1 << 16,
         }
     }
 }
@@ -106,6 +112,8 @@ crate::setters::with_setters! {
     with_shared_responses(shared_responses: bool) = false;
     /// Sets the reversed transitions remembered (default 65536; ≥ 1).
     with_max_edges(max_edges: usize) = 1024;
+    /// Sets the responses remembered for `shared_responses` (default 65536; ≥ 1).
+    with_max_responses(max_responses: usize) = 1024;
 }
 
 const FINITE: Range = Range {
@@ -142,6 +150,7 @@ impl DiscoveryConfig {
             ("max_noops", self.max_noops),
             ("max_feedback", self.max_feedback),
             ("max_edges", self.max_edges),
+            ("max_responses", self.max_responses),
         ] {
             AT_LEAST_ONE.check(name, v as f64)?;
         }

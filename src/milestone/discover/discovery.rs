@@ -56,11 +56,13 @@ use crate::Error;
 /// as one mark, so a reading ("the thermometer measures a temperature of 29 degrees") is one
 /// event whatever value it read. An event is **novel** when its gist has not been seen earlier in the
 /// trajectory (the second "The door is now open." is no new progress) and it is not
-/// *shared*: got, in the same group (the batch's rollouts of the task, in one rollout or
-/// two), by another action with the same verb (first word). A shared response ("The door is
-/// now open." after opening the kitchen door in one rollout and the hallway door in another)
-/// acknowledges the kind of action, not which one, so none of those steps is new progress,
-/// the first included (`shared_responses`, on by default).
+/// *shared*: got, anywhere in the memory (this batch or an earlier one, this task or
+/// another), by another action with the same verb (first word). A shared response ("The
+/// door is now open." after opening the kitchen door in one rollout and the hallway door in
+/// another, or in another task) acknowledges the kind of action, not which one, so none of
+/// those steps is new progress, the first included (`shared_responses`, on by default).
+/// Shared responses are remembered over all tasks, like no-ops: which response only
+/// acknowledges is a property of the environment, not of one task.
 ///
 /// For a task with remembered successful rollouts τ_1 … τ_n (the last `max_successes`, this
 /// batch's included), the milestone events are
@@ -121,7 +123,8 @@ use crate::Error;
 /// Per task: at most `max_successes` event lists of at most `max_events` keys (8 bytes each);
 /// at most `max_tasks` tasks (the least recently updated is forgotten first); at most
 /// `max_noops` no-op actions and `max_feedback` feedback sentences over all tasks (later ones
-/// are ignored once full), and `max_edges` reversed transitions (512 KiB by default). With the
+/// are ignored once full), `max_edges` reversed transitions (512 KiB by default), and
+/// `max_responses` responses with the first action that got each (1.5 MiB by default). With the
 /// defaults the task memory is at most 1024 × 16 × 256 × 8 B = 32 MiB, in practice far less
 /// (one list per success, as long as its events).
 ///
@@ -166,6 +169,10 @@ pub struct MilestoneDiscovery {
     pub(super) reversed: KeySet,
     /// States failed rollouts ended in early and no rollout went on from (module docs).
     pub(super) dead_ends: KeySet,
+    /// Per response gist, the first (action, verb) that got it, over all tasks.
+    pub(super) responses: KeyMap<(u64, u64)>,
+    /// Gists two different actions of one verb got (module docs: novel events).
+    pub(super) shared: KeySet,
     pub(super) calls: u64,
     pub(super) ws: Workspace,
 }
@@ -195,6 +202,8 @@ impl MilestoneDiscovery {
             feedback: KeySet::default(),
             reversed: KeySet::default(),
             dead_ends: KeySet::default(),
+            responses: KeyMap::default(),
+            shared: KeySet::default(),
             calls: 0,
             ws: Workspace::default(),
         })
@@ -218,13 +227,15 @@ impl MilestoneDiscovery {
     }
 
     /// Forgets everything learned (tasks, no-ops, feedback sentences, reversed transitions,
-    /// dead ends).
+    /// dead ends, shared responses).
     pub fn clear(&mut self) {
         self.tasks.clear();
         self.noops.clear();
         self.feedback.clear();
         self.reversed.clear();
         self.dead_ends.clear();
+        self.responses.clear();
+        self.shared.clear();
     }
 
     /// Discovers the milestones of one batch, updates the memory, and returns one flag per
@@ -290,6 +301,9 @@ impl MilestoneDiscovery {
         self.calls += 1;
         self.read_keys(batch, &mut step);
         self.learn_noops(batch);
+        if self.config.shared_responses {
+            self.learn_shared();
+        }
         if self.config.novelty {
             self.learn_reversals(batch);
             for g in 0..batch.num_groups() {
@@ -413,6 +427,27 @@ impl MilestoneDiscovery {
                         self.noops.insert(a.action);
                     }
                 }
+            }
+        }
+    }
+
+    /// A response that two different actions with the same verb got, in any rollout of this
+    /// batch or an earlier one, is shared (module docs: novel events). The verb must match so
+    /// that in an environment whose responses describe the state, a state reached again
+    /// another way (`drop key` back to "you hold nothing") does not unmake the step that
+    /// first reached it.
+    fn learn_shared(&mut self) {
+        for s in &self.ws.steps {
+            let first = match self.responses.get(&s.gist) {
+                Some(&first) => first,
+                None if self.responses.len() < self.config.max_responses => {
+                    self.responses.insert(s.gist, (s.action, s.verb));
+                    continue;
+                }
+                None => continue,
+            };
+            if first.0 != s.action && first.1 == s.verb {
+                self.shared.insert(s.gist);
             }
         }
     }

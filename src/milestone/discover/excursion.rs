@@ -14,7 +14,7 @@
 //! detour in which something counted (`go to kitchen`, `pick up thermometer`, `go to hallway`)
 //! keeps its steps. The verb must be t's: two steps of another verb with one response ("The
 //! door is already open.") say nothing about a move made between them. And the response must
-//! not be *shared* (two different actions of one verb got it in the group, module docs of
+//! not be *shared* (two different actions of one verb got it, module docs of
 //! discovery): "You can't see any such thing." after `take pork chop` and `take red onion`
 //! answers two failed attempts, not a place come back to, so the `take key` between them stays.
 
@@ -22,7 +22,7 @@ use super::text::KeySet;
 use super::workspace::StepKeys;
 
 /// Clears the flags that mark an excursion (module docs) in one trajectory: step t of
-/// `steps` is flagged in `flags[rows[t]]`; `shared` holds its group's shared gists. Judged on
+/// `steps` is flagged in `flags[rows[t]]`; `shared` holds the shared gists. Judged on
 /// the flags as they come in: dropping one does not make its neighbour an excursion.
 /// `flagged` and `gists` are reused buffers.
 pub(super) fn drop_excursions(

@@ -5,8 +5,8 @@ use super::discovery::MilestoneDiscovery;
 use super::excursion::drop_excursions;
 use super::feedback;
 use super::text::pair;
-use super::text::{KeyMap, KeySet};
-use super::workspace::{Event, StepKeys};
+
+use super::workspace::Event;
 use crate::batch::RolloutBatch;
 
 /// A response of at least this many times the group's median number of sentences, and of
@@ -32,23 +32,6 @@ fn description_from(steps: impl Iterator<Item = u32>, lengths: &mut Vec<u32>) ->
         0
     };
     DESCRIPTION_MIN.max(median.max(1).saturating_mul(DESCRIPTION_RATIO))
-}
-
-/// Adds to `shared` the gists that two different actions with the same verb got in
-/// `steps` (one rollout; called for every rollout of a group with `first_action` kept in
-/// between, so the pair may be in two rollouts): "The door is now open." after opening two
-/// doors, "Ambiguous request: …" after two `move` prompts. Such a response acknowledges the
-/// kind of action, not which one, so it shows no new progress, whichever of the actions came
-/// first (module docs: novel events). The verb must match so that in an environment whose
-/// responses describe the state, a state reached again another way (`drop key` back to "you
-/// hold nothing") does not unmake the step that first reached it.
-fn shared_gists(steps: &[StepKeys], first_action: &mut KeyMap<(u64, u64)>, shared: &mut KeySet) {
-    for s in steps {
-        let (action, verb) = *first_action.entry(s.gist).or_insert((s.action, s.verb));
-        if action != s.action && verb == s.verb {
-            shared.insert(s.gist);
-        }
-    }
 }
 
 impl MilestoneDiscovery {
@@ -83,8 +66,7 @@ impl MilestoneDiscovery {
         }
     }
 
-    /// Calls `f(t, key, novel, feedback)` for every event of trajectory `j` (step t of it);
-    /// `ws.shared` holds its group's shared gists ([`shared_gists`]).
+    /// Calls `f(t, key, novel, feedback)` for every event of trajectory `j` (step t of it).
     fn for_each_event(&mut self, batch: &RolloutBatch, j: usize, mut f: impl FnMut(usize, u64, bool, bool)) {
         let ws = &mut self.ws;
         ws.seen_actions.clear();
@@ -92,7 +74,7 @@ impl MilestoneDiscovery {
         let any_feedback = !self.feedback.is_empty();
         for (t, i) in batch.trajectory_steps(j).enumerate() {
             let s = ws.steps[i];
-            let novel = ws.seen_gists.insert(s.gist) && !ws.shared.contains(&s.gist);
+            let novel = ws.seen_gists.insert(s.gist) && !self.shared.contains(&s.gist);
             let first = ws.seen_actions.insert(s.action);
             let description = s.length >= ws.description_from;
             if !first || s.answered || description || self.noops.contains(&s.action) {
@@ -146,17 +128,6 @@ impl MilestoneDiscovery {
             .group_trajectories(g)
             .flat_map(|j| ws.steps[batch.trajectory_steps(j)].iter().map(|s| s.length));
         ws.description_from = description_from(lengths, &mut ws.lengths);
-        ws.shared.clear();
-        if self.config.shared_responses {
-            ws.gist_action.clear();
-            for j in batch.group_trajectories(g) {
-                shared_gists(
-                    &ws.steps[batch.trajectory_steps(j)],
-                    &mut ws.gist_action,
-                    &mut ws.shared,
-                );
-            }
-        }
         for j in batch.group_trajectories(g) {
             let success = self.is_success(batch, j);
             let start = events.len();
@@ -242,7 +213,7 @@ impl MilestoneDiscovery {
                 drop_excursions(
                     &ws.steps[batch.trajectory_steps(j)],
                     rows,
-                    &ws.shared,
+                    &self.shared,
                     flags,
                     &mut ws.flagged,
                     &mut ws.excursion_gists,

@@ -48,10 +48,6 @@ pub(super) struct Workspace {
     pub(super) counts: KeyMap<u32>,
     pub(super) seen_actions: KeySet,
     pub(super) seen_gists: KeySet,
-    /// Per gist, the first action of the current group that got it (shared gists).
-    pub(super) gist_action: KeyMap<(u64, u64)>,
-    /// Gists two different actions of one verb got in the current group (not novel).
-    pub(super) shared: KeySet,
     /// Response lengths of the current group, sorted for their median.
     pub(super) lengths: Vec<u32>,
     /// Responses of the current group with at least this many sentences are descriptions.
