@@ -11,9 +11,11 @@
 //! recorded score-increase milestones: precision, recall, F1, per part and environment.
 //!
 //! Protocols:
-//! - `leave-one-out` (the headline): for each trajectory, a fresh discovery learns from the 7
-//!   others of its group, then flags the held-out one from memory alone (its outcome hidden),
-//!   so no rollout is flagged from its own outcome;
+//! - `leave-one-out` (the headline): for each trajectory, a fresh discovery learns from every
+//!   other trajectory of its part and environment (the 7 others of its group, and the other
+//!   tasks' groups, as a trainer's discovery has seen other tasks), then flags the held-out
+//!   one from memory alone (its outcome hidden), so no rollout is flagged from its own
+//!   outcome;
 //! - `batch`: each part is one batch (one call; unsupervised: it never sees the labels);
 //! - `online`: per part, a batch of the failures first (no success: the success-free signal
 //!   only), then the successes, then the failures again (flagged from memory).
@@ -117,14 +119,17 @@ fn groups(records: &[TrajectoryRecord]) -> Vec<Vec<usize>> {
     out.into_iter().map(|(_, v)| v).collect()
 }
 
+/// Flags each record from the memory of a fresh discovery that learned every other record of
+/// its environment in `records` (the 7 others of its group and the other tasks' groups, as a
+/// trainer's discovery has seen other tasks), its own outcome hidden.
 fn leave_one_out(cfg: DiscoveryConfig, records: &[TrajectoryRecord]) -> Result<Vec<bool>> {
     let mut per_record = vec![Vec::new(); records.len()];
     for idx in groups(records) {
         for &held in &idx {
-            let rest: Vec<TrajectoryRecord> = idx
-                .iter()
-                .filter(|&&i| i != held)
-                .map(|&i| records[i].clone())
+            let env = env_of(&records[held]);
+            let rest: Vec<TrajectoryRecord> = (0..records.len())
+                .filter(|&i| i != held && env_of(&records[i]) == env)
+                .map(|i| records[i].clone())
                 .collect();
             let mut d = MilestoneDiscovery::new(cfg)?;
             run(&mut d, &rest)?;
