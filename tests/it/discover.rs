@@ -292,6 +292,10 @@ fn a_response_two_actions_of_one_verb_get_in_two_tasks_is_no_progress_in_either(
     ];
     let groups = [vec![(1.0, red.clone()); 2], vec![(1.0, blue.clone()); 2]];
     assert_eq!(run(&mut fresh(), &["a", "b"], &groups), [[false, true]; 4]);
+    // Off: each task's door is its milestone.
+    let off = DiscoveryConfig::default().with_shared_responses(false);
+    let mut d = MilestoneDiscovery::new(off).unwrap();
+    assert_eq!(run(&mut d, &["a", "b"], &groups), [[true, true]; 4]);
     // Across calls: the first task alone keeps its door, until the second task shows the
     // same response to another door; then the first task's door is refused too.
     let mut d = fresh();
@@ -302,25 +306,58 @@ fn a_response_two_actions_of_one_verb_get_in_two_tasks_is_no_progress_in_either(
     // `clear` forgets it.
     d.clear();
     assert_eq!(run(&mut d, &["a"], &a), [[true, true]; 2]);
+    // The same door in two tasks is one action: nothing shared.
+    let groups = [vec![(1.0, red.clone()); 2], vec![(1.0, red); 2]];
+    assert_eq!(run(&mut fresh(), &["a", "b"], &groups), [[true, true]; 4]);
+}
+
+#[test]
+fn within_one_task_a_response_two_actions_get_can_be_progress_each_time() {
+    // One task's successes move the brick onto two planes and get the same response twice:
+    // the task's own structure, which its rubric may score plane by plane, not an
+    // acknowledgement. The first move is a milestone; the second repeats the response, no
+    // novelty.
+    let w = vec![
+        ("move brick to plane a", "You move the brick to the plane."),
+        ("time it", "12 ticks."),
+        ("move brick to plane b", "You move the brick to the plane."),
+    ];
+    let both = [vec![(1.0, w.clone()), (1.0, w)]];
+    assert_eq!(run(&mut fresh(), &["t"], &both), [[true, true, false]; 2]);
+    // One plane a rollout: each is a milestone where the successes share it (2 of 3 for
+    // plane a, the 60% support; plane b 1 of 3).
+    let a = vec![("move brick to plane a", "You move the brick to the plane.")];
+    let b = vec![("move brick to plane b", "You move the brick to the plane.")];
+    let group = [vec![(1.0, a.clone()), (1.0, a), (1.0, b)]];
+    assert_eq!(run(&mut fresh(), &["t"], &group), [[true], [true], [false]]);
+    // Once another task gets the response for another action of the verb, it is an
+    // acknowledgement in both: different actions, and different tasks.
+    let c = vec![("move cup to shelf", "You move the brick to the plane.")];
+    let mut d = fresh();
+    run(&mut d, &["u"], &[vec![(1.0, c)]]);
+    assert_eq!(run(&mut d, &["t"], &group), [[false], [false], [false]]);
 }
 
 #[test]
 fn responses_beyond_max_responses_are_not_remembered() {
     // One response remembered ("You move to the hall.", the first): the door's response
-    // never is, so a second door cannot make it shared, and the first door stays a
-    // milestone. With room for both, it is refused.
-    let w = vec![
+    // never is, so the second task's door cannot make it shared, and both doors stay
+    // milestones. With room for both, they are refused.
+    let red = vec![
         ("go to hall", "You move to the hall."),
         ("open red door", "The door is now open."),
+    ];
+    let blue = vec![
+        ("go to hall", "You move to the hall."),
         ("open blue door", "The door is now open."),
     ];
-    let group = [vec![(1.0, w.clone()), (1.0, w)]];
+    let groups = [vec![(1.0, red.clone()); 2], vec![(1.0, blue); 2]];
     let one = DiscoveryConfig::default().with_max_responses(1);
     let mut d = MilestoneDiscovery::new(one).unwrap();
-    assert_eq!(run(&mut d, &["t"], &group), [[true, true, false]; 2]);
+    assert_eq!(run(&mut d, &["a", "b"], &groups), [[true, true]; 4]);
     let two = DiscoveryConfig::default().with_max_responses(2);
     let mut d = MilestoneDiscovery::new(two).unwrap();
-    assert_eq!(run(&mut d, &["t"], &group), [[true, false, false]; 2]);
+    assert_eq!(run(&mut d, &["a", "b"], &groups), [[true, false]; 4]);
 }
 
 #[test]
@@ -332,41 +369,14 @@ fn a_repeated_response_is_not_new_progress() {
 }
 
 #[test]
-fn a_response_two_actions_of_one_verb_get_in_a_group_is_no_progress_for_either() {
-    // Both successes open two doors: "The door is now open." says a door was opened, not
-    // which, so neither opening is a milestone; entering the rooms is.
-    let w = vec![
-        ("open red door", "The door is now open."),
-        ("go to hall", "You move to the hall."),
-        ("open blue door", "The door is now open."),
-        ("go to attic", "You move to the attic."),
-    ];
-    let both = [vec![(1.0, w.clone()), (1.0, w.clone())]];
-    assert_eq!(run(&mut fresh(), &["t"], &both), [[false, true, false, true]; 2]);
-    // Off: the first opening is new progress, the second a repeat.
-    let off = DiscoveryConfig::default().with_shared_responses(false);
-    let mut d = MilestoneDiscovery::new(off).unwrap();
-    assert_eq!(run(&mut d, &["t"], &both), [[true, true, false, true]; 2]);
-    // One door a rollout: the response is shared within the group, not within a rollout,
-    // and still says only that some door opened. Off, the red door (2 of 3 successes, the
-    // 60% support) is a milestone; on, no opening is.
-    let red = vec![
-        ("open red door", "The door is now open."),
-        ("go to hall", "You move to the hall."),
-    ];
-    let blue = vec![
-        ("open blue door", "The door is now open."),
-        ("go to hall", "You move to the hall."),
-    ];
-    let group = [vec![(1.0, red.clone()), (1.0, red), (1.0, blue)]];
-    let mut d = MilestoneDiscovery::new(off).unwrap();
-    assert_eq!(
-        run(&mut d, &["t"], &group),
-        [[true, true], [true, true], [false, true]]
-    );
-    assert_eq!(run(&mut fresh(), &["t"], &group), [[false, true]; 3]);
-    // Other verbs: "pull lever" answered like a door is a response of its own kind, and the
-    // first door stays a milestone (the lever's repeat of the response is no novelty).
+fn a_response_of_another_verb_is_not_shared() {
+    // "pull lever" answered like a door, in another task, is a response of its own kind: the
+    // door stays the first task's milestone (and the lever's repeat of the response within
+    // one rollout is no novelty).
+    let door = vec![("open red door", "The door is now open.")];
+    let lever = vec![("pull lever", "The door is now open.")];
+    let groups = [vec![(1.0, door.clone()); 2], vec![(1.0, lever); 2]];
+    assert_eq!(run(&mut fresh(), &["a", "b"], &groups), [[true]; 4]);
     let w = vec![
         ("open red door", "The door is now open."),
         ("pull lever", "The door is now open."),
@@ -421,15 +431,17 @@ fn a_step_the_rollout_went_back_on_with_nothing_flagged_on_the_way_is_an_excursi
         ("mix paint", "You make violet paint."),
     ];
     assert_eq!(two_successes(w), [[true, true, false, false, false, true]; 2]);
-    // Nor is a response two actions of the step's verb share: "You can't see any such thing."
-    // around the key answers two failed attempts, not a place come back to.
+    // Nor is a response two actions of the step's verb got (in any task): "You can't see any
+    // such thing." around the key answers two failed attempts, not a place come back to. In
+    // one task it is not yet an acknowledgement, so the first failed `take` counts as the
+    // rollouts' first such response; the key stays.
     let w = vec![
         ("take pork", "You can't see any such thing."),
         ("take key", "You take the key."),
         ("take onion", "You can't see any such thing."),
         ("open door", "You win."),
     ];
-    assert_eq!(two_successes(w), [[false, true, false, true]; 2]);
+    assert_eq!(two_successes(w), [[true, true, false, true]; 2]);
 }
 
 #[test]
@@ -724,27 +736,27 @@ fn without_any_environment_signal_discovery_beats_the_baseline_on_the_evaluation
     let [all, sw, tw] = agreement(&records, &flags, &labels);
     // Measured with examples/discover_eval (its `batch` protocol). Deterministic: pinned
     // exactly. ScienceWorld's group here is a find task, whose rubric scores the doors opened
-    // on the way: their "The door is now open." is an acknowledgement two doors share, which
-    // discovery refuses (`shared_responses`), so 7 scored steps are missed (F1 0.66; 0.76
-    // with `shared_responses` off, below). `look around` and TextWorld's room on entering it
+    // on the way. Their "The door is now open." is a response two doors get, but in one task:
+    // no acknowledgement yet (`shared_responses` needs two tasks, and this part holds one per
+    // environment, which share no response), so the doors are found and the flags are those
+    // with `shared_responses` off (below). `look around` and TextWorld's room on entering it
     // are descriptions, no event (ScienceWorld 2 and TextWorld 11 false positives fewer than
-    // before that rule). The goal (F1 >= 0.7) is checked for TextWorld;
-    // ScienceWorld's is measured on the recorded evaluation part (docs/discovery.md).
+    // before that rule). The goal (F1 >= 0.7) holds in both environments here; the headline
+    // is measured on the recorded evaluation part (docs/discovery.md).
     let counts = |a: &MilestoneAgreement| (a.true_positives, a.false_positives, a.false_negatives);
-    assert_eq!([counts(&sw), counts(&tw)], [(27, 21, 7), (66, 7, 0)], "{all:?}");
-    assert!(tw.f1() >= 0.7, "{tw:?}");
+    assert_eq!([counts(&sw), counts(&tw)], [(34, 21, 0), (66, 7, 0)], "{all:?}");
+    assert!(sw.f1() >= 0.7 && tw.f1() >= 0.7, "{sw:?} {tw:?}");
     let off = DiscoveryConfig::default().with_shared_responses(false);
     let kept = MilestoneDiscovery::new(off)
         .unwrap()
         .discover_records(&RecordBatch::new(&records).unwrap())
         .unwrap();
-    let [_, sw_off, tw_off] = agreement(&records, &kept, &labels);
-    assert_eq!([counts(&sw_off), counts(&tw_off)], [(34, 21, 0), (66, 7, 0)]);
+    assert_eq!(kept, flags);
     let rb = RecordBatch::new(&records).unwrap();
     let base = frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row)).unwrap();
     let [base_all, base_sw, base_tw] = agreement(&records, &base, &labels);
-    // Measured: overall F1 0.842 against the baseline's 0.660 (0.877 with `shared_responses`
-    // off); in each environment discovery is ahead.
+    // Measured: overall F1 0.877 against the baseline's 0.660; in each environment
+    // discovery is ahead.
     assert!(
         sw.f1() > base_sw.f1() && tw.f1() > base_tw.f1(),
         "{sw:?} {base_sw:?}"

@@ -42,19 +42,19 @@ pub struct DiscoveryConfig {
     /// Flag irreversible first visits in tasks never seen succeeding (module docs,
     /// "Before the first success"). Default true.
     pub novelty: bool,
-    /// Treat a response that two different actions with the same verb got anywhere in the
-    /// memory ("The door is now open." after two doors, in one rollout or in two, of one task
-    /// or of two) as no new progress for either (module docs: novel events). Default true:
-    /// such a response acknowledges the kind of action, not which one. False keeps such
-    /// steps, which some environments score (ScienceWorld's find tasks score the first door
+    /// Treat a response that different actions with the same verb got, in different tasks
+    /// ("The door is now open." after a door in one task and another door in another), as no
+    /// new progress for any of them (module docs: novel events). Default true: such a
+    /// response acknowledges the kind of action, not which one. False keeps such steps,
+    /// which some environments score (ScienceWorld's find tasks score the first door
     /// opened).
     pub shared_responses: bool,
     /// Reversed transitions remembered over all tasks (later ones are ignored once full).
     /// Default 65536.
     pub max_edges: usize,
-    /// Responses remembered over all tasks with the first action that got each (what makes
-    /// a response shared: `shared_responses`); later ones are ignored once full. Default
-    /// 65536.
+    /// Responses remembered over all tasks with the first action and task that got each
+    /// (what makes a response shared: `shared_responses`); later ones are ignored once full.
+    /// Default 65536.
     pub max_responses: usize,
 }
 

@@ -4,12 +4,13 @@
 
 use super::config::DiscoveryConfig;
 use super::text::{action_keys, pair, response_keys, KeyMap, KeySet};
-use super::workspace::{Event, StepKeys, TaskMemory, Workspace};
+use super::workspace::{Event, Response, StepKeys, TaskMemory, Workspace};
 use crate::batch::RolloutBatch;
 use crate::error::{check_len, check_out_len, Result};
 use crate::milestone::Transition;
 #[cfg(doc)]
 use crate::Error;
+use std::collections::hash_map::Entry;
 
 /// Milestone discovery from rollouts alone: no score, no per-step reward, no subgoal list.
 ///
@@ -56,13 +57,18 @@ use crate::Error;
 /// as one mark, so a reading ("the thermometer measures a temperature of 29 degrees") is one
 /// event whatever value it read. An event is **novel** when its gist has not been seen earlier in the
 /// trajectory (the second "The door is now open." is no new progress) and it is not
-/// *shared*: got, anywhere in the memory (this batch or an earlier one, this task or
-/// another), by another action with the same verb (first word). A shared response ("The
-/// door is now open." after opening the kitchen door in one rollout and the hallway door in
-/// another, or in another task) acknowledges the kind of action, not which one, so none of
-/// those steps is new progress, the first included (`shared_responses`, on by default).
-/// Shared responses are remembered over all tasks, like no-ops: which response only
-/// acknowledges is a property of the environment, not of one task.
+/// *shared*: got by different actions with the same verb (first word) and in different
+/// tasks, anywhere in the memory (this batch or an earlier one). A shared response ("The
+/// door is now open." after the kitchen door in one task and the hallway door in another)
+/// acknowledges the kind of action, not which one, so none of those steps is new progress,
+/// the first included (`shared_responses`, on by default). Which response only acknowledges
+/// is a property of the environment, so shared responses are remembered over all tasks,
+/// like no-ops. Within one task, two actions with one response may be the task's own
+/// structure, which counts step by step (the brick moved onto each of two planes, "You move
+/// the brick to the plane." both times): there the first is an event, the second no novelty.
+/// The verb must match so that in an environment whose responses describe the state, a
+/// state reached again another way (`drop key` back to "you hold nothing") does not unmake
+/// the step that first reached it.
 ///
 /// For a task with remembered successful rollouts τ_1 … τ_n (the last `max_successes`, this
 /// batch's included), the milestone events are
@@ -74,10 +80,12 @@ use crate::Error;
 /// (`min_support` = 0.6 by default: with 1, a step one success reached another way would
 /// never count), and step t of any trajectory of the task (success or failure) is flagged
 /// when it is an event with key in M, unless it is an **excursion**: the trajectory got one
-/// response, not a shared one, to t's verb before and after it, with no other step flagged
+/// response, particular to one action, to t's verb before and after it, with no other step flagged
 /// between (`go to hallway`, `go to bedroom`, `go to hallway`: "You move to the hallway."
 /// twice, the bedroom a detour however many successes took it). A detour in which something
-/// counted keeps its steps. A group without success uses the memory.
+/// counted keeps its steps. A response that different actions of the verb got (in any task)
+/// closes no loop: it answers attempts ("You can't see any such thing."), not a place. A
+/// group without success uses the memory.
 ///
 /// # Before the first success
 ///
@@ -124,7 +132,8 @@ use crate::Error;
 /// at most `max_tasks` tasks (the least recently updated is forgotten first); at most
 /// `max_noops` no-op actions and `max_feedback` feedback sentences over all tasks (later ones
 /// are ignored once full), `max_edges` reversed transitions (512 KiB by default), and
-/// `max_responses` responses with the first action that got each (1.5 MiB by default). With the
+/// `max_responses` responses with the first action and task that got each (40 bytes each, 2.5
+/// MiB by default, and 8 bytes more for each common or shared one). With the
 /// defaults the task memory is at most 1024 × 16 × 256 × 8 B = 32 MiB, in practice far less
 /// (one list per success, as long as its events).
 ///
@@ -169,9 +178,12 @@ pub struct MilestoneDiscovery {
     pub(super) reversed: KeySet,
     /// States failed rollouts ended in early and no rollout went on from (module docs).
     pub(super) dead_ends: KeySet,
-    /// Per response gist, the first (action, verb) that got it, over all tasks.
-    pub(super) responses: KeyMap<(u64, u64)>,
-    /// Gists two different actions of one verb got (module docs: novel events).
+    /// Per response gist, who got it (shared responses), over all tasks.
+    pub(super) responses: KeyMap<Response>,
+    /// Gists two different actions of one verb got: not particular to one action
+    /// (excursions).
+    pub(super) common: KeySet,
+    /// Common gists got in two tasks too: acknowledgements (module docs: novel events).
     pub(super) shared: KeySet,
     pub(super) calls: u64,
     pub(super) ws: Workspace,
@@ -203,6 +215,7 @@ impl MilestoneDiscovery {
             reversed: KeySet::default(),
             dead_ends: KeySet::default(),
             responses: KeyMap::default(),
+            common: KeySet::default(),
             shared: KeySet::default(),
             calls: 0,
             ws: Workspace::default(),
@@ -235,6 +248,7 @@ impl MilestoneDiscovery {
         self.reversed.clear();
         self.dead_ends.clear();
         self.responses.clear();
+        self.common.clear();
         self.shared.clear();
     }
 
@@ -299,10 +313,15 @@ impl MilestoneDiscovery {
         check_out_len("flags", batch.num_steps(), flags.len())?;
         batch.try_step_rows()?;
         self.calls += 1;
+        self.ws.tasks.clear();
+        for task in tasks {
+            let key = action_keys(task.as_ref(), &mut self.ws.normalised).0;
+            self.ws.tasks.push(key);
+        }
         self.read_keys(batch, &mut step);
         self.learn_noops(batch);
         if self.config.shared_responses {
-            self.learn_shared();
+            self.learn_shared(batch);
         }
         if self.config.novelty {
             self.learn_reversals(batch);
@@ -315,9 +334,8 @@ impl MilestoneDiscovery {
                 self.learn_feedback(batch, g);
             }
         }
-        for (g, task) in tasks.iter().enumerate() {
-            let task = action_keys(task.as_ref(), &mut self.ws.normalised).0;
-            self.discover_group(batch, g, task, flags);
+        for g in 0..batch.num_groups() {
+            self.discover_group(batch, g, self.ws.tasks[g], flags);
         }
         self.forget();
         Ok(())
@@ -431,23 +449,28 @@ impl MilestoneDiscovery {
         }
     }
 
-    /// A response that two different actions with the same verb got, in any rollout of this
-    /// batch or an earlier one, is shared (module docs: novel events). The verb must match so
-    /// that in an environment whose responses describe the state, a state reached again
-    /// another way (`drop key` back to "you hold nothing") does not unmake the step that
-    /// first reached it.
-    fn learn_shared(&mut self) {
-        for s in &self.ws.steps {
-            let first = match self.responses.get(&s.gist) {
-                Some(&first) => first,
-                None if self.responses.len() < self.config.max_responses => {
-                    self.responses.insert(s.gist, (s.action, s.verb));
-                    continue;
+    /// Learns which responses different actions of one verb got (`common`, for excursions)
+    /// and which of those were got in different tasks too (`shared`), in this batch or an
+    /// earlier one (module docs: novel events). The verb compared is the first action's.
+    fn learn_shared(&mut self, batch: &RolloutBatch) {
+        for g in 0..batch.num_groups() {
+            let task = self.ws.tasks[g];
+            for j in batch.group_trajectories(g) {
+                for s in &self.ws.steps[batch.trajectory_steps(j)] {
+                    let full = self.responses.len() >= self.config.max_responses;
+                    let seen = match self.responses.entry(s.gist) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(_) if full => continue,
+                        Entry::Vacant(e) => e.insert(Response::first(s.action, s.verb, task)),
+                    };
+                    let (common, shared) = seen.also(s.action, s.verb, task);
+                    if common {
+                        self.common.insert(s.gist);
+                    }
+                    if shared {
+                        self.shared.insert(s.gist);
+                    }
                 }
-                None => continue,
-            };
-            if first.0 != s.action && first.1 == s.verb {
-                self.shared.insert(s.gist);
             }
         }
     }

@@ -4,7 +4,7 @@
 //! rollout got one response twice to that verb around it, with no other step flagged between:
 //!
 //! ```text
-//! ∃ s < t < u :  verb(s) = verb(u) = v,  gist(s) = gist(u) ∉ shared,
+//! ∃ s < t < u :  verb(s) = verb(u) = v,  gist(s) = gist(u) ∉ common,
 //!                no step of (s, u) but t flagged
 //! ```
 //!
@@ -14,21 +14,21 @@
 //! detour in which something counted (`go to kitchen`, `pick up thermometer`, `go to hallway`)
 //! keeps its steps. The verb must be t's: two steps of another verb with one response ("The
 //! door is already open.") say nothing about a move made between them. And the response must
-//! not be *shared* (two different actions of one verb got it, module docs of
-//! discovery): "You can't see any such thing." after `take pork chop` and `take red onion`
+//! not be *common*: got by two different actions of one verb, in any task (module docs of
+//! discovery). "You can't see any such thing." after `take pork chop` and `take red onion`
 //! answers two failed attempts, not a place come back to, so the `take key` between them stays.
 
 use super::text::KeySet;
 use super::workspace::StepKeys;
 
 /// Clears the flags that mark an excursion (module docs) in one trajectory: step t of
-/// `steps` is flagged in `flags[rows[t]]`; `shared` holds the shared gists. Judged on
+/// `steps` is flagged in `flags[rows[t]]`; `common` holds the common gists. Judged on
 /// the flags as they come in: dropping one does not make its neighbour an excursion.
 /// `flagged` and `gists` are reused buffers.
 pub(super) fn drop_excursions(
     steps: &[StepKeys],
     rows: &[usize],
-    shared: &KeySet,
+    common: &KeySet,
     flags: &mut [bool],
     flagged: &mut Vec<usize>,
     gists: &mut KeySet,
@@ -46,7 +46,7 @@ pub(super) fn drop_excursions(
         gists.extend(
             steps[from..t]
                 .iter()
-                .filter(|s| s.verb == verb && !shared.contains(&s.gist))
+                .filter(|s| s.verb == verb && !common.contains(&s.gist))
                 .map(|s| s.gist),
         );
         if gists.is_empty() {
@@ -65,12 +65,12 @@ pub(super) fn drop_excursions(
 mod tests {
     use super::*;
 
-    /// Steps of (verb, gist), flagged where `flags` says, no gist shared.
+    /// Steps of (verb, gist), flagged where `flags` says, no gist common.
     fn run(steps: &[(u64, u64)], flags: &[bool]) -> Vec<bool> {
-        run_shared(steps, flags, &KeySet::default())
+        run_common(steps, flags, &KeySet::default())
     }
 
-    fn run_shared(steps: &[(u64, u64)], flags: &[bool], shared: &KeySet) -> Vec<bool> {
+    fn run_common(steps: &[(u64, u64)], flags: &[bool], common: &KeySet) -> Vec<bool> {
         let keys: Vec<StepKeys> = steps
             .iter()
             .map(|&(verb, gist)| StepKeys {
@@ -84,7 +84,7 @@ mod tests {
         drop_excursions(
             &keys,
             &rows,
-            shared,
+            common,
             &mut out,
             &mut Vec::new(),
             &mut KeySet::default(),
@@ -143,13 +143,13 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_response_closes_no_loop() {
+    fn a_common_response_closes_no_loop() {
         // take (failed), take key, take (failed): "You can't see any such thing." twice around
         // the key. Shared by two actions, it answers failures, not a place: the key stays.
         let steps = [(TAKE, NOT_SEEN), (TAKE, TAKEN), (TAKE, NOT_SEEN)];
         let flags = [false, true, false];
-        let shared: KeySet = [NOT_SEEN].into_iter().collect();
-        assert_eq!(run_shared(&steps, &flags, &shared), flags);
+        let common: KeySet = [NOT_SEEN].into_iter().collect();
+        assert_eq!(run_common(&steps, &flags, &common), flags);
         // Particular to one action, the same response is a way back.
         assert_eq!(run(&steps, &flags), [false, false, false]);
     }

@@ -213,7 +213,7 @@ impl MilestoneDiscovery {
                 drop_excursions(
                     &ws.steps[batch.trajectory_steps(j)],
                     rows,
-                    &self.shared,
+                    &self.common,
                     flags,
                     &mut ws.flagged,
                     &mut ws.excursion_gists,

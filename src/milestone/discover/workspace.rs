@@ -17,6 +17,40 @@ pub(super) struct TaskMemory {
     pub(super) last_used: u64,
 }
 
+/// Who got one response, remembered over all tasks: the first action (and its verb and
+/// task), and whether another action of that verb, and another task, got it since.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Response {
+    action: u64,
+    verb: u64,
+    task: u64,
+    other_action: bool,
+    other_task: bool,
+}
+
+impl Response {
+    pub(super) fn first(action: u64, verb: u64, task: u64) -> Self {
+        Self {
+            action,
+            verb,
+            task,
+            other_action: false,
+            other_task: false,
+        }
+    }
+
+    /// Records that `action` (of `verb`, in `task`) got the response; returns (common,
+    /// shared): whether different actions of the first one's verb got it, and whether they
+    /// did in different tasks too.
+    pub(super) fn also(&mut self, action: u64, verb: u64, task: u64) -> (bool, bool) {
+        if verb == self.verb {
+            self.other_action |= action != self.action;
+            self.other_task |= task != self.task;
+        }
+        (self.other_action, self.other_action && self.other_task)
+    }
+}
+
 /// Keys of one step.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct StepKeys {
@@ -58,6 +92,8 @@ pub(super) struct Workspace {
     pub(super) found: Vec<u64>,
     /// Last position of each state in the current trajectory (reversal search).
     pub(super) last: KeyMap<usize>,
+    /// The task key of each group of the current batch.
+    pub(super) tasks: Vec<u64>,
     /// An action (or task name) normalised before it is hashed.
     pub(super) normalised: Vec<u8>,
     /// A first sentence with its numbers masked before it is hashed.
@@ -78,4 +114,30 @@ pub(super) struct Event {
     pub(super) event: bool,
     pub(super) novel: bool,
     pub(super) feedback: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Response;
+
+    #[test]
+    fn a_response_is_shared_once_other_actions_and_other_tasks_got_it() {
+        // (action, verb, task): door 1 in task a first.
+        let mut r = Response::first(1, 10, 100);
+        assert_eq!(
+            r.also(1, 10, 200),
+            (false, false),
+            "the same door in another task"
+        );
+        assert_eq!(r.also(2, 11, 300), (false, false), "another verb is ignored");
+        assert_eq!(
+            r.also(2, 10, 100),
+            (true, true),
+            "another door: both conditions now hold"
+        );
+        // Common but in one task only.
+        let mut r = Response::first(1, 10, 100);
+        assert_eq!(r.also(2, 10, 100), (true, false));
+        assert_eq!(r.also(3, 10, 100), (true, false));
+    }
 }
