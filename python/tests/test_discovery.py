@@ -208,6 +208,7 @@ def test_empty_batch_is_a_value_error():
         ({"min_support": 0.0}, ValueError, "min_support"),
         ({"min_suport": 0.5}, ValueError, "unknown field"),
         ({"noop_window": 0}, ValueError, "noop_window"),
+        ({"max_responses": 0}, ValueError, "max_responses"),
         ({"success_threshold": math.inf}, ValueError, "config"),
         ({"min_support": "high"}, ValueError, "config"),
         ({"max_tasks": -1}, ValueError, "config"),
