@@ -11,6 +11,12 @@ environment versions and Java.
     /tmp/recvenv/bin/python data/record_trajectories.py --out /tmp/recorded.jsonl \
         --sw-tasks 12 --sw-variations 2 --tw-games 6
 
+A set recorded after the rules were fixed draws other variations and games (docs/discovery.md,
+"A fresh set"):
+
+    /tmp/recvenv/bin/python data/record_trajectories.py --out /tmp/fresh.jsonl --seed 2027 \
+        --tw-first-seed 106 --exclude /tmp/recorded.jsonl data/sample_trajectories.jsonl
+
 ScienceWorld needs Java (17 was used). The output is read from its path by
 `cargo run --release --example discover_eval -- --data /tmp/recorded.jsonl`; it is not
 committed (see docs/discovery.md).
@@ -72,15 +78,15 @@ def pick(valid, rng, safe=True):
     return rng.choice(sorted(valid)) if valid else "look"
 
 
-def record_scienceworld(out, tasks, variations, seed):
+def record_scienceworld(out, tasks, variations, seed, exclude):
     from scienceworld import ScienceWorldEnv
 
     env = ScienceWorldEnv("", envStepLimit=200)
     rng = random.Random(seed)
     names = env.get_task_names()
     for task in sorted(rng.sample(names, min(tasks, len(names)))):
-        nvar = env.get_max_variations(task)
-        for var in sorted(rng.sample(range(nvar), min(variations, nvar))):
+        pool = [v for v in range(env.get_max_variations(task)) if f"sw/{task}/v{v}" not in exclude]
+        for var in sorted(rng.sample(pool, min(variations, len(pool)))):
             env.load(task, var, generateGoldPath=True)
             gold = env.get_gold_action_sequence()
             group = f"sw/{task}/v{var}"
@@ -127,14 +133,14 @@ def write(out, env, task, var, group, k, kind, success, desc, obs0, init, max_sc
     out.flush()
 
 
-def record_textworld(out, games, seed, workdir):
+def record_textworld(out, games, first, seed, workdir):
     import textworld
 
     rng = random.Random(seed + 1)
     tw_make = os.path.join(os.path.dirname(sys.executable), "tw-make")
     infos = textworld.EnvInfos(policy_commands=True, admissible_commands=True, max_score=True, won=True, lost=True)
     for g in range(games):
-        gseed = 100 + g
+        gseed = first + g
         path = os.path.join(workdir, f"cook{gseed}.z8")
         if not os.path.exists(path):
             cmd = [tw_make, "tw-cooking", "--recipe", "3", "--take", "2", "--go", "6", "--open",
@@ -168,14 +174,17 @@ def main():
     p.add_argument("--sw-variations", type=int, default=2)
     p.add_argument("--tw-games", type=int, default=6)
     p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--tw-first-seed", type=int, default=100, help="seed of the first TextWorld game")
+    p.add_argument("--exclude", nargs="*", default=[], help="JSONL files whose groups are not drawn again")
     p.add_argument("--workdir", default="/tmp/tw-games")
     a = p.parse_args()
+    exclude = {json.loads(line)["group_id"] for path in a.exclude for line in open(path) if line.strip()}
     os.makedirs(a.workdir, exist_ok=True)
     with open(a.out, "w") as out:
         if a.tw_games:
-            record_textworld(out, a.tw_games, a.seed, a.workdir)
+            record_textworld(out, a.tw_games, a.tw_first_seed, a.seed, a.workdir)
         if a.sw_tasks:
-            record_scienceworld(out, a.sw_tasks, a.sw_variations, a.seed)
+            record_scienceworld(out, a.sw_tasks, a.sw_variations, a.seed, exclude)
 
 
 if __name__ == "__main__":
