@@ -25,6 +25,9 @@
 //! flag one and not the other), otherwise *visible*; a false positive is in a successful or in
 //! a failed rollout.
 //!
+//! Beside each leave-one-out F1 it prints a 95% interval over groups (`interval.rs`): how far
+//! the figure could move with other groups drawn.
+//!
 //! ```text
 //! cargo run --release --example discover_eval [-- --data PATH] [--failures]
 //!     [--config '{"noop_window": 1}'] [--part development]
@@ -33,7 +36,9 @@
 //! `--config` takes a JSON object of [`DiscoveryConfig`] fields over the defaults; `--part`
 //! (`development` or `evaluation`) prints one part only: rules are compared with
 //! `--part development`, so the evaluation figures are not read while a rule is chosen.
+//! `--part whole` reads a file recorded after the rules were fixed as one part, unsplit.
 
+mod interval;
 mod protocol;
 
 use std::collections::{BTreeMap, HashSet};
@@ -253,17 +258,17 @@ fn task_of(r: &TrajectoryRecord) -> String {
 /// What each part holds, read from the records and their labels alone (no discovery): per
 /// environment, groups, successes, steps and scored steps in the successes, and the tasks
 /// that only one part has. Tells whether a part is harder by its make-up.
-fn print_composition(all: &[TrajectoryRecord]) {
+fn print_composition(all: &[TrajectoryRecord], parts: &[Part]) {
     println!(
         "composition: groups, successes / trajectories, steps in successes (scored), tasks in this part only"
     );
     let mut tasks: BTreeMap<(String, String), Vec<Part>> = BTreeMap::new();
-    for part in [Part::Development, Part::Evaluation] {
+    for &part in parts {
         for r in records_of(all, part) {
             tasks.entry((env_of(&r), task_of(&r))).or_default().push(part);
         }
     }
-    for part in [Part::Development, Part::Evaluation] {
+    for &part in parts {
         let mut rows: BTreeMap<String, (HashSet<String>, usize, usize, usize, usize)> = BTreeMap::new();
         for r in records_of(all, part) {
             let row = rows.entry(env_of(&r)).or_default();
@@ -300,22 +305,28 @@ fn main() -> BoxResult<()> {
     let all = read_trajectories(std::io::BufReader::new(std::fs::File::open(&path)?))
         .collect::<Result<Vec<_>>>()?;
     println!("{path}: {} trajectories; config {cfg:?}\n", all.len());
-    print_composition(&all);
+    let parts = match arg("--part").as_deref() {
+        None => vec![Part::Development, Part::Evaluation],
+        Some("development") => vec![Part::Development],
+        Some("evaluation") => vec![Part::Evaluation],
+        Some("whole") => vec![Part::Whole],
+        Some(p) => return Err(format!("--part must be development, evaluation or whole, not {p:?}").into()),
+    };
+    print_composition(
+        &all,
+        if parts == [Part::Whole] {
+            &parts
+        } else {
+            &[Part::Development, Part::Evaluation]
+        },
+    );
     println!(
         "{:<12} {:<26} {:<13} {:>4} {:>4} {:>4}  {:<5}  {:<5}  {:<5}",
         "part", "protocol", "env", "TP", "FP", "FN", "P", "R", "F1"
     );
     let mut classes = Vec::new();
-    let only = arg("--part");
-    if let Some(p) = &only {
-        if p != "development" && p != "evaluation" {
-            return Err(format!("--part must be development or evaluation, not {p:?}").into());
-        }
-    }
-    for part in [Part::Development, Part::Evaluation] {
-        if only.as_deref().is_some_and(|p| p != part.name()) {
-            continue;
-        }
+    let mut intervals = Vec::new();
+    for part in parts {
         let raw = records_of(&all, part);
         let (records, labels) = strip_all(&raw);
         let rb = RecordBatch::new(&records)?;
@@ -327,6 +338,7 @@ fn main() -> BoxResult<()> {
         );
         let loo = leave_one_out(cfg, &records)?;
         print_rows(part, "leave-one-out", &agreement(&records, &loo, &labels)?);
+        intervals.push((part, interval::f1_intervals(&records, &loo, &labels)?));
         let batch = run(&mut MilestoneDiscovery::new(cfg)?, &records)?.concat();
         print_rows(part, "batch", &agreement(&records, &batch, &labels)?);
         let (fails, fail_labels, first, last) = online(cfg, &records, &labels)?;
@@ -347,6 +359,12 @@ fn main() -> BoxResult<()> {
         if std::env::args().any(|a| a == "--failures") {
             println!("{} disagreements (leave-one-out):", part.name());
             print_failures(&records, &loo, &labels);
+        }
+    }
+    println!("\nleave-one-out F1, 95% interval over groups (bootstrap, 2,000 draws)");
+    for (part, table) in intervals {
+        for (env, (lo, hi)) in table {
+            println!("{:<12} {env:<13} {lo:.3} to {hi:.3}", part.name());
         }
     }
     println!("\nerror classes (leave-one-out): misses invisible / visible in the text, false positives in successes / failures");

@@ -22,6 +22,7 @@
 //! hash of their `group_id` (ties by the id); even ranks (0, 2, …) are the development part,
 //! odd ranks the evaluation part ([`part_of_groups`]). Deterministic, independent of file
 //! order, and each environment is on both sides. Rules are tuned on the development part only.
+//! A file recorded after the rules were fixed is read whole ([`Part::Whole`]): it is not split.
 
 #![allow(dead_code)] // each includer uses part of it
 
@@ -29,13 +30,15 @@ use std::collections::BTreeMap;
 
 use beacon_rl::record::TrajectoryRecord;
 
-/// The two parts of the recorded data.
+/// The parts of the recorded data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Part {
     /// Rules may be tuned here.
     Development,
     /// Figures are reported here; nothing is tuned on it.
     Evaluation,
+    /// Every group of a file recorded after the rules were fixed: nothing is tuned on it.
+    Whole,
 }
 
 impl Part {
@@ -43,6 +46,7 @@ impl Part {
         match self {
             Part::Development => "development",
             Part::Evaluation => "evaluation",
+            Part::Whole => "whole",
         }
     }
 }
@@ -90,8 +94,11 @@ pub fn part_of_groups(records: &[TrajectoryRecord]) -> BTreeMap<String, Part> {
     out
 }
 
-/// The records of one part, in file order.
+/// The records of one part, in file order ([`Part::Whole`]: all of them).
 pub fn records_of(records: &[TrajectoryRecord], part: Part) -> Vec<TrajectoryRecord> {
+    if part == Part::Whole {
+        return records.to_vec();
+    }
     let parts = part_of_groups(records);
     records
         .iter()

@@ -718,6 +718,17 @@ fn the_split_is_by_group_within_each_environment_and_documented() {
 }
 
 #[test]
+fn a_file_read_whole_is_every_group_in_file_order() {
+    let all = sample();
+    let whole = protocol::records_of(&all, protocol::Part::Whole);
+    let ids = |rs: &[TrajectoryRecord]| rs.iter().map(|r| r.traj_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&whole), ids(&all));
+    let split = protocol::records_of(&all, protocol::Part::Development).len()
+        + protocol::records_of(&all, protocol::Part::Evaluation).len();
+    assert_eq!(split, whole.len());
+}
+
+#[test]
 fn without_any_environment_signal_discovery_beats_the_baseline_on_the_evaluation_part() {
     let (records, labels, flags) = discover_part(protocol::Part::Evaluation);
     // Nothing of the environment's signal is left: no score text, no status counter, no
