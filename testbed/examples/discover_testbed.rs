@@ -18,7 +18,8 @@
 //!
 //! Decoy: every room has a trapdoor that ends the episode in failure. The environment's
 //! signal flags it (`env`); `env_doors` flags the real doors only. Discovered milestones are
-//! counted on trapdoor steps: the decoy check.
+//! counted on trapdoor steps: the decoy check. Slow decoy: the same trapdoor, but the episode
+//! goes on in the cellar, where nothing can be done, until the budget runs out.
 //!
 //! `cargo run -p beacon-rl-testbed --release --example discover_testbed [-- --seeds N]` (default 10 seeds).
 
@@ -164,12 +165,24 @@ fn main() -> BoxResult<()> {
             );
         }
     }
-    println!("\ndecoy (budget 4): AUC mean ± std (held-out greedy); trapdoor steps flagged by discovery");
+    decoy_table("decoy", KeyChain::with_decoy, seeds)?;
+    decoy_table("slow decoy", KeyChain::with_slow_decoy, seeds)?;
+    Ok(())
+}
+
+/// One decoy table: K = 2 and 4 at budget 4, BEACON and `beacon_completion`, each with the
+/// environment's milestones, the real doors only, and discovery.
+fn decoy_table(
+    name: &str,
+    make: fn(usize, usize) -> beacon_rl::Result<KeyChain>,
+    seeds: u64,
+) -> BoxResult<()> {
+    println!("\n{name} (budget 4): AUC mean ± std (held-out greedy); trapdoor steps flagged by discovery");
     println!(
         "K method | grpo | env (decoy flagged) | env_doors | discovered | ratio vs env_doors | decoy flags"
     );
     for k in [2, 4] {
-        let env = KeyChain::with_decoy(k, 4)?;
+        let env = make(k, 4)?;
         let (g, gh, _) = runs(&env, Method::Grpo, Source::Env, seeds)?;
         for method in [Method::Beacon, Method::BeaconCompletion] {
             let (e, eh, _) = runs(&env, method, Source::Env, seeds)?;

@@ -32,7 +32,7 @@ pub struct EpisodeState {
     pub held: usize,
     /// Rooms reached so far (high-water mark): the number of milestones completed.
     pub reached: usize,
-    /// True after the trapdoor (decoy variant).
+    /// True after the trapdoor (decoy variants).
     pub in_cellar: bool,
 }
 
@@ -43,7 +43,7 @@ pub struct KeyChainStep {
     pub next: EpisodeState,
     /// The environment's milestone signal: a door passed for the first time, or the decoy.
     pub milestone: bool,
-    /// The episode ended (goal reached or cellar).
+    /// The episode ended (goal reached, or the cellar of the decoy variant).
     pub done: bool,
     /// The goal was reached (reward 1).
     pub success: bool,
@@ -101,6 +101,12 @@ pub struct KeyChainStep {
 /// from success, which is what BEACON's trajectory term exists to correct (paper §5.4, "w/o
 /// trajectory-level advantage" on ALFWorld).
 ///
+/// # Slow decoy ([`KeyChain::with_slow_decoy`])
+///
+/// The same trapdoor, but the episode goes on in the cellar until the budget runs out: every
+/// action there changes nothing. The failure comes later than the step after the trapdoor, so
+/// the trapdoor is no dead end in which the environment stopped the episode.
+///
 /// # Text
 ///
 /// Every state and action has a short text ([`KeyChain::observation_text`],
@@ -112,6 +118,8 @@ pub struct KeyChain {
     rooms: usize,
     horizon: usize,
     decoy: bool,
+    /// The cellar ends the episode at once (the decoy), or only the budget does (slow decoy).
+    cellar_ends: bool,
     observations: Vec<String>,
     actions: Vec<String>,
 }
@@ -134,7 +142,7 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn new(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, false)
+        Self::build(rooms, budget_per_room, false, false)
     }
 
     /// The decoy variant: [`new`](Self::new) plus a trapdoor in every room whose opening fires
@@ -152,10 +160,30 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn with_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, true)
+        Self::build(rooms, budget_per_room, true, true)
     }
 
-    fn build(rooms: usize, budget_per_room: usize, decoy: bool) -> Result<Self> {
+    /// The slow decoy: [`with_decoy`](Self::with_decoy), but the cellar does not end the
+    /// episode; every action there changes nothing until the budget runs out.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    ///
+    /// ```
+    /// use beacon_rl_testbed::KeyChain;
+    /// let env = KeyChain::with_slow_decoy(3, 4)?;
+    /// let t = env.step(0, &env.reset(), 6); // open trapdoor 0
+    /// assert!(t.milestone && !t.done);
+    /// let u = env.step(0, &t.next, 0); // take red key: nothing happens in the cellar
+    /// assert_eq!(u.next, t.next);
+    /// assert!(!u.milestone && !u.done);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_slow_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
+        Self::build(rooms, budget_per_room, true, false)
+    }
+
+    fn build(rooms: usize, budget_per_room: usize, decoy: bool, cellar_ends: bool) -> Result<Self> {
         if rooms == 0 || rooms > Self::MAX_ROOMS {
             return Err(Error::InvalidConfig {
                 name: "rooms",
@@ -174,6 +202,7 @@ impl KeyChain {
             rooms,
             horizon: budget_per_room * rooms,
             decoy,
+            cellar_ends,
             observations: Vec::new(),
             actions: Vec::new(),
         };
@@ -250,6 +279,15 @@ impl KeyChain {
 
     /// One step of `action` (an index into the menu; out-of-menu actions waste the step).
     pub fn step(&self, task: u64, state: &EpisodeState, action: usize) -> KeyChainStep {
+        if state.in_cellar {
+            // Only the slow decoy steps on from the cellar: there is no way out.
+            return KeyChainStep {
+                next: *state,
+                milestone: false,
+                done: self.cellar_ends,
+                success: false,
+            };
+        }
         let mut next = *state;
         let mut milestone = false;
         let colour = ((task >> state.room.min(63)) & 1) as usize;
@@ -277,7 +315,7 @@ impl KeyChain {
         KeyChainStep {
             next,
             milestone,
-            done: success || next.in_cellar,
+            done: success || (next.in_cellar && self.cellar_ends),
             success,
         }
     }
@@ -359,6 +397,23 @@ mod tests {
         );
         let again = env.step(0, &back.next, OPEN_DOOR);
         assert!(!again.milestone && again.next.room == 1);
+    }
+
+    #[test]
+    fn the_slow_decoy_keeps_the_agent_in_the_cellar_until_the_budget_ends() {
+        let env = KeyChain::with_slow_decoy(2, 4).unwrap();
+        let mut s = env.step(0, &env.reset(), TRAPDOOR).next;
+        let cellar = env.observe(0, &s);
+        for a in 0..env.num_actions() {
+            let t = env.step(0, &s, a);
+            assert!(!t.milestone && !t.done && !t.success);
+            assert_eq!(env.observe(0, &t.next), cellar);
+            s = t.next;
+        }
+        assert_eq!((s.room, s.reached), (0, 0));
+        // The immediate decoy ends the episode at the trapdoor.
+        let fast = KeyChain::with_decoy(2, 4).unwrap();
+        assert!(fast.step(0, &fast.reset(), TRAPDOOR).done);
     }
 
     #[test]
