@@ -1073,6 +1073,51 @@ fn a_decoy_that_ends_rollouts_in_failure_is_never_kept() {
 }
 
 #[test]
+fn a_decoy_the_budget_ends_is_never_kept_either() {
+    // The trapdoor leads to a cellar where the rollout goes on until its budget runs out,
+    // every action changing nothing: the environment did not stop it, but no rollout leaves
+    // the cellar, and this one tried two different actions there.
+    let (e0, k0, e1, cellar) = ("Room 0.", "Room 0, key held.", "Room 1.", "A cellar.");
+    let trap = vec![
+        ("open trapdoor", cellar),
+        ("take key", cellar),
+        ("wander", cellar),
+        ("open door", cellar),
+    ];
+    let slow = vec![
+        ("wander", e0),
+        ("take key", k0),
+        ("open door", e1),
+        ("wander", e1),
+    ];
+    let mut d = fresh();
+    let f = run_from(&mut d, e0, &[(0.0, trap.clone()), (0.0, slow.clone())]);
+    assert_eq!(f, [vec![false; 4], vec![false, true, true, false]]);
+    // Remembered, and not forgotten when a later rollout idles there once: it did not leave.
+    let late = vec![
+        ("wander", e0),
+        ("take key", k0),
+        ("open trapdoor", cellar),
+        ("wander", cellar),
+    ];
+    let f = run_from(&mut d, e0, &[(0.0, late.clone()), (0.0, slow.clone())]);
+    assert_eq!(f[0], [false, true, false, false]);
+    // One action repeated is not two: the state may be a new room the budget cut short.
+    let idle = vec![
+        ("open trapdoor", cellar),
+        ("wander", cellar),
+        ("wander", cellar),
+        ("wander", cellar),
+    ];
+    let f = run_from(&mut fresh(), e0, &[(0.0, idle), (0.0, slow.clone())]);
+    assert_eq!(f[0], [true, false, false, false]);
+    // A state some rollout leaves is no dead end, however long another stayed in it.
+    let out = vec![("open trapdoor", cellar), ("open hatch", "Room 1, from below.")];
+    let f = run_from(&mut fresh(), e0, &[(0.0, trap), (0.0, out), (0.0, slow)]);
+    assert!(f[0][0] && f[1][0]);
+}
+
+#[test]
 fn an_answer_to_a_prompt_is_the_prompted_action_resolved() {
     let ask = "Ambiguous request: which one? 0: the egg. 1: the egg.";
     let win = vec![

@@ -102,11 +102,12 @@ use std::collections::hash_map::Entry;
 ///
 /// that is, the rollout reached a state it had not been in by a move nobody has been seen to
 /// undo (a door passed, not a key picked up and dropped again), and s_{t+1} is not a **dead
-/// end**: a state in which a failed rollout ended while another rollout of its group went on
-/// longer (the environment stopped it, not the step budget), and from which no rollout has
-/// been seen to go on. A trapdoor that ends the episode in failure is a first visit nobody
-/// undoes; it precedes failure every time and success never, so it is a decoy, not a
-/// milestone. Nor is a **description** (above) flagged: a room listed by `look around` is a
+/// end**: a state in which a failed rollout ended, either while another rollout of its group
+/// went on longer and no rollout took a step from it (the environment stopped it, not the
+/// step budget), or after it tried two different actions there that changed nothing and no
+/// rollout left it (a cellar with no way out, where the budget ends the episode). A trapdoor
+/// into either is a first visit nobody undoes; it precedes failure every time and success
+/// never, so it is a decoy, not a milestone. A state some rollout left is no dead end. Nor is a **description** (above) flagged: a room listed by `look around` is a
 /// state not seen before, but the agent only looked. Dead ends are remembered over all tasks
 /// (at most `max_edges`). It fits environments whose
 /// responses describe the state; where responses only echo the action (most text games)

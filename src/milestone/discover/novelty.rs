@@ -6,12 +6,34 @@ use super::text::pair;
 use super::workspace::StepKeys;
 use crate::batch::RolloutBatch;
 
-/// Whether some rollout of group `g` takes a step from state `state` (its start state or a
-/// state it reached before its last step).
-fn trajs_continue_from(batch: &RolloutBatch, steps: &[StepKeys], g: usize, state: u64) -> bool {
-    batch
-        .group_trajectories(g)
-        .any(|j| steps[batch.trajectory_steps(j)].iter().any(|s| s.from == state))
+/// Whether some rollout of group `g` took a step from state `state`, and whether one left
+/// it (a step from it to another state).
+fn steps_from(batch: &RolloutBatch, steps: &[StepKeys], g: usize, state: u64) -> (bool, bool) {
+    let (mut from, mut left) = (false, false);
+    for j in batch.group_trajectories(g) {
+        for s in steps[batch.trajectory_steps(j)]
+            .iter()
+            .filter(|s| s.from == state)
+        {
+            from = true;
+            left |= s.whole != state;
+        }
+    }
+    (from, left)
+}
+
+/// Whether a rollout's last steps stayed in its last state with two different actions or
+/// more: nothing it tried there changed anything (a cellar that the budget, not the
+/// environment, ends). Two actions, so a rollout whose budget ran out one idle step after it
+/// reached a new state does not make that state a dead end.
+fn stayed(steps: &[StepKeys]) -> bool {
+    let Some(last) = steps.last() else { return false };
+    let mut idle = steps
+        .iter()
+        .rev()
+        .take_while(|s| s.from == last.whole && s.whole == last.whole);
+    let Some(first) = idle.next() else { return false };
+    idle.any(|s| s.action != first.action)
 }
 
 impl MilestoneDiscovery {
@@ -37,25 +59,31 @@ impl MilestoneDiscovery {
         }
     }
 
-    /// A state a failed rollout of group `g` ended in, while another rollout of the group
-    /// went on longer, is a dead end, unless some rollout went on from it (then it is not,
-    /// now or later).
+    /// A state a failed rollout of group `g` ended in is a dead end when another rollout of
+    /// the group went on longer and none took a step from it (the environment stopped it),
+    /// or when the rollout tried two different actions there that changed nothing and no
+    /// rollout left it (only the budget stopped it). A state some rollout left is no dead end,
+    /// now or later.
     pub(super) fn learn_dead_ends(&mut self, batch: &RolloutBatch, g: usize) {
         let trajs = batch.group_trajectories(g);
         let longest = trajs.clone().map(|j| batch.trajectory_steps(j).len()).max();
         let longest = longest.unwrap_or(0);
-        // A step's start state was gone on from: not a dead end (any more).
         for j in trajs.clone() {
             for s in &self.ws.steps[batch.trajectory_steps(j)] {
-                self.dead_ends.remove(&s.from);
+                if s.from != s.whole {
+                    self.dead_ends.remove(&s.from);
+                }
             }
         }
         for j in trajs {
             let steps = &self.ws.steps[batch.trajectory_steps(j)];
             let Some(last) = steps.last() else { continue };
-            let early = steps.len() < longest;
-            let gone_on = trajs_continue_from(batch, &self.ws.steps, g, last.whole);
-            if early && !self.is_success(batch, j) && !gone_on && self.dead_ends.len() < self.config.max_edges
+            let (from, left) = steps_from(batch, &self.ws.steps, g, last.whole);
+            let stopped = steps.len() < longest && !from;
+            let stuck = stayed(steps) && !left;
+            if (stopped || stuck)
+                && !self.is_success(batch, j)
+                && self.dead_ends.len() < self.config.max_edges
             {
                 self.dead_ends.insert(last.whole);
             }
