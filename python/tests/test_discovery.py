@@ -92,6 +92,23 @@ def test_novelty_before_the_first_success():
     assert beacon_rl.discover_milestones(["open window"], ["Open."], **fail).tolist() == [True]
 
 
+def test_a_cellar_nothing_can_be_done_in_is_no_milestone():
+    # Before any success: a trapdoor into a cellar where the rollout tried two different actions
+    # that changed nothing, and that no rollout left, is a dead end (a decoy), not a first
+    # visit; the other rollout's key and door are. The same trapdoor with one action repeated
+    # there is still a first visit (the state may be a room the budget cut short).
+    trap = [("open trapdoor", "A cellar."), ("take key", "A cellar."), ("wander", "A cellar."),
+            ("open door", "A cellar.")]
+    walk = [("wander", "Room 0."), ("take key", "Key held."), ("open door", "Room 1."), ("wander", "Room 1.")]
+    a, r, kw = rows([(0, trap), (0, walk)])
+    flags = beacon_rl.discover_milestones(a, r, **kw, observations=["Room 0."] * 8).tolist()
+    assert flags == [False] * 4 + [False, True, True, False]
+    idle = [("open trapdoor", "A cellar.")] + [("wander", "A cellar.")] * 3
+    a, r, kw = rows([(0, idle), (0, walk)])
+    flags = beacon_rl.discover_milestones(a, r, **kw, observations=["Room 0."] * 8).tolist()
+    assert flags[:4] == [True, False, False, False]
+
+
 def test_first_observation_is_the_start_state():
     # Novelty flags a response that is a state the rollout had not been in: here the start
     # state s_0 (the first observation) already reads "A room.", so `wait` reaches nothing new.
