@@ -9,17 +9,19 @@ use crate::batch::RolloutBatch;
 /// Whether some rollout of group `g` took a step from state `state`, and whether one left
 /// it (a step from it to another state).
 fn steps_from(batch: &RolloutBatch, steps: &[StepKeys], g: usize, state: u64) -> (bool, bool) {
-    let (mut from, mut left) = (false, false);
+    let mut from = false;
     for j in batch.group_trajectories(g) {
         for s in steps[batch.trajectory_steps(j)]
             .iter()
             .filter(|s| s.from == state)
         {
             from = true;
-            left |= s.whole != state;
+            if s.whole != state {
+                return (true, true);
+            }
         }
     }
-    (from, left)
+    (from, false)
 }
 
 /// Whether a rollout's last steps stayed in its last state with two different actions or
@@ -78,13 +80,14 @@ impl MilestoneDiscovery {
         for j in trajs {
             let steps = &self.ws.steps[batch.trajectory_steps(j)];
             let Some(last) = steps.last() else { continue };
-            let (from, left) = steps_from(batch, &self.ws.steps, g, last.whole);
-            let stopped = steps.len() < longest && !from;
-            let stuck = stayed(steps) && !left;
-            if (stopped || stuck)
-                && !self.is_success(batch, j)
-                && self.dead_ends.len() < self.config.max_edges
+            let (early, idle) = (steps.len() < longest, stayed(steps));
+            // The group is scanned only for a failed rollout that ended early or idle.
+            if !(early || idle) || self.is_success(batch, j) || self.dead_ends.len() >= self.config.max_edges
             {
+                continue;
+            }
+            let (from, left) = steps_from(batch, &self.ws.steps, g, last.whole);
+            if (early && !from) || (idle && !left) {
                 self.dead_ends.insert(last.whole);
             }
         }
