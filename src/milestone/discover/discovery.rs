@@ -107,9 +107,10 @@ use std::collections::hash_map::Entry;
 /// step budget), or after it tried two different actions there that changed nothing and no
 /// rollout left it (a cellar with no way out, where the budget ends the episode). A trapdoor
 /// into either is a first visit nobody undoes; it precedes failure every time and success
-/// never, so it is a decoy, not a milestone. A state some rollout left is no dead end. Nor is a **description** (above) flagged: a room listed by `look around` is a
-/// state not seen before, but the agent only looked. Dead ends are remembered over all tasks
-/// (at most `max_edges`). It fits environments whose
+/// never, so it is a decoy, not a milestone. A state some rollout left is no dead end. Nor is
+/// a **description** (above) flagged: a room listed by `look around` is a state not seen
+/// before, but the agent only looked. Dead ends are remembered over all tasks (at most
+/// `max_edges`). It fits environments whose
 /// responses describe the state; where responses only echo the action (most text games)
 /// little is ever seen reversed and it over-flags, so it is used only until the task's first
 /// success.
