@@ -107,6 +107,12 @@ pub struct KeyChainStep {
 /// action there changes nothing. The failure comes later than the step after the trapdoor, so
 /// the trapdoor is no dead end in which the environment stopped the episode.
 ///
+/// # Busy decoy ([`KeyChain::with_busy_decoy`])
+///
+/// The slow decoy with red and blue keys on the cellar floor: taking and dropping one changes
+/// what the agent holds, and so what it sees, but there is still no way out. The cellar is a
+/// region that answers the agent, not a state where nothing changes.
+///
 /// # Text
 ///
 /// Every state and action has a short text ([`KeyChain::observation_text`],
@@ -118,10 +124,20 @@ pub struct KeyChain {
     rooms: usize,
     horizon: usize,
     decoy: bool,
-    /// The cellar ends the episode at once (the decoy), or only the budget does (slow decoy).
-    cellar_ends: bool,
+    cellar: Cellar,
     observations: Vec<String>,
     actions: Vec<String>,
+}
+
+/// What the cellar of a decoy variant does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cellar {
+    /// It ends the episode at once (the decoy).
+    Ends,
+    /// The episode goes on, nothing changes (the slow decoy).
+    Idle,
+    /// The episode goes on, keys can be taken and dropped (the busy decoy).
+    Keys,
 }
 
 impl KeyChain {
@@ -142,7 +158,7 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn new(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, false, false)
+        Self::build(rooms, budget_per_room, false, Cellar::Ends)
     }
 
     /// The decoy variant: [`new`](Self::new) plus a trapdoor in every room whose opening fires
@@ -160,7 +176,7 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn with_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, true, true)
+        Self::build(rooms, budget_per_room, true, Cellar::Ends)
     }
 
     /// The slow decoy: [`with_decoy`](Self::with_decoy), but the cellar does not end the
@@ -180,10 +196,30 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn with_slow_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, true, false)
+        Self::build(rooms, budget_per_room, true, Cellar::Idle)
     }
 
-    fn build(rooms: usize, budget_per_room: usize, decoy: bool, cellar_ends: bool) -> Result<Self> {
+    /// The busy decoy: [`with_slow_decoy`](Self::with_slow_decoy), but keys can be taken and
+    /// dropped in the cellar (what the agent holds changes what it sees); still no way out.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    ///
+    /// ```
+    /// use beacon_rl_testbed::KeyChain;
+    /// let env = KeyChain::with_busy_decoy(3, 4)?;
+    /// let t = env.step(0, &env.reset(), 6); // open trapdoor 0
+    /// let u = env.step(0, &t.next, 0); // take red key
+    /// assert_ne!(env.observe(0, &u.next), env.observe(0, &t.next));
+    /// assert_eq!(env.observation_text(env.observe(0, &u.next)), "cellar: a dead end, you hold a red key");
+    /// assert!(!u.done && u.next.in_cellar);
+    /// # Ok::<(), beacon_rl::Error>(())
+    /// ```
+    pub fn with_busy_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
+        Self::build(rooms, budget_per_room, true, Cellar::Keys)
+    }
+
+    fn build(rooms: usize, budget_per_room: usize, decoy: bool, cellar: Cellar) -> Result<Self> {
         if rooms == 0 || rooms > Self::MAX_ROOMS {
             return Err(Error::InvalidConfig {
                 name: "rooms",
@@ -202,7 +238,7 @@ impl KeyChain {
             rooms,
             horizon: budget_per_room * rooms,
             decoy,
-            cellar_ends,
+            cellar,
             observations: Vec::new(),
             actions: Vec::new(),
         };
@@ -238,10 +274,15 @@ impl KeyChain {
         }
     }
 
-    /// Number of distinct observations (the policy's table rows): 24 per room (colour ×
-    /// key held × door open) plus the goal and the cellar.
+    /// Number of distinct observations (the policy's table rows): 12 per room (colour ×
+    /// key held × door open) plus the goal and the cellar (3 cellars, one per key held, in
+    /// the busy decoy).
     pub fn num_observations(&self) -> usize {
-        self.rooms * 12 + 2
+        if self.cellar == Cellar::Keys {
+            self.rooms * 12 + 4
+        } else {
+            self.rooms * 12 + 2
+        }
     }
 
     /// The start of every episode: room 0, holding nothing.
@@ -267,7 +308,12 @@ impl KeyChain {
     /// The observation id of `state` under `task` (the index into the policy's table).
     pub fn observe(&self, task: u64, state: &EpisodeState) -> usize {
         if state.in_cellar {
-            return self.rooms * 12 + 1;
+            let held = if self.cellar == Cellar::Keys {
+                state.held
+            } else {
+                0
+            };
+            return self.rooms * 12 + 1 + held;
         }
         if state.room >= self.rooms {
             return self.rooms * 12;
@@ -280,11 +326,19 @@ impl KeyChain {
     /// One step of `action` (an index into the menu; out-of-menu actions waste the step).
     pub fn step(&self, task: u64, state: &EpisodeState, action: usize) -> KeyChainStep {
         if state.in_cellar {
-            // Only the slow decoy steps on from the cellar: there is no way out.
+            // Only the slow and busy decoys step on from the cellar: there is no way out.
+            let mut next = *state;
+            if self.cellar == Cellar::Keys {
+                match action {
+                    TAKE_RED | TAKE_BLUE if state.held == 0 => next.held = action + 1,
+                    DROP_KEY => next.held = 0,
+                    _ => {}
+                }
+            }
             return KeyChainStep {
-                next: *state,
+                next,
                 milestone: false,
-                done: self.cellar_ends,
+                done: self.cellar == Cellar::Ends,
                 success: false,
             };
         }
@@ -315,7 +369,7 @@ impl KeyChain {
         KeyChainStep {
             next,
             milestone,
-            done: success || (next.in_cellar && self.cellar_ends),
+            done: success || (next.in_cellar && self.cellar == Cellar::Ends),
             success,
         }
     }
@@ -339,7 +393,10 @@ impl KeyChain {
         if id == self.rooms * 12 {
             return "outside: the goal".to_owned();
         }
-        if id == self.rooms * 12 + 1 {
+        if id > self.rooms * 12 {
+            if self.cellar == Cellar::Keys {
+                return format!("cellar: a dead end, you hold {}", HELD[id - self.rooms * 12 - 1]);
+            }
             return "cellar: a dead end".to_owned();
         }
         let (open, held, colour, room) = (id % 2, (id / 2) % 3, (id / 6) % 2, id / 12);
@@ -417,14 +474,35 @@ mod tests {
     }
 
     #[test]
+    fn the_busy_decoy_answers_the_agent_but_never_lets_it_out() {
+        let env = KeyChain::with_busy_decoy(2, 4).unwrap();
+        let mut s = env.step(0, &env.reset(), TRAPDOOR).next;
+        let mut seen = std::collections::BTreeSet::new();
+        for a in [TAKE_BLUE, DROP_KEY, TAKE_RED, OPEN_DOOR, GO_BACK, TRAPDOOR, 5] {
+            let t = env.step(0, &s, a);
+            assert!(t.next.in_cellar && !t.milestone && !t.done && !t.success);
+            seen.insert(env.observe(0, &t.next));
+            s = t.next;
+        }
+        // Three cellars, one per key held, at the last three ids.
+        let n = env.num_observations();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [n - 3, n - 2, n - 1]);
+    }
+
+    #[test]
     fn observation_ids_are_dense_and_texts_distinct() {
+        for env in [
+            KeyChain::with_decoy(3, 4).unwrap(),
+            KeyChain::with_busy_decoy(3, 4).unwrap(),
+        ] {
+            let mut texts: Vec<&str> = (0..env.num_observations())
+                .map(|i| env.observation_text(i))
+                .collect();
+            texts.sort_unstable();
+            texts.dedup();
+            assert_eq!(texts.len(), env.num_observations());
+        }
         let env = KeyChain::with_decoy(3, 4).unwrap();
-        let mut texts: Vec<&str> = (0..env.num_observations())
-            .map(|i| env.observation_text(i))
-            .collect();
-        texts.sort_unstable();
-        texts.dedup();
-        assert_eq!(texts.len(), env.num_observations());
         assert_eq!(env.action_text(13, OPEN_DOOR), "open door 1");
         assert_eq!(env.action_text(13, 9), "");
     }
