@@ -19,9 +19,12 @@
 //! Decoy: every room has a trapdoor that ends the episode in failure. The environment's
 //! signal flags it (`env`); `env_doors` flags the real doors only. Discovered milestones are
 //! counted on trapdoor steps: the decoy check. Slow decoy: the same trapdoor, but the episode
-//! goes on in the cellar, where nothing can be done, until the budget runs out.
+//! goes on in the cellar, where nothing can be done, until the budget runs out. Busy decoy:
+//! the slow decoy with keys to take and drop in the cellar, still with no way out.
 //!
-//! `cargo run -p beacon-rl-testbed --release --example discover_testbed [-- --seeds N]` (default 10 seeds).
+//! `cargo run -p beacon-rl-testbed --release --example discover_testbed [-- --seeds N]
+//! [--no-novelty]` (default 10 seeds; `--no-novelty`: no milestones before a task's first
+//! success, `DiscoveryConfig::novelty` off).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -39,7 +42,8 @@ type DecoyCount = Rc<Cell<(usize, usize)>>;
 
 /// A testbed labeler backed by one `MilestoneDiscovery` (its memory lives as long as the run).
 fn discovered(decoys: DecoyCount) -> BoxResult<MilestoneSource> {
-    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default())?;
+    let novelty = !std::env::args().any(|a| a == "--no-novelty");
+    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default().with_novelty(novelty))?;
     Ok(MilestoneSource::custom(
         move |group: &[EpisodeText<'_>]| -> Vec<Vec<bool>> {
             let lens: Vec<usize> = group.iter().map(|e| e.steps.len()).collect();
@@ -167,6 +171,7 @@ fn main() -> BoxResult<()> {
     }
     decoy_table("decoy", KeyChain::with_decoy, seeds)?;
     decoy_table("slow decoy", KeyChain::with_slow_decoy, seeds)?;
+    decoy_table("busy decoy", KeyChain::with_busy_decoy, seeds)?;
     Ok(())
 }
 
