@@ -123,13 +123,13 @@ pub struct KeyChainStep {
 pub struct KeyChain {
     rooms: usize,
     horizon: usize,
-    decoy: bool,
-    cellar: Cellar,
+    /// The trapdoor's cellar; `None` without a trapdoor.
+    cellar: Option<Cellar>,
     observations: Vec<String>,
     actions: Vec<String>,
 }
 
-/// What the cellar of a decoy variant does.
+/// What the cellar under a decoy variant's trapdoor does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cellar {
     /// It ends the episode at once (the decoy).
@@ -158,7 +158,7 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn new(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, false, Cellar::Ends)
+        Self::build(rooms, budget_per_room, None)
     }
 
     /// The decoy variant: [`new`](Self::new) plus a trapdoor in every room whose opening fires
@@ -176,7 +176,7 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn with_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, true, Cellar::Ends)
+        Self::build(rooms, budget_per_room, Some(Cellar::Ends))
     }
 
     /// The slow decoy: [`with_decoy`](Self::with_decoy), but the cellar does not end the
@@ -196,7 +196,7 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn with_slow_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, true, Cellar::Idle)
+        Self::build(rooms, budget_per_room, Some(Cellar::Idle))
     }
 
     /// The busy decoy: [`with_slow_decoy`](Self::with_slow_decoy), but keys can be taken and
@@ -216,10 +216,10 @@ impl KeyChain {
     /// # Ok::<(), beacon_rl::Error>(())
     /// ```
     pub fn with_busy_decoy(rooms: usize, budget_per_room: usize) -> Result<Self> {
-        Self::build(rooms, budget_per_room, true, Cellar::Keys)
+        Self::build(rooms, budget_per_room, Some(Cellar::Keys))
     }
 
-    fn build(rooms: usize, budget_per_room: usize, decoy: bool, cellar: Cellar) -> Result<Self> {
+    fn build(rooms: usize, budget_per_room: usize, cellar: Option<Cellar>) -> Result<Self> {
         if rooms == 0 || rooms > Self::MAX_ROOMS {
             return Err(Error::InvalidConfig {
                 name: "rooms",
@@ -237,7 +237,6 @@ impl KeyChain {
         let mut env = Self {
             rooms,
             horizon: budget_per_room * rooms,
-            decoy,
             cellar,
             observations: Vec::new(),
             actions: Vec::new(),
@@ -262,12 +261,12 @@ impl KeyChain {
 
     /// Whether the decoy trapdoors are present.
     pub fn has_decoy(&self) -> bool {
-        self.decoy
+        self.cellar.is_some()
     }
 
     /// Size of the action menu: 6, or 7 with the decoy.
     pub fn num_actions(&self) -> usize {
-        if self.decoy {
+        if self.has_decoy() {
             7
         } else {
             6
@@ -278,7 +277,7 @@ impl KeyChain {
     /// key held × door open) plus the goal and the cellar (3 cellars, one per key held, in
     /// the busy decoy).
     pub fn num_observations(&self) -> usize {
-        if self.cellar == Cellar::Keys {
+        if self.cellar == Some(Cellar::Keys) {
             self.rooms * 12 + 4
         } else {
             self.rooms * 12 + 2
@@ -308,7 +307,7 @@ impl KeyChain {
     /// The observation id of `state` under `task` (the index into the policy's table).
     pub fn observe(&self, task: u64, state: &EpisodeState) -> usize {
         if state.in_cellar {
-            let held = if self.cellar == Cellar::Keys {
+            let held = if self.cellar == Some(Cellar::Keys) {
                 state.held
             } else {
                 0
@@ -328,7 +327,7 @@ impl KeyChain {
         if state.in_cellar {
             // Only the slow and busy decoys step on from the cellar: there is no way out.
             let mut next = *state;
-            if self.cellar == Cellar::Keys {
+            if self.cellar == Some(Cellar::Keys) {
                 match action {
                     TAKE_RED | TAKE_BLUE if state.held == 0 => next.held = action + 1,
                     DROP_KEY => next.held = 0,
@@ -338,7 +337,7 @@ impl KeyChain {
             return KeyChainStep {
                 next,
                 milestone: false,
-                done: self.cellar == Cellar::Ends,
+                done: self.cellar == Some(Cellar::Ends),
                 success: false,
             };
         }
@@ -359,7 +358,7 @@ impl KeyChain {
                 next.room -= 1;
                 next.held = 0;
             }
-            TRAPDOOR if self.decoy => {
+            TRAPDOOR if self.has_decoy() => {
                 next.in_cellar = true;
                 milestone = true;
             }
@@ -369,7 +368,7 @@ impl KeyChain {
         KeyChainStep {
             next,
             milestone,
-            done: success || (next.in_cellar && self.cellar == Cellar::Ends),
+            done: success || (next.in_cellar && self.cellar == Some(Cellar::Ends)),
             success,
         }
     }
@@ -394,14 +393,14 @@ impl KeyChain {
             return "outside: the goal".to_owned();
         }
         if id > self.rooms * 12 {
-            if self.cellar == Cellar::Keys {
+            if self.cellar == Some(Cellar::Keys) {
                 return format!("cellar: a dead end, you hold {}", HELD[id - self.rooms * 12 - 1]);
             }
             return "cellar: a dead end".to_owned();
         }
         let (open, held, colour, room) = (id % 2, (id / 2) % 3, (id / 6) % 2, id / 12);
         let door = if open == 1 { "an open" } else { "a locked" };
-        let trapdoor = if self.decoy { ", a trapdoor" } else { "" };
+        let trapdoor = if self.has_decoy() { ", a trapdoor" } else { "" };
         format!(
             "room {room}: {door} {} door{trapdoor}, red and blue keys on the floor, you hold {}",
             COLOURS[colour], HELD[held]
