@@ -109,6 +109,23 @@ def test_a_cellar_nothing_can_be_done_in_is_no_milestone():
     assert flags[:4] == [True, False, False, False]
 
 
+def test_a_cellar_that_answers_is_no_milestone_once_every_action_was_tried_in_it():
+    # A cellar of two states (a key held or not) that the rollout moves between until its
+    # budget ends, on a move: the three actions tried anywhere were tried in both states and
+    # none led out, so it is a dead region, and the trapdoor into it no first visit.
+    c0, c1 = "A cellar.", "A cellar, key held."
+    trap = [("open trapdoor", c0), ("wander", c0), ("take key", c1), ("take key", c1), ("wander", c1),
+            ("drop key", c0), ("drop key", c0), ("take key", c1)]
+    walk = [("wander", "Room 0."), ("take key", "Key held."), ("open door", "Room 1.")] + [("wander", "Room 1.")] * 5
+    a, r, kw = rows([(0, trap), (0, walk)])
+    flags = beacon_rl.discover_milestones(a, r, **kw, observations=["Room 0."] * 16).tolist()
+    assert flags == [False] * 8 + [False, True, True] + [False] * 5
+    # With `wander` never tried while the key is held, the trapdoor is a first visit.
+    trap[4] = ("take key", c1)
+    a, r, kw = rows([(0, trap), (0, walk)])
+    assert beacon_rl.discover_milestones(a, r, **kw, observations=["Room 0."] * 16).tolist()[0]
+
+
 def test_first_observation_is_the_start_state():
     # Novelty flags a response that is a state the rollout had not been in: here the start
     # state s_0 (the first observation) already reads "A room.", so `wait` reaches nothing new.

@@ -1118,6 +1118,46 @@ fn a_decoy_the_budget_ends_is_never_kept_either() {
 }
 
 #[test]
+fn a_cellar_that_answers_is_no_milestone_once_every_action_was_tried_in_it() {
+    // The trapdoor leads to a cellar of two states (a key held or not) that the rollout moves
+    // between until its budget runs out, ending on a move: no state it idled in, no early end.
+    // Every action ever tried in one state (3: the menu) was tried in both, none led out.
+    let (e0, k0, e1) = ("Room 0.", "Room 0, key held.", "Room 1.");
+    let (c0, c1) = ("A cellar.", "A cellar, key held.");
+    let trap = vec![
+        ("open trapdoor", c0),
+        ("wander", c0),
+        ("take key", c1),
+        ("take key", c1),
+        ("wander", c1),
+        ("drop key", c0),
+        ("drop key", c0),
+        ("take key", c1),
+    ];
+    let mut walk = vec![("wander", e0), ("take key", k0), ("open door", e1)];
+    walk.resize(8, ("wander", e1));
+    let f = run_from(&mut fresh(), e0, &[(0.0, trap.clone()), (0.0, walk.clone())]);
+    let mut door = vec![false; 8];
+    door[1..3].fill(true);
+    assert_eq!(f, [vec![false; 8], door.clone()]);
+    // One action fewer in one cellar state: not every way was tried, the trapdoor is a first
+    // visit like the door.
+    let mut fewer = trap.clone();
+    fewer[4] = ("take key", c1);
+    let f = run_from(&mut fresh(), e0, &[(0.0, fewer), (0.0, walk.clone())]);
+    assert!(f[0][0]);
+    // A way out, found by another rollout, reopens it.
+    let mut out = vec![
+        ("open trapdoor", c0),
+        ("take key", c1),
+        ("open hatch", "Room 1, from below."),
+    ];
+    out.resize(8, ("wander", "Room 1, from below."));
+    let f = run_from(&mut fresh(), e0, &[(0.0, trap), (0.0, out), (0.0, walk)]);
+    assert!(f[0][0] && f[1][0]);
+}
+
+#[test]
 fn an_answer_to_a_prompt_is_the_prompted_action_resolved() {
     let ask = "Ambiguous request: which one? 0: the egg. 1: the egg.";
     let win = vec![

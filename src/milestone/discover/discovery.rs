@@ -3,6 +3,7 @@
 //! group).
 
 use super::config::DiscoveryConfig;
+use super::region::Regions;
 use super::text::{action_keys, pair, response_keys, KeyMap, KeySet};
 use super::workspace::{Event, Response, StepKeys, TaskMemory, Workspace};
 use crate::batch::RolloutBatch;
@@ -105,12 +106,15 @@ use std::collections::hash_map::Entry;
 /// end**: a state in which a failed rollout ended, either while another rollout of its group
 /// went on longer and no rollout took a step from it (the environment stopped it, not the
 /// step budget), or after it tried two different actions there that changed nothing and no
-/// rollout left it (a cellar with no way out, where the budget ends the episode). A trapdoor
-/// into either is a first visit nobody undoes; it precedes failure every time and success
-/// never, so it is a decoy, not a milestone. A state some rollout left is no dead end. Nor is
+/// rollout left it (a cellar with no way out, where the budget ends the episode), and s_{t+1}
+/// is not in a **dead region**: a set of states no success visited, in each of which every
+/// action ever tried in one state was tried, and from which no step led out (a cellar whose
+/// keys can be taken and dropped; module docs of `region` in the source). A trapdoor into any
+/// of these is a first visit nobody undoes; it precedes failure every time and success never,
+/// so it is a decoy, not a milestone. A state some rollout left is no dead end. Nor is
 /// a **description** (above) flagged: a room listed by `look around` is a state not seen
-/// before, but the agent only looked. Dead ends are remembered over all tasks (at most
-/// `max_edges`). It fits environments whose
+/// before, but the agent only looked. Dead ends, and the states a dead region is found
+/// among, are remembered over all tasks (at most `max_edges` of each). It fits environments whose
 /// responses describe the state; where responses only echo the action (most text games)
 /// little is ever seen reversed and it over-flags, so it is used only until the task's first
 /// success.
@@ -133,7 +137,9 @@ use std::collections::hash_map::Entry;
 /// Per task: at most `max_successes` event lists of at most `max_events` keys (8 bytes each);
 /// at most `max_tasks` tasks (the least recently updated is forgotten first); at most
 /// `max_noops` no-op actions and `max_feedback` feedback sentences over all tasks (later ones
-/// are ignored once full), `max_edges` reversed transitions (512 KiB by default), and
+/// are ignored once full), `max_edges` reversed transitions (512 KiB by default) and as
+/// many states with up to 16 actions and 16 successors each (about 210 bytes a state with its
+/// key, 13 MiB by default), and
 /// `max_responses` responses with the first action and task that got each (40 bytes each, 2.5
 /// MiB by default, and 8 bytes more for each common or shared one). With the
 /// defaults the task memory is at most 1024 × 16 × 256 × 8 B = 32 MiB, in practice far less
@@ -180,6 +186,8 @@ pub struct MilestoneDiscovery {
     pub(super) reversed: KeySet,
     /// States failed rollouts ended in early and no rollout went on from (module docs).
     pub(super) dead_ends: KeySet,
+    /// What each state has seen, and the dead region it gives (module docs).
+    pub(super) regions: Regions,
     /// Per response gist, who got it (shared responses), over all tasks.
     pub(super) responses: KeyMap<Response>,
     /// Gists two different actions of one verb got: not particular to one action
@@ -216,6 +224,7 @@ impl MilestoneDiscovery {
             feedback: KeySet::default(),
             reversed: KeySet::default(),
             dead_ends: KeySet::default(),
+            regions: Regions::default(),
             responses: KeyMap::default(),
             common: KeySet::default(),
             shared: KeySet::default(),
@@ -249,6 +258,7 @@ impl MilestoneDiscovery {
         self.feedback.clear();
         self.reversed.clear();
         self.dead_ends.clear();
+        self.regions.clear();
         self.responses.clear();
         self.common.clear();
         self.shared.clear();
@@ -330,6 +340,7 @@ impl MilestoneDiscovery {
             for g in 0..batch.num_groups() {
                 self.learn_dead_ends(batch, g);
             }
+            self.learn_regions(batch);
         }
         if self.config.feedback {
             for g in 0..batch.num_groups() {

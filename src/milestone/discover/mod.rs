@@ -6,6 +6,7 @@ pub(super) mod discovery;
 mod excursion;
 mod feedback;
 mod novelty;
+mod region;
 mod support;
 mod text;
 mod workspace;

@@ -93,6 +93,17 @@ impl MilestoneDiscovery {
         }
     }
 
+    /// Remembers every trajectory's steps in the states they left and settles the dead
+    /// region (module docs of `region`).
+    pub(super) fn learn_regions(&mut self, batch: &RolloutBatch) {
+        for j in 0..batch.num_trajectories() {
+            let success = self.is_success(batch, j);
+            let steps = &self.ws.steps[batch.trajectory_steps(j)];
+            self.regions.learn(steps, success, self.config.max_edges);
+        }
+        self.regions.settle();
+    }
+
     /// Flags the irreversible first visits of trajectory `j` (a task without success), but no
     /// description (`ws.description_from`, set for its group by `remember_successes`).
     pub(super) fn flag_novelty(&mut self, batch: &RolloutBatch, j: usize, flags: &mut [bool]) {
@@ -110,6 +121,7 @@ impl MilestoneDiscovery {
                 && s.from != s.whole
                 && !self.reversed.contains(&pair(s.from, s.whole))
                 && !self.dead_ends.contains(&s.whole)
+                && !self.regions.is_dead(s.whole)
                 && s.length < ws.description_from;
         }
     }
