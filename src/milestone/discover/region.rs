@@ -164,6 +164,7 @@ impl Regions {
 mod tests {
     use super::Regions;
     use crate::milestone::discover::workspace::StepKeys;
+    use proptest::prelude::*;
 
     fn step(from: u64, action: u64, whole: u64) -> StepKeys {
         StepKeys {
@@ -265,5 +266,49 @@ mod tests {
         r.learn(&steps, false, 100);
         r.settle();
         assert!(r.is_dead(1) && r.is_dead(115));
+    }
+
+    /// States of a deterministic environment of 6 states and 3 actions (`table[3 s + a]` is
+    /// where action a leads from state s) from which state 5, the goal, can be reached.
+    fn reaching_goal(table: &[u64]) -> [bool; 6] {
+        let mut reach = [false, false, false, false, false, true];
+        for _ in 0..6 {
+            for s in 0..5 {
+                reach[s] |= (0..3).any(|a| reach[table[3 * s + a] as usize]);
+            }
+        }
+        reach
+    }
+
+    proptest! {
+        #[test]
+        fn once_a_state_saw_every_action_no_dead_state_can_reach_the_goal(
+            table in prop::collection::vec(0u64..6, 18),
+            walks in prop::collection::vec(prop::collection::vec(0u64..3, 1..24), 1..16),
+        ) {
+            // Rollouts from state 0, each ending in success at the goal or failing at its length.
+            let mut r = Regions::default();
+            let mut tried = [[false; 3]; 6];
+            for walk in &walks {
+                let (mut s, mut steps) = (0, Vec::new());
+                for &a in walk {
+                    if s == 5 {
+                        break;
+                    }
+                    tried[s as usize][a as usize] = true;
+                    let t = table[(3 * s + a) as usize];
+                    steps.push(step(s, a, t));
+                    s = t;
+                }
+                r.learn(&steps, s == 5, 100);
+            }
+            r.settle();
+            let reach = reaching_goal(&table);
+            if tried.iter().any(|t| t.iter().all(|&x| x)) {
+                for s in 0..6 {
+                    prop_assert!(!(r.is_dead(s as u64) && reach[s]), "state {s} is dead but leads to the goal");
+                }
+            }
+        }
     }
 }
