@@ -49,8 +49,9 @@ pub struct DiscoveryConfig {
     /// which some environments score (ScienceWorld's find tasks score the first door
     /// opened).
     pub shared_responses: bool,
-    /// Reversed transitions remembered over all tasks (later ones are ignored once full).
-    /// Default 65536.
+    /// Reversed transitions, dead ends, and states with the actions tried in each (the dead
+    /// region's), remembered over all tasks: at most this many of each, later ones ignored
+    /// once full. Default 65536.
     pub max_edges: usize,
     /// Responses remembered over all tasks with the first action and task that got each
     /// (what makes a response shared: `shared_responses`); later ones are ignored once full.
@@ -110,7 +111,7 @@ crate::setters::with_setters! {
     with_novelty(novelty: bool) = false;
     /// Sets whether a response two actions of one verb got is no progress (default true).
     with_shared_responses(shared_responses: bool) = false;
-    /// Sets the reversed transitions remembered (default 65536; ≥ 1).
+    /// Sets the reversed transitions, dead ends and states remembered (default 65536; ≥ 1).
     with_max_edges(max_edges: usize) = 1024;
     /// Sets the responses remembered for `shared_responses` (default 65536; ≥ 1).
     with_max_responses(max_responses: usize) = 1024;
