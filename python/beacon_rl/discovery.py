@@ -15,7 +15,9 @@ task's milestones are the events, keyed by (action, first sentence of the respon
 least ``min_support`` (default 0.6) of its remembered successful rollouts reached; every
 rollout of the task, success or failure, is flagged on those events. A task never seen
 succeeding gets *irreversible first visits* instead (``novelty``): steps whose response is a
-state the rollout had not been in, reached by a move nobody was seen to undo, and not a dead end.
+state the rollout had not been in, reached by a move nobody was seen to undo, and not a dead end
+(a state a failed rollout was stopped or stuck in) or in a dead region (states in each of which
+every action was tried, with no way out).
 
 Discovery must not read the environment's own progress signal: remove score messages
 ("Your score has just gone up by one point.") from the responses before passing them.
@@ -77,8 +79,9 @@ def _rewards(x: Any) -> np.ndarray:
 
 class MilestoneDiscovery:
     """Online milestone discovery with a bounded memory: call :meth:`discover` once per batch;
-    what it learns (each task's successful rollouts, no-ops, reversed moves, dead ends) carries
-    over to the next call, so the milestones follow the policy as it improves.
+    what it learns (each task's successful rollouts, no-ops, reversed moves, dead ends, the
+    actions tried in each state) carries over to the next call, so the milestones follow the
+    policy as it improves.
 
     ``config``: the crate's ``DiscoveryConfig`` fields (``min_support``, ``success_threshold``,
     ``noop_window``, ``novelty``, ``max_tasks``, ...; docs/discovery.md); missing ones take
