@@ -21,9 +21,10 @@
 //! 6. Rules of the module docs that hold whatever the data: a task never seen succeeding is
 //!    flagged only by irreversible first visits (a flagged step's response is no state seen
 //!    before in its trajectory) or, without `novelty`, not at all; without `novelty` a flagged
-//!    step is the first occurrence of its normalised action in its trajectory and no no-op
-//!    (an action repeated within `noop_window` steps with the identical response; discovery's
-//!    own rule, the same first sentence, takes in every such action).
+//!    step is the first occurrence of its action in its trajectory and no no-op (an action
+//!    repeated within `noop_window` steps with the identical response; discovery's own rule,
+//!    the same first sentence, takes in every such action). An action is normalised, and a
+//!    bare number after the first step is the previous step's action resolved (an answer).
 //! 7. `frequency_baseline` equals a naive reimplementation of its docs.
 
 use std::collections::{HashMap, HashSet};
@@ -357,6 +358,23 @@ fn respell(u: &mut Bytes<'_>, s: &str) -> String {
 
 /// The module docs' normalisation: ASCII lower case, runs of ASCII whitespace collapsed to one
 /// space, leading and trailing whitespace dropped.
+/// Each step's action as discovery tells actions apart (module docs): normalised, and a
+/// bare number after the first step is the previous step's action resolved (an answer to its
+/// prompt), so "1" after "focus on egg" and "1" after "1" are two actions.
+fn resolved(rows: &[Row], trajectory: &[usize]) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::with_capacity(trajectory.len());
+    for (t, &r) in trajectory.iter().enumerate() {
+        let action = normalise(&rows[r].action);
+        let answer = !action.is_empty() && action.bytes().all(|b| b.is_ascii_digit());
+        let key = match keys.last() {
+            Some(prompt) if t > 0 && answer => format!("{prompt}\u{0}{action}"),
+            _ => action,
+        };
+        keys.push(key);
+    }
+    keys
+}
+
 fn normalise(s: &str) -> String {
     s.split_ascii_whitespace()
         .map(str::to_ascii_lowercase)
@@ -485,11 +503,11 @@ fn rules(
     }
     for j in 0..batch.num_trajectories() {
         let tr = batch.trajectory_rows(j);
+        let keys = resolved(rows, tr);
         for (t, &a) in tr.iter().enumerate() {
-            for &b in tr.iter().skip(t + 1).take(config.noop_window) {
-                let (ra, rb) = (&rows[a], &rows[b]);
-                if normalise(&ra.action) == normalise(&rb.action) && ra.response == rb.response {
-                    known.noops.insert(normalise(&ra.action));
+            for (u, &b) in tr.iter().enumerate().skip(t + 1).take(config.noop_window) {
+                if keys[t] == keys[u] && rows[a].response == rows[b].response {
+                    known.noops.insert(keys[t].clone());
                 }
             }
         }
@@ -500,6 +518,7 @@ fn rules(
         let succeeded = known.succeeded.contains(&normalise(task));
         for j in batch.group_trajectories(g) {
             let tr = batch.trajectory_rows(j);
+            let keys = resolved(rows, tr);
             let mut actions = HashSet::new();
             let mut states = HashSet::new();
             if let Some(&first) = tr.first() {
@@ -507,7 +526,7 @@ fn rules(
             }
             for (t, &r) in tr.iter().enumerate() {
                 let row = &rows[r];
-                let first_action = actions.insert(normalise(&row.action));
+                let first_action = actions.insert(keys[t].as_str());
                 let new_state = states.insert(row.response.as_str());
                 if !flags[r] {
                     continue;
@@ -527,7 +546,7 @@ fn rules(
                 if !config.novelty {
                     assert!(first_action, "{whom}: flagged a repeated action {:?}", row.action);
                     assert!(
-                        !(noops_complete && known.noops.contains(&normalise(&row.action))),
+                        !(noops_complete && known.noops.contains(&keys[t])),
                         "{whom}: flagged the no-op {:?}",
                         row.action
                     );
