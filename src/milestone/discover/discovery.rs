@@ -107,9 +107,10 @@ use std::collections::hash_map::Entry;
 /// went on longer and no rollout took a step from it (the environment stopped it, not the
 /// step budget), or after it tried two different actions there that changed nothing and no
 /// rollout left it (a cellar with no way out, where the budget ends the episode), and s_{t+1}
-/// is not in a **dead region**: a set of states no success visited, in each of which every
-/// action ever tried in one state was tried, and from which no step led out (a cellar whose
-/// keys can be taken and dropped; module docs of `region` in the source). A trapdoor into any
+/// is not in a **dead region**: a set of states no success visited, in each of which as many
+/// different actions were tried as in the state where most were (every action, once some
+/// state has seen them all), and from which no step led out (a cellar whose keys can be
+/// taken and dropped; module docs of `region` in the source). A trapdoor into any
 /// of these is a first visit nobody undoes; it precedes failure every time and success never,
 /// so it is a decoy, not a milestone. A state some rollout left is no dead end. Nor is
 /// a **description** (above) flagged: a room listed by `look around` is a state not seen
