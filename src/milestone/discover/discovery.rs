@@ -139,8 +139,8 @@ use std::collections::hash_map::Entry;
 /// at most `max_tasks` tasks (the least recently updated is forgotten first); at most
 /// `max_noops` no-op actions and `max_feedback` feedback sentences over all tasks (later ones
 /// are ignored once full), `max_edges` reversed transitions (512 KiB by default) and as
-/// many states with up to 16 actions and 16 successors each (about 210 bytes a state with its
-/// key, 13 MiB by default), and
+/// many states with up to 16 actions and 16 successors each (208 bytes a state with its
+/// key, 13 MiB by default; the hash table's free slots can double it), and
 /// `max_responses` responses with the first action and task that got each (40 bytes each, 2.5
 /// MiB by default, and 8 bytes more for each common or shared one). With the
 /// defaults the task memory is at most 1024 × 16 × 256 × 8 B = 32 MiB, in practice far less

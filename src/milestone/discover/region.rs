@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_state_takes_200_bytes_as_the_memory_bound_says() {
-        // Module docs of `discovery`: about 210 bytes a state with its key and table byte.
+        // Module docs of `discovery`: 208 bytes a state with its 8-byte key.
         assert_eq!(std::mem::size_of::<super::Visited>(), 200);
     }
 
