@@ -4,7 +4,11 @@
 //! discovery over a batch. The discovery keeps its memory across iterations (the online
 //! steady state: every task has its 16 remembered successes). Within each group, the naive
 //! frequency baseline and the per-transition ALFWorld text detector over the same steps give
-//! ratios measured in the same run.
+//! ratios measured in the same run. A third group, `discover_online_64x30`, gives every call
+//! new rollouts (64 failures × 30 steps, each step one of 20 actions and one of 200,000 short
+//! responses, SplitMix64): the memory of states fills to its bound and keeps learning, as in
+//! a long run before the first success, where a per-call pass over every state remembered
+//! would show.
 //!
 //! `cargo bench --bench discover`
 
@@ -144,11 +148,48 @@ fn bench_data(c: &mut Criterion, name: &str, data: &Data) {
     g.finish();
 }
 
+/// New rollouts on every call, over a memory that has filled up (module docs).
+fn bench_online(c: &mut Criterion) {
+    let (trajs, len) = (64, 30);
+    let responses: Vec<String> = (0..200_000).map(|k| format!("You are in room {k}.")).collect();
+    let actions: Vec<String> = (0..20).map(|k| format!("do thing {k}")).collect();
+    let batch = RolloutBatch::from_blocks(8, &vec![len; trajs], vec![0.0; trajs]).expect("batch");
+    let tasks: Vec<String> = (0..trajs / 8).map(|g| format!("task {g}")).collect();
+    let mut discovery = MilestoneDiscovery::new(DiscoveryConfig::default()).expect("config");
+    let (mut rng, mut rows) = (SplitMix64::new(7), vec![(0, 0); trajs * len]);
+    // Draws new rows (about 1% of a call's time) and discovers over them.
+    let mut run = |discovery: &mut MilestoneDiscovery| {
+        for row in rows.iter_mut() {
+            *row = (
+                (rng.next_u64() % 20) as usize,
+                (rng.next_u64() % 200_000) as usize,
+            );
+        }
+        discovery
+            .discover(&batch, &tasks, |row, _| Transition {
+                observation: "You are at the start.",
+                action: &actions[rows[row].0],
+                next_observation: &responses[rows[row].1],
+                ..Transition::default()
+            })
+            .expect("discover")
+    };
+    // Fill the memory first: 60 calls reach about 88,000 states, above the 65,536 bound.
+    for _ in 0..60 {
+        run(&mut discovery);
+    }
+    let mut g = c.benchmark_group("discover_online_64x30");
+    g.throughput(Throughput::Elements(batch.num_steps() as u64));
+    g.bench_function("discover", |b| b.iter(|| black_box(run(&mut discovery))));
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     bench_data(c, "discover_sample", &sample());
     let data = synthetic();
     assert!(data.batch.num_steps() > 90_000, "about 1e5 steps");
     bench_data(c, "discover_synthetic_1e5x600", &data);
+    bench_online(c);
 }
 
 criterion_group! {

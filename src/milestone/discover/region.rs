@@ -61,9 +61,21 @@ impl Visited {
         learned
     }
 
+    /// Records whether a successful rollout visited this state; returns whether that is new.
+    fn succeed(&mut self, success: bool) -> bool {
+        let found = success && !self.success;
+        self.success |= success;
+        found
+    }
+
     fn successors(&self) -> Option<&[u64]> {
         let n = usize::from(self.n_next);
         (n <= CAP).then(|| &self.next[..n])
+    }
+
+    /// Whether the state can be in D under a menu of `menu` actions (module docs).
+    fn is_candidate(&self, menu: u8) -> bool {
+        !self.success && self.n_actions >= menu && self.successors().is_some()
     }
 }
 
@@ -71,6 +83,13 @@ impl Visited {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Regions {
     states: KeyMap<Visited>,
+    /// The most different actions tried in one state (the menu, m).
+    menu: u8,
+    /// The states that can be in D under the menu, kept as the states learn, so computing D
+    /// reads them and not every state remembered.
+    candidates: KeySet,
+    /// The menu grew since `candidates` was built: build it again from every state.
+    rebuild: bool,
     dead: KeySet,
     /// Something was learned since D was last computed.
     changed: bool,
@@ -83,29 +102,37 @@ impl Regions {
     /// `max_states` states are remembered (later ones are ignored: never dead).
     pub(super) fn learn(&mut self, steps: &[StepKeys], success: bool, max_states: usize) {
         for s in steps {
-            if let Some(state) = self.entry(s.from, max_states) {
-                let learned = state.record(s.action as u32, s.whole, s.from);
-                let found = success && !state.success;
-                state.success |= success;
-                self.changed |= learned || found;
-            }
+            self.visit(s.from, max_states, |v| {
+                v.record(s.action as u32, s.whole, s.from) | v.succeed(success)
+            });
             // A state is remembered when a step leaves it, or a success reached it.
             if success {
-                if let Some(state) = self.entry(s.whole, max_states) {
-                    let found = !state.success;
-                    state.success = true;
-                    self.changed |= found;
-                }
+                self.visit(s.whole, max_states, |v| v.succeed(true));
             }
         }
     }
 
-    /// The state `key` remembers, added if fewer than `max_states` are.
-    fn entry(&mut self, key: u64, max_states: usize) -> Option<&mut Visited> {
-        if self.states.len() < max_states {
-            Some(self.states.entry(key).or_default())
+    /// Lets the state `key` (added if fewer than `max_states` are remembered) learn, and when
+    /// it learned something, keeps the menu and the candidates up to date.
+    fn visit(&mut self, key: u64, max_states: usize, learn: impl FnOnce(&mut Visited) -> bool) {
+        let state = if self.states.len() < max_states {
+            self.states.entry(key).or_default()
+        } else if let Some(state) = self.states.get_mut(&key) {
+            state
         } else {
-            self.states.get_mut(&key)
+            return;
+        };
+        if !learn(state) {
+            return;
+        }
+        self.changed = true;
+        if state.n_actions > self.menu {
+            self.menu = state.n_actions;
+            self.rebuild = true;
+        } else if state.is_candidate(self.menu) {
+            self.candidates.insert(key);
+        } else {
+            self.candidates.remove(&key);
         }
     }
 
@@ -115,16 +142,17 @@ impl Regions {
         if !std::mem::take(&mut self.changed) {
             return;
         }
+        if std::mem::take(&mut self.rebuild) {
+            let menu = self.menu;
+            self.candidates.clear();
+            let candidates = self.states.iter().filter(|(_, v)| v.is_candidate(menu));
+            self.candidates.extend(candidates.map(|(&key, _)| key));
+        }
         self.dead.clear();
-        let menu = self.states.values().map(|v| v.n_actions).max().unwrap_or(0);
-        if menu < 2 {
+        if self.menu < 2 {
             return;
         }
-        for (&key, v) in &self.states {
-            if !v.success && v.n_actions >= menu && v.successors().is_some() {
-                self.dead.insert(key);
-            }
-        }
+        self.dead.extend(self.candidates.iter().copied());
         loop {
             self.leaving.clear();
             for key in &self.dead {
@@ -154,9 +182,7 @@ impl Regions {
     }
 
     pub(super) fn clear(&mut self) {
-        self.states.clear();
-        self.dead.clear();
-        self.changed = false;
+        *self = Self::default();
     }
 }
 
@@ -226,6 +252,25 @@ mod tests {
         r.learn(&[step(0, 1, 0), step(0, 1, 0)], false, 100);
         r.settle();
         assert!(!r.is_dead(0), "a menu of one");
+    }
+
+    #[test]
+    fn a_state_joins_and_leaves_the_candidates_as_it_learns() {
+        // The menu (4) is set by the first call; the second only completes state 12.
+        let mut walk = cellar_walk();
+        let missing = walk.iter().position(|s| s.from == 12 && s.action == 3).unwrap();
+        let last = walk.remove(missing);
+        let mut r = Regions::default();
+        r.learn(&walk, false, 100);
+        r.settle();
+        assert!(!r.is_dead(10));
+        r.learn(&[last], false, 100);
+        r.settle();
+        assert!([10, 11, 12].iter().all(|&s| r.is_dead(s)), "12 joined");
+        // A success through 11 takes it out, and the region with it.
+        r.learn(&[step(30, 1, 11)], true, 100);
+        r.settle();
+        assert!(![10, 11, 12].iter().any(|&s| r.is_dead(s)), "11 left");
     }
 
     #[test]
