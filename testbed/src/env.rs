@@ -264,6 +264,11 @@ impl KeyChain {
         self.cellar.is_some()
     }
 
+    /// Whether keys can be taken and dropped in the cellar (the busy decoy).
+    fn keys_in_cellar(&self) -> bool {
+        self.cellar == Some(Cellar::Keys)
+    }
+
     /// Size of the action menu: 6, or 7 with the decoy.
     pub fn num_actions(&self) -> usize {
         if self.has_decoy() {
@@ -277,7 +282,7 @@ impl KeyChain {
     /// key held × door open) plus the goal and the cellar (3 cellars, one per key held, in
     /// the busy decoy).
     pub fn num_observations(&self) -> usize {
-        if self.cellar == Some(Cellar::Keys) {
+        if self.keys_in_cellar() {
             self.rooms * 12 + 4
         } else {
             self.rooms * 12 + 2
@@ -307,11 +312,7 @@ impl KeyChain {
     /// The observation id of `state` under `task` (the index into the policy's table).
     pub fn observe(&self, task: u64, state: &EpisodeState) -> usize {
         if state.in_cellar {
-            let held = if self.cellar == Some(Cellar::Keys) {
-                state.held
-            } else {
-                0
-            };
+            let held = if self.keys_in_cellar() { state.held } else { 0 };
             return self.rooms * 12 + 1 + held;
         }
         if state.room >= self.rooms {
@@ -327,7 +328,7 @@ impl KeyChain {
         if state.in_cellar {
             // Only the slow and busy decoys step on from the cellar: there is no way out.
             let mut next = *state;
-            if self.cellar == Some(Cellar::Keys) {
+            if self.keys_in_cellar() {
                 match action {
                     TAKE_RED | TAKE_BLUE if state.held == 0 => next.held = action + 1,
                     DROP_KEY => next.held = 0,
@@ -393,7 +394,7 @@ impl KeyChain {
             return "outside: the goal".to_owned();
         }
         if id > self.rooms * 12 {
-            if self.cellar == Some(Cellar::Keys) {
+            if self.keys_in_cellar() {
                 return format!("cellar: a dead end, you hold {}", HELD[id - self.rooms * 12 - 1]);
             }
             return "cellar: a dead end".to_owned();

@@ -16,7 +16,8 @@
 //! not (that state has fewer than m actions). A step into D is no milestone. A state with
 //! more than [`CAP`] successors is never in D (too many ways out to follow), and neither is a
 //! state first seen once [`Regions::learn`]'s bound is reached. D is computed again after
-//! every call from what the states remember, so a way out found later reopens the region.
+//! every call in which a state learned something, so a way out found later reopens the
+//! region.
 
 use super::text::{KeyMap, KeySet};
 use super::workspace::StepKeys;
@@ -105,10 +106,11 @@ impl Regions {
             self.visit(s.from, max_states, |v| {
                 v.record(s.action as u32, s.whole, s.from) | v.succeed(success)
             });
-            // A state is remembered when a step leaves it, or a success reached it.
-            if success {
-                self.visit(s.whole, max_states, |v| v.succeed(true));
-            }
+        }
+        // A step's state after is the next step's state before; only a success's last state,
+        // which no step leaves, needs a visit of its own.
+        if let (true, Some(last)) = (success, steps.last()) {
+            self.visit(last.whole, max_states, |v| v.succeed(true));
         }
     }
 
