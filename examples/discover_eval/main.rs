@@ -28,6 +28,11 @@
 //! Beside each leave-one-out F1 it prints a 95% interval over groups (`interval.rs`): how far
 //! the figure could move with other groups drawn.
 //!
+//! Last, the *ceiling* of four kinds of rule (`ceiling.rs`): the best F1 a rule could reach
+//! that flags alike every step with the same signature (its text; and its task; and its
+//! rollout's outcome and whether it repeats an action; and how many times), knowing the
+//! labels.
+//!
 //! ```text
 //! cargo run --release --example discover_eval [-- --data PATH] [--failures]
 //!     [--config '{"noop_window": 1}'] [--part development]
@@ -38,6 +43,7 @@
 //! `--part development`, so the evaluation figures are not read while a rule is chosen.
 //! `--part whole` reads a file recorded after the rules were fixed as one part, unsplit.
 
+mod ceiling;
 mod interval;
 mod protocol;
 
@@ -326,6 +332,7 @@ fn main() -> BoxResult<()> {
     );
     let mut classes = Vec::new();
     let mut intervals = Vec::new();
+    let mut ceilings = Vec::new();
     for part in parts {
         let raw = records_of(&all, part);
         let (records, labels) = strip_all(&raw);
@@ -353,6 +360,7 @@ fn main() -> BoxResult<()> {
             &agreement(&fails, &last, &fail_labels)?,
         );
         classes.push((part, error_classes(&records, &loo, &labels)));
+        ceilings.push((part, ceiling::ceilings(&records, &labels)));
         if let Some(path) = arg("--dump") {
             dump(&format!("{path}.{}.tsv", part.name()), &records, &loo, &labels)?;
         }
@@ -374,6 +382,16 @@ fn main() -> BoxResult<()> {
                 "{:<12} {env:<13} misses {inv} / {vis}, false positives {fp_s} / {fp_f}",
                 part.name()
             );
+        }
+    }
+    println!(
+        "\nceiling: the best F1 of a rule that flags alike every step with the same signature, knowing the labels\n{:<12} {:<13} {:?}",
+        "part", "env", ceiling::KINDS
+    );
+    for (part, table) in ceilings {
+        for (env, best) in table {
+            let best = best.map(|f| format!("{f:.3}")).join(" / ");
+            println!("{:<12} {env:<13} {best}", part.name());
         }
     }
     Ok(())

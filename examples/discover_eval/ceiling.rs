@@ -1,0 +1,98 @@
+//! How high could any rule of a given kind reach, if it knew the labels?
+//!
+//! A kind of rule is named by what it reads of a step: its *signature*. A rule of that kind
+//! flags every step with one signature alike. For the signatures of a part, each with `t`
+//! labelled and `f` unlabelled steps, flagging a set S of them gives
+//!
+//! ```text
+//! F1(S) = 2·Σ_S t / (Σ_S t + Σ_S f + P)        (P: the labelled steps of the part)
+//! ```
+//!
+//! The best S is a prefix of the signatures ordered by precision t / (t + f): at the best
+//! value λ, S maximises Σ_S (t − λ(t + f)), which takes every signature whose precision
+//! exceeds λ (Dinkelbach's argument). So the scan over prefixes below finds the exact
+//! maximum, the *ceiling* of that kind of rule on that part. It reads the labels, so no rule
+//! reaches it; a rule above it must read more of a step than its signature.
+//!
+//! The kinds, each reading more than the one before:
+//! - `text`: the action and the whole response;
+//! - `text, task`: and the task (a response is progress in one task and not in another);
+//! - `text, task, outcome, repeat`: and whether the rollout succeeded and whether the action
+//!   occurred earlier in it: what discovery reads of a step;
+//! - `text, task, outcome, occurrence`: and how many times the action occurred before (the
+//!   third `wait` of a rollout apart from the second).
+
+use std::collections::{BTreeMap, HashMap};
+
+use beacon_rl::record::TrajectoryRecord;
+
+use crate::protocol::env_of;
+use crate::task_of;
+
+/// The kinds of rule, by the signature they read.
+pub const KINDS: [&str; 4] = [
+    "text",
+    "text, task",
+    "text, task, outcome, repeat",
+    "text, task, outcome, occurrence",
+];
+
+/// Per environment, the ceiling of each of [`KINDS`] against `labels` (row order of
+/// `records`).
+pub fn ceilings(records: &[TrajectoryRecord], labels: &[bool]) -> BTreeMap<String, [f64; 4]> {
+    let mut counts: BTreeMap<String, [HashMap<String, [usize; 2]>; 4]> = BTreeMap::new();
+    let mut at = 0;
+    for r in records {
+        let per_kind = counts.entry(env_of(r)).or_default();
+        let (task, won) = (task_of(r), r.terminal_reward > 0.0);
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (t, s) in r.steps.iter().enumerate() {
+            let before = seen.entry(s.action.as_str()).or_default();
+            let text = format!("{}\u{1f}{}", s.action, s.observation);
+            let keys = [
+                text.clone(),
+                format!("{text}\u{1f}{task}"),
+                format!("{text}\u{1f}{task}\u{1f}{won}\u{1f}{}", *before > 0),
+                format!("{text}\u{1f}{task}\u{1f}{won}\u{1f}{before}"),
+            ];
+            *before += 1;
+            for (map, key) in per_kind.iter_mut().zip(keys) {
+                map.entry(key).or_default()[usize::from(!labels[at + t])] += 1;
+            }
+        }
+        at += r.steps.len();
+    }
+    counts
+        .into_iter()
+        .map(|(env, per_kind)| (env, per_kind.map(|map| best_f1(map.into_values().collect()))))
+        .collect()
+}
+
+/// The best F1 over prefixes of `signatures` (`[labelled, unlabelled]` steps each) ordered
+/// by precision.
+fn best_f1(mut signatures: Vec<[usize; 2]>) -> f64 {
+    let positives: usize = signatures.iter().map(|[t, _]| t).sum();
+    // t1 / (t1 + f1) > t2 / (t2 + f2), compared without division.
+    signatures.sort_by(|[t1, f1], [t2, f2]| (t2 * (t1 + f1)).cmp(&(t1 * (t2 + f2))));
+    let (mut tp, mut fp, mut best) = (0, 0, 0.0_f64);
+    for [t, f] in signatures {
+        tp += t;
+        fp += f;
+        best = best.max(2.0 * tp as f64 / (tp + fp + positives) as f64);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_f1;
+
+    #[test]
+    fn the_best_prefix_is_found_by_hand() {
+        // P = 4. Taking [3, 0] alone: 6 / 7 = 0.857; with [1, 3]: 8 / 11 = 0.727.
+        assert!((best_f1(vec![[1, 3], [3, 0], [0, 5]]) - 6.0 / 7.0).abs() < 1e-12);
+        // Order matters: [1, 1] (0.5) before [2, 3] (0.4). P = 3; [1,1]: 2/5; +[2,3]: 6/10.
+        assert!((best_f1(vec![[2, 3], [1, 1]]) - 0.6).abs() < 1e-12);
+        assert_eq!(best_f1(vec![[0, 4]]), 0.0);
+    }
+}
