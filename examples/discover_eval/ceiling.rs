@@ -17,10 +17,11 @@
 //! The kinds, each reading more than the one before:
 //! - `text`: the action and the whole response;
 //! - `text, task`: and the task (a response is progress in one task and not in another);
-//! - `text, task, outcome, repeat`: and whether the rollout succeeded and whether the action
-//!   occurred earlier in it: what discovery reads of a step;
-//! - `text, task, outcome, occurrence`: and how many times the action occurred before (the
-//!   third `wait` of a rollout apart from the second).
+//! - `text, task, repeat`: and whether the action occurred earlier in the rollout. All of it
+//!   is there for discovery to read when it flags a step (under leave-one-out it is not told
+//!   the rollout's outcome, so no kind reads that);
+//! - `text, task, occurrence`: and how many times the action occurred before (the third
+//!   `wait` of a rollout apart from the second).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,8 +34,8 @@ use crate::task_of;
 pub const KINDS: [&str; 4] = [
     "text",
     "text, task",
-    "text, task, outcome, repeat",
-    "text, task, outcome, occurrence",
+    "text, task, repeat",
+    "text, task, occurrence",
 ];
 
 /// Per environment, the ceiling of each of [`KINDS`] against `labels` (row order of
@@ -44,7 +45,7 @@ pub fn ceilings(records: &[TrajectoryRecord], labels: &[bool]) -> BTreeMap<Strin
     let mut at = 0;
     for r in records {
         let per_kind = counts.entry(env_of(r)).or_default();
-        let (task, won) = (task_of(r), r.terminal_reward > 0.0);
+        let task = task_of(r);
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (t, s) in r.steps.iter().enumerate() {
             let before = seen.entry(s.action.as_str()).or_default();
@@ -52,8 +53,8 @@ pub fn ceilings(records: &[TrajectoryRecord], labels: &[bool]) -> BTreeMap<Strin
             let keys = [
                 text.clone(),
                 format!("{text}\u{1f}{task}"),
-                format!("{text}\u{1f}{task}\u{1f}{won}\u{1f}{}", *before > 0),
-                format!("{text}\u{1f}{task}\u{1f}{won}\u{1f}{before}"),
+                format!("{text}\u{1f}{task}\u{1f}{}", *before > 0),
+                format!("{text}\u{1f}{task}\u{1f}{before}"),
             ];
             *before += 1;
             for (map, key) in per_kind.iter_mut().zip(keys) {

@@ -29,9 +29,8 @@
 //! the figure could move with other groups drawn.
 //!
 //! Last, the *ceiling* of four kinds of rule (`ceiling.rs`): the best F1 a rule could reach
-//! that flags alike every step with the same signature (its text; and its task; and its
-//! rollout's outcome and whether it repeats an action; and how many times), knowing the
-//! labels.
+//! that flags alike every step with the same signature (its text; and its task; and whether
+//! it repeats an action; and how many times), knowing the labels.
 //!
 //! ```text
 //! cargo run --release --example discover_eval [-- --data PATH] [--failures]
