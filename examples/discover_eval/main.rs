@@ -41,9 +41,12 @@
 //! (`development` or `evaluation`) prints one part only: rules are compared with
 //! `--part development`, so the evaluation figures are not read while a rule is chosen.
 //! `--part whole` reads a file recorded after the rules were fixed as one part, unsplit.
+//! `--pool PATH:PART ...` prints the leave-one-out rows of several such parts and their sum
+//! (`pooled.rs`): the figure judged on all the data no rule was tuned on.
 
 mod ceiling;
 mod interval;
+mod pooled;
 mod protocol;
 
 use std::collections::{BTreeMap, HashSet};
@@ -307,6 +310,15 @@ fn main() -> BoxResult<()> {
     let bundled = concat!(env!("CARGO_MANIFEST_DIR"), "/data/sample_trajectories.jsonl");
     let path = arg("--data").unwrap_or_else(|| bundled.to_string());
     let cfg = config()?;
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--pool") {
+        let specs: Vec<String> = args[i + 1..]
+            .iter()
+            .take_while(|a| !a.starts_with("--"))
+            .cloned()
+            .collect();
+        return pooled::run(cfg, &specs);
+    }
     let all = read_trajectories(std::io::BufReader::new(std::fs::File::open(&path)?))
         .collect::<Result<Vec<_>>>()?;
     println!("{path}: {} trajectories; config {cfg:?}\n", all.len());
