@@ -92,11 +92,12 @@ fn agreement(
     Ok(out)
 }
 
-fn print_rows(part: Part, label: &str, table: &BTreeMap<String, MilestoneAgreement>) {
+/// One row per environment: `part` (a part's name, or `pooled`), `label` (the protocol), the
+/// counts, precision, recall and F1.
+fn print_rows(part: &str, label: &str, table: &BTreeMap<String, MilestoneAgreement>) {
     for (env, a) in table {
         println!(
-            "{:<12} {label:<26} {env:<13} {:>4} {:>4} {:>4}  {:.3}  {:.3}  {:.3}",
-            part.name(),
+            "{part:<12} {label:<26} {env:<13} {:>4} {:>4} {:>4}  {:.3}  {:.3}  {:.3}",
             a.true_positives,
             a.false_positives,
             a.false_negatives,
@@ -350,23 +351,23 @@ fn main() -> BoxResult<()> {
         let rb = RecordBatch::new(&records)?;
         let base = frequency_baseline(rb.batch(), 0.0, |row, _| rb.transition(row))?;
         print_rows(
-            part,
+            part.name(),
             "baseline (frequency)",
             &agreement(&records, &base, &labels)?,
         );
         let loo = leave_one_out(cfg, &records)?;
-        print_rows(part, "leave-one-out", &agreement(&records, &loo, &labels)?);
+        print_rows(part.name(), "leave-one-out", &agreement(&records, &loo, &labels)?);
         intervals.push((part, interval::f1_intervals(&records, &loo, &labels)?));
         let batch = run(&mut MilestoneDiscovery::new(cfg)?, &records)?.concat();
-        print_rows(part, "batch", &agreement(&records, &batch, &labels)?);
+        print_rows(part.name(), "batch", &agreement(&records, &batch, &labels)?);
         let (fails, fail_labels, first, last) = online(cfg, &records, &labels)?;
         print_rows(
-            part,
+            part.name(),
             "online: failures, no memory",
             &agreement(&fails, &first, &fail_labels)?,
         );
         print_rows(
-            part,
+            part.name(),
             "online: failures, memory",
             &agreement(&fails, &last, &fail_labels)?,
         );

@@ -41,24 +41,13 @@ pub fn run(cfg: DiscoveryConfig, specs: &[String]) -> BoxResult<()> {
         let (records, labels) = strip_all(&records_of(&all, part));
         let table = agreement(&records, &leave_one_out(cfg, &records)?, &labels)?;
         println!("{spec}");
-        print_rows(part, "leave-one-out", &table);
+        print_rows(part.name(), "leave-one-out", &table);
         for (env, a) in table {
             *pooled.entry(env).or_default() += a;
         }
     }
     println!("pooled over the {} sets", specs.len());
-    for (env, a) in pooled {
-        println!(
-            "{:<39} {env:<13} {:>4} {:>4} {:>4}  {:.3}  {:.3}  {:.3}",
-            "pooled, leave-one-out",
-            a.true_positives,
-            a.false_positives,
-            a.false_negatives,
-            a.precision(),
-            a.recall(),
-            a.f1()
-        );
-    }
+    print_rows("pooled", "leave-one-out", &pooled);
     Ok(())
 }
 
