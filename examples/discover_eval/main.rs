@@ -30,7 +30,8 @@
 //!
 //! Last, the *ceiling* of four kinds of rule (`ceiling.rs`): the best F1 a rule could reach
 //! that flags alike every step with the same signature (its text; and its task; and whether
-//! it repeats an action; and how many times), knowing the labels.
+//! it repeats an action; and how many times), knowing the labels; and the best F1 of
+//! discovery's flags adjusted verb by verb, knowing the labels (`adjust.rs`).
 //!
 //! ```text
 //! cargo run --release --example discover_eval [-- --data PATH] [--failures]
@@ -44,6 +45,7 @@
 //! `--pool PATH:PART ...` prints the leave-one-out rows of several such parts and their sum
 //! (`pooled.rs`): the figure judged on all the data no rule was tuned on.
 
+mod adjust;
 mod ceiling;
 mod interval;
 mod pooled;
@@ -345,6 +347,7 @@ fn main() -> BoxResult<()> {
     let mut classes = Vec::new();
     let mut intervals = Vec::new();
     let mut ceilings = Vec::new();
+    let mut adjusted = Vec::new();
     for part in parts {
         let raw = records_of(&all, part);
         let (records, labels) = strip_all(&raw);
@@ -373,6 +376,9 @@ fn main() -> BoxResult<()> {
         );
         classes.push((part, error_classes(&records, &loo, &labels)));
         ceilings.push((part, ceiling::ceilings(&records, &labels)));
+        let mut adjustments = adjust::Adjustments::default();
+        adjustments.add(&records, &loo, &labels);
+        adjusted.push((part.name(), adjustments));
         if let Some(path) = arg("--dump") {
             dump(&format!("{path}.{}.tsv", part.name()), &records, &loo, &labels)?;
         }
@@ -406,5 +412,20 @@ fn main() -> BoxResult<()> {
             println!("{:<12} {env:<13} {best}", part.name());
         }
     }
+    print_adjusted(&adjusted);
     Ok(())
+}
+
+/// The best F1 of discovery's leave-one-out flags adjusted by each of [`adjust::KEYS`].
+fn print_adjusted(adjusted: &[(&str, adjust::Adjustments)]) {
+    println!(
+        "\nadjusted: the best F1 of discovery's flags, each key refused, kept or flagged throughout, knowing the labels\n{:<12} {:<13} {:?}",
+        "part", "env", adjust::KEYS
+    );
+    for (part, adjustments) in adjusted {
+        for (env, best) in adjustments.ceilings() {
+            let best = best.map(|f| format!("{f:.3}")).join(" / ");
+            println!("{part:<12} {env:<13} {best}");
+        }
+    }
 }

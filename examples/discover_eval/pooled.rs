@@ -3,7 +3,8 @@
 //! `--pool PATH:PART ...` reads each file's part (`development`, `evaluation` or `whole`),
 //! flags it by leave-one-out as the headline protocol does, prints each set's rows, then the
 //! pooled rows: per environment, the true positives, false positives and misses of every set
-//! summed, and the precision, recall and F1 of those sums (not a mean of the sets' F1).
+//! summed, and the precision, recall and F1 of those sums (not a mean of the sets' F1), and
+//! the best F1 of those flags adjusted verb by verb, knowing the labels (`adjust.rs`).
 
 use std::collections::BTreeMap;
 
@@ -11,8 +12,9 @@ use beacon_rl::milestone::{DiscoveryConfig, MilestoneAgreement};
 use beacon_rl::record::read_trajectories;
 use beacon_rl::Result;
 
+use crate::adjust::Adjustments;
 use crate::protocol::{records_of, strip_all, Part};
-use crate::{agreement, leave_one_out, print_rows, BoxResult};
+use crate::{agreement, leave_one_out, print_adjusted, print_rows, BoxResult};
 
 /// One `PATH:PART` argument.
 fn parse(spec: &str) -> BoxResult<(&str, Part)> {
@@ -34,12 +36,15 @@ pub fn run(cfg: DiscoveryConfig, specs: &[String]) -> BoxResult<()> {
         return Err("--pool takes one PATH:PART or more".into());
     }
     let mut pooled: BTreeMap<String, MilestoneAgreement> = BTreeMap::new();
+    let mut adjustments = Adjustments::default();
     for spec in specs {
         let (path, part) = parse(spec)?;
         let all = read_trajectories(std::io::BufReader::new(std::fs::File::open(path)?))
             .collect::<Result<Vec<_>>>()?;
         let (records, labels) = strip_all(&records_of(&all, part));
-        let table = agreement(&records, &leave_one_out(cfg, &records)?, &labels)?;
+        let flags = leave_one_out(cfg, &records)?;
+        let table = agreement(&records, &flags, &labels)?;
+        adjustments.add(&records, &flags, &labels);
         println!("{spec}");
         print_rows(part.name(), "leave-one-out", &table);
         for (env, a) in table {
@@ -48,6 +53,7 @@ pub fn run(cfg: DiscoveryConfig, specs: &[String]) -> BoxResult<()> {
     }
     println!("pooled over the {} sets", specs.len());
     print_rows("pooled", "leave-one-out", &pooled);
+    print_adjusted(&[("pooled", adjustments)]);
     Ok(())
 }
 
