@@ -20,8 +20,9 @@
 //! - `verb`: a word list of verbs to refuse, keep or flag throughout (`open` never, `wait1`
 //!   always);
 //! - `verb, names the task`: and whether the action names a word of the task's description
-//!   (letter runs of 3 or more, less the words at least half of the set's descriptions hold,
-//!   such as "your", "task" and "focus"): what the agent is shown of its goal;
+//!   (letter runs of 3 or more, less the words held by the descriptions of at least half
+//!   of the set's tasks, such as "your", "task" and "focus"): what the agent is shown of
+//!   its goal;
 //! - `verb, task`: and the task itself: which verbs the rubric of that task scores.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -96,7 +97,8 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_ascii_lowercase)
 }
 
-/// Per task, the words of its description that fewer than half of the set's descriptions hold.
+/// Per task, the words of its description, less those the descriptions of at least half of
+/// the set's tasks hold.
 fn goal_words(records: &[TrajectoryRecord]) -> HashMap<String, BTreeSet<String>> {
     let mut descriptions: HashMap<String, BTreeSet<String>> = HashMap::new();
     for r in records {
