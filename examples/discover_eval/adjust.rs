@@ -123,7 +123,7 @@ fn goal_words(records: &[TrajectoryRecord]) -> HashMap<String, BTreeSet<String>>
 
 /// The best F1 over a choice per key of none, discovery's flags (`[flagged, _]`) or every
 /// step (`[_, all]`), each `[labelled, unlabelled]`; `positives` labelled steps in all.
-fn best_f1(keys: &[[[usize; 2]; 2]], positives: usize) -> f64 {
+pub fn best_f1(keys: &[[[usize; 2]; 2]], positives: usize) -> f64 {
     let f1 = |tp: usize, fp: usize| 2.0 * tp as f64 / (tp + fp + positives).max(1) as f64;
     let mut lambda = 0.0_f64;
     loop {

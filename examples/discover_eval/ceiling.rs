@@ -8,11 +8,11 @@
 //! F1(S) = 2·Σ_S t / (Σ_S t + Σ_S f + P)        (P: the labelled steps of the part)
 //! ```
 //!
-//! The best S is a prefix of the signatures ordered by precision t / (t + f): at the best
-//! value λ, S maximises Σ_S (t − λ(t + f)), which takes every signature whose precision
-//! exceeds λ (Dinkelbach's argument). So the scan over prefixes below finds the exact
-//! maximum, the *ceiling* of that kind of rule on that part. It reads the labels, so no rule
-//! reaches it; a rule above it must read more of a step than its signature.
+//! At the best value λ, the best S maximises Σ_S ((2 − λ)t − λf), which takes every
+//! signature whose precision t / (t + f) exceeds λ / 2 (Dinkelbach's argument): iterating λ
+//! finds the exact maximum (`adjust.rs`, where a signature's choices are to flag it or not),
+//! the *ceiling* of that kind of rule on that part. It reads the labels, so no rule reaches
+//! it; a rule above it must read more of a step than its signature.
 //!
 //! The kinds, each reading more than the one before:
 //! - `text`: the action and the whole response;
@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use beacon_rl::record::TrajectoryRecord;
 
+use crate::adjust;
 use crate::protocol::env_of;
 use crate::task_of;
 
@@ -69,19 +70,11 @@ pub fn ceilings(records: &[TrajectoryRecord], labels: &[bool]) -> BTreeMap<Strin
         .collect()
 }
 
-/// The best F1 over prefixes of `signatures` (`[labelled, unlabelled]` steps each) ordered
-/// by precision.
-fn best_f1(mut signatures: Vec<[usize; 2]>) -> f64 {
-    let positives: usize = signatures.iter().map(|[t, _]| t).sum();
-    // t1 / (t1 + f1) > t2 / (t2 + f2), compared without division.
-    signatures.sort_by(|[t1, f1], [t2, f2]| (t2 * (t1 + f1)).cmp(&(t1 * (t2 + f2))));
-    let (mut tp, mut fp, mut best) = (0, 0, 0.0_f64);
-    for [t, f] in signatures {
-        tp += t;
-        fp += f;
-        best = best.max(2.0 * tp as f64 / (tp + fp + positives) as f64);
-    }
-    best
+/// The best F1 over sets of `signatures` (`[labelled, unlabelled]` steps each).
+fn best_f1(signatures: Vec<[usize; 2]>) -> f64 {
+    let positives = signatures.iter().map(|[t, _]| t).sum();
+    let choices: Vec<_> = signatures.into_iter().map(|s| [[0, 0], s]).collect();
+    adjust::best_f1(&choices, positives)
 }
 
 #[cfg(test)]
