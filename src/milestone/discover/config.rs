@@ -40,7 +40,11 @@ pub struct DiscoveryConfig {
     /// Default 0.75.
     pub feedback_max_step_fraction: f64,
     /// Flag irreversible first visits in tasks never seen succeeding (module docs,
-    /// "Before the first success"). Default true.
+    /// "Before the first success"). Default true: while no rollout of a task succeeds, it is
+    /// the only signal BEACON gets. In a text environment most responses are new, so a task
+    /// that never succeeds has many of its steps flagged (a ScienceWorld task whose every
+    /// rollout failed: 144 steps flagged, 12 of them scored); false trades that for no credit
+    /// before a first success.
     pub novelty: bool,
     /// Treat a response that different actions with the same verb got, in different tasks
     /// ("The door is now open." after a door in one task and another door in another), as no
