@@ -43,7 +43,7 @@ pub struct DiscoveryConfig {
     /// "Before the first success"). Default true: while no rollout of a task succeeds, it is
     /// the only signal BEACON gets. In a text environment most responses are new, so a task
     /// that never succeeds has many of its steps flagged (a ScienceWorld task whose every
-    /// rollout failed: 144 steps flagged, 12 of them scored); false trades that for no credit
+    /// rollout failed: 156 steps flagged, 12 of them scored); false trades that for no credit
     /// before a first success.
     pub novelty: bool,
     /// Treat a response that different actions with the same verb got, in different tasks
