@@ -82,10 +82,10 @@ mod tests {
     use super::best_f1;
 
     #[test]
-    fn the_best_prefix_is_found_by_hand() {
+    fn the_best_set_of_signatures_is_found_by_hand() {
         // P = 4. Taking [3, 0] alone: 6 / 7 = 0.857; with [1, 3]: 8 / 11 = 0.727.
         assert!((best_f1(vec![[1, 3], [3, 0], [0, 5]]) - 6.0 / 7.0).abs() < 1e-12);
-        // Order matters: [1, 1] (0.5) before [2, 3] (0.4). P = 3; [1,1]: 2/5; +[2,3]: 6/10.
+        // The best set takes both: P = 3; [1, 1] alone: 2 / 5; with [2, 3]: 6 / 10.
         assert!((best_f1(vec![[2, 3], [1, 1]]) - 0.6).abs() < 1e-12);
         assert_eq!(best_f1(vec![[0, 4]]), 0.0);
     }
